@@ -1,0 +1,830 @@
+//! [`EmulatedSsd`]: an in-memory, real-time device with a latency model.
+//!
+//! # Timing model
+//!
+//! The device has `channels` parallel units, each with a *busy until* instant, and one
+//! host link of `bandwidth_mb_s` shared by all of them. A write request of `n` blocks
+//!
+//! 1. transfers its `n * 4096` bytes over the link: `xfer_done = max(now, link_free) +
+//!    n * 4096 / bandwidth` (the link is then busy until `xfer_done`);
+//! 2. is assigned to the least busy channel and completes at
+//!    `deadline = max(xfer_done, channel_free) + write_latency` (+ the FUA cost below); the
+//!    channel is busy until `deadline`.
+//!
+//! For a single write on an idle device this is `now + write_latency + n * 4096 /
+//! bandwidth`; the shared link caps the aggregate bandwidth at the preset's figure no matter
+//! how many channels are busy, while small writes on different channels overlap almost
+//! fully.
+//!
+//! The data is applied to the in-memory image **at submission** (it is visible to reads at
+//! once, in submission order); the returned ticket completes at the deadline
+//! ([`IoTicket::at`]). The crash harness takes ordering and durability from the
+//! [`crate::Recorder`] log, not from this device.
+//!
+//! Reads take `read_latency + size / bandwidth` and do not occupy the channels.
+//!
+//! [`BlockDevice::flush`] first waits until every submitted write's deadline has passed,
+//! then costs `flush_base + flush_per_dirty_mb * dirty MiB`, where *dirty* is the data
+//! written (non-FUA) since the previous flush; without a volatile cache only `flush_base`.
+//! A FUA write adds to its own deadline the cost of a flush of just its own data:
+//! `flush_base + flush_per_dirty_mb * its MiB` (nothing without a volatile cache), and does
+//! not count as dirty.
+//!
+//! [`BlockDevice::barrier`] (where the preset supports it) costs `barrier_latency`; ordering
+//! is already guaranteed because writes are applied in submission order.
+//!
+//! # Failure injection
+//!
+//! [`EmulatedSsd::inject_flush_failure`] makes the next flush fail and poisons the device
+//! (every later flush, barrier and write fails with [`DevError::Poisoned`], reads still
+//! work); [`EmulatedSsd::inject_write_failure_at`] makes the next write covering a block fail
+//! with [`DevError::Injected`] (its data is not applied).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::timing::{precise_sleep, precise_sleep_until};
+use crate::{
+    BLOCK_SIZE, BlockDevice, Counters, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket,
+    WriteRequest,
+};
+
+/// Blocks per lazily allocated storage chunk (1 MiB).
+const CHUNK_BLOCKS: u64 = 256;
+/// Bytes per storage chunk.
+const CHUNK_BYTES: usize = CHUNK_BLOCKS as usize * BLOCK_SIZE;
+/// Bytes in a MiB (the unit of the flush cost).
+const MIB: u128 = 1 << 20;
+
+/// Latency and capability figures of an emulated device.
+///
+/// The named presets are **assumptions** modelled on typical devices of each class (public
+/// spec sheets, reviews and the latencies reported in the journaling papers), not
+/// measurements of a particular drive. Build a custom preset with struct update syntax,
+/// e.g. `SsdPreset { channels: 2, ..SsdPreset::nvme_consumer() }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SsdPreset {
+    /// Short name, as accepted by [`SsdPreset::by_name`].
+    pub name: &'static str,
+    /// One-line description with the source of the assumption.
+    pub description: &'static str,
+    /// Latency of a 4 KiB write command on its channel, in µs (per request; the transfer
+    /// time of the request's bytes is added from `bandwidth_mb_s`).
+    pub write_latency_us: u64,
+    /// Latency of a read command, in µs (transfer time added from `bandwidth_mb_s`).
+    pub read_latency_us: u64,
+    /// Host link bandwidth in MB/s (10^6 bytes per second), shared by all channels;
+    /// 0 means unlimited.
+    pub bandwidth_mb_s: u64,
+    /// Fixed cost of a flush (cache flush command), in µs.
+    pub flush_base_us: u64,
+    /// Additional flush cost per MiB written since the previous flush, in µs (only with a
+    /// volatile cache).
+    pub flush_per_dirty_mb_us: u64,
+    /// Parallel units (channels/dies) that serve writes concurrently; at least 1 is used.
+    pub channels: usize,
+    /// Has a volatile write cache: flush cost grows with dirty data, FUA costs extra.
+    pub volatile_cache: bool,
+    /// Supports the barrier command (ordering without durability).
+    pub barrier: bool,
+    /// Cost of a barrier, in µs.
+    pub barrier_latency_us: u64,
+}
+
+impl SsdPreset {
+    /// `nvme-consumer`: consumer NVMe SSD without power-loss protection (Samsung 970 Pro
+    /// class, the device of the CJFS and BarrierFS papers). Volatile cache; assumed to
+    /// support a barrier command as in those papers. Assumed figures: write 20 µs, read
+    /// 60 µs, 2500 MB/s, flush 400 µs + 300 µs per dirty MiB, 8 channels, barrier 5 µs.
+    pub const fn nvme_consumer() -> Self {
+        SsdPreset {
+            name: "nvme-consumer",
+            description: "consumer NVMe SSD without power-loss protection, volatile cache, \
+                          barrier command (assumed figures, Samsung 970 Pro class as in the \
+                          CJFS/BarrierFS papers)",
+            write_latency_us: 20,
+            read_latency_us: 60,
+            bandwidth_mb_s: 2500,
+            flush_base_us: 400,
+            flush_per_dirty_mb_us: 300,
+            channels: 8,
+            volatile_cache: true,
+            barrier: true,
+            barrier_latency_us: 5,
+        }
+    }
+
+    /// `optane`: 3D XPoint NVMe SSD (Intel Optane 900P/P4800X class). No volatile cache, so
+    /// a flush is nearly free. Assumed figures: write 10 µs, read 10 µs, 2000 MB/s, flush
+    /// 5 µs, 7 channels, barrier supported (1 µs).
+    pub const fn optane() -> Self {
+        SsdPreset {
+            name: "optane",
+            description: "3D XPoint NVMe SSD, no volatile cache (assumed figures, Intel Optane \
+                          900P/P4800X class)",
+            write_latency_us: 10,
+            read_latency_us: 10,
+            bandwidth_mb_s: 2000,
+            flush_base_us: 5,
+            flush_per_dirty_mb_us: 0,
+            channels: 7,
+            volatile_cache: false,
+            barrier: true,
+            barrier_latency_us: 1,
+        }
+    }
+
+    /// `emmc`: eMMC 5.x flash as in phones and single-board computers. One channel,
+    /// volatile cache, expensive flush, no barrier. Assumed figures: write 150 µs, read
+    /// 100 µs, 150 MB/s, flush 2000 µs + 1500 µs per dirty MiB.
+    pub const fn emmc() -> Self {
+        SsdPreset {
+            name: "emmc",
+            description: "eMMC 5.x flash, volatile cache, no barrier (assumed figures, typical \
+                          mobile/embedded eMMC)",
+            write_latency_us: 150,
+            read_latency_us: 100,
+            bandwidth_mb_s: 150,
+            flush_base_us: 2000,
+            flush_per_dirty_mb_us: 1500,
+            channels: 1,
+            volatile_cache: true,
+            barrier: false,
+            barrier_latency_us: 0,
+        }
+    }
+
+    /// `sata-ssd`: consumer SATA SSD (Samsung 860 EVO class). Volatile cache, no barrier.
+    /// Assumed figures: write 40 µs, read 90 µs, 500 MB/s, flush 1000 µs + 800 µs per dirty
+    /// MiB, 4 channels.
+    pub const fn sata_ssd() -> Self {
+        SsdPreset {
+            name: "sata-ssd",
+            description: "consumer SATA SSD, volatile cache, no barrier (assumed figures, \
+                          Samsung 860 EVO class)",
+            write_latency_us: 40,
+            read_latency_us: 90,
+            bandwidth_mb_s: 500,
+            flush_base_us: 1000,
+            flush_per_dirty_mb_us: 800,
+            channels: 4,
+            volatile_cache: true,
+            barrier: false,
+            barrier_latency_us: 0,
+        }
+    }
+
+    /// `ramdisk`: no latency, unlimited bandwidth, no cache, barrier supported (free).
+    pub const fn ramdisk() -> Self {
+        SsdPreset {
+            name: "ramdisk",
+            description: "zero-latency memory device, no cache, free barrier",
+            write_latency_us: 0,
+            read_latency_us: 0,
+            bandwidth_mb_s: 0,
+            flush_base_us: 0,
+            flush_per_dirty_mb_us: 0,
+            channels: 64,
+            volatile_cache: false,
+            barrier: true,
+            barrier_latency_us: 0,
+        }
+    }
+
+    /// Every named preset.
+    pub fn all() -> Vec<SsdPreset> {
+        vec![
+            SsdPreset::nvme_consumer(),
+            SsdPreset::optane(),
+            SsdPreset::emmc(),
+            SsdPreset::sata_ssd(),
+            SsdPreset::ramdisk(),
+        ]
+    }
+
+    /// The preset called `name` (case-insensitive; `_` is accepted for `-`).
+    pub fn by_name(name: &str) -> Option<SsdPreset> {
+        let want = name.trim().to_ascii_lowercase().replace('_', "-");
+        SsdPreset::all().into_iter().find(|p| p.name == want)
+    }
+
+    /// Time to move `bytes` over the host link.
+    fn transfer(&self, bytes: u64) -> Duration {
+        if self.bandwidth_mb_s == 0 {
+            Duration::ZERO
+        } else {
+            // bytes / (MB/s * 10^6) seconds = bytes * 1000 / (MB/s) nanoseconds.
+            let ns = u128::from(bytes) * 1000 / u128::from(self.bandwidth_mb_s);
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        }
+    }
+
+    /// Cost of flushing `dirty_bytes` of cached data (just the base without a cache).
+    fn flush_cost(&self, dirty_bytes: u64) -> Duration {
+        let per = if self.volatile_cache {
+            let ns = u128::from(dirty_bytes) * u128::from(self.flush_per_dirty_mb_us) * 1000 / MIB;
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        } else {
+            Duration::ZERO
+        };
+        Duration::from_micros(self.flush_base_us) + per
+    }
+}
+
+/// Timing state, protected by [`EmulatedSsd::timing`].
+struct TimingState {
+    /// When each channel finishes its last assigned write.
+    channel_free: Vec<Instant>,
+    /// When the host link finishes its last transfer.
+    link_free: Instant,
+    /// Latest deadline of any submitted write (flush waits for it).
+    max_deadline: Instant,
+    /// Bytes written (non-FUA) since the last flush started.
+    dirty_bytes: u64,
+    /// Deadlines of writes possibly still in flight (min-heap; passed ones are pruned).
+    inflight: BinaryHeap<Reverse<Instant>>,
+}
+
+impl TimingState {
+    fn prune(&mut self, now: Instant) -> u64 {
+        while let Some(Reverse(t)) = self.inflight.peek() {
+            if *t <= now {
+                self.inflight.pop();
+            } else {
+                break;
+            }
+        }
+        self.inflight.len() as u64
+    }
+}
+
+/// An in-memory, real-time device with a latency model. See the module docs.
+pub struct EmulatedSsd {
+    /// Figures (immutable).
+    preset: SsdPreset,
+    /// Size in blocks (immutable).
+    num_blocks: u64,
+    /// Image, in chunks of [`CHUNK_BLOCKS`] blocks allocated on first write; each chunk's
+    /// `RwLock` protects its bytes (`None` = all zeros).
+    chunks: Vec<RwLock<Option<Box<[u8]>>>>,
+    /// Protected by this mutex: channel and link availability, dirty bytes and in-flight
+    /// deadlines.
+    timing: Mutex<TimingState>,
+    /// Statistics (atomics, no lock).
+    counters: Counters,
+    /// Protected by this mutex: the cause recorded by the first failed flush; never cleared.
+    poison: Mutex<Option<String>>,
+    /// Atomic: make the next flush fail.
+    fail_next_flush: AtomicBool,
+    /// Protected by this mutex: blocks whose next write fails (each entry fires once).
+    write_failures: Mutex<Vec<u64>>,
+}
+
+impl EmulatedSsd {
+    /// A zeroed device of `num_blocks` blocks with the given figures.
+    pub fn new(preset: SsdPreset, num_blocks: u64) -> EmulatedSsd {
+        let nchunks = num_blocks.div_ceil(CHUNK_BLOCKS) as usize;
+        let now = Instant::now();
+        EmulatedSsd {
+            preset,
+            num_blocks,
+            chunks: (0..nchunks).map(|_| RwLock::new(None)).collect(),
+            timing: Mutex::new(TimingState {
+                channel_free: vec![now; preset.channels.max(1)],
+                link_free: now,
+                max_deadline: now,
+                dirty_bytes: 0,
+                inflight: BinaryHeap::new(),
+            }),
+            counters: Counters::new(),
+            poison: Mutex::new(None),
+            fail_next_flush: AtomicBool::new(false),
+            write_failures: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A zero-latency device ([`SsdPreset::ramdisk`]) of `num_blocks` blocks.
+    pub fn ram(num_blocks: u64) -> EmulatedSsd {
+        EmulatedSsd::new(SsdPreset::ramdisk(), num_blocks)
+    }
+
+    /// A device holding `bytes` (its size rounded up to whole blocks, padded with zeros).
+    /// All-zero chunks are not allocated.
+    pub fn from_image(preset: SsdPreset, bytes: &[u8]) -> EmulatedSsd {
+        let num_blocks = (bytes.len() as u64).div_ceil(BLOCK_SIZE as u64);
+        let dev = EmulatedSsd::new(preset, num_blocks);
+        for (chunk, src) in dev.chunks.iter().zip(bytes.chunks(CHUNK_BYTES)) {
+            if src.iter().any(|&b| b != 0) {
+                let mut data = vec![0u8; CHUNK_BYTES].into_boxed_slice();
+                data[..src.len()].copy_from_slice(src);
+                *chunk.write() = Some(data);
+            }
+        }
+        dev
+    }
+
+    /// The whole image (`num_blocks * BLOCK_SIZE` bytes; unwritten blocks are zeros).
+    pub fn image_bytes(&self) -> Vec<u8> {
+        let total = self.num_blocks as usize * BLOCK_SIZE;
+        let mut out = vec![0u8; total];
+        for (chunk, dst) in self.chunks.iter().zip(out.chunks_mut(CHUNK_BYTES)) {
+            if let Some(data) = &*chunk.read() {
+                dst.copy_from_slice(&data[..dst.len()]);
+            }
+        }
+        out
+    }
+
+    /// The device's figures.
+    pub fn preset(&self) -> &SsdPreset {
+        &self.preset
+    }
+
+    /// Bytes of image memory allocated so far (whole chunks).
+    pub fn allocated_bytes(&self) -> u64 {
+        let n = self.chunks.iter().filter(|c| c.read().is_some()).count();
+        (n * CHUNK_BYTES) as u64
+    }
+
+    /// The cause of the poisoning, if an earlier flush failed.
+    pub fn poisoned(&self) -> Option<String> {
+        self.poison.lock().clone()
+    }
+
+    /// Make the next flush fail with [`DevError::Injected`] and poison the device.
+    pub fn inject_flush_failure(&self) {
+        self.fail_next_flush.store(true, Ordering::SeqCst);
+    }
+
+    /// Make the next write request covering `block` fail with [`DevError::Injected`] (through
+    /// its ticket); that request's data is not applied. Fires once per call.
+    pub fn inject_write_failure_at(&self, block: u64) {
+        self.write_failures.lock().push(block);
+    }
+
+    fn check_range(&self, block: u64, count: u64) -> DevResult<()> {
+        match block.checked_add(count) {
+            Some(end) if end <= self.num_blocks => Ok(()),
+            _ => Err(DevError::OutOfRange {
+                block,
+                count,
+                num_blocks: self.num_blocks,
+            }),
+        }
+    }
+
+    fn check_poison(&self) -> DevResult<()> {
+        match &*self.poison.lock() {
+            Some(cause) => Err(DevError::Poisoned(cause.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Take an injected failure for a write of `[block, block + count)`, if any.
+    fn take_write_failure(&self, block: u64, count: u64) -> Option<u64> {
+        let mut f = self.write_failures.lock();
+        let i = f.iter().position(|&b| b >= block && b < block + count)?;
+        Some(f.swap_remove(i))
+    }
+
+    fn locate(block: u64) -> (usize, usize) {
+        let chunk = (block / CHUNK_BLOCKS) as usize;
+        let off = (block % CHUNK_BLOCKS) as usize * BLOCK_SIZE;
+        (chunk, off)
+    }
+}
+
+impl BlockDevice for EmulatedSsd {
+    fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            barrier: self.preset.barrier,
+            volatile_cache: self.preset.volatile_cache,
+            fua: true,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let p = &self.preset;
+        format!(
+            "emulated SSD '{}' ({} blocks of 4 KiB): write {} µs, read {} µs, {} MB/s, \
+             {} channels, flush {} µs + {} µs/dirty MiB, volatile cache {}, barrier {}",
+            p.name,
+            self.num_blocks,
+            p.write_latency_us,
+            p.read_latency_us,
+            if p.bandwidth_mb_s == 0 {
+                "unlimited".to_string()
+            } else {
+                p.bandwidth_mb_s.to_string()
+            },
+            p.channels.max(1),
+            p.flush_base_us,
+            p.flush_per_dirty_mb_us,
+            if p.volatile_cache { "yes" } else { "no" },
+            if p.barrier {
+                format!("yes ({} µs)", p.barrier_latency_us)
+            } else {
+                "no".to_string()
+            },
+        )
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
+        if buf.len() % BLOCK_SIZE != 0 {
+            return Err(DevError::BadLength(buf.len()));
+        }
+        let count = (buf.len() / BLOCK_SIZE) as u64;
+        self.check_range(block, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        self.counters.record_read(count);
+        precise_sleep(
+            Duration::from_micros(self.preset.read_latency_us)
+                + self.preset.transfer(buf.len() as u64),
+        );
+        for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+            let (c, off) = Self::locate(block + i as u64);
+            match &*self.chunks[c].read() {
+                Some(data) => dst.copy_from_slice(&data[off..off + BLOCK_SIZE]),
+                None => dst.fill(0),
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
+        let count = req.bufs.len() as u64;
+        self.check_range(req.block, count)?;
+        self.check_poison()?;
+        if count == 0 {
+            return Ok(IoTicket::done(Ok(())));
+        }
+        let failure = self.take_write_failure(req.block, count);
+        if failure.is_none() {
+            for (i, src) in req.bufs.iter().enumerate() {
+                let (c, off) = Self::locate(req.block + i as u64);
+                let mut chunk = self.chunks[c].write();
+                let data = chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES].into_boxed_slice());
+                data[off..off + BLOCK_SIZE].copy_from_slice(&src[..]);
+            }
+        }
+
+        let p = &self.preset;
+        let bytes = count * BLOCK_SIZE as u64;
+        let mut service = Duration::from_micros(p.write_latency_us);
+        if req.fua && p.volatile_cache {
+            service += p.flush_cost(bytes);
+        }
+        let (deadline, inflight) = {
+            let mut t = self.timing.lock();
+            let now = Instant::now();
+            let xfer_done = now.max(t.link_free) + p.transfer(bytes);
+            t.link_free = xfer_done;
+            let (ch, free) = t
+                .channel_free
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|&(_, f)| f)
+                .unwrap_or((0, now));
+            let deadline = xfer_done.max(free) + service;
+            if let Some(f) = t.channel_free.get_mut(ch) {
+                *f = deadline;
+            }
+            t.max_deadline = t.max_deadline.max(deadline);
+            if !req.fua && failure.is_none() {
+                t.dirty_bytes += bytes;
+            }
+            t.prune(now);
+            t.inflight.push(Reverse(deadline));
+            (deadline, t.inflight.len() as u64)
+        };
+        self.counters.record_write(count, req.fua);
+        self.counters.sample_inflight(inflight);
+        let err = failure.map(|b| {
+            DevError::Injected(format!(
+                "write of block {b} (request at {} +{count})",
+                req.block
+            ))
+        });
+        Ok(IoTicket::at(deadline, Arc::new(Mutex::new(err))))
+    }
+
+    fn flush(&self) -> DevResult<()> {
+        self.check_poison()?;
+        self.counters.record_flush();
+        let (wait_until, dirty) = {
+            let mut t = self.timing.lock();
+            (t.max_deadline, std::mem::take(&mut t.dirty_bytes))
+        };
+        precise_sleep_until(wait_until);
+        if self.fail_next_flush.swap(false, Ordering::SeqCst) {
+            let e = DevError::Injected("flush".to_string());
+            let mut p = self.poison.lock();
+            if p.is_none() {
+                *p = Some(e.to_string());
+            }
+            return Err(e);
+        }
+        precise_sleep(self.preset.flush_cost(dirty));
+        Ok(())
+    }
+
+    fn barrier(&self) -> DevResult<()> {
+        if !self.preset.barrier {
+            return Err(DevError::Unsupported("barrier"));
+        }
+        self.check_poison()?;
+        self.counters.record_barrier();
+        precise_sleep(Duration::from_micros(self.preset.barrier_latency_us));
+        Ok(())
+    }
+
+    fn stats(&self) -> DeviceStats {
+        let n = self.timing.lock().prune(Instant::now());
+        self.counters.set_inflight_now(n);
+        self.counters.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BlockBuf, BlockKind, WriteTag, block_from_slice, wait_all};
+
+    fn pattern(seed: u8) -> BlockBuf {
+        let v: Vec<u8> = (0..BLOCK_SIZE)
+            .map(|i| (i as u8).wrapping_add(seed))
+            .collect();
+        block_from_slice(&v)
+    }
+
+    fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v[v.len() / 2]
+    }
+
+    #[test]
+    fn presets_by_name() {
+        for p in SsdPreset::all() {
+            assert_eq!(SsdPreset::by_name(p.name), Some(p));
+            assert!(!p.description.is_empty());
+        }
+        assert_eq!(
+            SsdPreset::by_name("NVME_CONSUMER"),
+            Some(SsdPreset::nvme_consumer())
+        );
+        assert_eq!(SsdPreset::by_name("floppy"), None);
+        assert!(EmulatedSsd::ram(1).describe().contains("ramdisk"));
+    }
+
+    #[test]
+    fn read_your_writes_and_zeros() -> DevResult<()> {
+        let dev = EmulatedSsd::new(SsdPreset::nvme_consumer(), 1000);
+        assert!(dev.read_block(999)?.iter().all(|&b| b == 0));
+        let t = dev.submit(WriteRequest {
+            block: 255,
+            bufs: vec![pattern(1), pattern(2)], // spans two chunks
+            tag: WriteTag::kind(BlockKind::Data),
+            fua: false,
+        })?;
+        // Visible at once, before completion.
+        assert_eq!(&dev.read_block(256)?[..], &pattern(2)[..]);
+        t.wait()?;
+        let mut b = vec![0u8; 3 * BLOCK_SIZE];
+        dev.read(254, &mut b)?;
+        assert!(b[..BLOCK_SIZE].iter().all(|&x| x == 0));
+        assert_eq!(&b[BLOCK_SIZE..2 * BLOCK_SIZE], &pattern(1)[..]);
+        assert_eq!(&b[2 * BLOCK_SIZE..], &pattern(2)[..]);
+        assert_eq!(dev.allocated_bytes(), 2 * CHUNK_BYTES as u64);
+        assert!(matches!(
+            dev.write_block(1000, pattern(0), WriteTag::default()),
+            Err(DevError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.read(0, &mut [0u8; 10]),
+            Err(DevError::BadLength(10))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn large_device_is_lazy_and_images_round_trip() -> DevResult<()> {
+        let dev = EmulatedSsd::ram(1 << 20); // 4 GiB
+        assert_eq!(dev.allocated_bytes(), 0);
+        dev.write_block(12345, pattern(7), WriteTag::default())?;
+        assert_eq!(dev.allocated_bytes(), CHUNK_BYTES as u64);
+
+        let small = EmulatedSsd::ram(300);
+        small.write_block(299, pattern(3), WriteTag::default())?;
+        let img = small.image_bytes();
+        assert_eq!(img.len(), 300 * BLOCK_SIZE);
+        let back = EmulatedSsd::from_image(SsdPreset::ramdisk(), &img);
+        assert_eq!(back.num_blocks(), 300);
+        assert_eq!(back.allocated_bytes(), CHUNK_BYTES as u64); // first chunk is all zeros
+        assert_eq!(&back.read_block(299)?[..], &pattern(3)[..]);
+        assert_eq!(back.image_bytes(), img);
+        Ok(())
+    }
+
+    #[test]
+    fn qd1_write_latency_at_least_preset() -> DevResult<()> {
+        let p = SsdPreset::nvme_consumer();
+        let dev = EmulatedSsd::new(p, 64);
+        let lat: Vec<Duration> = (0..20)
+            .map(|i| {
+                let t = Instant::now();
+                dev.write_block(i, pattern(1), WriteTag::default())
+                    .map(|_| t.elapsed())
+            })
+            .collect::<DevResult<_>>()?;
+        let min = lat.iter().min().copied().unwrap_or_default();
+        assert!(
+            min >= Duration::from_micros(p.write_latency_us),
+            "min {min:?}"
+        );
+        let st = dev.stats();
+        assert_eq!(st.writes, 20);
+        assert!((st.inflight_mean - 1.0).abs() < 1e-9, "{st:?}");
+        assert_eq!(st.inflight_now, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn parallel_writes_overlap() -> DevResult<()> {
+        // Larger latency than the presets so scheduling noise does not matter.
+        let p = SsdPreset {
+            write_latency_us: 5000,
+            ..SsdPreset::nvme_consumer()
+        };
+        let dev = EmulatedSsd::new(p, 64);
+        let t = Instant::now();
+        dev.write_block(0, pattern(0), WriteTag::default())?;
+        let one = t.elapsed();
+        let t = Instant::now();
+        let tickets: Vec<IoTicket> = (0..8)
+            .map(|i| dev.submit(WriteRequest::one(i, pattern(i as u8), WriteTag::default())))
+            .collect::<DevResult<_>>()?;
+        assert_eq!(dev.stats().inflight_now, 8);
+        wait_all(tickets)?;
+        let eight = t.elapsed();
+        assert!(
+            eight < one * 3,
+            "8 parallel writes took {eight:?}, one took {one:?}"
+        );
+        assert_eq!(dev.stats().inflight_max, 8);
+
+        // One channel serializes them.
+        let serial = EmulatedSsd::new(
+            SsdPreset {
+                write_latency_us: 500,
+                channels: 1,
+                ..p
+            },
+            64,
+        );
+        let t = Instant::now();
+        let tickets: Vec<IoTicket> = (0..4)
+            .map(|i| serial.submit(WriteRequest::one(i, pattern(0), WriteTag::default())))
+            .collect::<DevResult<_>>()?;
+        wait_all(tickets)?;
+        assert!(t.elapsed() >= Duration::from_micros(2000));
+        Ok(())
+    }
+
+    #[test]
+    fn flush_cost_grows_with_dirty_data() -> DevResult<()> {
+        let p = SsdPreset::nvme_consumer();
+        let dev = EmulatedSsd::new(p, 4096);
+        let time_flush = |dev: &EmulatedSsd| -> DevResult<Duration> {
+            let t = Instant::now();
+            dev.flush()?;
+            Ok(t.elapsed())
+        };
+        let clean = median((0..5).map(|_| time_flush(&dev)).collect::<DevResult<_>>()?);
+        assert!(clean >= Duration::from_micros(p.flush_base_us));
+        // 8 MiB dirty: + 2400 µs.
+        let bufs: Vec<BlockBuf> = (0..2048).map(|_| pattern(5)).collect();
+        dev.submit(WriteRequest {
+            block: 0,
+            bufs,
+            tag: WriteTag::default(),
+            fua: false,
+        })?
+        .wait()?;
+        let dirty = time_flush(&dev)?;
+        let want = p.flush_base_us + 8 * p.flush_per_dirty_mb_us;
+        assert!(
+            dirty >= Duration::from_micros(want),
+            "dirty {dirty:?} < {want} µs"
+        );
+        assert!(dirty > clean, "clean {clean:?} dirty {dirty:?}");
+        // Dirty data was reset by the flush.
+        let again = time_flush(&dev)?;
+        assert!(again < dirty, "again {again:?} dirty {dirty:?}");
+
+        // Without a volatile cache, dirty data costs nothing.
+        let opt = EmulatedSsd::new(SsdPreset::optane(), 4096);
+        let bufs: Vec<BlockBuf> = (0..2048).map(|_| pattern(5)).collect();
+        opt.submit(WriteRequest {
+            block: 0,
+            bufs,
+            tag: WriteTag::default(),
+            fua: false,
+        })?
+        .wait()?;
+        assert!(time_flush(&opt)? < Duration::from_micros(1500));
+        Ok(())
+    }
+
+    #[test]
+    fn flush_waits_for_inflight_writes() -> DevResult<()> {
+        let p = SsdPreset {
+            write_latency_us: 3000,
+            ..SsdPreset::ramdisk()
+        };
+        let dev = EmulatedSsd::new(p, 8);
+        let t = Instant::now();
+        let _ticket = dev.submit(WriteRequest::one(0, pattern(0), WriteTag::default()))?;
+        dev.flush()?;
+        assert!(t.elapsed() >= Duration::from_micros(3000));
+        Ok(())
+    }
+
+    #[test]
+    fn fua_write_costs_a_flush() -> DevResult<()> {
+        let p = SsdPreset::emmc();
+        let dev = EmulatedSsd::new(p, 8);
+        let mut req = WriteRequest::one(0, pattern(0), WriteTag::default());
+        req.fua = true;
+        let t = Instant::now();
+        dev.submit(req)?.wait()?;
+        assert!(t.elapsed() >= Duration::from_micros(p.write_latency_us + p.flush_base_us));
+        assert_eq!(dev.stats().fua_writes, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn barrier_support() -> DevResult<()> {
+        let emmc = EmulatedSsd::new(SsdPreset::emmc(), 8);
+        assert!(!emmc.caps().barrier);
+        assert!(matches!(
+            emmc.barrier(),
+            Err(DevError::Unsupported("barrier"))
+        ));
+        let nvme = EmulatedSsd::new(SsdPreset::nvme_consumer(), 8);
+        assert!(nvme.caps().barrier);
+        nvme.barrier()?;
+        assert_eq!(nvme.stats().barriers, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn injected_flush_failure_poisons() -> DevResult<()> {
+        let dev = EmulatedSsd::ram(8);
+        dev.write_block(0, pattern(1), WriteTag::default())?;
+        dev.inject_flush_failure();
+        assert!(matches!(dev.flush(), Err(DevError::Injected(_))));
+        assert!(dev.poisoned().is_some());
+        assert!(matches!(dev.flush(), Err(DevError::Poisoned(_))));
+        assert!(matches!(
+            dev.write_block(1, pattern(1), WriteTag::default()),
+            Err(DevError::Poisoned(_))
+        ));
+        assert!(matches!(dev.barrier(), Err(DevError::Poisoned(_))));
+        assert_eq!(&dev.read_block(0)?[..], &pattern(1)[..]);
+        Ok(())
+    }
+
+    #[test]
+    fn injected_write_failure() -> DevResult<()> {
+        let dev = EmulatedSsd::ram(8);
+        dev.inject_write_failure_at(3);
+        let req = WriteRequest {
+            block: 2,
+            bufs: vec![pattern(1), pattern(2)],
+            tag: WriteTag::default(),
+            fua: false,
+        };
+        assert!(matches!(
+            dev.submit(req)?.wait(),
+            Err(DevError::Injected(_))
+        ));
+        assert!(dev.read_block(3)?.iter().all(|&b| b == 0));
+        // Fires once; the device is not poisoned.
+        dev.write_block(3, pattern(2), WriteTag::default())?;
+        assert_eq!(&dev.read_block(3)?[..], &pattern(2)[..]);
+        dev.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,650 @@
+//! [`FileDevice`]: a device over an image file or a block device.
+//!
+//! * Buffered mode: `pwrite` completes the write at submission ([`IoTicket::done`]).
+//! * `O_DIRECT` mode: writes are queued to a small pool of worker threads, so several are in
+//!   flight at once; each completes through a [`Completion`]. Buffers are copied into a
+//!   4096-aligned bounce buffer, as `O_DIRECT` requires.
+//! * [`BlockDevice::flush`] is `fdatasync`. A failed `fdatasync` **poisons** the device: the
+//!   cause is recorded and every later flush and write fails with [`DevError::Poisoned`]
+//!   (the kernel may have dropped the dirty pages, so a retry could falsely succeed).
+//! * No barrier command; FUA is emulated as write + `fdatasync`.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{
+    BLOCK_SIZE, BlockBuf, BlockDevice, Completion, Counters, DevError, DevResult, DeviceCaps,
+    DeviceStats, IoTicket, WriteRequest,
+};
+
+/// Number of worker threads submitting `O_DIRECT` writes (the device's queue depth).
+pub const DIRECT_WORKERS: usize = 4;
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileDeviceOptions {
+    /// Open with `O_DIRECT` (bypass the page cache; writes go through worker threads).
+    pub direct: bool,
+    /// Open read-only: writes fail with `EROFS`.
+    pub read_only: bool,
+    /// Create the file if missing and extend it to at least this many bytes (never
+    /// truncates; ignored for block devices and read-only opens).
+    pub create_size: Option<u64>,
+}
+
+/// A block device over an image file or a real block device. See the module docs.
+pub struct FileDevice {
+    /// Shared with the worker threads. Not behind a lock; see [`Shared`] for its fields.
+    shared: Arc<Shared>,
+    /// Worker pool for `O_DIRECT` writes (`None` in buffered mode). Only touched by `open`
+    /// and `drop`, which have exclusive access.
+    pool: Option<WritePool>,
+}
+
+/// State shared by the device handle and its workers.
+struct Shared {
+    /// The open file. No lock: only positional I/O (`pread`/`pwrite`) and `fdatasync`,
+    /// which are safe to call concurrently.
+    file: File,
+    /// Path as given (immutable).
+    path: PathBuf,
+    /// Path as displayed in errors (immutable).
+    what: String,
+    /// Opened with `O_DIRECT` (immutable).
+    direct: bool,
+    /// Opened read-only (immutable).
+    read_only: bool,
+    /// Size in blocks (immutable).
+    num_blocks: u64,
+    /// Statistics (atomics, no lock).
+    counters: Counters,
+    /// Protected by its own mutex: the cause recorded by the first failed flush; once set,
+    /// it never changes.
+    poison: Mutex<Option<String>>,
+    /// Atomic: make the next flush fail with [`DevError::Injected`].
+    fail_next_flush: AtomicBool,
+}
+
+/// One queued `O_DIRECT` write.
+struct Job {
+    offset: u64,
+    bufs: Vec<BlockBuf>,
+    fua: bool,
+    done: Arc<Completion>,
+}
+
+/// The worker pool's queue.
+struct Queue {
+    /// Protected by this mutex: pending jobs and the shutdown flag.
+    state: Mutex<QueueState>,
+    /// Signalled when a job is queued or shutdown is requested.
+    cv: Condvar,
+}
+
+struct QueueState {
+    jobs: VecDeque<Job>,
+    shutdown: bool,
+}
+
+struct WritePool {
+    queue: Arc<Queue>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// One 4096-aligned block, the unit of the `O_DIRECT` bounce buffers.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct AlignedBlock([u8; BLOCK_SIZE]);
+
+/// A growable, 4096-aligned, contiguous buffer of whole blocks.
+#[derive(Default)]
+struct AlignedBuf(Vec<AlignedBlock>);
+
+impl AlignedBuf {
+    /// Make the buffer hold exactly `n` blocks (contents unspecified).
+    fn resize(&mut self, n: usize) {
+        self.0.resize(n, AlignedBlock([0; BLOCK_SIZE]));
+    }
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `AlignedBlock` is `repr(C)` around `[u8; BLOCK_SIZE]` with alignment equal
+        // to its size, so it has no padding and a `Vec` of `n` of them is `n * BLOCK_SIZE`
+        // contiguous, initialised bytes, borrowed for the lifetime of `&self`.
+        unsafe {
+            std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE)
+        }
+    }
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_bytes`; the exclusive borrow of `self` makes the slice unique,
+        // and any byte pattern is a valid `AlignedBlock`.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.0.as_mut_ptr().cast::<u8>(),
+                self.0.len() * BLOCK_SIZE,
+            )
+        }
+    }
+}
+
+impl FileDevice {
+    /// Open `path` as a device. The size comes from the file's metadata or, for a block
+    /// device, from seeking to its end; a trailing partial block is ignored.
+    pub fn open(path: impl AsRef<Path>, opts: FileDeviceOptions) -> DevResult<FileDevice> {
+        let path = path.as_ref();
+        let what = path.display().to_string();
+        let create_size = if opts.read_only {
+            None
+        } else {
+            opts.create_size
+        };
+        let mut oo = OpenOptions::new();
+        oo.read(true)
+            .write(!opts.read_only)
+            .create(create_size.is_some());
+        if opts.direct {
+            oo.custom_flags(libc::O_DIRECT);
+        }
+        let file = oo.open(path).map_err(|e| DevError::io("open", &what, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| DevError::io("stat", &what, e))?;
+        let size = if meta.file_type().is_block_device() {
+            (&file)
+                .seek(SeekFrom::End(0))
+                .map_err(|e| DevError::io("seek", &what, e))?
+        } else {
+            let len = meta.len();
+            match create_size {
+                Some(want) if len < want => {
+                    file.set_len(want)
+                        .map_err(|e| DevError::io("extend", &what, e))?;
+                    want
+                }
+                _ => len,
+            }
+        };
+        let shared = Arc::new(Shared {
+            file,
+            path: path.to_path_buf(),
+            what,
+            direct: opts.direct,
+            read_only: opts.read_only,
+            num_blocks: size / BLOCK_SIZE as u64,
+            counters: Counters::new(),
+            poison: Mutex::new(None),
+            fail_next_flush: AtomicBool::new(false),
+        });
+        let pool = if opts.direct && !opts.read_only {
+            Some(WritePool::start(&shared)?)
+        } else {
+            None
+        };
+        Ok(FileDevice { shared, pool })
+    }
+
+    /// Create (or extend) an image file of `size_bytes` bytes and open it buffered,
+    /// read-write.
+    pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> DevResult<FileDevice> {
+        FileDevice::open(
+            path,
+            FileDeviceOptions {
+                direct: false,
+                read_only: false,
+                create_size: Some(size_bytes),
+            },
+        )
+    }
+
+    /// The path the device was opened with.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Whether the device was opened with `O_DIRECT`.
+    pub fn is_direct(&self) -> bool {
+        self.shared.direct
+    }
+
+    /// The cause of the poisoning, if an earlier flush failed.
+    pub fn poisoned(&self) -> Option<String> {
+        self.shared.poison.lock().clone()
+    }
+
+    /// Make the next flush (or FUA write's flush) fail with [`DevError::Injected`], which
+    /// poisons the device like a real `fdatasync` failure. For tests.
+    pub fn inject_flush_failure(&self) {
+        self.shared.fail_next_flush.store(true, Ordering::SeqCst);
+    }
+
+    fn check_range(&self, block: u64, count: u64) -> DevResult<()> {
+        let n = self.shared.num_blocks;
+        match block.checked_add(count) {
+            Some(end) if end <= n => Ok(()),
+            _ => Err(DevError::OutOfRange {
+                block,
+                count,
+                num_blocks: n,
+            }),
+        }
+    }
+}
+
+impl Shared {
+    fn check_poison(&self) -> DevResult<()> {
+        match &*self.poison.lock() {
+            Some(cause) => Err(DevError::Poisoned(cause.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// `fdatasync`, poisoning the device on failure.
+    fn sync(&self) -> DevResult<()> {
+        self.check_poison()?;
+        let r = if self.fail_next_flush.swap(false, Ordering::SeqCst) {
+            Err(DevError::Injected(format!("flush of {}", self.what)))
+        } else {
+            self.file
+                .sync_data()
+                .map_err(|e| DevError::io("flush", &self.what, e))
+        };
+        if let Err(e) = &r {
+            let mut p = self.poison.lock();
+            if p.is_none() {
+                *p = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    /// Write `bufs` at `offset` (through `bounce` in `O_DIRECT` mode), then `fdatasync` if
+    /// `fua`.
+    fn write_blocks(
+        &self,
+        offset: u64,
+        bufs: &[BlockBuf],
+        fua: bool,
+        bounce: &mut AlignedBuf,
+    ) -> DevResult<()> {
+        let r = if self.direct {
+            bounce.resize(bufs.len());
+            for (dst, src) in bounce.0.iter_mut().zip(bufs) {
+                dst.0.copy_from_slice(&src[..]);
+            }
+            self.file.write_all_at(bounce.as_bytes(), offset)
+        } else if let [one] = bufs {
+            self.file.write_all_at(&one[..], offset)
+        } else {
+            let mut joined = Vec::with_capacity(bufs.len() * BLOCK_SIZE);
+            for b in bufs {
+                joined.extend_from_slice(&b[..]);
+            }
+            self.file.write_all_at(&joined, offset)
+        };
+        r.map_err(|e| DevError::io("write", &self.what, e))?;
+        if fua { self.sync() } else { Ok(()) }
+    }
+}
+
+impl WritePool {
+    fn start(shared: &Arc<Shared>) -> DevResult<WritePool> {
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                shutdown: false,
+            }),
+            cv: Condvar::new(),
+        });
+        let mut pool = WritePool {
+            queue,
+            workers: Vec::with_capacity(DIRECT_WORKERS),
+        };
+        for i in 0..DIRECT_WORKERS {
+            let q = Arc::clone(&pool.queue);
+            let s = Arc::clone(shared);
+            let h = std::thread::Builder::new()
+                .name(format!("cjfs-dio-{i}"))
+                .spawn(move || worker(&q, &s))
+                .map_err(|e| DevError::io("spawn writer for", &shared.what, e))?;
+            // On error, dropping `pool` shuts down the workers already started.
+            pool.workers.push(h);
+        }
+        Ok(pool)
+    }
+
+    fn push(&self, job: Job) {
+        self.queue.state.lock().jobs.push_back(job);
+        self.queue.cv.notify_one();
+    }
+}
+
+impl Drop for WritePool {
+    fn drop(&mut self) {
+        // Workers drain the queue before exiting, so writes whose tickets were dropped
+        // still happen.
+        self.queue.state.lock().shutdown = true;
+        self.queue.cv.notify_all();
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn worker(q: &Queue, s: &Shared) {
+    let mut bounce = AlignedBuf::default();
+    loop {
+        let job = {
+            let mut st = q.state.lock();
+            loop {
+                if let Some(j) = st.jobs.pop_front() {
+                    break Some(j);
+                }
+                if st.shutdown {
+                    break None;
+                }
+                q.cv.wait(&mut st);
+            }
+        };
+        let Some(job) = job else { return };
+        let r = s.write_blocks(job.offset, &job.bufs, job.fua, &mut bounce);
+        s.counters.write_completed();
+        job.done.complete(r);
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn num_blocks(&self) -> u64 {
+        self.shared.num_blocks
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            barrier: false,
+            volatile_cache: true,
+            fua: false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "file {} ({} blocks of 4 KiB, {}{})",
+            self.shared.what,
+            self.shared.num_blocks,
+            if self.shared.direct {
+                "O_DIRECT"
+            } else {
+                "buffered"
+            },
+            if self.shared.read_only {
+                ", read-only"
+            } else {
+                ""
+            },
+        )
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
+        if buf.len() % BLOCK_SIZE != 0 {
+            return Err(DevError::BadLength(buf.len()));
+        }
+        let count = (buf.len() / BLOCK_SIZE) as u64;
+        self.check_range(block, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        self.shared.counters.record_read(count);
+        let offset = block * BLOCK_SIZE as u64;
+        let s = &self.shared;
+        if s.direct {
+            let mut bounce = AlignedBuf::default();
+            bounce.resize(count as usize);
+            s.file
+                .read_exact_at(bounce.as_bytes_mut(), offset)
+                .map_err(|e| DevError::io("read", &s.what, e))?;
+            buf.copy_from_slice(bounce.as_bytes());
+            Ok(())
+        } else {
+            s.file
+                .read_exact_at(buf, offset)
+                .map_err(|e| DevError::io("read", &s.what, e))
+        }
+    }
+
+    fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
+        let s = &self.shared;
+        let count = req.bufs.len() as u64;
+        self.check_range(req.block, count)?;
+        if s.read_only {
+            return Err(DevError::io(
+                "write",
+                &s.what,
+                std::io::Error::from_raw_os_error(libc::EROFS),
+            ));
+        }
+        s.check_poison()?;
+        if count == 0 {
+            return Ok(IoTicket::done(Ok(())));
+        }
+        s.counters.record_write(count, req.fua);
+        s.counters.write_submitted();
+        let offset = req.block * BLOCK_SIZE as u64;
+        match &self.pool {
+            Some(pool) => {
+                let done = Arc::new(Completion::default());
+                pool.push(Job {
+                    offset,
+                    bufs: req.bufs,
+                    fua: req.fua,
+                    done: Arc::clone(&done),
+                });
+                Ok(IoTicket::pending(done))
+            }
+            None => {
+                let r = s.write_blocks(offset, &req.bufs, req.fua, &mut AlignedBuf::default());
+                s.counters.write_completed();
+                Ok(IoTicket::done(r))
+            }
+        }
+    }
+
+    fn flush(&self) -> DevResult<()> {
+        self.shared.counters.record_flush();
+        self.shared.sync()
+    }
+
+    fn barrier(&self) -> DevResult<()> {
+        Err(DevError::Unsupported("barrier"))
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.shared.counters.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BlockKind, WriteTag, block_from_slice, wait_all};
+
+    fn pattern(seed: u8) -> BlockBuf {
+        let v: Vec<u8> = (0..BLOCK_SIZE)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect();
+        block_from_slice(&v)
+    }
+
+    #[test]
+    fn round_trip_buffered() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let path = dir.path().join("img");
+        let dev = FileDevice::create(&path, 64 * BLOCK_SIZE as u64)?;
+        assert_eq!(dev.num_blocks(), 64);
+        assert!(dev.describe().contains("img"));
+        dev.write_block(3, pattern(1), WriteTag::kind(BlockKind::Data))?;
+        let t = dev.submit(WriteRequest {
+            block: 10,
+            bufs: vec![pattern(2), pattern(3)],
+            tag: WriteTag::tx(BlockKind::JournalLogged, 7),
+            fua: true,
+        })?;
+        t.wait()?;
+        dev.flush()?;
+        assert_eq!(&dev.read_block(3)?[..], &pattern(1)[..]);
+        let mut two = vec![0u8; 2 * BLOCK_SIZE];
+        dev.read(10, &mut two)?;
+        assert_eq!(&two[..BLOCK_SIZE], &pattern(2)[..]);
+        assert_eq!(&two[BLOCK_SIZE..], &pattern(3)[..]);
+        assert!(dev.read_block(0)?.iter().all(|&b| b == 0));
+        let st = dev.stats();
+        assert_eq!(
+            (st.writes, st.blocks_written, st.fua_writes, st.flushes),
+            (2, 3, 1, 1)
+        );
+        assert_eq!(st.inflight_now, 0);
+        assert!(matches!(dev.barrier(), Err(DevError::Unsupported(_))));
+        drop(dev);
+
+        // Reopen read-only: the data is there and writes are refused.
+        let ro = FileDevice::open(
+            &path,
+            FileDeviceOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )?;
+        assert_eq!(&ro.read_block(11)?[..], &pattern(3)[..]);
+        let e = ro.write_block(0, pattern(0), WriteTag::default());
+        assert_eq!(e.err().map(|e| e.errno()), Some(libc::EROFS));
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_range_and_bad_length() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let dev = FileDevice::create(dir.path().join("img"), 8 * BLOCK_SIZE as u64)?;
+        let e = dev.write_block(8, pattern(0), WriteTag::default());
+        assert!(matches!(
+            e,
+            Err(DevError::OutOfRange {
+                block: 8,
+                count: 1,
+                num_blocks: 8
+            })
+        ));
+        let mut b = vec![0u8; 2 * BLOCK_SIZE];
+        assert!(matches!(
+            dev.read(7, &mut b),
+            Err(DevError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.read(u64::MAX, &mut b),
+            Err(DevError::OutOfRange { .. })
+        ));
+        let mut odd = vec![0u8; 100];
+        assert!(matches!(
+            dev.read(0, &mut odd),
+            Err(DevError::BadLength(100))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn open_missing_names_path() {
+        let r = FileDevice::open("/nonexistent/cjfs/img", FileDeviceOptions::default());
+        match r {
+            Err(e) => assert!(e.to_string().contains("/nonexistent/cjfs/img"), "{e}"),
+            Ok(_) => panic!("opened a missing file"),
+        }
+    }
+
+    #[test]
+    fn direct_io_round_trip() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let path = dir.path().join("img");
+        let opts = FileDeviceOptions {
+            direct: true,
+            read_only: false,
+            create_size: Some(256 * BLOCK_SIZE as u64),
+        };
+        let dev = match FileDevice::open(&path, opts) {
+            Ok(d) => d,
+            Err(e) if e.errno() == libc::EINVAL => {
+                println!(
+                    "skipping O_DIRECT test: {} does not support O_DIRECT ({e})",
+                    path.display()
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        assert!(dev.is_direct());
+        let tickets: Vec<IoTicket> = (0..32u64)
+            .map(|i| {
+                dev.submit(WriteRequest {
+                    block: i * 2,
+                    bufs: vec![pattern(i as u8), pattern(i as u8 + 100)],
+                    tag: WriteTag::default(),
+                    fua: i == 31,
+                })
+            })
+            .collect::<DevResult<_>>()?;
+        wait_all(tickets)?;
+        dev.flush()?;
+        for i in 0..32u64 {
+            let mut b = vec![0u8; 2 * BLOCK_SIZE];
+            dev.read(i * 2, &mut b)?;
+            assert_eq!(&b[..BLOCK_SIZE], &pattern(i as u8)[..]);
+            assert_eq!(&b[BLOCK_SIZE..], &pattern(i as u8 + 100)[..]);
+        }
+        let st = dev.stats();
+        assert_eq!(st.writes, 32);
+        assert_eq!(st.inflight_now, 0);
+        assert!(st.inflight_max >= 1);
+        // A dropped ticket's write still happens (the pool drains on drop).
+        drop(dev.submit(WriteRequest::one(200, pattern(9), WriteTag::default()))?);
+        drop(dev);
+        let dev = FileDevice::open(&path, FileDeviceOptions::default())?;
+        assert_eq!(&dev.read_block(200)?[..], &pattern(9)[..]);
+        Ok(())
+    }
+
+    #[test]
+    fn flush_failure_poisons() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let dev = FileDevice::create(dir.path().join("img"), 8 * BLOCK_SIZE as u64)?;
+        dev.write_block(0, pattern(1), WriteTag::default())?;
+        dev.flush()?;
+        assert!(dev.poisoned().is_none());
+        dev.inject_flush_failure();
+        assert!(matches!(dev.flush(), Err(DevError::Injected(_))));
+        assert!(dev.poisoned().is_some());
+        // Never silently retried: later flushes and writes fail.
+        assert!(matches!(dev.flush(), Err(DevError::Poisoned(_))));
+        let w = dev.write_block(1, pattern(2), WriteTag::default());
+        assert!(matches!(w, Err(DevError::Poisoned(_))));
+        // Reads still work.
+        assert_eq!(&dev.read_block(0)?[..], &pattern(1)[..]);
+        Ok(())
+    }
+
+    #[test]
+    fn fua_flush_failure_poisons() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let dev = FileDevice::create(dir.path().join("img"), 8 * BLOCK_SIZE as u64)?;
+        dev.inject_flush_failure();
+        let mut req = WriteRequest::one(0, pattern(1), WriteTag::default());
+        req.fua = true;
+        assert!(matches!(
+            dev.submit(req)?.wait(),
+            Err(DevError::Injected(_))
+        ));
+        assert!(matches!(dev.flush(), Err(DevError::Poisoned(_))));
+        Ok(())
+    }
+}

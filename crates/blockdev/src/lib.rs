@@ -1,0 +1,289 @@
+//! Block devices for cjfs.
+//!
+//! Every device implements [`BlockDevice`]: writes are *submitted* and complete
+//! asynchronously (several may be in flight, which is the queue depth the journaling
+//! papers measure), [`BlockDevice::flush`] makes every completed write durable,
+//! [`BlockDevice::barrier`] (optional) orders earlier writes before later ones without
+//! making them durable, and a FUA write is durable when it completes.
+//!
+//! Devices: [`FileDevice`] (image file or block device), [`EmulatedSsd`] (in memory, real
+//! time, latency model with named presets) and [`Recorder`] (wraps any device and logs
+//! every write, flush, barrier and FUA for the crash harness).
+//!
+//! Block size is fixed at [`BLOCK_SIZE`] (4 KiB).
+
+mod counters;
+mod emulated;
+mod error;
+mod file;
+mod recorder;
+mod timing;
+
+use std::sync::Arc;
+
+pub use counters::{Counters, DeviceStats};
+pub use emulated::{EmulatedSsd, SsdPreset};
+pub use error::{DevError, DevResult};
+pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions};
+pub use recorder::{RecordedOp, Recorder, RecorderLog};
+pub use timing::{SPIN_TAIL, precise_sleep, precise_sleep_until, set_low_timer_slack};
+
+/// Size of every block, in bytes.
+pub const BLOCK_SIZE: usize = 4096;
+
+/// One block's bytes, shared and immutable once submitted: writers hand the device an
+/// `Arc` so a journal version, the recorder log and the device can share one copy.
+pub type BlockBuf = Arc<[u8; BLOCK_SIZE]>;
+
+/// A fresh zeroed block buffer.
+pub fn zeroed_block() -> Box<[u8; BLOCK_SIZE]> {
+    // A boxed array literal would be built on the stack first; this allocates zeroed directly.
+    let v: Box<[u8]> = vec![0u8; BLOCK_SIZE].into_boxed_slice();
+    match v.try_into() {
+        Ok(b) => b,
+        Err(_) => unreachable!("length is BLOCK_SIZE"),
+    }
+}
+
+/// Copy a slice of exactly [`BLOCK_SIZE`] bytes into a shared block buffer.
+pub fn block_from_slice(data: &[u8]) -> BlockBuf {
+    let mut b = zeroed_block();
+    b.copy_from_slice(&data[..BLOCK_SIZE]);
+    Arc::from(b)
+}
+
+/// What a written block is, where the writer knows it. The recorder keeps it with the
+/// write so the crash harness can name journal blocks and transactions in its reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BlockKind {
+    /// Not known or not interesting.
+    #[default]
+    Unknown,
+    /// File data written to its home location.
+    Data,
+    /// File system metadata written to its home location (checkpoint or no-journal mode).
+    Metadata,
+    /// Journal superblock.
+    JournalSuper,
+    /// Journal descriptor block.
+    JournalDescriptor,
+    /// A logged copy of a metadata (or journalled data) block.
+    JournalLogged,
+    /// Journal commit block.
+    JournalCommit,
+    /// Journal revoke block.
+    JournalRevoke,
+    /// File system superblock or group descriptors.
+    Superblock,
+    /// Written by recovery.
+    Recovery,
+}
+
+/// Tag attached to a write: block kind and journal transaction id when known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WriteTag {
+    /// What the block is.
+    pub kind: BlockKind,
+    /// Journal transaction id, if the write belongs to one.
+    pub tid: Option<u64>,
+}
+
+impl WriteTag {
+    /// A tag with a kind and no transaction.
+    pub const fn kind(kind: BlockKind) -> Self {
+        WriteTag { kind, tid: None }
+    }
+    /// A tag with a kind and a transaction.
+    pub const fn tx(kind: BlockKind, tid: u64) -> Self {
+        WriteTag {
+            kind,
+            tid: Some(tid),
+        }
+    }
+}
+
+/// A write of one or more contiguous blocks starting at `block`.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// First block number.
+    pub block: u64,
+    /// The blocks' contents, in order.
+    pub bufs: Vec<BlockBuf>,
+    /// Kind and transaction.
+    pub tag: WriteTag,
+    /// Force unit access: durable on completion.
+    pub fua: bool,
+}
+
+impl WriteRequest {
+    /// A single-block, non-FUA write.
+    pub fn one(block: u64, buf: BlockBuf, tag: WriteTag) -> Self {
+        WriteRequest {
+            block,
+            bufs: vec![buf],
+            tag,
+            fua: false,
+        }
+    }
+}
+
+/// What a device can do beyond the basics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Supports [`BlockDevice::barrier`] (ordering without durability).
+    pub barrier: bool,
+    /// Has a volatile write cache (flush is needed for durability).
+    pub volatile_cache: bool,
+    /// Supports FUA writes natively (otherwise emulated with write + flush).
+    pub fua: bool,
+}
+
+/// A submitted write. [`IoTicket::wait`] blocks until it completed and returns its result.
+/// Dropping a ticket without waiting is allowed: the write still happens.
+pub struct IoTicket {
+    inner: TicketInner,
+}
+
+enum TicketInner {
+    Done(DevResult<()>),
+    /// Completes at a point in time (emulated devices).
+    At(
+        std::time::Instant,
+        Arc<parking_lot::Mutex<Option<DevError>>>,
+    ),
+    /// Completed by another thread.
+    Pending(Arc<Completion>),
+    /// Another ticket with a hook run once when it is waited for (used by the recorder).
+    Hooked(Box<IoTicket>, TicketHook),
+}
+
+/// A hook run once with a write's result when its ticket is waited for
+/// (see [`IoTicket::hooked`]).
+pub type TicketHook = Box<dyn FnOnce(&DevResult<()>) + Send>;
+
+/// Completion slot for a write finished by another thread.
+#[derive(Default)]
+pub struct Completion {
+    state: parking_lot::Mutex<Option<DevResult<()>>>,
+    cv: parking_lot::Condvar,
+}
+
+impl Completion {
+    /// Record the result and wake the waiter.
+    pub fn complete(&self, r: DevResult<()>) {
+        *self.state.lock() = Some(r);
+        self.cv.notify_all();
+    }
+}
+
+impl IoTicket {
+    /// An already completed write.
+    pub fn done(r: DevResult<()>) -> Self {
+        IoTicket {
+            inner: TicketInner::Done(r),
+        }
+    }
+    /// A write that completes at `at`; `err` may be set by the device before then.
+    pub fn at(at: std::time::Instant, err: Arc<parking_lot::Mutex<Option<DevError>>>) -> Self {
+        IoTicket {
+            inner: TicketInner::At(at, err),
+        }
+    }
+    /// A write completed by another thread through `c`.
+    pub fn pending(c: Arc<Completion>) -> Self {
+        IoTicket {
+            inner: TicketInner::Pending(c),
+        }
+    }
+    /// Wrap `inner`, running `hook` with its result when it is waited for.
+    pub fn hooked(inner: IoTicket, hook: TicketHook) -> Self {
+        IoTicket {
+            inner: TicketInner::Hooked(Box::new(inner), hook),
+        }
+    }
+    /// Whether the write has completed (without blocking).
+    pub fn is_done(&self) -> bool {
+        match &self.inner {
+            TicketInner::Done(_) => true,
+            TicketInner::At(t, _) => std::time::Instant::now() >= *t,
+            TicketInner::Pending(c) => c.state.lock().is_some(),
+            TicketInner::Hooked(t, _) => t.is_done(),
+        }
+    }
+    /// Block until the write completed.
+    pub fn wait(self) -> DevResult<()> {
+        match self.inner {
+            TicketInner::Done(r) => r,
+            TicketInner::At(t, err) => {
+                let now = std::time::Instant::now();
+                if t > now {
+                    precise_sleep(t - now);
+                }
+                match err.lock().take() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            }
+            TicketInner::Pending(c) => {
+                let mut g = c.state.lock();
+                while g.is_none() {
+                    c.cv.wait(&mut g);
+                }
+                g.take().unwrap_or(Ok(()))
+            }
+            TicketInner::Hooked(t, hook) => {
+                let r = t.wait();
+                hook(&r);
+                r
+            }
+        }
+    }
+}
+
+/// Wait for every ticket, returning the first error (all are waited for regardless).
+pub fn wait_all(tickets: impl IntoIterator<Item = IoTicket>) -> DevResult<()> {
+    let mut first = Ok(());
+    for t in tickets {
+        let r = t.wait();
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+/// A block device. All methods take `&self`: devices are shared between threads.
+pub trait BlockDevice: Send + Sync {
+    /// Number of [`BLOCK_SIZE`] blocks.
+    fn num_blocks(&self) -> u64;
+    /// Capabilities.
+    fn caps(&self) -> DeviceCaps;
+    /// Human-readable description (kind, path or preset, figures).
+    fn describe(&self) -> String;
+    /// Read `buf.len() / BLOCK_SIZE` contiguous blocks starting at `block` (synchronous).
+    fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()>;
+    /// Submit a write; it completes asynchronously. Blocks past the end are an error.
+    fn submit(&self, req: WriteRequest) -> DevResult<IoTicket>;
+    /// Make every completed write durable. An error here means durability of earlier writes
+    /// is unknown: callers must report it to every waiter and never silently retry.
+    fn flush(&self) -> DevResult<()>;
+    /// Order every write submitted before this call ahead of every write submitted after it,
+    /// without waiting for durability. [`DevError::Unsupported`] when `caps().barrier` is false.
+    fn barrier(&self) -> DevResult<()>;
+    /// Counters since creation.
+    fn stats(&self) -> DeviceStats;
+
+    /// Submit and wait for a single-block write.
+    fn write_block(&self, block: u64, buf: BlockBuf, tag: WriteTag) -> DevResult<()> {
+        self.submit(WriteRequest::one(block, buf, tag))?.wait()
+    }
+    /// Read one block into a new buffer.
+    fn read_block(&self, block: u64) -> DevResult<Box<[u8; BLOCK_SIZE]>> {
+        let mut b = zeroed_block();
+        self.read(block, &mut b[..])?;
+        Ok(b)
+    }
+}
+
+/// Shared handle to any device.
+pub type Device = Arc<dyn BlockDevice>;

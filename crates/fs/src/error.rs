@@ -1,0 +1,110 @@
+//! File system errors. Every error maps to an errno for the FUSE and CLI front ends.
+
+use cjfs_blockdev::DevError;
+use cjfs_journal::JournalError;
+
+/// Result of a file system operation.
+pub type FsResult<T> = Result<T, FsError>;
+
+/// Why a file system operation failed.
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum FsError {
+    /// The device failed.
+    #[error("device error: {0}")]
+    Device(#[from] DevError),
+    /// The journal failed or was aborted.
+    #[error("{0}")]
+    Journal(#[from] JournalError),
+    /// An on-disk structure is damaged; names the structure and what is wrong.
+    #[error("corrupt file system: {0}")]
+    Corrupt(String),
+    /// The image uses a feature or layout we do not support; names it.
+    #[error("unsupported file system: {0}")]
+    Incompatible(String),
+    /// No such file or directory.
+    #[error("no such file or directory: {0}")]
+    NotFound(String),
+    /// The name already exists.
+    #[error("file exists: {0}")]
+    Exists(String),
+    /// Not a directory.
+    #[error("not a directory: {0}")]
+    NotDir(String),
+    /// Is a directory.
+    #[error("is a directory: {0}")]
+    IsDir(String),
+    /// Directory not empty.
+    #[error("directory not empty: {0}")]
+    NotEmpty(String),
+    /// No space left on the device (blocks or inodes).
+    #[error("no space left on device: {0}")]
+    NoSpace(String),
+    /// Invalid argument.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// Name too long.
+    #[error("file name too long: {0}")]
+    NameTooLong(String),
+    /// Too many links.
+    #[error("too many links: {0}")]
+    TooManyLinks(String),
+    /// Operation not supported.
+    #[error("operation not supported: {0}")]
+    NotSupported(String),
+    /// No such extended attribute.
+    #[error("no such attribute: {0}")]
+    NoAttr(String),
+    /// Value or list does not fit the caller's buffer or the on-disk space.
+    #[error("out of range: {0}")]
+    Range(String),
+    /// File too large.
+    #[error("file too large: {0}")]
+    TooBig(String),
+    /// Read-only file system.
+    #[error("read-only file system")]
+    ReadOnly,
+    /// Permission denied / operation not permitted.
+    #[error("operation not permitted: {0}")]
+    Perm(String),
+    /// Cross-device or otherwise invalid rename (e.g. a directory into its own subtree).
+    #[error("invalid rename: {0}")]
+    InvalidRename(String),
+    /// A stale inode handle.
+    #[error("stale inode {0}")]
+    Stale(u32),
+}
+
+impl FsError {
+    /// The errno this error maps to.
+    pub fn errno(&self) -> i32 {
+        use libc::*;
+        match self {
+            FsError::Device(d) => d.errno(),
+            FsError::Journal(j) => j.errno(),
+            FsError::Corrupt(_) => EUCLEAN,
+            FsError::Incompatible(_) => EOPNOTSUPP,
+            FsError::NotFound(_) => ENOENT,
+            FsError::Exists(_) => EEXIST,
+            FsError::NotDir(_) => ENOTDIR,
+            FsError::IsDir(_) => EISDIR,
+            FsError::NotEmpty(_) => ENOTEMPTY,
+            FsError::NoSpace(_) => ENOSPC,
+            FsError::Invalid(_) => EINVAL,
+            FsError::NameTooLong(_) => ENAMETOOLONG,
+            FsError::TooManyLinks(_) => EMLINK,
+            FsError::NotSupported(_) => EOPNOTSUPP,
+            FsError::NoAttr(_) => ENODATA,
+            FsError::Range(_) => ERANGE,
+            FsError::TooBig(_) => EFBIG,
+            FsError::ReadOnly => EROFS,
+            FsError::Perm(_) => EPERM,
+            FsError::InvalidRename(_) => EINVAL,
+            FsError::Stale(_) => ESTALE,
+        }
+    }
+
+    /// A corruption error.
+    pub fn corrupt(msg: impl Into<String>) -> Self {
+        FsError::Corrupt(msg.into())
+    }
+}

@@ -1,0 +1,317 @@
+//! ext4 feature flags: every compat / incompat / ro_compat bit with its e2fsprogs name, the
+//! subset cjfs supports, and [`check_supported`] which refuses an image naming whatever it
+//! cannot handle.
+//!
+//! Supported (read-write):
+//! - compat: `has_journal`, `ext_attr`, `dir_index`, `resize_inode` (its reserved GDT blocks
+//!   and inode 7 are left alone: cjfs never resizes);
+//! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`;
+//! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `uninit_bg` (crc16 group
+//!   descriptor checksums, see [`crate::ondisk::group_desc`]), `dir_nlink`, `extra_isize`.
+//!
+//! Everything else (`metadata_csum`, `orphan_file`, `bigalloc`, `inline_data`, `meta_bg`,
+//! `casefold`, ...) is refused with [`FsError::Incompatible`].
+
+use crate::error::{FsError, FsResult};
+use crate::ondisk::superblock::Superblock;
+
+// ---- compat ----------------------------------------------------------------------------
+
+/// compat: directory preallocation.
+pub const COMPAT_DIR_PREALLOC: u32 = 0x0001;
+/// compat: "imagic inodes" (AFS server inodes).
+pub const COMPAT_IMAGIC_INODES: u32 = 0x0002;
+/// compat: the file system has a journal (inode `s_journal_inum`).
+pub const COMPAT_HAS_JOURNAL: u32 = 0x0004;
+/// compat: extended attributes.
+pub const COMPAT_EXT_ATTR: u32 = 0x0008;
+/// compat: reserved GDT blocks for online growth (inode 7).
+pub const COMPAT_RESIZE_INODE: u32 = 0x0010;
+/// compat: hashed b-tree directories (htree).
+pub const COMPAT_DIR_INDEX: u32 = 0x0020;
+/// compat: lazy block groups (never used by Linux).
+pub const COMPAT_LAZY_BG: u32 = 0x0040;
+/// compat: exclude inode (snapshots, never merged).
+pub const COMPAT_EXCLUDE_INODE: u32 = 0x0080;
+/// compat: exclude bitmap (snapshots, never merged).
+pub const COMPAT_EXCLUDE_BITMAP: u32 = 0x0100;
+/// compat: sparse_super2 (only two backup superblocks, listed in `s_backup_bgs`).
+pub const COMPAT_SPARSE_SUPER2: u32 = 0x0200;
+/// compat: fast commits in the journal.
+pub const COMPAT_FAST_COMMIT: u32 = 0x0400;
+/// compat: inode numbers must never change (fscrypt).
+pub const COMPAT_STABLE_INODES: u32 = 0x0800;
+/// compat: orphan file (`s_orphan_file_inum`).
+pub const COMPAT_ORPHAN_FILE: u32 = 0x1000;
+
+// ---- incompat --------------------------------------------------------------------------
+
+/// incompat: compression (never implemented).
+pub const INCOMPAT_COMPRESSION: u32 = 0x0001;
+/// incompat: directory entries record the file type.
+pub const INCOMPAT_FILETYPE: u32 = 0x0002;
+/// incompat: the journal needs recovery (`needs_recovery`).
+pub const INCOMPAT_RECOVER: u32 = 0x0004;
+/// incompat: this is an external journal device.
+pub const INCOMPAT_JOURNAL_DEV: u32 = 0x0008;
+/// incompat: meta block groups.
+pub const INCOMPAT_META_BG: u32 = 0x0010;
+/// incompat: files use extent trees.
+pub const INCOMPAT_EXTENTS: u32 = 0x0040;
+/// incompat: 64-bit block numbers (and `s_desc_size` group descriptors).
+pub const INCOMPAT_64BIT: u32 = 0x0080;
+/// incompat: multiple mount protection.
+pub const INCOMPAT_MMP: u32 = 0x0100;
+/// incompat: flexible block groups.
+pub const INCOMPAT_FLEX_BG: u32 = 0x0200;
+/// incompat: large xattr values stored in inodes.
+pub const INCOMPAT_EA_INODE: u32 = 0x0400;
+/// incompat: data in directory entries (Lustre).
+pub const INCOMPAT_DIRDATA: u32 = 0x1000;
+/// incompat: metadata checksum seed in the superblock.
+pub const INCOMPAT_CSUM_SEED: u32 = 0x2000;
+/// incompat: directories larger than 2 GiB / 3-level htree.
+pub const INCOMPAT_LARGEDIR: u32 = 0x4000;
+/// incompat: data stored in the inode.
+pub const INCOMPAT_INLINE_DATA: u32 = 0x8000;
+/// incompat: encrypted files.
+pub const INCOMPAT_ENCRYPT: u32 = 0x10000;
+/// incompat: case-insensitive directories.
+pub const INCOMPAT_CASEFOLD: u32 = 0x20000;
+
+// ---- ro_compat -------------------------------------------------------------------------
+
+/// ro_compat: superblock backups only in groups 0, 1 and powers of 3, 5 and 7.
+pub const RO_COMPAT_SPARSE_SUPER: u32 = 0x0001;
+/// ro_compat: files larger than 2 GiB exist.
+pub const RO_COMPAT_LARGE_FILE: u32 = 0x0002;
+/// ro_compat: b-tree directories (never used).
+pub const RO_COMPAT_BTREE_DIR: u32 = 0x0004;
+/// ro_compat: `i_blocks` may be in file system blocks (`EXT4_HUGE_FILE_FL`) and 48 bits wide.
+pub const RO_COMPAT_HUGE_FILE: u32 = 0x0008;
+/// ro_compat: group descriptor crc16 checksums and uninitialised groups (`uninit_bg`).
+pub const RO_COMPAT_GDT_CSUM: u32 = 0x0010;
+/// ro_compat: directories may have more than 65000 subdirectories (`i_links_count` = 1).
+pub const RO_COMPAT_DIR_NLINK: u32 = 0x0020;
+/// ro_compat: large inodes have at least `s_min_extra_isize` extra bytes.
+pub const RO_COMPAT_EXTRA_ISIZE: u32 = 0x0040;
+/// ro_compat: snapshots (never merged).
+pub const RO_COMPAT_HAS_SNAPSHOT: u32 = 0x0080;
+/// ro_compat: quota inodes.
+pub const RO_COMPAT_QUOTA: u32 = 0x0100;
+/// ro_compat: allocation in clusters.
+pub const RO_COMPAT_BIGALLOC: u32 = 0x0200;
+/// ro_compat: crc32c checksums on all metadata.
+pub const RO_COMPAT_METADATA_CSUM: u32 = 0x0400;
+/// ro_compat: replicas (never merged).
+pub const RO_COMPAT_REPLICA: u32 = 0x0800;
+/// ro_compat: the file system may only be mounted read-only.
+pub const RO_COMPAT_READONLY: u32 = 0x1000;
+/// ro_compat: project quotas.
+pub const RO_COMPAT_PROJECT: u32 = 0x2000;
+/// ro_compat: shared blocks (e2fsprogs deduplication).
+pub const RO_COMPAT_SHARED_BLOCKS: u32 = 0x4000;
+/// ro_compat: fs-verity files.
+pub const RO_COMPAT_VERITY: u32 = 0x8000;
+/// ro_compat: the orphan file has entries.
+pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
+
+/// compat bits cjfs supports.
+pub const SUPPORTED_COMPAT: u32 =
+    COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX | COMPAT_RESIZE_INODE;
+/// incompat bits cjfs supports.
+pub const SUPPORTED_INCOMPAT: u32 =
+    INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG | INCOMPAT_RECOVER;
+/// ro_compat bits cjfs supports.
+pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
+    | RO_COMPAT_LARGE_FILE
+    | RO_COMPAT_HUGE_FILE
+    | RO_COMPAT_GDT_CSUM
+    | RO_COMPAT_DIR_NLINK
+    | RO_COMPAT_EXTRA_ISIZE;
+
+/// compat bits `mkfs` sets.
+pub const MKFS_COMPAT: u32 = COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX;
+/// incompat bits `mkfs` sets (`64bit` only when asked for).
+pub const MKFS_INCOMPAT: u32 =
+    INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG;
+/// ro_compat bits `mkfs` sets.
+pub const MKFS_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
+    | RO_COMPAT_LARGE_FILE
+    | RO_COMPAT_HUGE_FILE
+    | RO_COMPAT_DIR_NLINK
+    | RO_COMPAT_EXTRA_ISIZE;
+
+/// Names of the compat bits, as e2fsprogs prints them.
+pub const COMPAT_NAMES: &[(u32, &str)] = &[
+    (COMPAT_DIR_PREALLOC, "dir_prealloc"),
+    (COMPAT_IMAGIC_INODES, "imagic_inodes"),
+    (COMPAT_HAS_JOURNAL, "has_journal"),
+    (COMPAT_EXT_ATTR, "ext_attr"),
+    (COMPAT_RESIZE_INODE, "resize_inode"),
+    (COMPAT_DIR_INDEX, "dir_index"),
+    (COMPAT_LAZY_BG, "lazy_bg"),
+    (COMPAT_EXCLUDE_INODE, "exclude_inode"),
+    (COMPAT_EXCLUDE_BITMAP, "exclude_bitmap"),
+    (COMPAT_SPARSE_SUPER2, "sparse_super2"),
+    (COMPAT_FAST_COMMIT, "fast_commit"),
+    (COMPAT_STABLE_INODES, "stable_inodes"),
+    (COMPAT_ORPHAN_FILE, "orphan_file"),
+];
+
+/// Names of the incompat bits, as e2fsprogs prints them.
+pub const INCOMPAT_NAMES: &[(u32, &str)] = &[
+    (INCOMPAT_COMPRESSION, "compression"),
+    (INCOMPAT_FILETYPE, "filetype"),
+    (INCOMPAT_RECOVER, "needs_recovery"),
+    (INCOMPAT_JOURNAL_DEV, "journal_dev"),
+    (INCOMPAT_META_BG, "meta_bg"),
+    (INCOMPAT_EXTENTS, "extent"),
+    (INCOMPAT_64BIT, "64bit"),
+    (INCOMPAT_MMP, "mmp"),
+    (INCOMPAT_FLEX_BG, "flex_bg"),
+    (INCOMPAT_EA_INODE, "ea_inode"),
+    (INCOMPAT_DIRDATA, "dirdata"),
+    (INCOMPAT_CSUM_SEED, "metadata_csum_seed"),
+    (INCOMPAT_LARGEDIR, "large_dir"),
+    (INCOMPAT_INLINE_DATA, "inline_data"),
+    (INCOMPAT_ENCRYPT, "encrypt"),
+    (INCOMPAT_CASEFOLD, "casefold"),
+];
+
+/// Names of the ro_compat bits, as e2fsprogs prints them.
+pub const RO_COMPAT_NAMES: &[(u32, &str)] = &[
+    (RO_COMPAT_SPARSE_SUPER, "sparse_super"),
+    (RO_COMPAT_LARGE_FILE, "large_file"),
+    (RO_COMPAT_BTREE_DIR, "btree_dir"),
+    (RO_COMPAT_HUGE_FILE, "huge_file"),
+    (RO_COMPAT_GDT_CSUM, "uninit_bg"),
+    (RO_COMPAT_DIR_NLINK, "dir_nlink"),
+    (RO_COMPAT_EXTRA_ISIZE, "extra_isize"),
+    (RO_COMPAT_HAS_SNAPSHOT, "snapshot_bitmap"),
+    (RO_COMPAT_QUOTA, "quota"),
+    (RO_COMPAT_BIGALLOC, "bigalloc"),
+    (RO_COMPAT_METADATA_CSUM, "metadata_csum"),
+    (RO_COMPAT_REPLICA, "replica"),
+    (RO_COMPAT_READONLY, "read-only"),
+    (RO_COMPAT_PROJECT, "project"),
+    (RO_COMPAT_SHARED_BLOCKS, "shared_blocks"),
+    (RO_COMPAT_VERITY, "verity"),
+    (RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),
+];
+
+/// Which of the three feature words a bit belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeatureKind {
+    /// `s_feature_compat`.
+    Compat,
+    /// `s_feature_incompat`.
+    Incompat,
+    /// `s_feature_ro_compat`.
+    RoCompat,
+}
+
+/// Names of the bits set in `bits` of one feature word, in bit order. Unknown bits are
+/// named like e2fsprogs does: `FEATURE_C12`, `FEATURE_I31`, `FEATURE_R20`.
+pub fn bit_names(kind: FeatureKind, bits: u32) -> Vec<String> {
+    let (table, letter) = match kind {
+        FeatureKind::Compat => (COMPAT_NAMES, 'C'),
+        FeatureKind::Incompat => (INCOMPAT_NAMES, 'I'),
+        FeatureKind::RoCompat => (RO_COMPAT_NAMES, 'R'),
+    };
+    (0..32)
+        .map(|i| 1u32 << i)
+        .filter(|b| bits & b != 0)
+        .map(|b| match table.iter().find(|(v, _)| *v == b) {
+            Some((_, name)) => (*name).to_string(),
+            None => format!("FEATURE_{letter}{}", b.trailing_zeros()),
+        })
+        .collect()
+}
+
+/// All feature names of a superblock, compat first, then incompat, then ro_compat (the
+/// order `dumpe2fs` prints them in).
+pub fn feature_names(sb: &Superblock) -> Vec<String> {
+    let mut v = bit_names(FeatureKind::Compat, sb.feature_compat);
+    v.extend(bit_names(FeatureKind::Incompat, sb.feature_incompat));
+    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat));
+    v
+}
+
+/// Names of the features of `sb` that cjfs does not support (empty when all are supported).
+pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
+    let mut v = bit_names(FeatureKind::Compat, sb.feature_compat & !SUPPORTED_COMPAT);
+    v.extend(bit_names(FeatureKind::Incompat, sb.feature_incompat & !SUPPORTED_INCOMPAT));
+    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & !SUPPORTED_RO_COMPAT));
+    v
+}
+
+/// Refuse a file system cjfs cannot read and write: unsupported features (all named in
+/// one message), a block size other than 4096, a revision level above 1 (dynamic).
+pub fn check_supported(sb: &Superblock) -> FsResult<()> {
+    if sb.rev_level > 1 {
+        return Err(FsError::Incompatible(format!(
+            "revision level {} (only 0 and 1 are supported)",
+            sb.rev_level
+        )));
+    }
+    let bad = unsupported_features(sb);
+    if !bad.is_empty() {
+        return Err(FsError::Incompatible(format!(
+            "unsupported ext4 feature(s): {}",
+            bad.join(", ")
+        )));
+    }
+    let bs = sb.block_size();
+    if bs != 4096 {
+        return Err(FsError::Incompatible(format!("block size {bs} (only 4096 is supported)")));
+    }
+    if sb.first_data_block != 0 {
+        return Err(FsError::Corrupt(format!(
+            "superblock: s_first_data_block = {} (must be 0 with 4096-byte blocks)",
+            sb.first_data_block
+        )));
+    }
+    if sb.log_cluster_size != sb.log_block_size && sb.rev_level > 0 {
+        return Err(FsError::Incompatible(format!(
+            "cluster size {} differs from the block size without bigalloc",
+            1u64 << (10 + sb.log_cluster_size.min(40))
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_known_and_unknown_bits() {
+        assert_eq!(
+            bit_names(FeatureKind::RoCompat, RO_COMPAT_METADATA_CSUM | RO_COMPAT_SPARSE_SUPER),
+            vec!["sparse_super", "metadata_csum"]
+        );
+        assert_eq!(bit_names(FeatureKind::Incompat, 1 << 31), vec!["FEATURE_I31"]);
+        assert_eq!(bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE), vec!["orphan_file"]);
+    }
+
+    #[test]
+    fn refuses_and_names() {
+        let mut sb = Superblock::blank();
+        sb.log_block_size = 2;
+        sb.log_cluster_size = 2;
+        sb.rev_level = 1;
+        sb.feature_compat = MKFS_COMPAT | COMPAT_ORPHAN_FILE;
+        sb.feature_incompat = MKFS_INCOMPAT;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM;
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"), "{e}");
+        sb.feature_compat = MKFS_COMPAT;
+        sb.feature_ro_compat = MKFS_RO_COMPAT;
+        assert!(check_supported(&sb).is_ok());
+        sb.log_block_size = 0;
+        sb.log_cluster_size = 0;
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("block size 1024 (only 4096 is supported)"), "{e}");
+    }
+}

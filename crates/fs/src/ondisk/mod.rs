@@ -1,0 +1,11 @@
+//! ext4 on-disk structures, one per file. Pure encode/decode of byte slices; no I/O.
+
+pub mod bitmap;
+pub mod dirent;
+pub mod extent;
+pub mod features;
+pub mod group_desc;
+pub mod htree;
+pub mod inode;
+pub mod superblock;
+pub mod xattr;

@@ -1,0 +1,303 @@
+//! The commit thread: locks the running transaction, waits for its handles, takes a
+//! version of every buffer, opens the next running transaction, writes ordered data home
+//! and the versions to the log, then hands the transaction to the flush thread.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cjfs_blockdev::{BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, set_low_timer_slack};
+
+use crate::buffer::{Buffer, Tid};
+use crate::config::JournalKind;
+use crate::error::{JResult, JournalError};
+use crate::flush::FlushJob;
+use crate::journal::JournalInner;
+use crate::transaction::{Transaction, TxState};
+
+/// Body of the commit thread.
+pub(crate) fn commit_thread(j: Arc<JournalInner>) {
+    set_low_timer_slack();
+    while let Some(tx) = next_to_commit(&j) {
+        if let Err(e) = commit_one(&j, &tx) {
+            j.abort(format!("commit of transaction {} failed: {e}", tx.tid));
+            return;
+        }
+    }
+}
+
+/// Wait until the running transaction is due (requested, full, or older than the commit
+/// interval). `None` on shutdown or abort.
+fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
+    let mut st = j.state.lock();
+    loop {
+        if st.aborted.is_some() || st.shutdown {
+            return None;
+        }
+        let mut timeout = j.config.commit_interval;
+        if let Some(t) = st.running.clone() {
+            let has_work = t.handles.load(Ordering::Relaxed) > 0;
+            let age = t.started.elapsed();
+            let requested = st.commit_request >= t.tid || t.sync.load(Ordering::Relaxed);
+            if requested || (has_work && age >= j.config.commit_interval) {
+                return Some(t);
+            }
+            timeout = j.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
+        }
+        j.commit_cv.wait_for(&mut st, timeout);
+    }
+}
+
+/// Wait until every transaction before `tx` is durable (serial JBD2 commit).
+fn wait_previous_durable(j: &JournalInner, tid: Tid) -> JResult<()> {
+    let mut st = j.state.lock();
+    while st.durable + 1 < tid && st.committing.iter().any(|t| t.tid < tid) {
+        if let Some(a) = &st.aborted {
+            return Err(JournalError::Aborted(a.clone()));
+        }
+        j.done_cv.wait(&mut st);
+    }
+    Ok(())
+}
+
+fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
+    if !j.config.dual_thread {
+        wait_previous_durable(j, tx.tid)?;
+    }
+    let t_lock = Instant::now();
+    {
+        let _st = j.state.lock();
+        tx.set_state(TxState::Locked);
+    }
+    {
+        let mut g = j.updates_lock.lock();
+        while tx.updates.load(Ordering::Acquire) > 0 {
+            j.updates_cv.wait(&mut g);
+        }
+    }
+    let lists = std::mem::take(&mut *tx.lists.lock());
+    let versions = take_versions(j, tx, lists.buffers)?;
+    let in_flight = {
+        let mut st = j.state.lock();
+        tx.set_state(TxState::Committing);
+        if st.running.as_ref().is_some_and(|r| r.tid == tx.tid) {
+            st.running = None;
+        }
+        st.committing.push_back(tx.clone());
+        st.committing.len() as u64
+    };
+    j.locked_cv.notify_all();
+    j.stats.locked_ns.fetch_add(t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
+    j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+
+    let mut tickets = submit_ordered(j, &lists.ordered, tx.tid)?;
+    let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
+    revokes.sort_unstable();
+    if j.config.bugs.drop_revokes {
+        revokes.clear();
+    }
+    let mut commit = None;
+    let has_log = !versions.is_empty() || !revokes.is_empty();
+    match j.config.kind {
+        JournalKind::None => {
+            let home: Vec<(u64, BlockBuf)> =
+                versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
+            tickets.extend(submit_runs(j, home, WriteTag::tx(BlockKind::Metadata, tx.tid))?);
+        }
+        JournalKind::Jbd2 if has_log => {
+            let (t, c) = write_log(j, tx.tid, &versions, &revokes)?;
+            tickets.extend(t);
+            commit = Some(c);
+        }
+        JournalKind::Jbd2 => {}
+    }
+    tx.set_state(TxState::Flushing);
+    let job = FlushJob {
+        tx: tx.clone(),
+        tickets,
+        commit,
+        versions,
+        had_data: !lists.ordered.is_empty(),
+        t_lock,
+    };
+    j.flush_queue.lock().push_back(job);
+    j.flush_cv.notify_all();
+    if !j.config.dual_thread {
+        wait_previous_durable(j, tx.tid + 1)?;
+    }
+    Ok(())
+}
+
+/// Take a version (copy) of every buffer still filed on `tx`.
+fn take_versions(
+    j: &JournalInner,
+    tx: &Transaction,
+    bufs: Vec<Arc<Buffer>>,
+) -> JResult<Vec<(Arc<Buffer>, BlockBuf)>> {
+    let max = j.config.max_versions.max(1);
+    let mut out = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        let mut js = b.jstate();
+        if js.running != Some(tx.tid) {
+            continue; // revoked after being filed
+        }
+        while js.versions >= max {
+            if let Some(a) = j.aborted() {
+                return Err(JournalError::Aborted(a));
+            }
+            b.wait_jstate(&mut js);
+        }
+        let v = b.snapshot();
+        js.versions += 1;
+        js.running = None;
+        drop(js);
+        out.push((b, v));
+    }
+    j.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
+    j.stats
+        .bytes_copied
+        .fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// Write the dirty buffers among `bufs` home. Used for ordered data before a commit record
+/// and for fdatasync of data alone.
+pub(crate) fn write_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<()> {
+    let tickets = submit_ordered(j, bufs, tid)?;
+    cjfs_blockdev::wait_all(tickets)?;
+    Ok(())
+}
+
+fn submit_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<Vec<IoTicket>> {
+    let mut writes = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        let mut js = b.jstate();
+        if js.ordered == Some(tid) {
+            js.ordered = None;
+        }
+        if js.dirty {
+            js.dirty = false;
+            drop(js);
+            writes.push((b.blocknr(), b.snapshot()));
+        }
+    }
+    j.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
+    submit_runs(j, writes, WriteTag::tx(BlockKind::Data, tid))
+}
+
+/// Submit `(block, data)` writes, merging device-contiguous runs into one request.
+pub(crate) fn submit_runs(
+    j: &JournalInner,
+    mut writes: Vec<(u64, BlockBuf)>,
+    tag: WriteTag,
+) -> JResult<Vec<IoTicket>> {
+    writes.sort_unstable_by_key(|w| w.0);
+    writes.dedup_by_key(|w| w.0);
+    let mut tickets = Vec::new();
+    let mut i = 0;
+    while i < writes.len() {
+        let start = writes[i].0;
+        let mut bufs = vec![writes[i].1.clone()];
+        let mut k = i + 1;
+        while k < writes.len() && writes[k].0 == start + bufs.len() as u64 && bufs.len() < 256 {
+            bufs.push(writes[k].1.clone());
+            k += 1;
+        }
+        tickets.push(j.dev.submit(WriteRequest { block: start, bufs, tag, fua: false })?);
+        i = k;
+    }
+    Ok(tickets)
+}
+
+/// Build the transaction's log blocks (revoke blocks, then descriptor + logged blocks),
+/// reserve log space, submit them, and return the commit block with its position.
+fn write_log(
+    j: &Arc<JournalInner>,
+    tid: Tid,
+    versions: &[(Arc<Buffer>, BlockBuf)],
+    revokes: &[u64],
+) -> JResult<(Vec<IoTicket>, (u64, BlockBuf))> {
+    let (sb_features, uuid) = {
+        let l = j.log.lock();
+        (l.sb.features(), l.sb.s_uuid)
+    };
+    let blocks = crate::writer::build_log_blocks(tid, sb_features, uuid, versions, revokes)?;
+    j.stats.revokes.fetch_add(revokes.len() as u64, Ordering::Relaxed);
+    j.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
+    let n = blocks.len() as u64 + 1;
+    let start = reserve(j, tid, n)?;
+    let mut tickets = Vec::new();
+    let mut lblk = start;
+    let mut i = 0;
+    let commit_first = j.config.bugs.commit_before_data;
+    let commit_img = crate::writer::commit_block(tid, sb_features, uuid);
+    let commit_lblk = {
+        let l = j.log.lock();
+        let mut p = start;
+        for _ in 0..blocks.len() {
+            p = l.next(p);
+        }
+        p
+    };
+    if commit_first {
+        // Planted bug: the commit record goes out before the blocks it vouches for.
+        let dev_blk = j.area.map(commit_lblk)?;
+        let t = j.dev.submit(WriteRequest::one(
+            dev_blk,
+            commit_img.clone(),
+            WriteTag::tx(BlockKind::JournalCommit, tid),
+        ))?;
+        t.wait()?;
+        j.dev.flush()?;
+    }
+    while i < blocks.len() {
+        let (dev_blk, run) = j.area.map_run(lblk, (blocks.len() - i) as u64)?;
+        let kind = blocks[i].0;
+        let mut bufs = Vec::with_capacity(run as usize);
+        while bufs.len() < run as usize && i < blocks.len() && blocks[i].0 == kind {
+            bufs.push(blocks[i].1.clone());
+            i += 1;
+        }
+        let cnt = bufs.len() as u64;
+        tickets.push(j.dev.submit(WriteRequest {
+            block: dev_blk,
+            bufs,
+            tag: WriteTag::tx(kind, tid),
+            fua: false,
+        })?);
+        let l = j.log.lock();
+        for _ in 0..cnt {
+            lblk = l.next(lblk);
+        }
+    }
+    Ok((tickets, (commit_lblk, commit_img)))
+}
+
+/// Reserve `n` log blocks, checkpointing (and in dual-thread modes waiting for in-flight
+/// transactions to become durable) until they fit.
+fn reserve(j: &Arc<JournalInner>, tid: Tid, n: u64) -> JResult<u64> {
+    loop {
+        if let Some(s) = j.log.lock().reserve(tid, n) {
+            return Ok(s);
+        }
+        crate::checkpoint::checkpoint(j, false)?;
+        if let Some(s) = j.log.lock().reserve(tid, n) {
+            return Ok(s);
+        }
+        let (pending, cap) = {
+            let l = j.log.lock();
+            (l.txs.iter().any(|t| !t.durable), l.capacity())
+        };
+        if !pending {
+            return Err(JournalError::Corrupt(format!(
+                "transaction {tid} needs {n} log blocks but the log holds {cap}"
+            )));
+        }
+        let mut st = j.state.lock();
+        if let Some(a) = &st.aborted {
+            return Err(JournalError::Aborted(a.clone()));
+        }
+        j.done_cv.wait_for(&mut st, std::time::Duration::from_millis(10));
+    }
+}

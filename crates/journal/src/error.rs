@@ -1,0 +1,51 @@
+//! Journal errors.
+
+use cjfs_blockdev::DevError;
+
+/// Result of a journal operation.
+pub type JResult<T> = Result<T, JournalError>;
+
+/// Why a journal operation failed.
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum JournalError {
+    /// The device failed.
+    #[error("journal device error: {0}")]
+    Device(#[from] DevError),
+    /// On-disk journal structure is damaged.
+    #[error("corrupt journal: {0}")]
+    Corrupt(String),
+    /// The journal uses a feature or layout we do not support.
+    #[error("unsupported journal: {0}")]
+    Incompatible(String),
+    /// The journal was aborted after an earlier failure (e.g. a failed flush); nothing more is
+    /// written. Carries the original cause.
+    #[error("journal aborted: {0}")]
+    Aborted(String),
+    /// A handle asked for more credits than a transaction may hold.
+    #[error("handle needs {wanted} credits but a transaction holds at most {max}")]
+    TooManyCredits {
+        /// Credits asked for.
+        wanted: u32,
+        /// Maximum per transaction.
+        max: u32,
+    },
+    /// A handle dirtied more buffers than it reserved.
+    #[error("handle exceeded its {0} credits")]
+    CreditsExceeded(u32),
+    /// The journal has been shut down.
+    #[error("journal is shut down")]
+    Shutdown,
+}
+
+impl JournalError {
+    /// The errno this error maps to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            JournalError::Device(d) => d.errno(),
+            JournalError::Corrupt(_) => 117, // EUCLEAN
+            JournalError::Incompatible(_) => 95, // EOPNOTSUPP
+            JournalError::TooManyCredits { .. } | JournalError::CreditsExceeded(_) => 28, // ENOSPC
+            _ => 5, // EIO
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Handles: one file system operation's membership in the running transaction.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::buffer::{Buffer, Tid};
+use crate::config::JournalKind;
+use crate::error::{JResult, JournalError};
+use crate::journal::JournalInner;
+use crate::transaction::Transaction;
+
+/// A handle on the running transaction, from [`crate::Journal::start`] to [`Handle::stop`]
+/// (or drop). While any handle of a transaction is open the transaction cannot commit, so
+/// hold handles briefly and never start a second handle while holding one.
+pub struct Handle {
+    pub(crate) j: Arc<JournalInner>,
+    pub(crate) tx: Option<Arc<Transaction>>,
+    pub(crate) credits: u32,
+    pub(crate) used: u32,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("tid", &self.tx.as_ref().map(|t| t.tid))
+            .field("credits", &self.credits)
+            .field("used", &self.used)
+            .finish()
+    }
+}
+
+impl Handle {
+    fn tx(&self) -> JResult<&Arc<Transaction>> {
+        self.tx.as_ref().ok_or(JournalError::Shutdown)
+    }
+
+    /// The transaction this handle belongs to.
+    pub fn tid(&self) -> Tid {
+        self.tx.as_ref().map(|t| t.tid).unwrap_or(0)
+    }
+
+    /// Declare that `buf` (metadata, or data in data=journal mode) is about to be modified.
+    /// Blocks while every allowed version of the buffer is in flight (a transaction conflict).
+    pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        let tx = self.tx()?.clone();
+        let max_versions = self.j.config.max_versions.max(1);
+        let mut conflicted = false;
+        {
+            let mut js = buf.jstate();
+            loop {
+                if js.running == Some(tx.tid) {
+                    return Ok(());
+                }
+                if let Some(a) = self.j.aborted() {
+                    return Err(JournalError::Aborted(a));
+                }
+                // A buffer still owned by an older transaction that has not taken its version,
+                // or whose versions are all in flight, must wait.
+                if js.running.is_some() || js.versions >= max_versions {
+                    if !conflicted {
+                        conflicted = true;
+                        tx.conflicts.fetch_add(1, Ordering::Relaxed);
+                        self.j.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    buf.wait_jstate(&mut js);
+                    continue;
+                }
+                js.running = Some(tx.tid);
+                break;
+            }
+        }
+        let mut l = tx.lists.lock();
+        l.buffers.push(buf.clone());
+        // Journalling the block again cancels a revoke of it in the same transaction.
+        l.revokes.remove(&buf.blocknr());
+        drop(l);
+        self.used += 1;
+        Ok(())
+    }
+
+    /// Declare a newly allocated metadata block that will be fully written. The buffer
+    /// should come from [`crate::BufferCache::get_new`].
+    pub fn get_create_access(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        self.get_write_access(buf)
+    }
+
+    /// Mark a buffer under write access as modified. Buffers are filed at write access, so
+    /// this only checks the handle's use of the buffer.
+    pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        let tx = self.tx()?;
+        if buf.jstate().running != Some(tx.tid) {
+            return Err(JournalError::Corrupt(format!(
+                "block {} dirtied without write access",
+                buf.blocknr()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Mark an ordered data buffer dirty: it is written home before this transaction's
+    /// commit record (data=ordered).
+    pub fn dirty_data(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        let tx = self.tx()?.clone();
+        let mut js = buf.jstate();
+        js.dirty = true;
+        if js.ordered != Some(tx.tid) {
+            js.ordered = Some(tx.tid);
+            drop(js);
+            tx.lists.lock().ordered.push(buf.clone());
+            let n = tx.ordered_count.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= self.j.config.max_ordered_blocks {
+                self.j.request_commit(tx.tid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Revoke `blocknr`: a freed metadata block whose logged copies must not be replayed.
+    /// Also forgets the buffer's pending checkpoint so stale metadata never overwrites the
+    /// block's next owner.
+    pub fn revoke(&mut self, blocknr: u64) -> JResult<()> {
+        let tx = self.tx()?.clone();
+        if let Some(buf) = self.j.cache.peek(blocknr) {
+            let mut js = buf.jstate();
+            js.checkpoint = None;
+            if js.running == Some(tx.tid) {
+                js.running = None;
+                drop(js);
+                tx.lists.lock().buffers.retain(|b| b.blocknr() != blocknr);
+            }
+        }
+        if self.j.config.kind == JournalKind::Jbd2 {
+            tx.lists.lock().revokes.insert(blocknr);
+        }
+        Ok(())
+    }
+
+    /// Ask that the transaction be committed when this handle stops, and wait for it.
+    pub fn set_sync(&mut self) {
+        if let Some(t) = &self.tx {
+            t.sync.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Credits used so far (buffers filed by this handle).
+    pub fn used(&self) -> u32 {
+        self.used
+    }
+
+    /// Stop the handle. Returns the transaction id, which [`crate::Journal::commit_wait`]
+    /// takes to make this operation durable.
+    pub fn stop(mut self) -> JResult<Tid> {
+        let tid = self.tid();
+        let sync = self.tx.as_ref().map(|t| t.sync.load(Ordering::Relaxed)).unwrap_or(false);
+        self.release();
+        if sync {
+            self.j.commit_wait(tid)?;
+        }
+        Ok(tid)
+    }
+
+    fn release(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            if self.used > self.credits {
+                log::debug!("handle used {} of {} credits", self.used, self.credits);
+            }
+            if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.j.updates_done();
+            }
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -1,0 +1,402 @@
+//! The journal: handle admission, commit requests, waiting for durability, shutdown.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use cjfs_blockdev::Device;
+use parking_lot::{Condvar, Mutex};
+
+use crate::area::JournalArea;
+use crate::buffer::{BufferCache, Tid};
+use crate::config::{JournalConfig, JournalKind};
+use crate::error::{JResult, JournalError};
+use crate::handle::Handle;
+use crate::log::LogState;
+use crate::stats::{JournalStats, StatsSnapshot};
+use crate::superblock::JournalSuperblock;
+use crate::transaction::{Transaction, TxState};
+
+/// Journal-wide state. Protected by [`JournalInner::state`] (JBD2's j_state_lock).
+pub(crate) struct JState {
+    /// The running transaction, created on demand by the first handle.
+    pub running: Option<Arc<Transaction>>,
+    /// Transactions past Running and not yet durable, oldest first.
+    pub committing: VecDeque<Arc<Transaction>>,
+    /// Id the next running transaction gets.
+    pub next_tid: Tid,
+    /// Highest transaction id someone asked to commit.
+    pub commit_request: Tid,
+    /// Every transaction up to this id is durable.
+    pub durable: Tid,
+    /// Set when the journal aborted (failed flush, failed log write): the cause.
+    pub aborted: Option<String>,
+    /// Threads must exit.
+    pub shutdown: bool,
+}
+
+/// Shared core of the journal.
+///
+/// Locks (see the crate's lock order): `state` (journal state), `updates_lock` (pairs with
+/// `updates_cv` so a stop never misses the commit thread's wait), `log` (log head/tail,
+/// owned by the commit, flush and checkpoint paths), `sb_write` (serialises journal
+/// superblock writes), `checkpoint_lock` (one checkpoint at a time).
+pub(crate) struct JournalInner {
+    pub dev: Device,
+    pub area: JournalArea,
+    pub cache: Arc<BufferCache>,
+    pub config: JournalConfig,
+    pub stats: JournalStats,
+    /// Journal state. Lock: itself.
+    pub state: Mutex<JState>,
+    /// Wakes the commit thread (requests, shutdown, durable progress in serial mode).
+    pub commit_cv: Condvar,
+    /// Wakes starters waiting for a Locked transaction to switch.
+    pub locked_cv: Condvar,
+    /// Wakes callers waiting for durability.
+    pub done_cv: Condvar,
+    /// Pairs with `updates_cv`.
+    pub updates_lock: Mutex<()>,
+    /// Signalled when a transaction's last handle stops.
+    pub updates_cv: Condvar,
+    /// Log head/tail and transactions in the log. Lock: itself.
+    pub log: Mutex<LogState>,
+    /// Serialises journal superblock writes.
+    pub sb_write: Mutex<()>,
+    /// One checkpoint at a time.
+    pub checkpoint_lock: Mutex<()>,
+    /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
+    /// Lock: itself.
+    pub checkpoint_list: Mutex<Vec<Arc<crate::buffer::Buffer>>>,
+    /// Work for the flush thread. Lock: itself.
+    pub flush_queue: Mutex<VecDeque<crate::flush::FlushJob>>,
+    /// Wakes the flush thread.
+    pub flush_cv: Condvar,
+    /// Wakes the checkpoint thread.
+    pub checkpoint_cv: Condvar,
+    /// Largest transaction, in blocks.
+    pub max_tx_blocks: u32,
+}
+
+impl JournalInner {
+    /// The abort cause, if the journal aborted.
+    pub fn aborted(&self) -> Option<String> {
+        self.state.lock().aborted.clone()
+    }
+
+    /// Abort the journal: every waiter and every later operation gets the cause.
+    pub fn abort(&self, cause: String) {
+        let mut st = self.state.lock();
+        if st.aborted.is_none() {
+            log::error!("journal aborted: {cause}");
+            st.aborted = Some(cause);
+        }
+        drop(st);
+        self.done_cv.notify_all();
+        self.locked_cv.notify_all();
+        self.commit_cv.notify_all();
+        self.flush_cv.notify_all();
+        self.checkpoint_cv.notify_all();
+        // Writers blocked on a buffer version must see the abort too.
+        for b in self.cache.collect(|j| j.versions > 0) {
+            b.notify();
+        }
+    }
+
+    pub fn updates_done(&self) {
+        let _g = self.updates_lock.lock();
+        self.updates_cv.notify_all();
+    }
+
+    /// Ask for `tid` to be committed (no wait).
+    pub fn request_commit(&self, tid: Tid) {
+        let mut st = self.state.lock();
+        if st.commit_request < tid {
+            st.commit_request = tid;
+            drop(st);
+            self.commit_cv.notify_all();
+        }
+    }
+
+    /// Commit `tid` (if not yet) and wait until it is durable.
+    pub fn commit_wait(&self, tid: Tid) -> JResult<()> {
+        self.request_commit(tid);
+        self.wait(tid)
+    }
+
+    /// Wait until `tid` is durable.
+    pub fn wait(&self, tid: Tid) -> JResult<()> {
+        self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        loop {
+            if st.durable >= tid {
+                return Ok(());
+            }
+            if let Some(a) = &st.aborted {
+                return Err(JournalError::Aborted(a.clone()));
+            }
+            if st.shutdown {
+                return Err(JournalError::Shutdown);
+            }
+            self.done_cv.wait(&mut st);
+        }
+    }
+
+    /// Join the running transaction with `credits` reserved.
+    pub fn start(self: &Arc<Self>, credits: u32) -> JResult<Handle> {
+        if credits > self.max_tx_blocks {
+            return Err(JournalError::TooManyCredits { wanted: credits, max: self.max_tx_blocks });
+        }
+        let mut st = self.state.lock();
+        loop {
+            if let Some(a) = &st.aborted {
+                return Err(JournalError::Aborted(a.clone()));
+            }
+            if st.shutdown {
+                return Err(JournalError::Shutdown);
+            }
+            if st.running.is_none() {
+                let tid = st.next_tid;
+                st.next_tid += 1;
+                st.running = Some(Arc::new(Transaction::new(tid)));
+                // A fresh transaction restarts the commit timer.
+                self.commit_cv.notify_all();
+            }
+            let tx = match &st.running {
+                Some(t) => t.clone(),
+                None => continue,
+            };
+            if tx.state() != TxState::Running {
+                self.locked_cv.wait(&mut st);
+                continue;
+            }
+            let have = tx.credits.load(Ordering::Relaxed);
+            if have > 0 && have + credits > self.max_tx_blocks {
+                // Full: have it committed and join the next one.
+                if st.commit_request < tx.tid {
+                    st.commit_request = tx.tid;
+                    self.commit_cv.notify_all();
+                }
+                self.locked_cv.wait(&mut st);
+                continue;
+            }
+            tx.credits.fetch_add(credits, Ordering::Relaxed);
+            tx.updates.fetch_add(1, Ordering::AcqRel);
+            tx.handles.fetch_add(1, Ordering::Relaxed);
+            drop(st);
+            self.stats.handles.fetch_add(1, Ordering::Relaxed);
+            return Ok(Handle { j: self.clone(), tx: Some(tx), credits, used: 0 });
+        }
+    }
+}
+
+/// The journal. Dropping it (or [`Journal::shutdown`]) commits what is running,
+/// checkpoints everything and marks the log empty.
+pub struct Journal {
+    inner: Arc<JournalInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("config", &self.inner.config.name).finish()
+    }
+}
+
+impl Journal {
+    /// Open the journal in `area` (which must have been recovered: `s_start == 0`) and
+    /// start its threads.
+    pub fn open(
+        dev: Device,
+        area: JournalArea,
+        cache: Arc<BufferCache>,
+        config: JournalConfig,
+    ) -> JResult<Journal> {
+        let raw = dev.read_block(area.map(0)?)?;
+        let sb = JournalSuperblock::decode(&raw[..], area.len())?;
+        if sb.s_start != 0 && config.kind == JournalKind::Jbd2 {
+            return Err(JournalError::Corrupt(
+                "journal needs recovery before it can be opened".into(),
+            ));
+        }
+        let first_tid = u64::from(sb.s_sequence.max(1));
+        let log = LogState::new(sb, &config)?;
+        let max_tx_blocks = match config.max_tx_blocks {
+            Some(m) => m.min(log.capacity() as u32 / 2),
+            None => (log.capacity() / 4) as u32,
+        }
+        .max(16);
+        let inner = Arc::new(JournalInner {
+            dev,
+            area,
+            cache,
+            config,
+            stats: JournalStats::default(),
+            state: Mutex::new(JState {
+                running: None,
+                committing: VecDeque::new(),
+                next_tid: first_tid,
+                commit_request: first_tid - 1,
+                durable: first_tid - 1,
+                aborted: None,
+                shutdown: false,
+            }),
+            commit_cv: Condvar::new(),
+            locked_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            updates_lock: Mutex::new(()),
+            updates_cv: Condvar::new(),
+            log: Mutex::new(log),
+            sb_write: Mutex::new(()),
+            checkpoint_lock: Mutex::new(()),
+            checkpoint_list: Mutex::new(Vec::new()),
+            flush_queue: Mutex::new(VecDeque::new()),
+            flush_cv: Condvar::new(),
+            checkpoint_cv: Condvar::new(),
+            max_tx_blocks,
+        });
+        let mut threads = Vec::new();
+        for (name, f) in [
+            ("cjfs-commit", crate::commit::commit_thread as fn(Arc<JournalInner>)),
+            ("cjfs-flush", crate::flush::flush_thread),
+            ("cjfs-ckpt", crate::checkpoint::checkpoint_thread),
+        ] {
+            let j = inner.clone();
+            let t = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(j))
+                .map_err(|e| JournalError::Aborted(format!("cannot start {name} thread: {e}")))?;
+            threads.push(t);
+        }
+        Ok(Journal { inner, threads: Mutex::new(threads) })
+    }
+
+    /// Start a handle with `credits` blocks reserved.
+    pub fn start(&self, credits: u32) -> JResult<Handle> {
+        self.inner.start(credits)
+    }
+
+    /// Ask for transaction `tid` to be committed (no wait).
+    pub fn commit(&self, tid: Tid) {
+        self.inner.request_commit(tid)
+    }
+
+    /// Wait until `tid` is durable.
+    pub fn wait(&self, tid: Tid) -> JResult<()> {
+        self.inner.wait(tid)
+    }
+
+    /// Commit `tid` and wait for it (fsync).
+    pub fn commit_wait(&self, tid: Tid) -> JResult<()> {
+        self.inner.commit_wait(tid)
+    }
+
+    /// Commit whatever is running and wait for everything to be durable (sync).
+    pub fn force(&self) -> JResult<()> {
+        let tid = {
+            let st = self.inner.state.lock();
+            match &st.running {
+                Some(t) => t.tid,
+                None => st.next_tid - 1,
+            }
+        };
+        self.inner.commit_wait(tid)
+    }
+
+    /// Id of the running transaction, or of the last one if none is running.
+    pub fn current_tid(&self) -> Tid {
+        let st = self.inner.state.lock();
+        match &st.running {
+            Some(t) => t.tid,
+            None => st.next_tid - 1,
+        }
+    }
+
+    /// Highest durable transaction id.
+    pub fn durable_tid(&self) -> Tid {
+        self.inner.state.lock().durable
+    }
+
+    /// Write every committed block home and free the log.
+    pub fn checkpoint(&self) -> JResult<()> {
+        crate::checkpoint::checkpoint(&self.inner, true)
+    }
+
+    /// Write dirty data buffers home and wait (fdatasync of data whose metadata is durable).
+    pub fn write_data(&self, bufs: &[Arc<crate::buffer::Buffer>]) -> JResult<()> {
+        crate::commit::write_ordered(&self.inner, bufs, 0)
+    }
+
+    /// Flush the device's cache (counts as a journal flush).
+    pub fn flush_device(&self) -> JResult<()> {
+        self.inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.inner.dev.flush().map_err(|e| {
+            self.inner.abort(format!("device flush failed: {e}"));
+            JournalError::from(e)
+        })
+    }
+
+    /// The abort cause, if aborted.
+    pub fn aborted(&self) -> Option<String> {
+        self.inner.aborted()
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// Configuration in force.
+    pub fn config(&self) -> &JournalConfig {
+        &self.inner.config
+    }
+
+    /// Largest number of credits one handle may ask for.
+    pub fn max_tx_blocks(&self) -> u32 {
+        self.inner.max_tx_blocks
+    }
+
+    /// The buffer cache the journal works on.
+    pub fn cache(&self) -> &Arc<BufferCache> {
+        &self.inner.cache
+    }
+
+    /// Commit everything, checkpoint, mark the log empty and stop the threads.
+    pub fn shutdown(&self) -> JResult<()> {
+        let mut result = Ok(());
+        if self.inner.aborted().is_none() {
+            result = self.force().and_then(|_| self.checkpoint());
+        }
+        {
+            let mut st = self.inner.state.lock();
+            st.shutdown = true;
+        }
+        self.inner.commit_cv.notify_all();
+        self.inner.flush_cv.notify_all();
+        self.inner.checkpoint_cv.notify_all();
+        self.inner.done_cv.notify_all();
+        self.inner.locked_cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if let Some(a) = self.inner.aborted() {
+            return Err(JournalError::Aborted(a));
+        }
+        result
+    }
+
+    /// Seconds since the running transaction opened (for tests of the timer).
+    pub fn running_age(&self) -> Option<std::time::Duration> {
+        self.inner.state.lock().running.as_ref().map(|t| Instant::now() - t.started)
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if !self.threads.lock().is_empty() {
+            let _ = self.shutdown();
+        }
+    }
+}

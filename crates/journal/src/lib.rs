@@ -1,0 +1,52 @@
+//! File-system-independent journal for cjfs.
+//!
+//! Like JBD2, the journal sees block numbers and buffers, never inodes or directories.
+//! On disk it is JBD2 (v2 superblock, descriptor blocks with csum-v3 tags, commit blocks with
+//! timestamps, revoke blocks, escaping of the magic number), so `e2fsck` and the kernel can
+//! replay what it writes.
+//!
+//! # Lock order
+//!
+//! Outer to inner; a thread holding a lock may only take locks below it:
+//!
+//! 1. file system locks (inode locks, in inode-number order) — taken *before* a handle starts;
+//! 2. a running handle (holding one blocks the commit of its transaction);
+//! 3. file system allocator / group locks;
+//! 4. `Buffer::jstate` (one buffer at a time);
+//! 5. `Transaction::lists`;
+//! 6. `JournalInner::checkpoint_lock` → `sb_write` → `log` → `state`
+//!    (`updates_lock`, `flush_queue`, `checkpoint_list` are leaves);
+//! 7. `Buffer::data` (the live image; never held while calling into the journal for
+//!    writing, the commit path takes it for reading under `jstate`).
+//!
+//! No lock is held across device I/O except `checkpoint_lock`, `sb_write` and a buffer's
+//! `data` while it is read in.
+
+pub mod area;
+pub mod buffer;
+mod checkpoint;
+pub mod checksum;
+mod commit;
+pub mod commit_block;
+pub mod config;
+pub mod descriptor;
+pub mod error;
+mod flush;
+pub mod handle;
+pub mod journal;
+mod log;
+pub mod recovery;
+pub mod revoke_block;
+pub mod stats;
+pub mod superblock;
+pub mod transaction;
+mod writer;
+
+pub use area::{AreaExtent, JournalArea};
+pub use buffer::{Buffer, BufferCache, JState, Tid};
+pub use config::{JournalConfig, JournalKind, PlantedBugs};
+pub use error::{JResult, JournalError};
+pub use handle::Handle;
+pub use journal::Journal;
+pub use stats::StatsSnapshot;
+pub use transaction::TxState;

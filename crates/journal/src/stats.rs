@@ -1,0 +1,146 @@
+//! Journal statistics: always on, a handful of relaxed atomic adds per transaction.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live counters. Every field is an independent relaxed atomic.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    pub(crate) transactions: AtomicU64,
+    pub(crate) handles: AtomicU64,
+    pub(crate) blocks_logged: AtomicU64,
+    pub(crate) data_blocks: AtomicU64,
+    pub(crate) revokes: AtomicU64,
+    pub(crate) conflicts: AtomicU64,
+    pub(crate) locked_ns: AtomicU64,
+    pub(crate) commit_ns: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    pub(crate) barriers: AtomicU64,
+    pub(crate) fsync_waits: AtomicU64,
+    pub(crate) shadow_copies: AtomicU64,
+    pub(crate) bytes_copied: AtomicU64,
+    pub(crate) checkpoints: AtomicU64,
+    pub(crate) checkpoint_blocks: AtomicU64,
+    pub(crate) max_in_flight: AtomicU64,
+    pub(crate) in_flight_sum: AtomicU64,
+}
+
+/// A snapshot of the counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StatsSnapshot {
+    /// Committed transactions.
+    pub transactions: u64,
+    /// Handles started (file system operations that joined a transaction).
+    pub handles: u64,
+    /// Blocks written to the log (metadata copies, including journalled data).
+    pub blocks_logged: u64,
+    /// Ordered data blocks written home before commit blocks.
+    pub data_blocks: u64,
+    /// Revoke records written.
+    pub revokes: u64,
+    /// Times a writer found its buffer's versions all in flight and had to wait.
+    pub conflicts: u64,
+    /// Nanoseconds transactions spent Locked (waiting for handles to stop).
+    pub locked_ns: u64,
+    /// Nanoseconds from lock to durable, summed over transactions.
+    pub commit_ns: u64,
+    /// Device flushes issued by the journal.
+    pub flushes: u64,
+    /// Device barriers issued by the journal.
+    pub barriers: u64,
+    /// Callers that waited for a transaction to be durable (fsync and friends).
+    pub fsync_waits: u64,
+    /// Buffer versions (shadow copies) made.
+    pub shadow_copies: u64,
+    /// Bytes copied into versions.
+    pub bytes_copied: u64,
+    /// Checkpoint passes.
+    pub checkpoints: u64,
+    /// Blocks written home by checkpoints.
+    pub checkpoint_blocks: u64,
+    /// Largest number of transactions committing at once.
+    pub max_in_flight: u64,
+    /// Sum over commits of transactions in flight when each started (mean = / transactions).
+    pub in_flight_sum: u64,
+}
+
+impl JournalStats {
+    /// Take a snapshot.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            transactions: self.transactions.load(Relaxed),
+            handles: self.handles.load(Relaxed),
+            blocks_logged: self.blocks_logged.load(Relaxed),
+            data_blocks: self.data_blocks.load(Relaxed),
+            revokes: self.revokes.load(Relaxed),
+            conflicts: self.conflicts.load(Relaxed),
+            locked_ns: self.locked_ns.load(Relaxed),
+            commit_ns: self.commit_ns.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            barriers: self.barriers.load(Relaxed),
+            fsync_waits: self.fsync_waits.load(Relaxed),
+            shadow_copies: self.shadow_copies.load(Relaxed),
+            bytes_copied: self.bytes_copied.load(Relaxed),
+            checkpoints: self.checkpoints.load(Relaxed),
+            checkpoint_blocks: self.checkpoint_blocks.load(Relaxed),
+            max_in_flight: self.max_in_flight.load(Relaxed),
+            in_flight_sum: self.in_flight_sum.load(Relaxed),
+        }
+    }
+}
+
+impl StatsSnapshot {
+    /// Counters accumulated since `earlier` (maxima are kept as they are).
+    pub fn delta(&self, earlier: &StatsSnapshot) -> StatsSnapshot {
+        StatsSnapshot {
+            transactions: self.transactions - earlier.transactions,
+            handles: self.handles - earlier.handles,
+            blocks_logged: self.blocks_logged - earlier.blocks_logged,
+            data_blocks: self.data_blocks - earlier.data_blocks,
+            revokes: self.revokes - earlier.revokes,
+            conflicts: self.conflicts - earlier.conflicts,
+            locked_ns: self.locked_ns - earlier.locked_ns,
+            commit_ns: self.commit_ns - earlier.commit_ns,
+            flushes: self.flushes - earlier.flushes,
+            barriers: self.barriers - earlier.barriers,
+            fsync_waits: self.fsync_waits - earlier.fsync_waits,
+            shadow_copies: self.shadow_copies - earlier.shadow_copies,
+            bytes_copied: self.bytes_copied - earlier.bytes_copied,
+            checkpoints: self.checkpoints - earlier.checkpoints,
+            checkpoint_blocks: self.checkpoint_blocks - earlier.checkpoint_blocks,
+            max_in_flight: self.max_in_flight,
+            in_flight_sum: self.in_flight_sum - earlier.in_flight_sum,
+        }
+    }
+
+    fn per_tx(&self, v: u64) -> f64 {
+        if self.transactions == 0 { 0.0 } else { v as f64 / self.transactions as f64 }
+    }
+    /// Handles per transaction (the coalescing degree).
+    pub fn handles_per_tx(&self) -> f64 {
+        self.per_tx(self.handles)
+    }
+    /// Logged blocks per transaction.
+    pub fn blocks_per_tx(&self) -> f64 {
+        self.per_tx(self.blocks_logged)
+    }
+    /// Conflicts per transaction.
+    pub fn conflicts_per_tx(&self) -> f64 {
+        self.per_tx(self.conflicts)
+    }
+    /// Mean time Locked, microseconds.
+    pub fn locked_us_per_tx(&self) -> f64 {
+        self.per_tx(self.locked_ns) / 1000.0
+    }
+    /// Mean commit latency (lock to durable), microseconds.
+    pub fn commit_us_per_tx(&self) -> f64 {
+        self.per_tx(self.commit_ns) / 1000.0
+    }
+    /// Flushes per waiting caller (fsync).
+    pub fn flushes_per_fsync(&self) -> f64 {
+        if self.fsync_waits == 0 { 0.0 } else { self.flushes as f64 / self.fsync_waits as f64 }
+    }
+    /// Mean committing transactions in flight when a commit started.
+    pub fn mean_in_flight(&self) -> f64 {
+        self.per_tx(self.in_flight_sum)
+    }
+}

@@ -1,0 +1,710 @@
+//! The JBD2 journal superblock (`journal_superblock_t`), log block 0 of the journal area.
+//!
+//! Layout (all fields big-endian), from Linux `include/linux/jbd2.h`:
+//!
+//! | offset | field |
+//! |-------:|-------|
+//! | 0x000 | `s_header` (`journal_header_t`: magic, blocktype 3 = v1 / 4 = v2, sequence) |
+//! | 0x00C | `s_blocksize` |
+//! | 0x010 | `s_maxlen` (log blocks, including this one) |
+//! | 0x014 | `s_first` (first log block) |
+//! | 0x018 | `s_sequence` (first tid expected in the log) |
+//! | 0x01C | `s_start` (log block of the first transaction; 0 = log empty / clean) |
+//! | 0x020 | `s_errno` |
+//! | 0x024 | `s_feature_compat`, `s_feature_incompat`, `s_feature_ro_compat` |
+//! | 0x030 | `s_uuid[16]` |
+//! | 0x040 | `s_nr_users`, `s_dynsuper`, `s_max_transaction`, `s_max_trans_data` |
+//! | 0x050 | `s_checksum_type` (u8), 3 bytes padding |
+//! | 0x054 | `s_num_fc_blks`, `s_head` |
+//! | 0x05C | 40 x u32 padding |
+//! | 0x0FC | `s_checksum` |
+//! | 0x100 | `s_users[16 * 48]` |
+//! | 0x400 | end of structure (rest of the 4 KiB block is zero) |
+
+use cjfs_blockdev::{BLOCK_SIZE, BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice};
+
+use crate::area::JournalArea;
+use crate::checksum::{csum_seed, superblock_csum};
+use crate::descriptor::{
+    BLOCK_TAIL_SIZE, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_FC, BLOCKTYPE_REVOKE,
+    BLOCKTYPE_SB_V1, BLOCKTYPE_SB_V2, BlockHeader, JBD2_MAGIC, TAG3_BYTES, TAG_BYTES_BASE, rd_be32,
+    wr_be32,
+};
+use crate::error::{JResult, JournalError};
+
+/// Offset of `s_blocksize`.
+pub const SB_BLOCKSIZE_OFFSET: usize = 0x0C;
+/// Offset of `s_maxlen`.
+pub const SB_MAXLEN_OFFSET: usize = 0x10;
+/// Offset of `s_first`.
+pub const SB_FIRST_OFFSET: usize = 0x14;
+/// Offset of `s_sequence`.
+pub const SB_SEQUENCE_OFFSET: usize = 0x18;
+/// Offset of `s_start`.
+pub const SB_START_OFFSET: usize = 0x1C;
+/// Offset of `s_errno`.
+pub const SB_ERRNO_OFFSET: usize = 0x20;
+/// Offset of `s_feature_compat`.
+pub const SB_FEATURE_COMPAT_OFFSET: usize = 0x24;
+/// Offset of `s_feature_incompat`.
+pub const SB_FEATURE_INCOMPAT_OFFSET: usize = 0x28;
+/// Offset of `s_feature_ro_compat`.
+pub const SB_FEATURE_RO_COMPAT_OFFSET: usize = 0x2C;
+/// Offset of `s_uuid`.
+pub const SB_UUID_OFFSET: usize = 0x30;
+/// Offset of `s_nr_users`.
+pub const SB_NR_USERS_OFFSET: usize = 0x40;
+/// Offset of `s_dynsuper`.
+pub const SB_DYNSUPER_OFFSET: usize = 0x44;
+/// Offset of `s_max_transaction`.
+pub const SB_MAX_TRANSACTION_OFFSET: usize = 0x48;
+/// Offset of `s_max_trans_data`.
+pub const SB_MAX_TRANS_DATA_OFFSET: usize = 0x4C;
+/// Offset of `s_checksum_type` (one byte).
+pub const SB_CHECKSUM_TYPE_OFFSET: usize = 0x50;
+/// Offset of `s_num_fc_blks`.
+pub const SB_NUM_FC_BLKS_OFFSET: usize = 0x54;
+/// Offset of `s_head`.
+pub const SB_HEAD_OFFSET: usize = 0x58;
+/// Offset of `s_checksum`.
+pub const SB_CHECKSUM_OFFSET: usize = 0xFC;
+/// Offset of `s_users`.
+pub const SB_USERS_OFFSET: usize = 0x100;
+/// Size of `s_users` (16 bytes x 48 users).
+pub const SB_USERS_LEN: usize = 16 * 48;
+/// Size of `journal_superblock_t`, the span covered by the superblock checksum.
+pub const SB_CSUM_LEN: usize = 0x400;
+/// Size of the v1 part of the superblock (fields up to and including `s_errno`).
+pub const SB_V1_LEN: usize = 0x24;
+
+/// `JBD2_FEATURE_COMPAT_CHECKSUM`: v1 transaction checksums (crc32_be in the commit block).
+pub const COMPAT_CHECKSUM: u32 = 0x1;
+/// `JBD2_FEATURE_INCOMPAT_REVOKE`: the log may contain revoke blocks.
+pub const INCOMPAT_REVOKE: u32 = 0x1;
+/// `JBD2_FEATURE_INCOMPAT_64BIT`: block numbers in tags and revoke records are 64-bit.
+pub const INCOMPAT_64BIT: u32 = 0x2;
+/// `JBD2_FEATURE_INCOMPAT_ASYNC_COMMIT`: commit blocks written without waiting for the data.
+pub const INCOMPAT_ASYNC_COMMIT: u32 = 0x4;
+/// `JBD2_FEATURE_INCOMPAT_CSUM_V2`: crc32c checksums, 16-bit tag checksums.
+pub const INCOMPAT_CSUM_V2: u32 = 0x8;
+/// `JBD2_FEATURE_INCOMPAT_CSUM_V3`: crc32c checksums, `journal_block_tag3_t` tags.
+pub const INCOMPAT_CSUM_V3: u32 = 0x10;
+/// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area follows the log (not supported).
+pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
+
+/// Compat features we understand.
+pub const KNOWN_COMPAT: u32 = COMPAT_CHECKSUM;
+/// Incompat features we can replay and write.
+pub const SUPPORTED_INCOMPAT: u32 =
+    INCOMPAT_REVOKE | INCOMPAT_64BIT | INCOMPAT_ASYNC_COMMIT | INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3;
+/// Ro-compat features we understand (none are defined by JBD2).
+pub const KNOWN_RO_COMPAT: u32 = 0;
+
+/// `JBD2_CRC32_CHKSUM`: `s_checksum_type` / `h_chksum_type` for crc32 (v1 commit checksums).
+pub const CHKSUM_TYPE_CRC32: u8 = 1;
+/// `JBD2_MD5_CHKSUM`.
+pub const CHKSUM_TYPE_MD5: u8 = 2;
+/// `JBD2_SHA1_CHKSUM`.
+pub const CHKSUM_TYPE_SHA1: u8 = 3;
+/// `JBD2_CRC32C_CHKSUM`: the only `s_checksum_type` valid with csum v2/v3.
+pub const CHKSUM_TYPE_CRC32C: u8 = 4;
+
+/// The only journal block size this engine supports.
+pub const JOURNAL_BLOCK_SIZE: u32 = BLOCK_SIZE as u32;
+/// `JBD2_MIN_JOURNAL_BLOCKS`: the kernel and e2fsprogs refuse smaller journals. Not enforced
+/// here (tests use tiny logs), but anything meant for the kernel must be at least this long.
+pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
+
+/// The three feature words of a journal superblock, with the queries the format code needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JournalFeatures {
+    /// `s_feature_compat`.
+    pub compat: u32,
+    /// `s_feature_incompat`.
+    pub incompat: u32,
+    /// `s_feature_ro_compat`.
+    pub ro_compat: u32,
+}
+
+impl JournalFeatures {
+    /// Features from the three words.
+    pub const fn new(compat: u32, incompat: u32, ro_compat: u32) -> Self {
+        JournalFeatures { compat, incompat, ro_compat }
+    }
+
+    /// What cjfs writes: revoke + 64-bit tags, plus csum v3 when `csum_v3`.
+    pub const fn cjfs(csum_v3: bool) -> Self {
+        let mut incompat = INCOMPAT_REVOKE | INCOMPAT_64BIT;
+        if csum_v3 {
+            incompat |= INCOMPAT_CSUM_V3;
+        }
+        JournalFeatures { compat: 0, incompat, ro_compat: 0 }
+    }
+
+    /// `INCOMPAT_64BIT` is set.
+    pub const fn has_64bit(&self) -> bool {
+        self.incompat & INCOMPAT_64BIT != 0
+    }
+    /// `INCOMPAT_CSUM_V2` is set.
+    pub const fn csum_v2(&self) -> bool {
+        self.incompat & INCOMPAT_CSUM_V2 != 0
+    }
+    /// `INCOMPAT_CSUM_V3` is set.
+    pub const fn csum_v3(&self) -> bool {
+        self.incompat & INCOMPAT_CSUM_V3 != 0
+    }
+    /// csum v2 or v3 (`jbd2_journal_has_csum_v2or3`): crc32c block checksums are present.
+    pub const fn csum_v2or3(&self) -> bool {
+        self.incompat & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) != 0
+    }
+    /// `COMPAT_CHECKSUM` (v1 transaction checksums) is set.
+    pub const fn compat_checksum(&self) -> bool {
+        self.compat & COMPAT_CHECKSUM != 0
+    }
+    /// `INCOMPAT_ASYNC_COMMIT` is set.
+    pub const fn async_commit(&self) -> bool {
+        self.incompat & INCOMPAT_ASYNC_COMMIT != 0
+    }
+    /// `INCOMPAT_REVOKE` is set.
+    pub const fn revoke(&self) -> bool {
+        self.incompat & INCOMPAT_REVOKE != 0
+    }
+    /// `INCOMPAT_FAST_COMMIT` is set.
+    pub const fn fast_commit(&self) -> bool {
+        self.incompat & INCOMPAT_FAST_COMMIT != 0
+    }
+
+    /// Size of one descriptor tag (`journal_tag_bytes()`): 16 with csum v3; otherwise
+    /// 12 (+2 with csum v2) with 64-bit block numbers and 8 (+2 with csum v2) without.
+    pub const fn tag_bytes(&self) -> usize {
+        if self.csum_v3() {
+            return TAG3_BYTES;
+        }
+        let mut sz = TAG_BYTES_BASE;
+        if self.csum_v2() {
+            sz += 2;
+        }
+        if self.has_64bit() { sz } else { sz - 4 }
+    }
+
+    /// Bytes reserved at the end of descriptor and revoke blocks for the tail checksum.
+    pub const fn tail_size(&self) -> usize {
+        if self.csum_v2or3() { BLOCK_TAIL_SIZE } else { 0 }
+    }
+
+    /// Size of one revoke record: 8 with 64-bit block numbers, else 4.
+    pub const fn revoke_record_len(&self) -> usize {
+        if self.has_64bit() { 8 } else { 4 }
+    }
+}
+
+/// Names of the set incompat bits (unknown bits in hex), for error messages.
+fn incompat_names(bits: u32) -> String {
+    let names = [
+        (INCOMPAT_REVOKE, "revoke"),
+        (INCOMPAT_64BIT, "64bit"),
+        (INCOMPAT_ASYNC_COMMIT, "async_commit"),
+        (INCOMPAT_CSUM_V2, "csum_v2"),
+        (INCOMPAT_CSUM_V3, "csum_v3"),
+        (INCOMPAT_FAST_COMMIT, "fast_commit"),
+    ];
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = bits;
+    for (bit, name) in names {
+        if bits & bit != 0 {
+            out.push(name.to_string());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 {
+        out.push(format!("0x{rest:x}"));
+    }
+    out.join(",")
+}
+
+/// A decoded journal superblock. Field names follow `journal_superblock_t`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalSuperblock {
+    /// Header block type: [`BLOCKTYPE_SB_V1`] or [`BLOCKTYPE_SB_V2`].
+    pub blocktype: u32,
+    /// Journal block size in bytes (always 4096 here).
+    pub s_blocksize: u32,
+    /// Total log blocks, including the superblock.
+    pub s_maxlen: u32,
+    /// First log block of the circular log.
+    pub s_first: u32,
+    /// First transaction id expected in the log.
+    pub s_sequence: u32,
+    /// Log block of the first transaction; 0 means the log is empty (clean).
+    pub s_start: u32,
+    /// Error value recorded by `jbd2_journal_abort` (negative errno), 0 if none.
+    pub s_errno: i32,
+    /// Compat features.
+    pub s_feature_compat: u32,
+    /// Incompat features.
+    pub s_feature_incompat: u32,
+    /// Ro-compat features.
+    pub s_feature_ro_compat: u32,
+    /// Journal UUID (for an internal journal, the file system UUID).
+    pub s_uuid: [u8; 16],
+    /// Number of file systems sharing the log.
+    pub s_nr_users: u32,
+    /// Blocknr of dynamic superblock copy (unused).
+    pub s_dynsuper: u32,
+    /// Limit of journal blocks per transaction (unused, 0).
+    pub s_max_transaction: u32,
+    /// Limit of data blocks per transaction (unused, 0).
+    pub s_max_trans_data: u32,
+    /// Checksum algorithm ([`CHKSUM_TYPE_CRC32C`] with csum v2/v3).
+    pub s_checksum_type: u8,
+    /// Number of fast-commit blocks after the log.
+    pub s_num_fc_blks: u32,
+    /// Head of the log, only up to date while the file system is clean.
+    pub s_head: u32,
+    /// Superblock checksum as read (recomputed by [`JournalSuperblock::encode`]).
+    pub s_checksum: u32,
+    /// UUIDs of the file systems sharing the log.
+    pub s_users: [u8; SB_USERS_LEN],
+}
+
+impl JournalSuperblock {
+    /// A fresh v2 superblock for a log of `maxlen` blocks with cjfs' features (revoke,
+    /// 64-bit, and csum v3 when `csum_v3`): `s_first = 1`, `s_sequence = 1`, `s_start = 0`,
+    /// one user whose id is `uuid`.
+    pub fn new_v2(maxlen: u32, uuid: [u8; 16], csum_v3: bool) -> Self {
+        Self::new_v2_with_features(maxlen, uuid, JournalFeatures::cjfs(csum_v3))
+    }
+
+    /// A fresh v2 superblock with explicit features (see [`JournalSuperblock::new_v2`]).
+    pub fn new_v2_with_features(maxlen: u32, uuid: [u8; 16], features: JournalFeatures) -> Self {
+        let mut users = [0u8; SB_USERS_LEN];
+        users[..16].copy_from_slice(&uuid);
+        JournalSuperblock {
+            blocktype: BLOCKTYPE_SB_V2,
+            s_blocksize: JOURNAL_BLOCK_SIZE,
+            s_maxlen: maxlen,
+            s_first: 1,
+            s_sequence: 1,
+            s_start: 0,
+            s_errno: 0,
+            s_feature_compat: features.compat,
+            s_feature_incompat: features.incompat,
+            s_feature_ro_compat: features.ro_compat,
+            s_uuid: uuid,
+            s_nr_users: 1,
+            s_dynsuper: 0,
+            s_max_transaction: 0,
+            s_max_trans_data: 0,
+            s_checksum_type: if features.csum_v2or3() { CHKSUM_TYPE_CRC32C } else { 0 },
+            s_num_fc_blks: 0,
+            s_head: 0,
+            s_checksum: 0,
+            s_users: users,
+        }
+    }
+
+    /// The feature words (all zero for a v1 superblock, as JBD2 ignores them there).
+    pub fn features(&self) -> JournalFeatures {
+        if self.blocktype == BLOCKTYPE_SB_V1 {
+            return JournalFeatures::default();
+        }
+        JournalFeatures::new(self.s_feature_compat, self.s_feature_incompat, self.s_feature_ro_compat)
+    }
+
+    /// The checksum seed for descriptor, commit, revoke and tag checksums.
+    pub fn csum_seed(&self) -> u32 {
+        csum_seed(&self.s_uuid)
+    }
+
+    /// True if the log holds transactions that must be replayed (`s_start != 0`).
+    pub fn needs_recovery(&self) -> bool {
+        self.s_start != 0
+    }
+
+    /// Decode and validate a superblock read from log block 0 of an area of `area_len`
+    /// blocks. Checks the magic, block type, block size, `s_maxlen <= area_len`, `s_first`,
+    /// `s_start`, feature support and (csum v2/v3) the checksum type and checksum.
+    ///
+    /// A v1 superblock is accepted; its v2-only fields (features and beyond) are ignored and
+    /// returned as zero, as JBD2 and e2fsck treat them.
+    pub fn decode(buf: &[u8], area_len: u64) -> JResult<Self> {
+        let corrupt = |msg: String| JournalError::Corrupt(format!("journal superblock: {msg}"));
+        let incompatible =
+            |msg: String| JournalError::Incompatible(format!("journal superblock: {msg}"));
+        if buf.len() < SB_CSUM_LEN {
+            return Err(corrupt(format!("buffer of {} bytes is shorter than 1024", buf.len())));
+        }
+        let hdr = BlockHeader::decode(buf)?;
+        if hdr.magic != JBD2_MAGIC {
+            return Err(corrupt(format!(
+                "h_magic 0x{:08x} is not the JBD2 magic 0x{JBD2_MAGIC:08x}",
+                hdr.magic
+            )));
+        }
+        match hdr.blocktype {
+            BLOCKTYPE_SB_V1 | BLOCKTYPE_SB_V2 => {}
+            BLOCKTYPE_DESCRIPTOR | BLOCKTYPE_COMMIT | BLOCKTYPE_REVOKE | BLOCKTYPE_FC => {
+                return Err(corrupt(format!(
+                    "h_blocktype {} is a log block type, not a superblock",
+                    hdr.blocktype
+                )));
+            }
+            other => {
+                return Err(incompatible(format!("unknown superblock h_blocktype {other}")));
+            }
+        }
+        let v1 = hdr.blocktype == BLOCKTYPE_SB_V1;
+        let field = |off: usize| if v1 { 0 } else { rd_be32(buf, off) };
+
+        let s_blocksize = rd_be32(buf, SB_BLOCKSIZE_OFFSET);
+        if s_blocksize != JOURNAL_BLOCK_SIZE {
+            let msg = format!("s_blocksize {s_blocksize} (only {JOURNAL_BLOCK_SIZE} is supported)");
+            return Err(if s_blocksize.is_power_of_two() && (512..=65536).contains(&s_blocksize) {
+                incompatible(msg)
+            } else {
+                corrupt(msg)
+            });
+        }
+        let s_maxlen = rd_be32(buf, SB_MAXLEN_OFFSET);
+        if u64::from(s_maxlen) > area_len {
+            return Err(corrupt(format!(
+                "s_maxlen {s_maxlen} exceeds the journal area ({area_len} blocks)"
+            )));
+        }
+        let s_first = rd_be32(buf, SB_FIRST_OFFSET);
+        if s_first == 0 || s_first >= s_maxlen {
+            return Err(corrupt(format!("s_first {s_first} outside 1..{s_maxlen}")));
+        }
+        let s_start = rd_be32(buf, SB_START_OFFSET);
+        if s_start != 0 && (s_start < s_first || s_start >= s_maxlen) {
+            return Err(corrupt(format!("s_start {s_start} outside the log {s_first}..{s_maxlen}")));
+        }
+
+        let mut uuid = [0u8; 16];
+        let mut users = [0u8; SB_USERS_LEN];
+        if !v1 {
+            uuid.copy_from_slice(&buf[SB_UUID_OFFSET..SB_UUID_OFFSET + 16]);
+            users.copy_from_slice(&buf[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN]);
+        }
+        let sb = JournalSuperblock {
+            blocktype: hdr.blocktype,
+            s_blocksize,
+            s_maxlen,
+            s_first,
+            s_sequence: rd_be32(buf, SB_SEQUENCE_OFFSET),
+            s_start,
+            s_errno: rd_be32(buf, SB_ERRNO_OFFSET) as i32,
+            s_feature_compat: field(SB_FEATURE_COMPAT_OFFSET),
+            s_feature_incompat: field(SB_FEATURE_INCOMPAT_OFFSET),
+            s_feature_ro_compat: field(SB_FEATURE_RO_COMPAT_OFFSET),
+            s_uuid: uuid,
+            s_nr_users: field(SB_NR_USERS_OFFSET),
+            s_dynsuper: field(SB_DYNSUPER_OFFSET),
+            s_max_transaction: field(SB_MAX_TRANSACTION_OFFSET),
+            s_max_trans_data: field(SB_MAX_TRANS_DATA_OFFSET),
+            s_checksum_type: if v1 { 0 } else { buf[SB_CHECKSUM_TYPE_OFFSET] },
+            s_num_fc_blks: field(SB_NUM_FC_BLKS_OFFSET),
+            s_head: field(SB_HEAD_OFFSET),
+            s_checksum: field(SB_CHECKSUM_OFFSET),
+            s_users: users,
+        };
+
+        let f = sb.features();
+        if f.fast_commit() {
+            return Err(incompatible(
+                "incompat feature fast_commit is not supported (fast-commit areas are not replayed)"
+                    .into(),
+            ));
+        }
+        let unknown = f.incompat & !SUPPORTED_INCOMPAT;
+        if unknown != 0 {
+            return Err(incompatible(format!(
+                "unknown incompat features {} (s_feature_incompat 0x{:x})",
+                incompat_names(unknown),
+                f.incompat
+            )));
+        }
+        let unknown_ro = f.ro_compat & !KNOWN_RO_COMPAT;
+        if unknown_ro != 0 {
+            return Err(incompatible(format!("unknown ro_compat features 0x{unknown_ro:x}")));
+        }
+        if f.csum_v2() && f.csum_v3() {
+            return Err(corrupt("both csum_v2 and csum_v3 are set".into()));
+        }
+        if f.csum_v2or3() {
+            if f.compat_checksum() {
+                return Err(corrupt("compat checksum (v1) set together with csum v2/v3".into()));
+            }
+            if sb.s_checksum_type != CHKSUM_TYPE_CRC32C {
+                return Err(corrupt(format!(
+                    "s_checksum_type {} (csum v2/v3 requires crc32c = {CHKSUM_TYPE_CRC32C})",
+                    sb.s_checksum_type
+                )));
+            }
+            let computed = superblock_csum(buf);
+            if computed != sb.s_checksum {
+                return Err(corrupt(format!(
+                    "s_checksum 0x{:08x} does not match computed 0x{computed:08x}",
+                    sb.s_checksum
+                )));
+            }
+        }
+        Ok(sb)
+    }
+
+    /// Encode into a full journal block. With csum v2/v3 the checksum is computed and stored
+    /// (the `s_checksum` field of `self` is ignored).
+    pub fn encode(&self) -> [u8; BLOCK_SIZE] {
+        let mut b = [0u8; BLOCK_SIZE];
+        BlockHeader { magic: JBD2_MAGIC, blocktype: self.blocktype, sequence: 0 }.encode_into(&mut b);
+        wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, self.s_blocksize);
+        wr_be32(&mut b, SB_MAXLEN_OFFSET, self.s_maxlen);
+        wr_be32(&mut b, SB_FIRST_OFFSET, self.s_first);
+        wr_be32(&mut b, SB_SEQUENCE_OFFSET, self.s_sequence);
+        wr_be32(&mut b, SB_START_OFFSET, self.s_start);
+        wr_be32(&mut b, SB_ERRNO_OFFSET, self.s_errno as u32);
+        if self.blocktype == BLOCKTYPE_SB_V1 {
+            return b;
+        }
+        wr_be32(&mut b, SB_FEATURE_COMPAT_OFFSET, self.s_feature_compat);
+        wr_be32(&mut b, SB_FEATURE_INCOMPAT_OFFSET, self.s_feature_incompat);
+        wr_be32(&mut b, SB_FEATURE_RO_COMPAT_OFFSET, self.s_feature_ro_compat);
+        b[SB_UUID_OFFSET..SB_UUID_OFFSET + 16].copy_from_slice(&self.s_uuid);
+        wr_be32(&mut b, SB_NR_USERS_OFFSET, self.s_nr_users);
+        wr_be32(&mut b, SB_DYNSUPER_OFFSET, self.s_dynsuper);
+        wr_be32(&mut b, SB_MAX_TRANSACTION_OFFSET, self.s_max_transaction);
+        wr_be32(&mut b, SB_MAX_TRANS_DATA_OFFSET, self.s_max_trans_data);
+        b[SB_CHECKSUM_TYPE_OFFSET] = self.s_checksum_type;
+        wr_be32(&mut b, SB_NUM_FC_BLKS_OFFSET, self.s_num_fc_blks);
+        wr_be32(&mut b, SB_HEAD_OFFSET, self.s_head);
+        b[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN].copy_from_slice(&self.s_users);
+        let csum = if self.features().csum_v2or3() { superblock_csum(&b) } else { self.s_checksum };
+        wr_be32(&mut b, SB_CHECKSUM_OFFSET, csum);
+        b
+    }
+}
+
+/// Read and decode the superblock at log block 0 of `area`.
+pub fn read_superblock(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<JournalSuperblock> {
+    let raw = dev.read_block(area.map(0)?)?;
+    JournalSuperblock::decode(&raw[..], area.len())
+}
+
+/// Write `sb` to log block 0 of `area` and wait for the write (`fua` makes it durable).
+pub fn write_superblock(
+    dev: &dyn BlockDevice,
+    area: &JournalArea,
+    sb: &JournalSuperblock,
+    fua: bool,
+) -> JResult<()> {
+    let req = WriteRequest {
+        block: area.map(0)?,
+        bufs: vec![block_from_slice(&sb.encode())],
+        tag: WriteTag::kind(BlockKind::JournalSuper),
+        fua,
+    };
+    dev.submit(req)?.wait()?;
+    Ok(())
+}
+
+/// Format a fresh, empty journal over the whole of `area`: a v2 superblock with cjfs'
+/// features (revoke, 64-bit, csum v3 when `csum_v3`), `s_uuid = uuid`, and log block 1
+/// zeroed so a stale descriptor left there can never be taken for a transaction. Flushes the
+/// device and returns the superblock written.
+pub fn format_journal(
+    dev: &dyn BlockDevice,
+    area: &JournalArea,
+    uuid: [u8; 16],
+    csum_v3: bool,
+) -> JResult<JournalSuperblock> {
+    let len = area.len();
+    if len < 2 {
+        return Err(JournalError::Incompatible(format!(
+            "journal area of {len} blocks is too small (need a superblock and a log)"
+        )));
+    }
+    let maxlen = u32::try_from(len).map_err(|_| {
+        JournalError::Incompatible(format!("journal area of {len} blocks exceeds 2^32 blocks"))
+    })?;
+    let sb = JournalSuperblock::new_v2(maxlen, uuid, csum_v3);
+    let zero = block_from_slice(&[0u8; BLOCK_SIZE]);
+    let t1 = dev.submit(WriteRequest {
+        block: area.map(u64::from(sb.s_first))?,
+        bufs: vec![zero],
+        tag: WriteTag::kind(BlockKind::JournalSuper),
+        fua: false,
+    })?;
+    t1.wait()?;
+    write_superblock(dev, area, &sb, false)?;
+    dev.flush()?;
+    Ok(sb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recovery::test_support::MemDev;
+
+    fn uuid() -> [u8; 16] {
+        let mut u = [0u8; 16];
+        for (i, b) in u.iter_mut().enumerate() {
+            *b = 0x10 + i as u8;
+        }
+        u
+    }
+
+    #[test]
+    fn roundtrip_v2_csum3() {
+        let mut sb = JournalSuperblock::new_v2(1024, uuid(), true);
+        sb.s_sequence = 77;
+        sb.s_start = 5;
+        sb.s_errno = -5;
+        sb.s_head = 9;
+        let b = sb.encode();
+        let d = JournalSuperblock::decode(&b, 1024).expect("decode");
+        assert_eq!(d.s_checksum, superblock_csum(&b));
+        let mut expect = sb.clone();
+        expect.s_checksum = d.s_checksum;
+        assert_eq!(d, expect);
+        assert_eq!(d.features(), JournalFeatures::cjfs(true));
+        assert_eq!(d.s_checksum_type, CHKSUM_TYPE_CRC32C);
+        // Spot-check raw big-endian layout.
+        assert_eq!(&b[0..4], &[0xC0, 0x3B, 0x39, 0x98]);
+        assert_eq!(rd_be32(&b, 4), BLOCKTYPE_SB_V2);
+        assert_eq!(rd_be32(&b, SB_MAXLEN_OFFSET), 1024);
+        assert_eq!(rd_be32(&b, SB_SEQUENCE_OFFSET), 77);
+        assert_eq!(&b[SB_USERS_OFFSET..SB_USERS_OFFSET + 16], &uuid());
+        assert!(b[SB_CSUM_LEN..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn roundtrip_no_csum() {
+        let sb = JournalSuperblock::new_v2(64, uuid(), false);
+        let b = sb.encode();
+        assert_eq!(rd_be32(&b, SB_CHECKSUM_OFFSET), 0);
+        let d = JournalSuperblock::decode(&b, 64).expect("decode");
+        assert_eq!(d, sb);
+    }
+
+    #[test]
+    fn checksum_mismatch_is_corrupt() {
+        let sb = JournalSuperblock::new_v2(64, uuid(), true);
+        let mut b = sb.encode();
+        b[SB_SEQUENCE_OFFSET + 3] ^= 1;
+        match JournalSuperblock::decode(&b, 64) {
+            Err(JournalError::Corrupt(m)) => assert!(m.contains("s_checksum"), "{m}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn validation_errors() {
+        let sb = JournalSuperblock::new_v2(64, uuid(), false);
+        let good = sb.encode();
+        // Bad magic.
+        let mut b = good;
+        b[0] = 0;
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        // maxlen beyond the area.
+        match JournalSuperblock::decode(&good, 63) {
+            Err(JournalError::Corrupt(m)) => assert!(m.contains("s_maxlen"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // Smaller area than maxlen is fine the other way round.
+        assert!(JournalSuperblock::decode(&good, 100).is_ok());
+        // Block size.
+        let mut b = good;
+        wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1024);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
+        wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1000);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        // s_first.
+        let mut b = good;
+        wr_be32(&mut b, SB_FIRST_OFFSET, 0);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        // s_start outside the log.
+        let mut b = good;
+        wr_be32(&mut b, SB_START_OFFSET, 64);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        // Log block type as superblock.
+        let mut b = good;
+        wr_be32(&mut b, 4, BLOCKTYPE_COMMIT);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        wr_be32(&mut b, 4, 9);
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
+        // Short buffer.
+        assert!(matches!(JournalSuperblock::decode(&good[..100], 64), Err(JournalError::Corrupt(_))));
+    }
+
+    #[test]
+    fn feature_checks() {
+        let f = JournalFeatures::new(0, INCOMPAT_REVOKE | INCOMPAT_FAST_COMMIT, 0);
+        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
+        match JournalSuperblock::decode(&b, 64) {
+            Err(JournalError::Incompatible(m)) => assert!(m.contains("fast_commit"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let f = JournalFeatures::new(0, 0x400, 0);
+        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
+        match JournalSuperblock::decode(&b, 64) {
+            Err(JournalError::Incompatible(m)) => assert!(m.contains("0x400"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let f = JournalFeatures::new(0, 0, 1);
+        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
+        let f = JournalFeatures::new(0, INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3, 0);
+        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
+        // csum v3 with a wrong checksum type.
+        let mut sb = JournalSuperblock::new_v2(64, uuid(), true);
+        sb.s_checksum_type = CHKSUM_TYPE_CRC32;
+        let b = sb.encode();
+        match JournalSuperblock::decode(&b, 64) {
+            Err(JournalError::Corrupt(m)) => assert!(m.contains("s_checksum_type"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn v1_superblock_ignores_v2_fields() {
+        let mut b = JournalSuperblock::new_v2(64, uuid(), false).encode();
+        wr_be32(&mut b, 4, BLOCKTYPE_SB_V1);
+        // Garbage in the (v2-only) feature word is ignored for v1.
+        wr_be32(&mut b, SB_FEATURE_INCOMPAT_OFFSET, 0xFFFF_FFFF);
+        let d = JournalSuperblock::decode(&b, 64).expect("v1");
+        assert_eq!(d.blocktype, BLOCKTYPE_SB_V1);
+        assert_eq!(d.features(), JournalFeatures::default());
+        assert_eq!(d.s_feature_incompat, 0);
+        assert_eq!(d.s_maxlen, 64);
+    }
+
+    #[test]
+    fn tag_sizes() {
+        assert_eq!(JournalFeatures::cjfs(true).tag_bytes(), 16);
+        assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0).tag_bytes(), 16);
+        assert_eq!(JournalFeatures::new(0, INCOMPAT_64BIT, 0).tag_bytes(), 12);
+        assert_eq!(JournalFeatures::new(0, 0, 0).tag_bytes(), 8);
+        assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V2 | INCOMPAT_64BIT, 0).tag_bytes(), 14);
+        assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V2, 0).tag_bytes(), 10);
+    }
+
+    #[test]
+    fn format_writes_superblock_and_clears_first_block() {
+        let dev = MemDev::new(200);
+        let area = JournalArea::new([(100, 40), (150, 24)]);
+        let mut junk = [0xEEu8; BLOCK_SIZE];
+        junk[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
+        dev.poke(101, &junk);
+        let sb = format_journal(&dev, &area, uuid(), true).expect("format");
+        assert_eq!(sb.s_maxlen, 64);
+        assert_eq!(dev.peek(101), [0u8; BLOCK_SIZE]);
+        let read = read_superblock(&dev, &area).expect("read back");
+        assert_eq!(read.s_maxlen, 64);
+        assert_eq!(read.s_sequence, 1);
+        assert_eq!(read.s_start, 0);
+        assert_eq!(read.s_uuid, uuid());
+        assert!(dev.flushes() >= 1);
+        assert!(format_journal(&dev, &JournalArea::contiguous(0, 1), uuid(), true).is_err());
+    }
+}

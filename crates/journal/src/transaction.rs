@@ -1,0 +1,124 @@
+//! Transactions and their state machine.
+//!
+//! ```text
+//! Running ──lock──▶ Locked ──versions taken──▶ Committing ──log written──▶ Flushing
+//!    ▲                 │                                                      │
+//!    └── (coalescing: conflict, back to Running)                durable ──▶ Committed
+//!                                                                             │
+//!                                                       written home ──▶ Checkpointed
+//! ```
+//! A running transaction collects handles; the commit thread locks it (no new handles),
+//! waits for outstanding handles to stop, takes a version of every buffer, lets a new
+//! running transaction open and writes the versions to the log; the flush step makes them
+//! durable and wakes waiters; a checkpoint later writes the blocks home and frees the log.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::buffer::{Buffer, Tid};
+
+/// Where a transaction is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum TxState {
+    /// Accepting handles.
+    Running = 0,
+    /// No new handles; waiting for outstanding ones to stop.
+    Locked = 1,
+    /// Versions taken; log blocks being written.
+    Committing = 2,
+    /// Log blocks written; waiting for the flush and the commit record.
+    Flushing = 3,
+    /// Durable.
+    Committed = 4,
+    /// Written home; its log space is free.
+    Checkpointed = 5,
+}
+
+impl TxState {
+    fn from_u8(v: u8) -> TxState {
+        match v {
+            0 => TxState::Running,
+            1 => TxState::Locked,
+            2 => TxState::Committing,
+            3 => TxState::Flushing,
+            4 => TxState::Committed,
+            _ => TxState::Checkpointed,
+        }
+    }
+}
+
+/// What a transaction carries. Protected by [`Transaction::lists`].
+#[derive(Debug, Default)]
+pub struct TxLists {
+    /// Metadata (and journalled data) buffers to log.
+    pub buffers: Vec<Arc<Buffer>>,
+    /// Ordered data buffers to write home before the commit record.
+    pub ordered: Vec<Arc<Buffer>>,
+    /// Blocks revoked by this transaction.
+    pub revokes: HashSet<u64>,
+}
+
+/// One transaction.
+///
+/// Locks: `state` is written only under the journal state lock and read anywhere;
+/// `updates`, `credits` and the counters are atomics; `lists` is its own Mutex.
+#[derive(Debug)]
+pub struct Transaction {
+    /// Transaction id (JBD2 sequence number; the low 32 bits go on disk).
+    pub tid: Tid,
+    state: AtomicU8,
+    /// Handles started and not yet stopped (JBD2's t_updates).
+    pub(crate) updates: AtomicU32,
+    /// Credits reserved by handles so far (bounds the transaction's log size).
+    pub(crate) credits: AtomicU32,
+    /// Handles that joined (coalescing degree).
+    pub(crate) handles: AtomicU64,
+    /// Writers that waited for a buffer version.
+    pub(crate) conflicts: AtomicU64,
+    /// A handle asked for a synchronous commit.
+    pub(crate) sync: AtomicBool,
+    /// Ordered data buffers added (to trigger a commit when large).
+    pub(crate) ordered_count: AtomicU32,
+    /// Contents. Lock: itself.
+    pub(crate) lists: Mutex<TxLists>,
+    /// When the transaction opened (for the commit timer).
+    pub started: Instant,
+}
+
+impl Transaction {
+    pub(crate) fn new(tid: Tid) -> Self {
+        Transaction {
+            tid,
+            state: AtomicU8::new(TxState::Running as u8),
+            updates: AtomicU32::new(0),
+            credits: AtomicU32::new(0),
+            handles: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            sync: AtomicBool::new(false),
+            ordered_count: AtomicU32::new(0),
+            lists: Mutex::new(TxLists::default()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> TxState {
+        TxState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Set the state (callers hold the journal state lock).
+    pub(crate) fn set_state(&self, s: TxState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    /// Whether the transaction has anything to commit.
+    pub fn is_empty(&self) -> bool {
+        let l = self.lists.lock();
+        l.buffers.is_empty() && l.ordered.is_empty() && l.revokes.is_empty()
+    }
+}
