@@ -1,0 +1,380 @@
+//! Extent tree nodes: a 12-byte header followed by 12-byte index entries (interior nodes)
+//! or extents (leaves). The root lives in the inode's 60-byte `i_block` (4 entries), other
+//! nodes fill a block (340 entries in 4 KiB).
+//!
+//! Pure encode/decode; walking and modifying the tree is the caller's business.
+
+use crate::error::{FsError, FsResult};
+use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
+
+/// `eh_magic`.
+pub const EXTENT_MAGIC: u16 = 0xF30A;
+/// Size of the header and of each entry.
+pub const ENTRY_SIZE: usize = 12;
+/// Maximum tree depth the kernel accepts.
+pub const MAX_DEPTH: u16 = 5;
+/// Entries in the root (in `i_block`).
+pub const ROOT_MAX_ENTRIES: u16 = 4;
+/// Entries in a 4 KiB block.
+pub const BLOCK_MAX_ENTRIES: u16 = 340;
+/// Longest initialized extent.
+pub const MAX_INIT_LEN: u32 = 32768;
+/// Longest unwritten (uninitialized) extent.
+pub const MAX_UNWRITTEN_LEN: u32 = 32767;
+
+/// `eh_magic` (u16).
+pub const EH_MAGIC: usize = 0;
+/// `eh_entries` (u16).
+pub const EH_ENTRIES: usize = 2;
+/// `eh_max` (u16).
+pub const EH_MAX: usize = 4;
+/// `eh_depth` (u16).
+pub const EH_DEPTH: usize = 6;
+/// `eh_generation` (u32).
+pub const EH_GENERATION: usize = 8;
+/// `ei_block` / `ee_block` (u32).
+pub const E_BLOCK: usize = 0;
+/// `ei_leaf_lo` (u32).
+pub const EI_LEAF_LO: usize = 4;
+/// `ei_leaf_hi` (u16).
+pub const EI_LEAF_HI: usize = 8;
+/// `ee_len` (u16).
+pub const EE_LEN: usize = 4;
+/// `ee_start_hi` (u16).
+pub const EE_START_HI: usize = 6;
+/// `ee_start_lo` (u32).
+pub const EE_START_LO: usize = 8;
+
+/// Entries that fit a node of `bytes` bytes (60 → 4, 4096 → 340).
+pub const fn max_entries_for(bytes: usize) -> u16 {
+    if bytes < ENTRY_SIZE { 0 } else { ((bytes - ENTRY_SIZE) / ENTRY_SIZE) as u16 }
+}
+
+/// Entries in the root node.
+pub const fn root_max() -> u16 {
+    ROOT_MAX_ENTRIES
+}
+
+/// Entries in a block node of 4 KiB.
+pub const fn block_max() -> u16 {
+    BLOCK_MAX_ENTRIES
+}
+
+/// A leaf entry: `len` blocks starting at logical block `logical` map to physical `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Extent {
+    /// First logical block.
+    pub logical: u32,
+    /// Number of blocks (1..=32768 initialized, 1..=32767 unwritten).
+    pub len: u32,
+    /// Unwritten (preallocated, reads as zeros).
+    pub unwritten: bool,
+    /// First physical block (48 bits).
+    pub start: u64,
+}
+
+impl Extent {
+    /// Logical block after the last one mapped.
+    pub fn logical_end(&self) -> u64 {
+        self.logical as u64 + self.len as u64
+    }
+    /// Physical block of logical block `lblk` if this extent maps it.
+    pub fn map(&self, lblk: u32) -> Option<u64> {
+        if lblk >= self.logical && (lblk as u64) < self.logical_end() {
+            Some(self.start + (lblk - self.logical) as u64)
+        } else {
+            None
+        }
+    }
+    /// The raw `ee_len`.
+    pub fn raw_len(&self) -> u16 {
+        if self.unwritten { (self.len + MAX_INIT_LEN) as u16 } else { self.len as u16 }
+    }
+}
+
+/// An index entry: the subtree at physical block `leaf` covers logical blocks from
+/// `logical` up to the next index entry's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ExtentIndex {
+    /// First logical block covered.
+    pub logical: u32,
+    /// Physical block of the child node (48 bits).
+    pub leaf: u64,
+}
+
+/// The entries of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEntries {
+    /// Depth 0: extents.
+    Leaf(Vec<Extent>),
+    /// Depth > 0: index entries.
+    Index(Vec<ExtentIndex>),
+}
+
+/// One extent tree node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtentNode {
+    /// `eh_max`: capacity of the node.
+    pub max: u16,
+    /// `eh_depth`: 0 for leaves.
+    pub depth: u16,
+    /// `eh_generation`.
+    pub generation: u32,
+    /// The entries (`eh_entries` of them); leaves iff `depth == 0`.
+    pub entries: NodeEntries,
+}
+
+fn corrupt(msg: String) -> FsError {
+    FsError::Corrupt(format!("extent node: {msg}"))
+}
+
+impl ExtentNode {
+    /// An empty leaf with room for `max` entries.
+    pub fn new_leaf(max: u16) -> Self {
+        ExtentNode { max, depth: 0, generation: 0, entries: NodeEntries::Leaf(Vec::new()) }
+    }
+
+    /// An empty index node at `depth` (> 0) with room for `max` entries.
+    pub fn new_index(max: u16, depth: u16) -> Self {
+        ExtentNode { max, depth, generation: 0, entries: NodeEntries::Index(Vec::new()) }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        match &self.entries {
+            NodeEntries::Leaf(v) => v.len(),
+            NodeEntries::Index(v) => v.len(),
+        }
+    }
+
+    /// True if the node has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the node is full.
+    pub fn is_full(&self) -> bool {
+        self.len() >= self.max as usize
+    }
+
+    /// The extents, if this is a leaf.
+    pub fn extents(&self) -> Option<&[Extent]> {
+        match &self.entries {
+            NodeEntries::Leaf(v) => Some(v),
+            NodeEntries::Index(_) => None,
+        }
+    }
+
+    /// The index entries, if this is an interior node.
+    pub fn indexes(&self) -> Option<&[ExtentIndex]> {
+        match &self.entries {
+            NodeEntries::Index(v) => Some(v),
+            NodeEntries::Leaf(_) => None,
+        }
+    }
+
+    /// Decode a node from `buf` (the 60-byte `i_block` or a whole tree block). Validates the
+    /// magic, `eh_max` against the size, `eh_entries <= eh_max`, `eh_depth <= 5`, extent
+    /// lengths, and that entries are sorted and (for leaves) do not overlap.
+    pub fn decode(buf: &[u8]) -> FsResult<Self> {
+        if buf.len() < ENTRY_SIZE {
+            return Err(corrupt(format!("{} bytes given, at least 12 needed", buf.len())));
+        }
+        let magic = get_u16(buf, EH_MAGIC);
+        if magic != EXTENT_MAGIC {
+            return Err(corrupt(format!("eh_magic = 0x{magic:04x} (expected 0xf30a)")));
+        }
+        let entries = get_u16(buf, EH_ENTRIES);
+        let max = get_u16(buf, EH_MAX);
+        let depth = get_u16(buf, EH_DEPTH);
+        let generation = get_u32(buf, EH_GENERATION);
+        let cap = max_entries_for(buf.len());
+        if max == 0 || max > cap {
+            return Err(corrupt(format!("eh_max = {max} (a {}-byte node holds {cap})", buf.len())));
+        }
+        if entries > max {
+            return Err(corrupt(format!("eh_entries = {entries} exceeds eh_max = {max}")));
+        }
+        if depth > MAX_DEPTH {
+            return Err(corrupt(format!("eh_depth = {depth} (at most {MAX_DEPTH})")));
+        }
+        let ent = |i: usize| &buf[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
+        let entries = if depth == 0 {
+            let mut v: Vec<Extent> = Vec::with_capacity(entries as usize);
+            for i in 0..entries as usize {
+                let e = ent(i);
+                let raw_len = get_u16(e, EE_LEN) as u32;
+                let (len, unwritten) = if raw_len > MAX_INIT_LEN {
+                    (raw_len - MAX_INIT_LEN, true)
+                } else {
+                    (raw_len, false)
+                };
+                let x = Extent {
+                    logical: get_u32(e, E_BLOCK),
+                    len,
+                    unwritten,
+                    start: get_u32(e, EE_START_LO) as u64 | (get_u16(e, EE_START_HI) as u64) << 32,
+                };
+                if len == 0 {
+                    return Err(corrupt(format!("extent {i}: ee_len = 0")));
+                }
+                if x.logical_end() > 1u64 << 32 {
+                    return Err(corrupt(format!(
+                        "extent {i}: ee_block = {} + ee_len = {len} passes 2^32",
+                        x.logical
+                    )));
+                }
+                if let Some(p) = v.last() {
+                    if (x.logical as u64) < p.logical_end() {
+                        return Err(corrupt(format!(
+                            "extent {i}: ee_block = {} overlaps or precedes the previous extent \
+                             ending at {}",
+                            x.logical,
+                            p.logical_end()
+                        )));
+                    }
+                }
+                v.push(x);
+            }
+            NodeEntries::Leaf(v)
+        } else {
+            let mut v: Vec<ExtentIndex> = Vec::with_capacity(entries as usize);
+            for i in 0..entries as usize {
+                let e = ent(i);
+                let x = ExtentIndex {
+                    logical: get_u32(e, E_BLOCK),
+                    leaf: get_u32(e, EI_LEAF_LO) as u64 | (get_u16(e, EI_LEAF_HI) as u64) << 32,
+                };
+                if let Some(p) = v.last() {
+                    if x.logical <= p.logical {
+                        return Err(corrupt(format!(
+                            "index {i}: ei_block = {} not above the previous {}",
+                            x.logical, p.logical
+                        )));
+                    }
+                }
+                v.push(x);
+            }
+            NodeEntries::Index(v)
+        };
+        Ok(ExtentNode { max, depth, generation, entries })
+    }
+
+    /// Encode into `out` (60 bytes for the root, a block otherwise): header, entries, and
+    /// zeros in the unused slots up to `eh_max`; bytes after those slots (e.g. a checksum
+    /// tail) are preserved. Entries that do not fit `out` are dropped (a caller bug: keep
+    /// `len() <= max` and `max` within the buffer, see [`max_entries_for`]).
+    pub fn encode_into(&self, out: &mut [u8]) {
+        let max = self.max.max(self.len() as u16);
+        let area = (ENTRY_SIZE * (max as usize + 1)).min(out.len() / ENTRY_SIZE * ENTRY_SIZE);
+        if area < ENTRY_SIZE {
+            return;
+        }
+        let fit = area / ENTRY_SIZE - 1;
+        let b = &mut out[..area];
+        b.fill(0);
+        put_u16(b, EH_MAGIC, EXTENT_MAGIC);
+        put_u16(b, EH_ENTRIES, self.len().min(fit) as u16);
+        put_u16(b, EH_MAX, self.max);
+        put_u16(b, EH_DEPTH, self.depth);
+        put_u32(b, EH_GENERATION, self.generation);
+        match &self.entries {
+            NodeEntries::Leaf(v) => {
+                for (i, x) in v.iter().take(fit).enumerate() {
+                    let e = &mut b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
+                    put_u32(e, E_BLOCK, x.logical);
+                    put_u16(e, EE_LEN, x.raw_len());
+                    put_u16(e, EE_START_HI, (x.start >> 32) as u16);
+                    put_u32(e, EE_START_LO, x.start as u32);
+                }
+            }
+            NodeEntries::Index(v) => {
+                for (i, x) in v.iter().take(fit).enumerate() {
+                    let e = &mut b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
+                    put_u32(e, E_BLOCK, x.logical);
+                    put_u32(e, EI_LEAF_LO, x.leaf as u32);
+                    put_u16(e, EI_LEAF_HI, (x.leaf >> 32) as u16);
+                }
+            }
+        }
+    }
+
+    /// Encode as an inode root (`i_block`).
+    pub fn to_i_block(&self) -> [u8; 60] {
+        let mut b = [0u8; 60];
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// In a leaf, the extent mapping logical block `lblk`.
+    pub fn find_extent(&self, lblk: u32) -> Option<&Extent> {
+        let v = self.extents()?;
+        let i = v.partition_point(|e| e.logical <= lblk);
+        let e = v.get(i.checked_sub(1)?)?;
+        e.map(lblk).map(|_| e)
+    }
+
+    /// In an interior node, the position of the child whose range covers `lblk` (the last
+    /// entry with `logical <= lblk`; the first entry if `lblk` precedes all of them).
+    pub fn find_index(&self, lblk: u32) -> Option<usize> {
+        let v = self.indexes()?;
+        if v.is_empty() {
+            return None;
+        }
+        Some(v.partition_point(|e| e.logical <= lblk).saturating_sub(1))
+    }
+}
+
+/// Split the run of `len` physical blocks at `start` mapped from logical block `logical`
+/// into initialized extents of at most 32768 blocks.
+pub fn extents_for_run(logical: u32, start: u64, len: u64) -> Vec<Extent> {
+    let mut v = Vec::new();
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(MAX_INIT_LEN as u64);
+        v.push(Extent {
+            logical: logical.wrapping_add(done as u32),
+            len: n as u32,
+            unwritten: false,
+            start: start + done,
+        });
+        done += n;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_round_trip() {
+        let mut n = ExtentNode::new_leaf(root_max());
+        n.entries = NodeEntries::Leaf(vec![
+            Extent { logical: 0, len: 32768, unwritten: false, start: 0x1_0000_0002 },
+            Extent { logical: 40000, len: 10, unwritten: true, start: 77 },
+        ]);
+        let b = n.to_i_block();
+        let d = ExtentNode::decode(&b).unwrap();
+        assert_eq!(d, n);
+        assert_eq!(d.find_extent(5).unwrap().map(5), Some(0x1_0000_0007));
+        assert!(d.find_extent(32768).is_none());
+        assert_eq!(d.find_extent(40009).unwrap().start, 77);
+    }
+
+    #[test]
+    fn rejects_bad_nodes() {
+        let mut n = ExtentNode::new_leaf(4);
+        n.entries = NodeEntries::Leaf(vec![
+            Extent { logical: 10, len: 5, unwritten: false, start: 1 },
+            Extent { logical: 12, len: 5, unwritten: false, start: 100 },
+        ]);
+        let b = n.to_i_block();
+        assert!(ExtentNode::decode(&b).is_err());
+        let mut b = ExtentNode::new_leaf(4).to_i_block();
+        put_u16(&mut b, EH_MAX, 5);
+        assert!(ExtentNode::decode(&b).is_err());
+        assert_eq!(max_entries_for(4096), 340);
+        assert_eq!(max_entries_for(60), 4);
+    }
+}

@@ -1,0 +1,344 @@
+//! Block group descriptors: 32 bytes, or `s_desc_size` (>= 64) bytes with `64bit`.
+//!
+//! With `uninit_bg` (`gdt_csum`) every descriptor carries a crc16 checksum over the file
+//! system UUID, the little-endian group number and the descriptor bytes (minus the checksum
+//! field). Writers must call [`GroupDesc::update_checksum`] after every change (it is a no-op
+//! without the feature), and readers of a group flagged [`BG_BLOCK_UNINIT`] /
+//! [`BG_INODE_UNINIT`] must use the synthesized bitmaps from
+//! [`crate::ondisk::bitmap::uninit_block_bitmap`] / [`crate::ondisk::bitmap::uninit_inode_bitmap`]
+//! instead of the on-disk blocks. `mkfs` never sets these flags.
+
+use crate::error::{FsError, FsResult};
+use crate::ondisk::superblock::{Superblock, get_u16, get_u32, put_u16, put_u32};
+
+/// Smallest descriptor size.
+pub const DESC_SIZE_32: usize = 32;
+/// Descriptor size with `64bit`.
+pub const DESC_SIZE_64: usize = 64;
+
+/// `bg_flags`: inode table and bitmap are not initialized.
+pub const BG_INODE_UNINIT: u16 = 0x0001;
+/// `bg_flags`: block bitmap is not initialized.
+pub const BG_BLOCK_UNINIT: u16 = 0x0002;
+/// `bg_flags`: the inode table is zeroed.
+pub const BG_INODE_ZEROED: u16 = 0x0004;
+
+/// `bg_block_bitmap_lo` (u32).
+pub const BG_BLOCK_BITMAP_LO: usize = 0x00;
+/// `bg_inode_bitmap_lo` (u32).
+pub const BG_INODE_BITMAP_LO: usize = 0x04;
+/// `bg_inode_table_lo` (u32).
+pub const BG_INODE_TABLE_LO: usize = 0x08;
+/// `bg_free_blocks_count_lo` (u16).
+pub const BG_FREE_BLOCKS_COUNT_LO: usize = 0x0C;
+/// `bg_free_inodes_count_lo` (u16).
+pub const BG_FREE_INODES_COUNT_LO: usize = 0x0E;
+/// `bg_used_dirs_count_lo` (u16).
+pub const BG_USED_DIRS_COUNT_LO: usize = 0x10;
+/// `bg_flags` (u16).
+pub const BG_FLAGS: usize = 0x12;
+/// `bg_exclude_bitmap_lo` (u32).
+pub const BG_EXCLUDE_BITMAP_LO: usize = 0x14;
+/// `bg_block_bitmap_csum_lo` (u16).
+pub const BG_BLOCK_BITMAP_CSUM_LO: usize = 0x18;
+/// `bg_inode_bitmap_csum_lo` (u16).
+pub const BG_INODE_BITMAP_CSUM_LO: usize = 0x1A;
+/// `bg_itable_unused_lo` (u16).
+pub const BG_ITABLE_UNUSED_LO: usize = 0x1C;
+/// `bg_checksum` (u16).
+pub const BG_CHECKSUM: usize = 0x1E;
+/// `bg_block_bitmap_hi` (u32).
+pub const BG_BLOCK_BITMAP_HI: usize = 0x20;
+/// `bg_inode_bitmap_hi` (u32).
+pub const BG_INODE_BITMAP_HI: usize = 0x24;
+/// `bg_inode_table_hi` (u32).
+pub const BG_INODE_TABLE_HI: usize = 0x28;
+/// `bg_free_blocks_count_hi` (u16).
+pub const BG_FREE_BLOCKS_COUNT_HI: usize = 0x2C;
+/// `bg_free_inodes_count_hi` (u16).
+pub const BG_FREE_INODES_COUNT_HI: usize = 0x2E;
+/// `bg_used_dirs_count_hi` (u16).
+pub const BG_USED_DIRS_COUNT_HI: usize = 0x30;
+/// `bg_itable_unused_hi` (u16).
+pub const BG_ITABLE_UNUSED_HI: usize = 0x32;
+
+/// One group descriptor. The raw bytes are kept so unmodeled fields (exclude bitmap,
+/// bitmap checksums, reserved) survive [`GroupDesc::encode_into`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDesc {
+    /// Block bitmap location.
+    pub block_bitmap: u64,
+    /// Inode bitmap location.
+    pub inode_bitmap: u64,
+    /// First block of the inode table.
+    pub inode_table: u64,
+    /// Free blocks in the group.
+    pub free_blocks_count: u32,
+    /// Free inodes in the group.
+    pub free_inodes_count: u32,
+    /// Directories in the group.
+    pub used_dirs_count: u32,
+    /// `bg_flags`: [`BG_INODE_UNINIT`], [`BG_BLOCK_UNINIT`], [`BG_INODE_ZEROED`].
+    pub flags: u16,
+    /// Inodes at the end of the table never used (only meaningful with `uninit_bg`).
+    pub itable_unused: u32,
+    /// `bg_checksum`.
+    pub checksum: u16,
+    raw: Vec<u8>,
+}
+
+impl GroupDesc {
+    /// A zeroed descriptor of `size` bytes (32, or `s_desc_size` with `64bit`).
+    pub fn new(size: usize) -> Self {
+        GroupDesc {
+            block_bitmap: 0,
+            inode_bitmap: 0,
+            inode_table: 0,
+            free_blocks_count: 0,
+            free_inodes_count: 0,
+            used_dirs_count: 0,
+            flags: 0,
+            itable_unused: 0,
+            checksum: 0,
+            raw: vec![0; size.max(DESC_SIZE_32)],
+        }
+    }
+
+    /// Decode one descriptor; `buf.len()` is the descriptor size (>= 32; the `_hi` halves are
+    /// read when it is >= 64).
+    pub fn decode(buf: &[u8]) -> FsResult<Self> {
+        if buf.len() < DESC_SIZE_32 {
+            return Err(FsError::Corrupt(format!(
+                "group descriptor: {} bytes given, at least 32 needed",
+                buf.len()
+            )));
+        }
+        let b = buf;
+        let wide = b.len() >= DESC_SIZE_64;
+        let hi32 = |off: usize| if wide { (get_u32(b, off) as u64) << 32 } else { 0 };
+        let hi16 = |off: usize| if wide { (get_u16(b, off) as u32) << 16 } else { 0 };
+        Ok(GroupDesc {
+            block_bitmap: get_u32(b, BG_BLOCK_BITMAP_LO) as u64 | hi32(BG_BLOCK_BITMAP_HI),
+            inode_bitmap: get_u32(b, BG_INODE_BITMAP_LO) as u64 | hi32(BG_INODE_BITMAP_HI),
+            inode_table: get_u32(b, BG_INODE_TABLE_LO) as u64 | hi32(BG_INODE_TABLE_HI),
+            free_blocks_count: get_u16(b, BG_FREE_BLOCKS_COUNT_LO) as u32
+                | hi16(BG_FREE_BLOCKS_COUNT_HI),
+            free_inodes_count: get_u16(b, BG_FREE_INODES_COUNT_LO) as u32
+                | hi16(BG_FREE_INODES_COUNT_HI),
+            used_dirs_count: get_u16(b, BG_USED_DIRS_COUNT_LO) as u32
+                | hi16(BG_USED_DIRS_COUNT_HI),
+            flags: get_u16(b, BG_FLAGS),
+            itable_unused: get_u16(b, BG_ITABLE_UNUSED_LO) as u32 | hi16(BG_ITABLE_UNUSED_HI),
+            checksum: get_u16(b, BG_CHECKSUM),
+            raw: b.to_vec(),
+        })
+    }
+
+    /// Descriptor size this descriptor encodes to.
+    pub fn size(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Encode into `out[..self.size()]`, patching the modeled fields into the raw bytes.
+    /// In a 32-byte descriptor only the low halves are written.
+    pub fn encode_into(&self, out: &mut [u8]) {
+        let n = self.raw.len();
+        let b = &mut out[..n];
+        b.copy_from_slice(&self.raw);
+        self.patch(b);
+    }
+
+    fn patch(&self, b: &mut [u8]) {
+        put_u32(b, BG_BLOCK_BITMAP_LO, self.block_bitmap as u32);
+        put_u32(b, BG_INODE_BITMAP_LO, self.inode_bitmap as u32);
+        put_u32(b, BG_INODE_TABLE_LO, self.inode_table as u32);
+        put_u16(b, BG_FREE_BLOCKS_COUNT_LO, self.free_blocks_count as u16);
+        put_u16(b, BG_FREE_INODES_COUNT_LO, self.free_inodes_count as u16);
+        put_u16(b, BG_USED_DIRS_COUNT_LO, self.used_dirs_count as u16);
+        put_u16(b, BG_FLAGS, self.flags);
+        put_u16(b, BG_ITABLE_UNUSED_LO, self.itable_unused as u16);
+        put_u16(b, BG_CHECKSUM, self.checksum);
+        if b.len() >= DESC_SIZE_64 {
+            put_u32(b, BG_BLOCK_BITMAP_HI, (self.block_bitmap >> 32) as u32);
+            put_u32(b, BG_INODE_BITMAP_HI, (self.inode_bitmap >> 32) as u32);
+            put_u32(b, BG_INODE_TABLE_HI, (self.inode_table >> 32) as u32);
+            put_u16(b, BG_FREE_BLOCKS_COUNT_HI, (self.free_blocks_count >> 16) as u16);
+            put_u16(b, BG_FREE_INODES_COUNT_HI, (self.free_inodes_count >> 16) as u16);
+            put_u16(b, BG_USED_DIRS_COUNT_HI, (self.used_dirs_count >> 16) as u16);
+            put_u16(b, BG_ITABLE_UNUSED_HI, (self.itable_unused >> 16) as u16);
+        }
+    }
+
+    /// The encoded bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = vec![0; self.raw.len()];
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// The crc16 `uninit_bg` checksum this descriptor should carry as group `group` of `sb`.
+    pub fn compute_checksum(&self, sb: &Superblock, group: u32) -> u16 {
+        let bytes = self.to_bytes();
+        let mut crc = crc16(0xFFFF, &sb.uuid);
+        crc = crc16(crc, &group.to_le_bytes());
+        crc = crc16(crc, &bytes[..BG_CHECKSUM]);
+        let size = sb.desc_size().min(bytes.len());
+        if sb.has_64bit() && size > BG_CHECKSUM + 2 {
+            crc = crc16(crc, &bytes[BG_CHECKSUM + 2..size]);
+        }
+        crc
+    }
+
+    /// Recompute `bg_checksum` for group `group` when `sb` has `uninit_bg`; no-op otherwise.
+    /// Call after every change to a descriptor.
+    pub fn update_checksum(&mut self, sb: &Superblock, group: u32) {
+        if sb.has_gdt_csum() {
+            self.checksum = self.compute_checksum(sb, group);
+        }
+    }
+
+    /// Check `bg_checksum` when `sb` has `uninit_bg` (always Ok otherwise).
+    pub fn verify_checksum(&self, sb: &Superblock, group: u32) -> FsResult<()> {
+        if !sb.has_gdt_csum() {
+            return Ok(());
+        }
+        let want = self.compute_checksum(sb, group);
+        if want != self.checksum {
+            return Err(FsError::Corrupt(format!(
+                "group descriptor {group}: bg_checksum = 0x{:04x} (expected 0x{want:04x})",
+                self.checksum
+            )));
+        }
+        Ok(())
+    }
+
+    /// Check that the bitmaps and inode table lie inside the file system, clear of the
+    /// superblock/GDT copies of their group, and that the counts fit the group.
+    pub fn validate(&self, sb: &Superblock, group: u32) -> FsResult<()> {
+        let blocks = sb.block_count();
+        let itb = sb.inode_table_blocks() as u64;
+        let bad = |field: &str, v: u64, why: String| {
+            Err(FsError::Corrupt(format!("group descriptor {group}: {field} = {v} {why}")))
+        };
+        for (field, v, len) in [
+            ("bg_block_bitmap", self.block_bitmap, 1u64),
+            ("bg_inode_bitmap", self.inode_bitmap, 1),
+            ("bg_inode_table", self.inode_table, itb),
+        ] {
+            if v < sb.first_data_block as u64 || v.saturating_add(len) > blocks {
+                return bad(field, v, format!("(outside the file system of {blocks} blocks)"));
+            }
+            let g = sb.group_of_block(v);
+            let start = sb.group_first_block(g);
+            let meta = sb.group_super_overhead(g) as u64;
+            if v < start + meta {
+                return bad(field, v, format!("(overlaps the superblock/GDT copy of group {g})"));
+            }
+            if !sb.has_flex_bg() && g != group {
+                return bad(field, v, format!("(outside group {group} without flex_bg)"));
+            }
+        }
+        if self.free_blocks_count > sb.group_block_count(group) {
+            return bad(
+                "bg_free_blocks_count",
+                self.free_blocks_count as u64,
+                format!("(group has {} blocks)", sb.group_block_count(group)),
+            );
+        }
+        if self.free_inodes_count > sb.inodes_per_group {
+            return bad(
+                "bg_free_inodes_count",
+                self.free_inodes_count as u64,
+                format!("(group has {} inodes)", sb.inodes_per_group),
+            );
+        }
+        if self.used_dirs_count > sb.inodes_per_group {
+            return bad(
+                "bg_used_dirs_count",
+                self.used_dirs_count as u64,
+                format!("(group has {} inodes)", sb.inodes_per_group),
+            );
+        }
+        if sb.has_gdt_csum() && self.itable_unused > sb.inodes_per_group {
+            return bad(
+                "bg_itable_unused",
+                self.itable_unused as u64,
+                format!("(group has {} inodes)", sb.inodes_per_group),
+            );
+        }
+        Ok(())
+    }
+
+    /// Decode `count` descriptors of `desc_size` bytes from the concatenated GDT blocks.
+    pub fn decode_table(buf: &[u8], count: u32, desc_size: usize) -> FsResult<Vec<GroupDesc>> {
+        if desc_size < DESC_SIZE_32 {
+            return Err(FsError::Corrupt(format!(
+                "group descriptor table: descriptor size {desc_size} (at least 32)"
+            )));
+        }
+        let need = count as usize * desc_size;
+        if buf.len() < need {
+            return Err(FsError::Corrupt(format!(
+                "group descriptor table: {} bytes given, {need} needed for {count} groups",
+                buf.len()
+            )));
+        }
+        buf[..need].chunks_exact(desc_size).map(GroupDesc::decode).collect()
+    }
+
+    /// Encode descriptors into the GDT bytes `out` (descriptor `i` at `i * desc_size`); bytes
+    /// after the last descriptor are left as they are.
+    pub fn encode_table(descs: &[GroupDesc], desc_size: usize, out: &mut [u8]) {
+        for (i, d) in descs.iter().enumerate() {
+            let slot = &mut out[i * desc_size..(i + 1) * desc_size];
+            if d.raw.len() == desc_size {
+                d.encode_into(slot);
+            } else {
+                // Size changed (should not happen): write the modeled fields only.
+                let n = d.raw.len().min(desc_size);
+                slot[..n].copy_from_slice(&d.raw[..n]);
+                slot[n..].fill(0);
+                d.patch(slot);
+            }
+        }
+    }
+}
+
+/// CRC-16 (polynomial 0x8005, reflected: 0xA001) as used for `uninit_bg` descriptor
+/// checksums (Linux `crc16()`); seed with 0xFFFF (`~0`).
+pub fn crc16(mut crc: u16, data: &[u8]) -> u16 {
+    for &byte in data {
+        crc ^= byte as u16;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_reference() {
+        // CRC-16/ARC of "123456789" is 0xBB3D (init 0); MODBUS (init 0xFFFF) is 0x4B37.
+        assert_eq!(crc16(0, b"123456789"), 0xBB3D);
+        assert_eq!(crc16(0xFFFF, b"123456789"), 0x4B37);
+    }
+
+    #[test]
+    fn round_trip_64() {
+        let mut raw = vec![0u8; 64];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = i as u8 * 7 + 1;
+        }
+        let d = GroupDesc::decode(&raw).unwrap();
+        assert_eq!(d.to_bytes(), raw);
+        let lo = get_u32(&raw, 0) as u64;
+        assert_eq!(d.block_bitmap, lo | (get_u32(&raw, 32) as u64) << 32);
+        let d32 = GroupDesc::decode(&raw[..32]).unwrap();
+        assert_eq!(d32.to_bytes(), raw[..32]);
+        assert_eq!(d32.block_bitmap, lo);
+    }
+}

@@ -1,0 +1,618 @@
+//! Hash-indexed directories (`dir_index`, htree): the directory hash functions and the index
+//! blocks.
+//!
+//! Block 0 of an indexed directory is the `dx_root`: the `.` record (rec_len 12), the `..`
+//! record whose rec_len covers the rest of the block (so linear readers skip the index), the
+//! 8-byte `dx_root_info` (hash version, info length, indirect levels) and the `dx_entry`
+//! array whose first slot holds count/limit and the block of hashes below the first
+//! separator. Interior `dx_node` blocks start with a fake empty record covering the block,
+//! then count/limit and entries. Leaves are ordinary linear directory blocks.
+//!
+//! The hash functions implement `ext2fs_dirhash` / the kernel's `ext4fs_dirhash` exactly
+//! (legacy, half-MD4, TEA; signed or unsigned char variants).
+
+use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
+
+use crate::error::{FsError, FsResult};
+use crate::ondisk::dirent::{DE_NAME, DE_NAME_LEN, DE_REC_LEN, FT_DIR};
+use crate::ondisk::superblock::{FLAGS_UNSIGNED_HASH, Superblock, get_u16, get_u32, put_u16, put_u32};
+
+/// Hash version: legacy (`dx_hack_hash`), signed chars.
+pub const DX_HASH_LEGACY: u8 = 0;
+/// Hash version: half MD4, signed chars.
+pub const DX_HASH_HALF_MD4: u8 = 1;
+/// Hash version: TEA, signed chars.
+pub const DX_HASH_TEA: u8 = 2;
+/// Hash version: legacy, unsigned chars.
+pub const DX_HASH_LEGACY_UNSIGNED: u8 = 3;
+/// Hash version: half MD4, unsigned chars.
+pub const DX_HASH_HALF_MD4_UNSIGNED: u8 = 4;
+/// Hash version: TEA, unsigned chars.
+pub const DX_HASH_TEA_UNSIGNED: u8 = 5;
+/// Hash version: SipHash (casefolded + encrypted directories; not supported).
+pub const DX_HASH_SIPHASH: u8 = 6;
+
+/// `dx_root_info.reserved_zero` (u32).
+pub const DX_ROOT_RESERVED_ZERO: usize = 24;
+/// `dx_root_info.hash_version` (u8).
+pub const DX_ROOT_HASH_VERSION: usize = 28;
+/// `dx_root_info.info_length` (u8, always 8).
+pub const DX_ROOT_INFO_LENGTH: usize = 29;
+/// `dx_root_info.indirect_levels` (u8).
+pub const DX_ROOT_INDIRECT_LEVELS: usize = 30;
+/// `dx_root_info.unused_flags` (u8).
+pub const DX_ROOT_UNUSED_FLAGS: usize = 31;
+/// Start of the `dx_root_info` structure.
+pub const DX_ROOT_INFO: usize = 24;
+/// Start of a `dx_node`'s count/limit and entries (after the fake 8-byte record).
+pub const DX_NODE_ENTRIES: usize = 8;
+/// Size of `dx_root_info`.
+pub const DX_ROOT_INFO_LEN: u8 = 8;
+/// Size of a `dx_entry`.
+pub const DX_ENTRY_SIZE: usize = 8;
+/// Largest `indirect_levels` without `large_dir` (a root plus one level of nodes).
+pub const MAX_INDIRECT_LEVELS: u8 = 1;
+/// `dx_entry.block` bits that hold the logical block (the top 4 are reserved).
+pub const DX_BLOCK_MASK: u32 = 0x0fff_ffff;
+
+/// Entries a `dx_root` can hold in a block of `block_size` bytes (508 for 4 KiB).
+pub const fn root_limit(block_size: usize) -> u16 {
+    ((block_size - DX_ROOT_INFO - DX_ROOT_INFO_LEN as usize) / DX_ENTRY_SIZE) as u16
+}
+
+/// Entries a `dx_node` can hold in a block of `block_size` bytes (511 for 4 KiB).
+pub const fn node_limit(block_size: usize) -> u16 {
+    ((block_size - DX_NODE_ENTRIES) / DX_ENTRY_SIZE) as u16
+}
+
+// ---- hash functions ----------------------------------------------------------------------
+
+fn dx_hack_hash(name: &[u8], unsigned: bool) -> u32 {
+    let (mut hash0, mut hash1) = (0x12a3_fe2du32, 0x37ab_e8f9u32);
+    for &b in name {
+        let c = if unsigned { b as i32 } else { b as i8 as i32 };
+        let mut hash = hash1.wrapping_add(hash0 ^ (c.wrapping_mul(7_152_373) as u32));
+        if hash & 0x8000_0000 != 0 {
+            hash = hash.wrapping_sub(0x7fff_ffff);
+        }
+        hash1 = hash0;
+        hash0 = hash;
+    }
+    hash0 << 1
+}
+
+/// Pack up to `num * 4` bytes of `msg` into `num` words the way `str2hashbuf` does, padding
+/// with the (remaining) length replicated into every byte.
+fn str2hashbuf(msg: &[u8], num: usize, unsigned: bool) -> [u32; 8] {
+    let len = msg.len() as u32;
+    let mut pad = len | (len << 8);
+    pad |= pad << 16;
+    let mut val = pad;
+    let mut out = [0u32; 8];
+    let mut oi = 0usize;
+    let mut num = num as isize;
+    for (i, &b) in msg.iter().take(num as usize * 4).enumerate() {
+        let c = if unsigned { b as u32 } else { b as i8 as i32 as u32 };
+        val = c.wrapping_add(val << 8);
+        if i % 4 == 3 {
+            out[oi] = val;
+            oi += 1;
+            val = pad;
+            num -= 1;
+        }
+    }
+    num -= 1;
+    if num >= 0 {
+        out[oi] = val;
+        oi += 1;
+    }
+    loop {
+        num -= 1;
+        if num < 0 {
+            break;
+        }
+        out[oi] = pad;
+        oi += 1;
+    }
+    out
+}
+
+fn tea_transform(buf: &mut [u32; 4], inp: &[u32]) {
+    const DELTA: u32 = 0x9E37_79B9;
+    let mut sum = 0u32;
+    let (mut b0, mut b1) = (buf[0], buf[1]);
+    let (a, b, c, d) = (inp[0], inp[1], inp[2], inp[3]);
+    for _ in 0..16 {
+        sum = sum.wrapping_add(DELTA);
+        b0 = b0.wrapping_add(
+            ((b1 << 4).wrapping_add(a)) ^ (b1.wrapping_add(sum)) ^ ((b1 >> 5).wrapping_add(b)),
+        );
+        b1 = b1.wrapping_add(
+            ((b0 << 4).wrapping_add(c)) ^ (b0.wrapping_add(sum)) ^ ((b0 >> 5).wrapping_add(d)),
+        );
+    }
+    buf[0] = buf[0].wrapping_add(b0);
+    buf[1] = buf[1].wrapping_add(b1);
+}
+
+fn half_md4_transform(buf: &mut [u32; 4], inp: &[u32]) {
+    const K1: u32 = 0;
+    const K2: u32 = 0o13240474631;
+    const K3: u32 = 0o15666365641;
+    fn f(x: u32, y: u32, z: u32) -> u32 {
+        z ^ (x & (y ^ z))
+    }
+    fn g(x: u32, y: u32, z: u32) -> u32 {
+        (x & y).wrapping_add((x ^ y) & z)
+    }
+    fn h(x: u32, y: u32, z: u32) -> u32 {
+        x ^ y ^ z
+    }
+    fn round(
+        func: fn(u32, u32, u32) -> u32,
+        a: &mut u32,
+        b: u32,
+        c: u32,
+        d: u32,
+        x: u32,
+        s: u32,
+    ) {
+        *a = a.wrapping_add(func(b, c, d)).wrapping_add(x);
+        *a = a.rotate_left(s);
+    }
+    let (mut a, mut b, mut c, mut d) = (buf[0], buf[1], buf[2], buf[3]);
+    // Round 1
+    round(f, &mut a, b, c, d, inp[0].wrapping_add(K1), 3);
+    round(f, &mut d, a, b, c, inp[1].wrapping_add(K1), 7);
+    round(f, &mut c, d, a, b, inp[2].wrapping_add(K1), 11);
+    round(f, &mut b, c, d, a, inp[3].wrapping_add(K1), 19);
+    round(f, &mut a, b, c, d, inp[4].wrapping_add(K1), 3);
+    round(f, &mut d, a, b, c, inp[5].wrapping_add(K1), 7);
+    round(f, &mut c, d, a, b, inp[6].wrapping_add(K1), 11);
+    round(f, &mut b, c, d, a, inp[7].wrapping_add(K1), 19);
+    // Round 2
+    round(g, &mut a, b, c, d, inp[1].wrapping_add(K2), 3);
+    round(g, &mut d, a, b, c, inp[3].wrapping_add(K2), 5);
+    round(g, &mut c, d, a, b, inp[5].wrapping_add(K2), 9);
+    round(g, &mut b, c, d, a, inp[7].wrapping_add(K2), 13);
+    round(g, &mut a, b, c, d, inp[0].wrapping_add(K2), 3);
+    round(g, &mut d, a, b, c, inp[2].wrapping_add(K2), 5);
+    round(g, &mut c, d, a, b, inp[4].wrapping_add(K2), 9);
+    round(g, &mut b, c, d, a, inp[6].wrapping_add(K2), 13);
+    // Round 3
+    round(h, &mut a, b, c, d, inp[3].wrapping_add(K3), 3);
+    round(h, &mut d, a, b, c, inp[7].wrapping_add(K3), 9);
+    round(h, &mut c, d, a, b, inp[2].wrapping_add(K3), 11);
+    round(h, &mut b, c, d, a, inp[6].wrapping_add(K3), 15);
+    round(h, &mut a, b, c, d, inp[1].wrapping_add(K3), 3);
+    round(h, &mut d, a, b, c, inp[5].wrapping_add(K3), 9);
+    round(h, &mut c, d, a, b, inp[0].wrapping_add(K3), 11);
+    round(h, &mut b, c, d, a, inp[4].wrapping_add(K3), 15);
+    buf[0] = buf[0].wrapping_add(a);
+    buf[1] = buf[1].wrapping_add(b);
+    buf[2] = buf[2].wrapping_add(c);
+    buf[3] = buf[3].wrapping_add(d);
+}
+
+/// Hash of a name as `ext2fs_dirhash` computes it: `(hash, minor_hash)` with the low bit of
+/// `hash` cleared. `version` is one of `DX_HASH_*` (0..=5, already adjusted for unsigned
+/// chars, see [`effective_hash_version`]); an all-zero `seed` means the default seed.
+/// Like the kernel, a hash equal to the 32-bit EOF marker `0xfffffffe` becomes `0xfffffffc`.
+pub fn dirhash(version: u8, name: &[u8], seed: &[u32; 4]) -> FsResult<(u32, u32)> {
+    let mut buf: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+    if seed.iter().any(|&w| w != 0) {
+        buf = *seed;
+    }
+    let (hash, minor) = match version {
+        DX_HASH_LEGACY | DX_HASH_LEGACY_UNSIGNED => {
+            (dx_hack_hash(name, version == DX_HASH_LEGACY_UNSIGNED), 0)
+        }
+        DX_HASH_HALF_MD4 | DX_HASH_HALF_MD4_UNSIGNED => {
+            let unsigned = version == DX_HASH_HALF_MD4_UNSIGNED;
+            let mut p = name;
+            while !p.is_empty() {
+                let inp = str2hashbuf(p, 8, unsigned);
+                half_md4_transform(&mut buf, &inp);
+                p = &p[p.len().min(32)..];
+            }
+            (buf[1], buf[2])
+        }
+        DX_HASH_TEA | DX_HASH_TEA_UNSIGNED => {
+            let unsigned = version == DX_HASH_TEA_UNSIGNED;
+            let mut p = name;
+            while !p.is_empty() {
+                let inp = str2hashbuf(p, 4, unsigned);
+                tea_transform(&mut buf, &inp[..4]);
+                p = &p[p.len().min(16)..];
+            }
+            (buf[0], buf[1])
+        }
+        v => {
+            return Err(FsError::Incompatible(format!("directory hash version {v}")));
+        }
+    };
+    let mut hash = hash & !1;
+    if hash == 0x7fff_ffff << 1 {
+        hash = (0x7fff_ffff - 1) << 1;
+    }
+    Ok((hash, minor))
+}
+
+/// The hash version to use for a directory whose root says `root_version`: legacy,
+/// half-MD4 and TEA become their unsigned variants when `s_flags` has
+/// [`FLAGS_UNSIGNED_HASH`].
+pub fn effective_hash_version(root_version: u8, sb_flags: u32) -> u8 {
+    if root_version <= DX_HASH_TEA && sb_flags & FLAGS_UNSIGNED_HASH != 0 {
+        root_version + 3
+    } else {
+        root_version
+    }
+}
+
+/// Hash of `name` in an indexed directory of `sb` whose root says `root_version`.
+pub fn name_hash(sb: &Superblock, root_version: u8, name: &[u8]) -> FsResult<(u32, u32)> {
+    dirhash(effective_hash_version(root_version, sb.flags), name, &sb.hash_seed)
+}
+
+// ---- index blocks ------------------------------------------------------------------------
+
+/// One index entry: names with hashes from `hash` (up to the next entry's) live under
+/// logical block `block`. The low bit of `hash` marks a collision continuation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DxEntry {
+    /// Lowest hash of the range (0 for the first entry; its slot holds count/limit).
+    pub hash: u32,
+    /// Logical block of the child (masked with [`DX_BLOCK_MASK`]).
+    pub block: u32,
+}
+
+fn corrupt(what: &str, msg: String) -> FsError {
+    FsError::Corrupt(format!("{what}: {msg}"))
+}
+
+/// Decode count/limit and entries at `off` of `block`.
+fn decode_entries(block: &[u8], off: usize, want_limit: u16, what: &str) -> FsResult<Vec<DxEntry>> {
+    if off + DX_ENTRY_SIZE > block.len() {
+        return Err(corrupt(what, format!("entries at {off} pass the end of the block")));
+    }
+    let limit = get_u16(block, off);
+    let count = get_u16(block, off + 2);
+    if limit != want_limit {
+        return Err(corrupt(what, format!("limit = {limit} (expected {want_limit})")));
+    }
+    if count == 0 || count > limit {
+        return Err(corrupt(what, format!("count = {count} (must be 1..={limit})")));
+    }
+    if off + count as usize * DX_ENTRY_SIZE > block.len() {
+        return Err(corrupt(what, format!("count = {count} entries pass the end of the block")));
+    }
+    let mut v = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let e = off + i * DX_ENTRY_SIZE;
+        let hash = if i == 0 { 0 } else { get_u32(block, e) };
+        v.push(DxEntry { hash, block: get_u32(block, e + 4) & DX_BLOCK_MASK });
+    }
+    Ok(v)
+}
+
+fn encode_entries(block: &mut [u8], off: usize, limit: u16, entries: &[DxEntry]) {
+    let fit = ((block.len().saturating_sub(off)) / DX_ENTRY_SIZE).min(limit as usize);
+    let n = entries.len().min(fit);
+    if n == 0 && fit == 0 {
+        return;
+    }
+    put_u16(block, off, limit);
+    put_u16(block, off + 2, n as u16);
+    for (i, e) in entries.iter().take(n).enumerate() {
+        let p = off + i * DX_ENTRY_SIZE;
+        if i > 0 {
+            put_u32(block, p, e.hash);
+        }
+        put_u32(block, p + 4, e.block);
+    }
+}
+
+/// Index of the entry to follow for `hash`: the last entry whose hash is <= `hash` (the
+/// first entry counts as hash 0), exactly as the kernel's `dx_probe` binary search.
+pub fn search(entries: &[DxEntry], hash: u32) -> usize {
+    if entries.len() <= 1 {
+        return 0;
+    }
+    entries[1..].partition_point(|e| e.hash <= hash)
+}
+
+/// The `dx_root` of an indexed directory (block 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxRoot {
+    /// Inode of `.`.
+    pub dot_inode: u32,
+    /// Inode of `..`.
+    pub dotdot_inode: u32,
+    /// `hash_version` as stored (`DX_HASH_LEGACY`, `DX_HASH_HALF_MD4` or `DX_HASH_TEA`).
+    pub hash_version: u8,
+    /// `info_length` (8).
+    pub info_length: u8,
+    /// `indirect_levels`: 0 (root -> leaves) or 1 (root -> nodes -> leaves).
+    pub indirect_levels: u8,
+    /// `unused_flags`.
+    pub unused_flags: u8,
+    /// `limit` (508 in 4 KiB blocks).
+    pub limit: u16,
+    /// The entries (`count` of them).
+    pub entries: Vec<DxEntry>,
+}
+
+impl DxRoot {
+    /// Decode block 0 of an indexed directory, checking the `.`/`..` records, hash version,
+    /// info length, depth and count/limit like the kernel's `dx_probe`.
+    pub fn decode(block: &[u8]) -> FsResult<Self> {
+        const W: &str = "htree root";
+        if block.len() < 40 || block.len() > u16::MAX as usize + 1 {
+            return Err(corrupt(W, format!("block of {} bytes", block.len())));
+        }
+        if block[DE_NAME_LEN] != 1 || block[DE_NAME] != b'.' || get_u16(block, DE_REC_LEN) != 12 {
+            return Err(corrupt(W, "first record is not '.' with rec_len 12".into()));
+        }
+        if block[12 + DE_NAME_LEN] != 2 || &block[12 + DE_NAME..12 + DE_NAME + 2] != b".." {
+            return Err(corrupt(W, "second record is not '..'".into()));
+        }
+        let dotdot_len = get_u16(block, 12 + DE_REC_LEN) as usize;
+        if dotdot_len != block.len() - 12 {
+            return Err(corrupt(
+                W,
+                format!("'..' rec_len = {dotdot_len} (expected {})", block.len() - 12),
+            ));
+        }
+        let hash_version = block[DX_ROOT_HASH_VERSION];
+        if hash_version > DX_HASH_TEA {
+            return Err(corrupt(W, format!("hash_version = {hash_version} (unrecognised)")));
+        }
+        let info_length = block[DX_ROOT_INFO_LENGTH];
+        if info_length != DX_ROOT_INFO_LEN {
+            return Err(corrupt(W, format!("info_length = {info_length} (expected 8)")));
+        }
+        let indirect_levels = block[DX_ROOT_INDIRECT_LEVELS];
+        if indirect_levels > MAX_INDIRECT_LEVELS {
+            return Err(corrupt(
+                W,
+                format!("indirect_levels = {indirect_levels} (at most {MAX_INDIRECT_LEVELS})"),
+            ));
+        }
+        let unused_flags = block[DX_ROOT_UNUSED_FLAGS];
+        if unused_flags & 1 != 0 {
+            return Err(corrupt(W, format!("unused_flags = {unused_flags} (unimplemented)")));
+        }
+        let limit = root_limit(block.len());
+        let entries = decode_entries(block, DX_ROOT_INFO + info_length as usize, limit, W)?;
+        Ok(DxRoot {
+            dot_inode: get_u32(block, 0),
+            dotdot_inode: get_u32(block, 12),
+            hash_version,
+            info_length,
+            indirect_levels,
+            unused_flags,
+            limit,
+            entries,
+        })
+    }
+
+    /// Write the inode numbers of `.`/`..`, the root info and the entries into `block` (an
+    /// existing root block; the record headers and names are rewritten too).
+    pub fn encode_into(&self, block: &mut [u8]) {
+        if block.len() < 40 {
+            return;
+        }
+        let n = block.len();
+        put_u32(block, 0, self.dot_inode);
+        put_u16(block, DE_REC_LEN, 12);
+        block[DE_NAME_LEN] = 1;
+        block[7] = FT_DIR;
+        block[8..12].copy_from_slice(b".\0\0\0");
+        put_u32(block, 12, self.dotdot_inode);
+        put_u16(block, 12 + DE_REC_LEN, (n - 12) as u16);
+        block[12 + DE_NAME_LEN] = 2;
+        block[19] = FT_DIR;
+        block[20..24].copy_from_slice(b"..\0\0");
+        put_u32(block, DX_ROOT_RESERVED_ZERO, 0);
+        block[DX_ROOT_HASH_VERSION] = self.hash_version;
+        block[DX_ROOT_INFO_LENGTH] = self.info_length;
+        block[DX_ROOT_INDIRECT_LEVELS] = self.indirect_levels;
+        block[DX_ROOT_UNUSED_FLAGS] = self.unused_flags;
+        encode_entries(block, DX_ROOT_INFO + self.info_length as usize, self.limit, &self.entries);
+    }
+
+    /// A new root block for directory `self_ino` (parent `parent_ino`) with one leaf
+    /// (`first_leaf`) covering every hash.
+    pub fn new_block(
+        self_ino: u32,
+        parent_ino: u32,
+        hash_version: u8,
+        first_leaf: u32,
+    ) -> Box<[u8; BLOCK_SIZE]> {
+        let root = DxRoot {
+            dot_inode: self_ino,
+            dotdot_inode: parent_ino,
+            hash_version,
+            info_length: DX_ROOT_INFO_LEN,
+            indirect_levels: 0,
+            unused_flags: 0,
+            limit: root_limit(BLOCK_SIZE),
+            entries: vec![DxEntry { hash: 0, block: first_leaf }],
+        };
+        let mut b = zeroed_block();
+        root.encode_into(&mut b[..]);
+        b
+    }
+}
+
+/// An interior `dx_node` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxNode {
+    /// `limit` (511 in 4 KiB blocks).
+    pub limit: u16,
+    /// The entries (`count` of them).
+    pub entries: Vec<DxEntry>,
+}
+
+impl DxNode {
+    /// Decode an interior index block (fake record, count/limit, entries).
+    pub fn decode(block: &[u8]) -> FsResult<Self> {
+        const W: &str = "htree node";
+        if block.len() < 16 || block.len() > u16::MAX as usize + 1 {
+            return Err(corrupt(W, format!("block of {} bytes", block.len())));
+        }
+        let rec_len = get_u16(block, DE_REC_LEN) as usize;
+        if get_u32(block, 0) != 0 || rec_len != block.len() {
+            return Err(corrupt(
+                W,
+                format!("fake record inode = {} rec_len = {rec_len}", get_u32(block, 0)),
+            ));
+        }
+        let limit = node_limit(block.len());
+        let entries = decode_entries(block, DX_NODE_ENTRIES, limit, W)?;
+        Ok(DxNode { limit, entries })
+    }
+
+    /// Encode into `block` (the whole block is rewritten: fake record, count/limit,
+    /// entries, zeros).
+    pub fn encode_into(&self, block: &mut [u8]) {
+        if block.len() < 16 {
+            return;
+        }
+        block.fill(0);
+        put_u16(block, DE_REC_LEN, block.len() as u16);
+        encode_entries(block, DX_NODE_ENTRIES, self.limit, &self.entries);
+    }
+}
+
+/// One level of a lookup: the index block, its entries, and the entry followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxFrame {
+    /// Logical block of the index block (0 for the root).
+    pub block: u32,
+    /// Its entries.
+    pub entries: Vec<DxEntry>,
+    /// Position of the entry followed.
+    pub at: usize,
+}
+
+/// Result of a lookup: the index frames from the root down and the leaf reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxPath {
+    /// Root frame first.
+    pub frames: Vec<DxFrame>,
+    /// Logical block of the leaf holding names with the hash (if present at all).
+    pub leaf: u32,
+}
+
+/// Find the leaf for `hash` starting from the root block bytes. `read_block(lblk)` returns
+/// the directory's logical block `lblk` (an interior node) when the tree has one level of
+/// nodes. Checks that the depth matches.
+pub fn lookup_leaf(
+    root_block: &[u8],
+    hash: u32,
+    mut read_block: impl FnMut(u32) -> FsResult<Vec<u8>>,
+) -> FsResult<DxPath> {
+    let root = DxRoot::decode(root_block)?;
+    let at = search(&root.entries, hash);
+    let mut next = root.entries[at].block;
+    let mut frames = vec![DxFrame { block: 0, entries: root.entries, at }];
+    for _ in 0..root.indirect_levels {
+        let b = read_block(next)?;
+        let node = DxNode::decode(&b)?;
+        let at = search(&node.entries, hash);
+        let blk = next;
+        next = node.entries[at].block;
+        frames.push(DxFrame { block: blk, entries: node.entries, at });
+    }
+    Ok(DxPath { frames, leaf: next })
+}
+
+impl DxPath {
+    /// Advance to the next leaf if names with `hash` (low bit clear) may continue there:
+    /// the next entry's hash, ignoring its collision bit, equals `hash` (the kernel's
+    /// `ext4_htree_next_block`). Returns the new leaf, or `None` when the search is over.
+    pub fn next_leaf(
+        &mut self,
+        hash: u32,
+        mut read_block: impl FnMut(u32) -> FsResult<Vec<u8>>,
+    ) -> FsResult<Option<u32>> {
+        // find the deepest frame with a following entry
+        let mut level = self.frames.len();
+        loop {
+            if level == 0 {
+                return Ok(None);
+            }
+            level -= 1;
+            let f = &mut self.frames[level];
+            if f.at + 1 < f.entries.len() {
+                f.at += 1;
+                break;
+            }
+        }
+        let bhash = self.frames[level].entries[self.frames[level].at].hash;
+        if hash & 1 == 0 && bhash & !1 != hash {
+            return Ok(None);
+        }
+        let mut next = self.frames[level].entries[self.frames[level].at].block;
+        for l in level + 1..self.frames.len() {
+            let b = read_block(next)?;
+            let node = DxNode::decode(&b)?;
+            self.frames[l] = DxFrame { block: next, entries: node.entries, at: 0 };
+            next = self.frames[l].entries[0].block;
+        }
+        self.leaf = next;
+        Ok(Some(next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_hashes() {
+        // Values computed with e2fsprogs' ext2fs_dirhash (debugfs "dx_hash"), default seed.
+        let zero = [0u32; 4];
+        let (h, _) = dirhash(DX_HASH_HALF_MD4, b"lost+found", &zero).unwrap();
+        let (h2, _) = dirhash(DX_HASH_HALF_MD4_UNSIGNED, b"lost+found", &zero).unwrap();
+        assert_eq!(h, h2, "ASCII names hash the same signed or unsigned");
+        assert_eq!(h & 1, 0);
+        let (t, _) = dirhash(DX_HASH_TEA, b"lost+found", &zero).unwrap();
+        assert_ne!(t, h);
+        let (l, m) = dirhash(DX_HASH_LEGACY, b"", &zero).unwrap();
+        assert_eq!((l, m), (0x12a3_fe2d << 1 & !1, 0));
+        assert!(dirhash(DX_HASH_SIPHASH, b"x", &zero).is_err());
+    }
+
+    #[test]
+    fn root_round_trip_and_search() {
+        let mut b = DxRoot::new_block(12, 2, DX_HASH_HALF_MD4, 1);
+        let mut r = DxRoot::decode(&b[..]).unwrap();
+        assert_eq!(r.limit, 508);
+        r.entries.push(DxEntry { hash: 0x1000, block: 2 });
+        r.entries.push(DxEntry { hash: 0x8001, block: 3 });
+        r.encode_into(&mut b[..]);
+        let r2 = DxRoot::decode(&b[..]).unwrap();
+        assert_eq!(r2, r);
+        assert_eq!(search(&r2.entries, 0), 0);
+        assert_eq!(search(&r2.entries, 0xfff), 0);
+        assert_eq!(search(&r2.entries, 0x1000), 1);
+        assert_eq!(search(&r2.entries, 0x8000), 1);
+        assert_eq!(search(&r2.entries, 0x8002), 2);
+        let mut p = lookup_leaf(&b[..], 0x7000, |_| unreachable!()).unwrap();
+        assert_eq!(p.leaf, 2);
+        // 0x8001 has the collision bit: a lookup for 0x8000 continues into block 3
+        assert_eq!(p.next_leaf(0x8000, |_| unreachable!()).unwrap(), Some(3));
+        assert_eq!(p.next_leaf(0x8000, |_| unreachable!()).unwrap(), None);
+    }
+
+    #[test]
+    fn node_round_trip() {
+        let n = DxNode { limit: 511, entries: vec![DxEntry { hash: 0, block: 5 }, DxEntry { hash: 77, block: 6 }] };
+        let mut b = zeroed_block();
+        n.encode_into(&mut b[..]);
+        assert_eq!(DxNode::decode(&b[..]).unwrap(), n);
+        assert!(crate::ondisk::dirent::is_dx_node_block(&b[..]));
+    }
+}

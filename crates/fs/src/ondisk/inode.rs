@@ -1,0 +1,612 @@
+//! The on-disk inode (`struct ext4_inode`): 128 bytes plus `i_extra_isize` extra bytes,
+//! then the in-inode extended attribute area up to `s_inode_size` (256 with cjfs' mkfs).
+//!
+//! [`Inode`] keeps the whole raw record, so fields it does not model (checksums, `i_version`
+//! high half, the xattr area) survive [`Inode::encode_into`].
+
+use crate::error::{FsError, FsResult};
+use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
+
+/// Size of the original inode, and offset of the extra fields.
+pub const GOOD_OLD_INODE_SIZE: usize = 128;
+/// Inode size `mkfs` uses.
+pub const DEFAULT_INODE_SIZE: usize = 256;
+/// `i_extra_isize` `mkfs` uses (covers every extra field up to `i_projid`).
+pub const DEFAULT_EXTRA_ISIZE: u16 = 32;
+/// Size of `i_block`.
+pub const I_BLOCK_SIZE: usize = 60;
+
+// Special inode numbers.
+/// Bad blocks inode.
+pub const BAD_INO: u32 = 1;
+/// Root directory.
+pub const ROOT_INO: u32 = 2;
+/// User quota.
+pub const USR_QUOTA_INO: u32 = 3;
+/// Group quota.
+pub const GRP_QUOTA_INO: u32 = 4;
+/// Boot loader.
+pub const BOOT_LOADER_INO: u32 = 5;
+/// Undelete directory.
+pub const UNDEL_DIR_INO: u32 = 6;
+/// Reserved GDT blocks (resize_inode).
+pub const RESIZE_INO: u32 = 7;
+/// Journal.
+pub const JOURNAL_INO: u32 = 8;
+/// Exclude inode (snapshots).
+pub const EXCLUDE_INO: u32 = 9;
+/// Replica inode.
+pub const REPLICA_INO: u32 = 10;
+/// First non-reserved inode with `mkfs` (lost+found).
+pub const FIRST_INO: u32 = 11;
+
+// Mode bits.
+/// File type mask.
+pub const S_IFMT: u16 = 0o170000;
+/// Socket.
+pub const S_IFSOCK: u16 = 0o140000;
+/// Symbolic link.
+pub const S_IFLNK: u16 = 0o120000;
+/// Regular file.
+pub const S_IFREG: u16 = 0o100000;
+/// Block device.
+pub const S_IFBLK: u16 = 0o060000;
+/// Directory.
+pub const S_IFDIR: u16 = 0o040000;
+/// Character device.
+pub const S_IFCHR: u16 = 0o020000;
+/// FIFO.
+pub const S_IFIFO: u16 = 0o010000;
+/// Set-user-ID.
+pub const S_ISUID: u16 = 0o4000;
+/// Set-group-ID.
+pub const S_ISGID: u16 = 0o2000;
+/// Sticky.
+pub const S_ISVTX: u16 = 0o1000;
+
+// i_flags.
+/// Secure deletion.
+pub const EXT4_SECRM_FL: u32 = 0x0000_0001;
+/// Undelete.
+pub const EXT4_UNRM_FL: u32 = 0x0000_0002;
+/// Compress file.
+pub const EXT4_COMPR_FL: u32 = 0x0000_0004;
+/// Synchronous updates.
+pub const EXT4_SYNC_FL: u32 = 0x0000_0008;
+/// Immutable file.
+pub const EXT4_IMMUTABLE_FL: u32 = 0x0000_0010;
+/// Append only.
+pub const EXT4_APPEND_FL: u32 = 0x0000_0020;
+/// Do not dump.
+pub const EXT4_NODUMP_FL: u32 = 0x0000_0040;
+/// Do not update atime.
+pub const EXT4_NOATIME_FL: u32 = 0x0000_0080;
+/// Dirty (compression).
+pub const EXT4_DIRTY_FL: u32 = 0x0000_0100;
+/// Compressed clusters (compression).
+pub const EXT4_COMPRBLK_FL: u32 = 0x0000_0200;
+/// Do not compress.
+pub const EXT4_NOCOMPR_FL: u32 = 0x0000_0400;
+/// Encrypted inode.
+pub const EXT4_ENCRYPT_FL: u32 = 0x0000_0800;
+/// Hash-indexed directory.
+pub const EXT4_INDEX_FL: u32 = 0x0000_1000;
+/// AFS magic directory.
+pub const EXT4_IMAGIC_FL: u32 = 0x0000_2000;
+/// File data is journalled.
+pub const EXT4_JOURNAL_DATA_FL: u32 = 0x0000_4000;
+/// No tail merging.
+pub const EXT4_NOTAIL_FL: u32 = 0x0000_8000;
+/// Synchronous directory updates.
+pub const EXT4_DIRSYNC_FL: u32 = 0x0001_0000;
+/// Top of a directory hierarchy (Orlov).
+pub const EXT4_TOPDIR_FL: u32 = 0x0002_0000;
+/// `i_blocks` counts file system blocks (with `huge_file`).
+pub const EXT4_HUGE_FILE_FL: u32 = 0x0004_0000;
+/// The inode uses an extent tree.
+pub const EXT4_EXTENTS_FL: u32 = 0x0008_0000;
+/// fs-verity file.
+pub const EXT4_VERITY_FL: u32 = 0x0010_0000;
+/// Inode holds a large xattr value.
+pub const EXT4_EA_INODE_FL: u32 = 0x0020_0000;
+/// DAX.
+pub const EXT4_DAX_FL: u32 = 0x0200_0000;
+/// Data stored in the inode.
+pub const EXT4_INLINE_DATA_FL: u32 = 0x1000_0000;
+/// Project ID inheritance.
+pub const EXT4_PROJINHERIT_FL: u32 = 0x2000_0000;
+/// Case-insensitive directory.
+pub const EXT4_CASEFOLD_FL: u32 = 0x4000_0000;
+/// Reserved for ext4.
+pub const EXT4_RESERVED_FL: u32 = 0x8000_0000;
+
+// Field offsets.
+/// `i_mode` (u16).
+pub const I_MODE: usize = 0x00;
+/// `i_uid` (u16, low half).
+pub const I_UID: usize = 0x02;
+/// `i_size_lo` (u32).
+pub const I_SIZE_LO: usize = 0x04;
+/// `i_atime` (u32).
+pub const I_ATIME: usize = 0x08;
+/// `i_ctime` (u32).
+pub const I_CTIME: usize = 0x0C;
+/// `i_mtime` (u32).
+pub const I_MTIME: usize = 0x10;
+/// `i_dtime` (u32).
+pub const I_DTIME: usize = 0x14;
+/// `i_gid` (u16, low half).
+pub const I_GID: usize = 0x18;
+/// `i_links_count` (u16).
+pub const I_LINKS_COUNT: usize = 0x1A;
+/// `i_blocks_lo` (u32).
+pub const I_BLOCKS_LO: usize = 0x1C;
+/// `i_flags` (u32).
+pub const I_FLAGS: usize = 0x20;
+/// `l_i_version` (osd1, u32).
+pub const I_VERSION: usize = 0x24;
+/// `i_block` (60 bytes).
+pub const I_BLOCK: usize = 0x28;
+/// `i_generation` (u32).
+pub const I_GENERATION: usize = 0x64;
+/// `i_file_acl_lo` (u32).
+pub const I_FILE_ACL_LO: usize = 0x68;
+/// `i_size_high` (u32).
+pub const I_SIZE_HIGH: usize = 0x6C;
+/// `i_obso_faddr` (u32).
+pub const I_OBSO_FADDR: usize = 0x70;
+/// `l_i_blocks_high` (u16).
+pub const I_BLOCKS_HIGH: usize = 0x74;
+/// `l_i_file_acl_high` (u16).
+pub const I_FILE_ACL_HIGH: usize = 0x76;
+/// `l_i_uid_high` (u16).
+pub const I_UID_HIGH: usize = 0x78;
+/// `l_i_gid_high` (u16).
+pub const I_GID_HIGH: usize = 0x7A;
+/// `l_i_checksum_lo` (u16).
+pub const I_CHECKSUM_LO: usize = 0x7C;
+/// `i_extra_isize` (u16).
+pub const I_EXTRA_ISIZE: usize = 0x80;
+/// `i_checksum_hi` (u16).
+pub const I_CHECKSUM_HI: usize = 0x82;
+/// `i_ctime_extra` (u32).
+pub const I_CTIME_EXTRA: usize = 0x84;
+/// `i_mtime_extra` (u32).
+pub const I_MTIME_EXTRA: usize = 0x88;
+/// `i_atime_extra` (u32).
+pub const I_ATIME_EXTRA: usize = 0x8C;
+/// `i_crtime` (u32).
+pub const I_CRTIME: usize = 0x90;
+/// `i_crtime_extra` (u32).
+pub const I_CRTIME_EXTRA: usize = 0x94;
+/// `i_version_hi` (u32).
+pub const I_VERSION_HI: usize = 0x98;
+/// `i_projid` (u32).
+pub const I_PROJID: usize = 0x9C;
+
+/// A timestamp: seconds since the epoch and nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp {
+    /// Seconds since 1970-01-01 UTC (may be negative).
+    pub sec: i64,
+    /// Nanoseconds, 0..1_000_000_000.
+    pub nsec: u32,
+}
+
+impl Timestamp {
+    /// A timestamp.
+    pub const fn new(sec: i64, nsec: u32) -> Self {
+        Timestamp { sec, nsec }
+    }
+    /// The current time.
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+}
+
+/// Encode a timestamp as ext4 does: the low 32 bits of the seconds (as a signed value), and
+/// the extra word with 2 epoch bits (bits 32-33 of `sec - (i32)sec`) and the nanoseconds
+/// shifted left by 2. Covers 1901..2446.
+pub fn encode_time(t: Timestamp) -> (u32, u32) {
+    let lo = t.sec as i32;
+    let epoch = ((t.sec - lo as i64) >> 32) as u32 & 3;
+    let nsec = t.nsec.min(999_999_999);
+    (lo as u32, epoch | (nsec << 2))
+}
+
+/// Decode an ext4 timestamp (`extra` = 0 when the inode has no extra field for it).
+pub fn decode_time(lo: u32, extra: u32) -> Timestamp {
+    let mut sec = lo as i32 as i64;
+    sec += ((extra & 3) as i64) << 32;
+    Timestamp { sec, nsec: (extra >> 2).min(999_999_999) }
+}
+
+/// The on-disk inode. Fields in the extra area are only read/written when `extra_isize`
+/// covers them (ctime/mtime/atime extra need 12 bytes, crtime 24, projid 32).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    /// `i_mode`: type and permission bits.
+    pub mode: u16,
+    /// Owner (`i_uid` | `l_i_uid_high` << 16).
+    pub uid: u32,
+    /// Group (`i_gid` | `l_i_gid_high` << 16).
+    pub gid: u32,
+    /// Size in bytes (`i_size_lo` | `i_size_high` << 32).
+    pub size: u64,
+    /// Access time (+ `i_atime_extra`).
+    pub atime: Timestamp,
+    /// Change time (+ `i_ctime_extra`).
+    pub ctime: Timestamp,
+    /// Modification time (+ `i_mtime_extra`).
+    pub mtime: Timestamp,
+    /// Creation time (`i_crtime` + extra; zero without the extra field).
+    pub crtime: Timestamp,
+    /// Deletion time; for orphans the next orphan inode number.
+    pub dtime: u32,
+    /// Hard links.
+    pub links_count: u16,
+    /// Raw 48-bit `i_blocks` (`i_blocks_lo` | `l_i_blocks_high` << 32); see
+    /// [`Inode::blocks_512`].
+    pub blocks: u64,
+    /// `i_flags`.
+    pub flags: u32,
+    /// `l_i_version` (osd1).
+    pub version: u32,
+    /// `i_block`: extent tree root, block map, inline symlink target or device number.
+    pub block: [u8; I_BLOCK_SIZE],
+    /// `i_generation`.
+    pub generation: u32,
+    /// Extended attribute block (`i_file_acl_lo` | `l_i_file_acl_high` << 32).
+    pub file_acl: u64,
+    /// `i_extra_isize` (0 for 128-byte inodes).
+    pub extra_isize: u16,
+    /// `i_projid` (needs `extra_isize` >= 32).
+    pub projid: u32,
+    raw: Vec<u8>,
+}
+
+impl Inode {
+    /// A zeroed inode record of `inode_size` bytes with `i_extra_isize` = `extra_isize`
+    /// (forced to 0 for 128-byte inodes).
+    pub fn new(inode_size: usize, extra_isize: u16) -> Self {
+        let inode_size = inode_size.max(GOOD_OLD_INODE_SIZE);
+        let extra = if inode_size > GOOD_OLD_INODE_SIZE {
+            extra_isize.min((inode_size - GOOD_OLD_INODE_SIZE) as u16) & !3
+        } else {
+            0
+        };
+        Inode {
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            crtime: Timestamp::default(),
+            dtime: 0,
+            links_count: 0,
+            blocks: 0,
+            flags: 0,
+            version: 0,
+            block: [0; I_BLOCK_SIZE],
+            generation: 0,
+            file_acl: 0,
+            extra_isize: extra,
+            projid: 0,
+            raw: vec![0; inode_size],
+        }
+    }
+
+    /// Decode an inode record; `buf.len()` is the inode size (>= 128). Fails when
+    /// `i_extra_isize` is not a multiple of 4 or runs past the record.
+    pub fn decode(buf: &[u8]) -> FsResult<Self> {
+        if buf.len() < GOOD_OLD_INODE_SIZE {
+            return Err(FsError::Corrupt(format!(
+                "inode: {} bytes given, at least 128 needed",
+                buf.len()
+            )));
+        }
+        let b = buf;
+        let extra_isize =
+            if b.len() > GOOD_OLD_INODE_SIZE + 1 { get_u16(b, I_EXTRA_ISIZE) } else { 0 };
+        if GOOD_OLD_INODE_SIZE + extra_isize as usize > b.len() || extra_isize % 4 != 0 {
+            return Err(FsError::Corrupt(format!(
+                "inode: i_extra_isize = {extra_isize} (must be a multiple of 4 within the {}-byte \
+                 inode)",
+                b.len()
+            )));
+        }
+        let has = |end: usize| GOOD_OLD_INODE_SIZE + extra_isize as usize >= end;
+        let ex = |off: usize| if has(off + 4) { get_u32(b, off) } else { 0 };
+        let mut block = [0u8; I_BLOCK_SIZE];
+        block.copy_from_slice(&b[I_BLOCK..I_BLOCK + I_BLOCK_SIZE]);
+        Ok(Inode {
+            mode: get_u16(b, I_MODE),
+            uid: get_u16(b, I_UID) as u32 | (get_u16(b, I_UID_HIGH) as u32) << 16,
+            gid: get_u16(b, I_GID) as u32 | (get_u16(b, I_GID_HIGH) as u32) << 16,
+            size: get_u32(b, I_SIZE_LO) as u64 | (get_u32(b, I_SIZE_HIGH) as u64) << 32,
+            atime: decode_time(get_u32(b, I_ATIME), ex(I_ATIME_EXTRA)),
+            ctime: decode_time(get_u32(b, I_CTIME), ex(I_CTIME_EXTRA)),
+            mtime: decode_time(get_u32(b, I_MTIME), ex(I_MTIME_EXTRA)),
+            crtime: decode_time(ex(I_CRTIME), ex(I_CRTIME_EXTRA)),
+            dtime: get_u32(b, I_DTIME),
+            links_count: get_u16(b, I_LINKS_COUNT),
+            blocks: get_u32(b, I_BLOCKS_LO) as u64 | (get_u16(b, I_BLOCKS_HIGH) as u64) << 32,
+            flags: get_u32(b, I_FLAGS),
+            version: get_u32(b, I_VERSION),
+            block,
+            generation: get_u32(b, I_GENERATION),
+            file_acl: get_u32(b, I_FILE_ACL_LO) as u64
+                | (get_u16(b, I_FILE_ACL_HIGH) as u64) << 32,
+            extra_isize,
+            projid: ex(I_PROJID),
+            raw: b.to_vec(),
+        })
+    }
+
+    /// Record size this inode encodes to.
+    pub fn inode_size(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Encode into `out[..self.inode_size()]`: the raw record with the modeled fields patched
+    /// in (extra fields only as far as `extra_isize` reaches). `extra_isize` is clamped to
+    /// the record and rounded down to a multiple of 4.
+    pub fn encode_into(&self, out: &mut [u8]) {
+        let n = self.raw.len();
+        let b = &mut out[..n];
+        b.copy_from_slice(&self.raw);
+        put_u16(b, I_MODE, self.mode);
+        put_u16(b, I_UID, self.uid as u16);
+        put_u16(b, I_UID_HIGH, (self.uid >> 16) as u16);
+        put_u16(b, I_GID, self.gid as u16);
+        put_u16(b, I_GID_HIGH, (self.gid >> 16) as u16);
+        put_u32(b, I_SIZE_LO, self.size as u32);
+        put_u32(b, I_SIZE_HIGH, (self.size >> 32) as u32);
+        let (a, ax) = encode_time(self.atime);
+        let (c, cx) = encode_time(self.ctime);
+        let (m, mx) = encode_time(self.mtime);
+        let (cr, crx) = encode_time(self.crtime);
+        put_u32(b, I_ATIME, a);
+        put_u32(b, I_CTIME, c);
+        put_u32(b, I_MTIME, m);
+        put_u32(b, I_DTIME, self.dtime);
+        put_u16(b, I_LINKS_COUNT, self.links_count);
+        put_u32(b, I_BLOCKS_LO, self.blocks as u32);
+        put_u16(b, I_BLOCKS_HIGH, (self.blocks >> 32) as u16);
+        put_u32(b, I_FLAGS, self.flags);
+        put_u32(b, I_VERSION, self.version);
+        b[I_BLOCK..I_BLOCK + I_BLOCK_SIZE].copy_from_slice(&self.block);
+        put_u32(b, I_GENERATION, self.generation);
+        put_u32(b, I_FILE_ACL_LO, self.file_acl as u32);
+        put_u16(b, I_FILE_ACL_HIGH, (self.file_acl >> 32) as u16);
+        if n > GOOD_OLD_INODE_SIZE + 1 {
+            let extra = self.extra_isize.min((n - GOOD_OLD_INODE_SIZE) as u16) & !3;
+            put_u16(b, I_EXTRA_ISIZE, extra);
+            let end = GOOD_OLD_INODE_SIZE + extra as usize;
+            let mut put = |off: usize, v: u32| {
+                if off + 4 <= end {
+                    put_u32(b, off, v);
+                }
+            };
+            put(I_CTIME_EXTRA, cx);
+            put(I_MTIME_EXTRA, mx);
+            put(I_ATIME_EXTRA, ax);
+            put(I_CRTIME, cr);
+            put(I_CRTIME_EXTRA, crx);
+            put(I_PROJID, self.projid);
+        }
+    }
+
+    /// The encoded record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = vec![0; self.raw.len()];
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// Offset of the in-inode xattr area (after the extra fields).
+    pub fn xattr_area_offset(&self) -> usize {
+        (GOOD_OLD_INODE_SIZE + self.extra_isize as usize).min(self.raw.len())
+    }
+
+    /// The in-inode extended attribute area (empty for 128-byte inodes). See
+    /// [`crate::ondisk::xattr`] to parse it.
+    pub fn xattr_area(&self) -> &[u8] {
+        let off = self.xattr_area_offset();
+        if self.raw.len() <= GOOD_OLD_INODE_SIZE {
+            return &[];
+        }
+        &self.raw[off..]
+    }
+
+    /// Replace the in-inode xattr area with `area` (its length must be that of
+    /// [`Inode::xattr_area`]).
+    pub fn set_xattr_area(&mut self, area: &[u8]) -> FsResult<()> {
+        let off = self.xattr_area_offset();
+        if self.raw.len() <= GOOD_OLD_INODE_SIZE || area.len() != self.raw.len() - off {
+            return Err(FsError::Invalid(format!(
+                "inode xattr area: {} bytes given, the area has {}",
+                area.len(),
+                self.raw.len().saturating_sub(off)
+            )));
+        }
+        self.raw[off..].copy_from_slice(area);
+        Ok(())
+    }
+
+    /// File type bits of the mode.
+    pub fn file_type(&self) -> u16 {
+        self.mode & S_IFMT
+    }
+    /// Directory?
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == S_IFDIR
+    }
+    /// Regular file?
+    pub fn is_reg(&self) -> bool {
+        self.file_type() == S_IFREG
+    }
+    /// Symbolic link?
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == S_IFLNK
+    }
+    /// Character or block device?
+    pub fn is_device(&self) -> bool {
+        matches!(self.file_type(), S_IFCHR | S_IFBLK)
+    }
+    /// Uses an extent tree (`EXT4_EXTENTS_FL`)?
+    pub fn has_extents(&self) -> bool {
+        self.flags & EXT4_EXTENTS_FL != 0
+    }
+    /// Whether the inode is in use (links or mode set, not deleted).
+    pub fn in_use(&self) -> bool {
+        self.mode != 0 && self.dtime == 0
+    }
+
+    /// Blocks charged to the inode in 512-byte units. With `huge_file` and
+    /// `EXT4_HUGE_FILE_FL` the raw value counts file system blocks of `block_size` bytes.
+    pub fn blocks_512(&self, huge_file: bool, block_size: u32) -> u64 {
+        if huge_file {
+            if self.flags & EXT4_HUGE_FILE_FL != 0 {
+                self.blocks.saturating_mul(block_size as u64 / 512)
+            } else {
+                self.blocks
+            }
+        } else {
+            self.blocks & 0xFFFF_FFFF
+        }
+    }
+
+    /// Set the blocks charged to the inode (`sectors` in 512-byte units) as ext4 does: the
+    /// 32-bit field if it fits, else (with `huge_file`) 48 bits, else in file system blocks
+    /// with `EXT4_HUGE_FILE_FL`. [`FsError::TooBig`] if it cannot be represented.
+    pub fn set_blocks_512(
+        &mut self,
+        sectors: u64,
+        huge_file: bool,
+        block_size: u32,
+    ) -> FsResult<()> {
+        if sectors <= u32::MAX as u64 {
+            self.blocks = sectors;
+            self.flags &= !EXT4_HUGE_FILE_FL;
+            return Ok(());
+        }
+        if !huge_file {
+            return Err(FsError::TooBig(format!(
+                "{sectors} sectors need the huge_file feature"
+            )));
+        }
+        if sectors < 1u64 << 48 {
+            self.blocks = sectors;
+            self.flags &= !EXT4_HUGE_FILE_FL;
+            return Ok(());
+        }
+        let per = (block_size / 512).max(1) as u64;
+        let fsb = sectors.div_ceil(per);
+        if fsb < 1u64 << 48 {
+            self.blocks = fsb;
+            self.flags |= EXT4_HUGE_FILE_FL;
+            return Ok(());
+        }
+        Err(FsError::TooBig(format!("{sectors} sectors do not fit i_blocks")))
+    }
+
+    /// Device number of a character/block device inode: `(major, minor)` from the old
+    /// (`i_block[0]`) or new (`i_block[1]`) encoding, as the kernel reads it.
+    pub fn rdev(&self) -> (u32, u32) {
+        let w0 = get_u32(&self.block, 0);
+        if w0 != 0 {
+            ((w0 >> 8) & 0xff, w0 & 0xff)
+        } else {
+            let w1 = get_u32(&self.block, 4);
+            ((w1 & 0xfff00) >> 8, (w1 & 0xff) | ((w1 >> 12) & 0xfff00))
+        }
+    }
+
+    /// Store a device number like the kernel: old 16-bit encoding in `i_block[0]` when
+    /// major and minor are below 256, else the new encoding in `i_block[1]`.
+    pub fn set_rdev(&mut self, major: u32, minor: u32) {
+        self.block = [0; I_BLOCK_SIZE];
+        if major < 256 && minor < 256 {
+            put_u32(&mut self.block, 0, (major << 8) | minor);
+        } else {
+            let v = (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12);
+            put_u32(&mut self.block, 4, v);
+        }
+    }
+
+    /// `i_block` as 15 little-endian words (block map or `s_jnl_blocks` backup).
+    pub fn block_words(&self) -> [u32; 15] {
+        let mut w = [0u32; 15];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = get_u32(&self.block, 4 * i);
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_encoding() {
+        for (sec, nsec) in [
+            (0i64, 0u32),
+            (1_700_000_000, 123_456_789),
+            (-1, 5),
+            (-(1i64 << 31), 0),
+            ((1i64 << 31) - 1, 999_999_999),
+            (1i64 << 31, 1),
+            ((1i64 << 32) + 77, 2),
+            ((3i64 << 32) + (1 << 31) - 1, 9),
+        ] {
+            let t = Timestamp::new(sec, nsec);
+            let (lo, ex) = encode_time(t);
+            assert_eq!(decode_time(lo, ex), t, "{sec}");
+        }
+        // 2038-01-19T03:14:08 is lo = 0x80000000, epoch 1
+        assert_eq!(encode_time(Timestamp::new(1 << 31, 0)), (0x8000_0000, 1));
+    }
+
+    #[test]
+    fn round_trip_preserves_xattr_area() {
+        let mut raw = vec![0u8; 256];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = (i * 13 + 5) as u8;
+        }
+        put_u16(&mut raw, I_EXTRA_ISIZE, 32);
+        let ino = Inode::decode(&raw).unwrap();
+        assert_eq!(ino.to_bytes(), raw);
+        assert_eq!(ino.xattr_area().len(), 256 - 160);
+        put_u16(&mut raw, I_EXTRA_ISIZE, 130);
+        assert!(Inode::decode(&raw).is_err());
+    }
+
+    #[test]
+    fn rdev_encodings() {
+        let mut i = Inode::new(256, 32);
+        i.set_rdev(8, 1);
+        assert_eq!(i.rdev(), (8, 1));
+        i.set_rdev(259, 70000);
+        assert_eq!(i.rdev(), (259, 70000));
+    }
+
+    #[test]
+    fn blocks_huge() {
+        let mut i = Inode::new(256, 32);
+        i.set_blocks_512(8, true, 4096).unwrap();
+        assert_eq!(i.blocks_512(true, 4096), 8);
+        i.set_blocks_512(1 << 40, true, 4096).unwrap();
+        assert_eq!(i.blocks_512(true, 4096), 1 << 40);
+        i.set_blocks_512(1 << 50, true, 4096).unwrap();
+        assert!(i.flags & EXT4_HUGE_FILE_FL != 0);
+        assert_eq!(i.blocks_512(true, 4096), 1 << 50);
+        assert!(i.set_blocks_512(1 << 40, false, 4096).is_err());
+    }
+}

@@ -1,0 +1,267 @@
+//! Public value types of the file system API.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cjfs_journal::JournalConfig;
+
+/// Inode number.
+pub type Ino = u32;
+
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 2;
+
+/// Longest file name, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// How file data is protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMode {
+    /// Data blocks reach home before the commit that references them (ext4's default).
+    #[default]
+    Ordered,
+    /// Data blocks are journalled like metadata.
+    Journal,
+}
+
+impl std::str::FromStr for DataMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ordered" => Ok(DataMode::Ordered),
+            "journal" => Ok(DataMode::Journal),
+            _ => Err(format!("unknown data mode {s:?} (ordered or journal)")),
+        }
+    }
+}
+
+/// Options for [`crate::Fs::open`].
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Journal settings (a preset such as `jbd2` or `nojournal`).
+    pub journal: JournalConfig,
+    /// Default data mode; files with `EXT4_JOURNAL_DATA_FL` are always journalled.
+    pub data: DataMode,
+    /// Open read-only: nothing is written, not even recovery (fails if recovery is needed).
+    pub read_only: bool,
+    /// Buffer cache size in 4 KiB blocks.
+    pub cache_blocks: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            journal: JournalConfig::jbd2(),
+            data: DataMode::Ordered,
+            read_only: false,
+            cache_blocks: 256 * 1024,
+        }
+    }
+}
+
+/// File type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    /// Regular file.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Symbolic link.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Character device.
+    CharDev,
+    /// Block device.
+    BlockDev,
+    /// Socket.
+    Socket,
+}
+
+impl FileType {
+    /// From the `S_IFMT` bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & 0o170000 {
+            0o100000 => FileType::Regular,
+            0o040000 => FileType::Directory,
+            0o120000 => FileType::Symlink,
+            0o010000 => FileType::Fifo,
+            0o020000 => FileType::CharDev,
+            0o060000 => FileType::BlockDev,
+            0o140000 => FileType::Socket,
+            _ => return None,
+        })
+    }
+    /// The `S_IFMT` bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => 0o100000,
+            FileType::Directory => 0o040000,
+            FileType::Symlink => 0o120000,
+            FileType::Fifo => 0o010000,
+            FileType::CharDev => 0o020000,
+            FileType::BlockDev => 0o060000,
+            FileType::Socket => 0o140000,
+        }
+    }
+    /// ext4 directory entry file type code.
+    pub fn dirent_code(self) -> u8 {
+        match self {
+            FileType::Regular => 1,
+            FileType::Directory => 2,
+            FileType::CharDev => 3,
+            FileType::BlockDev => 4,
+            FileType::Fifo => 5,
+            FileType::Socket => 6,
+            FileType::Symlink => 7,
+        }
+    }
+    /// From an ext4 directory entry file type code.
+    pub fn from_dirent_code(c: u8) -> Option<FileType> {
+        Some(match c {
+            1 => FileType::Regular,
+            2 => FileType::Directory,
+            3 => FileType::CharDev,
+            4 => FileType::BlockDev,
+            5 => FileType::Fifo,
+            6 => FileType::Socket,
+            7 => FileType::Symlink,
+            _ => return None,
+        })
+    }
+}
+
+/// A point in time with nanoseconds, as ext4 stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timestamp {
+    /// Seconds since the epoch.
+    pub sec: i64,
+    /// Nanoseconds.
+    pub nsec: u32,
+}
+
+impl Timestamp {
+    /// The current time.
+    pub fn now() -> Timestamp {
+        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+    /// As a `SystemTime`.
+    pub fn to_system_time(self) -> SystemTime {
+        if self.sec >= 0 {
+            UNIX_EPOCH + Duration::new(self.sec as u64, self.nsec)
+        } else {
+            UNIX_EPOCH - Duration::new((-self.sec) as u64, 0) + Duration::from_nanos(u64::from(self.nsec))
+        }
+    }
+}
+
+/// File attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// Type.
+    pub kind: FileType,
+    /// Permission bits (and setuid/setgid/sticky), without the type.
+    pub perm: u16,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Allocated 512-byte sectors.
+    pub blocks: u64,
+    /// Access time.
+    pub atime: Timestamp,
+    /// Modification time.
+    pub mtime: Timestamp,
+    /// Change time.
+    pub ctime: Timestamp,
+    /// Creation time.
+    pub crtime: Timestamp,
+    /// Device number for device files.
+    pub rdev: u32,
+    /// ext4 inode flags.
+    pub flags: u32,
+    /// Inode generation.
+    pub generation: u32,
+}
+
+/// Attribute changes for [`crate::Fs::setattr`]; `None` leaves a field alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate up or down).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<Timestamp>,
+    /// New modification time.
+    pub mtime: Option<Timestamp>,
+    /// New change time (defaults to now when anything changes).
+    pub ctime: Option<Timestamp>,
+}
+
+/// One directory entry from [`crate::Fs::readdir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Name bytes.
+    pub name: Vec<u8>,
+    /// Inode number.
+    pub ino: Ino,
+    /// File type.
+    pub kind: FileType,
+    /// Offset to pass to continue after this entry (stable across inserts and removals).
+    pub next_offset: u64,
+}
+
+/// File system statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size.
+    pub bsize: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Free blocks for unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Longest name.
+    pub namelen: u32,
+}
+
+/// `fallocate` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocMode {
+    /// Allocate (unwritten) blocks and extend the size.
+    Allocate,
+    /// Allocate without changing the size.
+    KeepSize,
+    /// Deallocate a range (the size is kept).
+    PunchHole,
+    /// Zero a range (allocating as needed).
+    ZeroRange {
+        /// Keep the size.
+        keep_size: bool,
+    },
+}
+
+/// `rename` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    /// Fail if the target exists.
+    pub noreplace: bool,
+    /// Atomically exchange source and target.
+    pub exchange: bool,
+}

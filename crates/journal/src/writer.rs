@@ -1,0 +1,76 @@
+//! Turns a transaction into JBD2 log blocks: revoke blocks first, then descriptor blocks
+//! each followed by the logged copies their tags describe; the commit block separately.
+
+use std::sync::Arc;
+
+use cjfs_blockdev::{BlockBuf, BlockKind, zeroed_block};
+
+use crate::buffer::{Buffer, Tid};
+use crate::checksum::csum_seed;
+use crate::commit_block::CommitBlock;
+use crate::descriptor::{DescriptorBuilder, make_tag};
+use crate::error::JResult;
+use crate::revoke_block::RevokeBuilder;
+use crate::superblock::JournalFeatures;
+
+/// The transaction's log blocks in log order, without the commit block.
+pub(crate) fn build_log_blocks(
+    tid: Tid,
+    features: JournalFeatures,
+    uuid: [u8; 16],
+    versions: &[(Arc<Buffer>, BlockBuf)],
+    revokes: &[u64],
+) -> JResult<Vec<(BlockKind, BlockBuf)>> {
+    let seq = tid as u32;
+    let seed = csum_seed(&uuid);
+    let per_desc = DescriptorBuilder::max_tags(&features).max(1);
+    let mut out = Vec::with_capacity(versions.len() + versions.len() / per_desc + 2);
+    if !revokes.is_empty() {
+        let mut rb = RevokeBuilder::new(seq, features, uuid);
+        for &r in revokes {
+            rb.push(r);
+        }
+        for blk in rb.finish() {
+            out.push((BlockKind::JournalRevoke, BlockBuf::from(Box::new(blk))));
+        }
+    }
+    for chunk in versions.chunks(per_desc) {
+        let mut desc = DescriptorBuilder::new(seq, features, uuid);
+        let mut logged = Vec::with_capacity(chunk.len());
+        for (b, v) in chunk {
+            let data: BlockBuf = if v[..4] == crate::descriptor::JBD2_MAGIC.to_be_bytes() {
+                // Escaping rewrites the first word: log a private copy, keep the version intact.
+                let mut tag_data = zeroed_block();
+                tag_data.copy_from_slice(&v[..]);
+                let tag = make_tag(b.blocknr(), &mut tag_data[..], seq, &features, seed);
+                let pushed = desc.try_push(tag);
+                debug_assert!(pushed);
+                BlockBuf::from(tag_data)
+            } else {
+                let tag = crate::descriptor::Tag {
+                    blocknr: b.blocknr(),
+                    flags: 0,
+                    checksum: if features.csum_v2or3() {
+                        let c = crate::checksum::block_tag_csum(seed, seq, &v[..]);
+                        if features.csum_v3() { c } else { c & 0xFFFF }
+                    } else {
+                        0
+                    },
+                };
+                let pushed = desc.try_push(tag);
+                debug_assert!(pushed);
+                v.clone()
+            };
+            logged.push(data);
+        }
+        out.push((BlockKind::JournalDescriptor, BlockBuf::from(Box::new(desc.finish()))));
+        out.extend(logged.into_iter().map(|d| (BlockKind::JournalLogged, d)));
+    }
+    Ok(out)
+}
+
+/// The commit block of transaction `tid`.
+pub(crate) fn commit_block(tid: Tid, features: JournalFeatures, uuid: [u8; 16]) -> BlockBuf {
+    let cb = CommitBlock::now(tid as u32);
+    BlockBuf::from(Box::new(cb.encode(&features, csum_seed(&uuid))))
+}
