@@ -42,17 +42,17 @@ use crate::meta::MetaStore;
 /// Size of the inode's `i_block` area holding the root node.
 pub const ROOT_BYTES: usize = 60;
 /// `eh_magic` of every node.
-pub const EXTENT_MAGIC: u16 = 0xF30A;
+const EXTENT_MAGIC: u16 = 0xF30A;
 /// Entries of the root node.
-pub const ROOT_MAX_ENTRIES: u16 = 4;
+const ROOT_MAX_ENTRIES: u16 = 4;
 /// Entries of a non-root node (a 4096-byte block without checksum tail).
-pub const BLOCK_MAX_ENTRIES: u16 = 340;
+const BLOCK_MAX_ENTRIES: u16 = 340;
 /// Deepest tree allowed (the kernel's `EXT4_MAX_EXTENT_DEPTH`).
-pub const MAX_DEPTH: u16 = 5;
+const MAX_DEPTH: u16 = 5;
 /// Longest written (initialized) extent.
-pub const MAX_INIT_LEN: u32 = 32768;
+const MAX_INIT_LEN: u32 = 32768;
 /// Longest unwritten extent.
-pub const MAX_UNWRITTEN_LEN: u32 = 32767;
+const MAX_UNWRITTEN_LEN: u32 = 32767;
 /// Exclusive upper bound of mappable logical blocks (`EXT_MAX_BLOCKS`).
 pub const MAX_LBLK_END: u32 = u32::MAX;
 
@@ -259,7 +259,10 @@ fn parse_header(b: &[u8], loc: Loc) -> FsResult<Header> {
         ));
     }
     if h.depth > MAX_DEPTH {
-        return Err(corrupt(loc, format!("depth {} exceeds {MAX_DEPTH}", h.depth)));
+        return Err(corrupt(
+            loc,
+            format!("depth {} exceeds {MAX_DEPTH}", h.depth),
+        ));
     }
     Ok(h)
 }
@@ -331,7 +334,9 @@ fn decode(b: &[u8], loc: Loc) -> FsResult<Node> {
         depth: h.depth,
         max: h.max,
         generation: h.generation,
-        ents: (0..h.entries as usize).map(|i| ent_at(b, i, leaf)).collect(),
+        ents: (0..h.entries as usize)
+            .map(|i| ent_at(b, i, leaf))
+            .collect(),
     })
 }
 
@@ -554,13 +559,15 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         let freed_set: HashSet<u64> = freed.iter().copied().collect();
         let new_set: HashSet<u64> = allocated.iter().copied().collect();
         for (b, s) in &staged {
-            if s.dirty && !new_set.contains(b) && !freed_set.contains(b) {
-                if let Err(e) = store.write_access(&s.buf) {
-                    for &nb in &allocated {
-                        let _ = store.free_meta_block(nb);
-                    }
-                    return Err(e);
+            if s.dirty
+                && !new_set.contains(b)
+                && !freed_set.contains(b)
+                && let Err(e) = store.write_access(&s.buf)
+            {
+                for &nb in &allocated {
+                    let _ = store.free_meta_block(nb);
                 }
+                return Err(e);
             }
         }
         for (b, s) in &staged {
@@ -738,8 +745,15 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             Loc::Blk(_) => {
                 // Appending: keep this node full and start a new one with the new entry
                 // (sequential writes then leave full nodes). Otherwise split in the middle.
-                let mut at = if pos + 1 == n { n - 1 } else { n / 2 };
-                at = at.max(n.saturating_sub(self.new_max as usize)).max(1);
+                let at = if pos + 1 == n { n - 1 } else { n / 2 };
+                // Both halves must fit: the left keeps this node's eh_max, the right gets
+                // `new_max`.
+                let lo = n.saturating_sub(self.new_max as usize).max(1);
+                let hi = (node.max as usize).min(n - 1);
+                if lo > hi {
+                    return Err(corrupt(loc, format!("internal: cannot split {n} entries")));
+                }
+                let at = at.clamp(lo, hi);
                 let right = node.ents.split_off(at);
                 let b = self.alloc()?;
                 let rnode = Node {
@@ -762,7 +776,13 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             .map(|_| ())
     }
 
-    fn replace_rec(&mut self, loc: Loc, expect: Option<u16>, old_key: u32, new: Ent) -> FsResult<u32> {
+    fn replace_rec(
+        &mut self,
+        loc: Loc,
+        expect: Option<u16>,
+        old_key: u32,
+        new: Ent,
+    ) -> FsResult<u32> {
         let mut node = self.load(loc, expect)?;
         if node.depth == 0 {
             let i = node
@@ -1017,7 +1037,10 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             let a = cur.max(m.lblk as u64);
             let b = end.min(m.end());
             if b <= a {
-                return Err(corrupt(Loc::Root, "internal: no progress converting extents"));
+                return Err(corrupt(
+                    Loc::Root,
+                    "internal: no progress converting extents",
+                ));
             }
             if m.unwritten {
                 if self.goal == 0 {
@@ -1081,7 +1104,13 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         for (i, e) in node.ents.iter().enumerate() {
             let chi = node.ents.get(i + 1).map_or(hi, |x| x.key as u64);
             if (e.key as u64) < end && chi > start {
-                self.collect_range(Loc::Blk(e.ptr), Some(node.depth - 1), (start, end), chi, out)?;
+                self.collect_range(
+                    Loc::Blk(e.ptr),
+                    Some(node.depth - 1),
+                    (start, end),
+                    chi,
+                    out,
+                )?;
             }
         }
         Ok(())
@@ -1101,7 +1130,10 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         {
             return Err(corrupt(
                 loc,
-                format!("first key {:?} differs from the index key {k}", node.ents.first().map(|e| e.key)),
+                format!(
+                    "first key {:?} differs from the index key {k}",
+                    node.ents.first().map(|e| e.key)
+                ),
             ));
         }
         for w in node.ents.windows(2) {
@@ -1133,7 +1165,10 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 if m.pblk == 0 || m.pblk + m.len as u64 > PBLK_LIMIT {
                     return Err(corrupt(
                         loc,
-                        format!("extent {}+{} has bad physical block {}", m.lblk, m.len, m.pblk),
+                        format!(
+                            "extent {}+{} has bad physical block {}",
+                            m.lblk, m.len, m.pblk
+                        ),
                     ));
                 }
                 *prev_end = m.end();
@@ -1253,17 +1288,24 @@ pub fn extent_at_or_before<M: MetaStore + ?Sized>(
     read(root, store, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping())))
 }
 
-/// The whole extents overlapping `[start, end)`, in logical order.
+/// The whole extents overlapping `[start, end)` (`end` exclusive; `u32::MAX` means "to the
+/// end"), in logical order.
 pub fn extents_in_range<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
     start: u32,
-    end: u64,
+    end: u32,
 ) -> FsResult<Vec<Mapping>> {
     read(root, store, |tx| {
         let mut out = Vec::new();
-        if (start as u64) < end {
-            tx.collect_range(Loc::Root, None, (start as u64, end), u64::MAX, &mut out)?;
+        if start < end {
+            tx.collect_range(
+                Loc::Root,
+                None,
+                (start as u64, end as u64),
+                u64::MAX,
+                &mut out,
+            )?;
         }
         Ok(out)
     })
@@ -1409,4 +1451,1141 @@ pub fn check<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M) -> F
             &mut prev_end,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeSet, HashMap};
+
+    use cjfs_blockdev::EmulatedSsd;
+    use cjfs_journal::BufferCache;
+    use proptest::prelude::*;
+
+    const DEV_BLOCKS: u64 = 1 << 16;
+
+    /// In-memory metadata store: bump allocator, and checks that every buffer changed
+    /// between two [`MemStore::end_tx`] calls got write access, that nothing is freed twice
+    /// and that freed blocks are never read or written again.
+    struct MemStore {
+        cache: BufferCache,
+        next: u64,
+        live: HashMap<u64, Arc<Buffer>>,
+        in_use: BTreeSet<u64>,
+        access: HashSet<u64>,
+        shadow: HashMap<u64, Vec<u8>>,
+        /// Fail the allocation after this many more successful ones.
+        fail_in: Option<u32>,
+    }
+
+    impl MemStore {
+        fn new() -> Self {
+            Self::starting_at(1000)
+        }
+
+        fn starting_at(next: u64) -> Self {
+            MemStore {
+                cache: BufferCache::new(Arc::new(EmulatedSsd::ram(DEV_BLOCKS)), 1 << 16),
+                next,
+                live: HashMap::new(),
+                in_use: BTreeSet::new(),
+                access: HashSet::new(),
+                shadow: HashMap::new(),
+                fail_in: None,
+            }
+        }
+
+        fn end_tx(&mut self) {
+            for (b, buf) in &self.live {
+                let now = buf.read()[..].to_vec();
+                if self.shadow.get(b) != Some(&now) {
+                    assert!(
+                        self.access.contains(b),
+                        "block {b} modified without write access"
+                    );
+                }
+                self.shadow.insert(*b, now);
+            }
+            self.access.clear();
+        }
+
+        /// Write a raw node into a newly allocated block (for corruption tests).
+        fn craft(&mut self, depth: u16, max: u16, ents: &[Ent]) -> u64 {
+            let buf = self.new_block(0).expect("alloc");
+            let node = Node {
+                depth,
+                max,
+                generation: 0,
+                ents: ents.to_vec(),
+            };
+            encode(&node, &mut buf.write()[..], Loc::Blk(buf.blocknr())).expect("encode");
+            buf.blocknr()
+        }
+    }
+
+    impl MetaStore for MemStore {
+        fn read_block(&mut self, blk: u64) -> FsResult<Arc<Buffer>> {
+            if !self.in_use.contains(&blk) {
+                return Err(FsError::Corrupt(format!(
+                    "test store: read of unallocated block {blk}"
+                )));
+            }
+            if let Some(b) = self.live.get(&blk) {
+                return Ok(b.clone());
+            }
+            let b = self.cache.read(blk)?;
+            self.shadow.insert(blk, b.read()[..].to_vec());
+            self.live.insert(blk, b.clone());
+            Ok(b)
+        }
+
+        fn write_access(&mut self, buf: &Arc<Buffer>) -> FsResult<()> {
+            assert!(
+                self.in_use.contains(&buf.blocknr()),
+                "write access to free block {}",
+                buf.blocknr()
+            );
+            self.access.insert(buf.blocknr());
+            Ok(())
+        }
+
+        fn new_block(&mut self, _goal: u64) -> FsResult<Arc<Buffer>> {
+            if let Some(n) = self.fail_in {
+                if n == 0 {
+                    self.fail_in = None;
+                    return Err(FsError::NoSpace("test store: injected".into()));
+                }
+                self.fail_in = Some(n - 1);
+            }
+            if self.next >= DEV_BLOCKS {
+                return Err(FsError::NoSpace("test store: device full".into()));
+            }
+            let blk = self.next;
+            self.next += 1;
+            let b = self.cache.get_new(blk);
+            self.in_use.insert(blk);
+            self.access.insert(blk);
+            self.live.insert(blk, b.clone());
+            Ok(b)
+        }
+
+        fn free_meta_block(&mut self, blk: u64) -> FsResult<()> {
+            assert!(self.in_use.remove(&blk), "free of unallocated block {blk}");
+            self.live.remove(&blk);
+            self.shadow.remove(&blk);
+            Ok(())
+        }
+    }
+
+    fn new_root() -> [u8; ROOT_BYTES] {
+        let mut r = [0u8; ROOT_BYTES];
+        init_root(&mut r);
+        r
+    }
+
+    fn all_extents(root: &[u8; ROOT_BYTES], st: &mut MemStore) -> Vec<Mapping> {
+        let mut v = Vec::new();
+        for_each_extent(root, st, |m| v.push(m)).expect("for_each_extent");
+        v
+    }
+
+    fn m(lblk: u32, pblk: u64, len: u32, unwritten: bool) -> Mapping {
+        Mapping {
+            lblk,
+            pblk,
+            len,
+            unwritten,
+        }
+    }
+
+    type Model = BTreeMap<u32, (u64, bool)>;
+
+    fn expand(exts: &[Mapping]) -> Model {
+        let mut out = Model::new();
+        for e in exts {
+            for i in 0..e.len {
+                assert!(
+                    out.insert(e.lblk + i, (e.pblk + i as u64, e.unwritten))
+                        .is_none()
+                );
+            }
+        }
+        out
+    }
+
+    /// Tree valid, equal to the model, and owning exactly the blocks the store has handed out.
+    fn assert_consistent(root: &[u8; ROOT_BYTES], st: &mut MemStore, model: &Model) {
+        check(root, st).expect("check");
+        let exts = all_extents(root, st);
+        assert_eq!(&expand(&exts), model, "tree differs from model");
+        let blocks: BTreeSet<u64> = tree_blocks(root, st)
+            .expect("tree_blocks")
+            .into_iter()
+            .collect();
+        assert_eq!(
+            blocks, st.in_use,
+            "tree blocks differ from allocated blocks"
+        );
+    }
+
+    fn runs_to_sorted(runs: &[(u64, u32)]) -> Vec<u64> {
+        let mut v: Vec<u64> = runs
+            .iter()
+            .flat_map(|&(p, l)| (0..l as u64).map(move |i| p + i))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn empty_tree() {
+        let mut st = MemStore::new();
+        let root = new_root();
+        assert_eq!(depth(&root).unwrap(), 0);
+        assert!(is_empty(&root).unwrap());
+        assert_eq!(lookup(&root, &mut st, 0).unwrap(), None);
+        assert_eq!(next_extent_at_or_after(&root, &mut st, 0).unwrap(), None);
+        assert!(all_extents(&root, &mut st).is_empty());
+        assert!(tree_blocks(&root, &mut st).unwrap().is_empty());
+        check(&root, &mut st).unwrap();
+    }
+
+    #[test]
+    fn punch_hole_in_middle_of_extent() {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        insert(&mut root, &mut st, m(0, 5000, 100, false), 0).unwrap();
+        let (runs, d) = remove_range(&mut root, &mut st, 40, 50).unwrap();
+        assert_eq!(runs, vec![(5040, 10)]);
+        assert_eq!(d, TreeDelta::default());
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![m(0, 5000, 40, false), m(50, 5050, 50, false)]
+        );
+        assert_eq!(lookup(&root, &mut st, 45).unwrap(), None);
+        assert_eq!(
+            lookup(&root, &mut st, 99).unwrap(),
+            Some(m(50, 5050, 50, false))
+        );
+        assert_eq!(
+            next_extent_at_or_after(&root, &mut st, 40).unwrap(),
+            Some(m(50, 5050, 50, false))
+        );
+        // Trim both edges.
+        let (runs, _) = remove_range(&mut root, &mut st, 30, 60).unwrap();
+        assert_eq!(runs, vec![(5030, 10), (5050, 10)]);
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![m(0, 5000, 30, false), m(60, 5060, 40, false)]
+        );
+        // Punch in an unwritten extent inside a full root leaf: needs a grow.
+        let mut root = new_root();
+        for i in 0..3 {
+            insert(
+                &mut root,
+                &mut st,
+                m(i * 10, 7000 + i as u64 * 100, 5, false),
+                0,
+            )
+            .unwrap();
+        }
+        insert(&mut root, &mut st, m(100, 9000, 50, true), 0).unwrap();
+        let (runs, d) = remove_range(&mut root, &mut st, 110, 111).unwrap();
+        assert_eq!(runs, vec![(9010, 1)]);
+        assert_eq!(d.blocks_allocated, 1);
+        assert_eq!(depth(&root).unwrap(), 1);
+        assert_eq!(
+            all_extents(&root, &mut st)[3..],
+            [m(100, 9000, 10, true), m(111, 9011, 39, true)]
+        );
+        check(&root, &mut st).unwrap();
+        // Removing one extent lets the root hold everything again.
+        let (_, d) = remove_range(&mut root, &mut st, 0, 5).unwrap();
+        assert_eq!(d.blocks_freed, 1);
+        assert_eq!(depth(&root).unwrap(), 0);
+        assert_eq!(all_extents(&root, &mut st).len(), 4);
+        st.end_tx();
+    }
+
+    #[test]
+    fn merges_with_neighbours() {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        insert(&mut root, &mut st, m(10, 110, 5, false), 0).unwrap();
+        // Contiguous after: merge.
+        insert(&mut root, &mut st, m(15, 115, 5, false), 0).unwrap();
+        assert_eq!(all_extents(&root, &mut st), vec![m(10, 110, 10, false)]);
+        // Contiguous before: merge (start moves).
+        insert(&mut root, &mut st, m(5, 105, 5, false), 0).unwrap();
+        assert_eq!(all_extents(&root, &mut st), vec![m(5, 105, 15, false)]);
+        // Physically discontiguous: no merge.
+        insert(&mut root, &mut st, m(20, 500, 5, false), 0).unwrap();
+        // Different state: no merge.
+        insert(&mut root, &mut st, m(25, 505, 5, true), 0).unwrap();
+        insert(&mut root, &mut st, m(40, 140, 5, false), 0).unwrap();
+        assert_eq!(all_extents(&root, &mut st).len(), 4);
+        // Filling the gap joins both sides.
+        insert(&mut root, &mut st, m(30, 130, 10, false), 0).unwrap();
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![
+                m(5, 105, 15, false),
+                m(20, 500, 5, false),
+                m(25, 505, 5, true),
+                m(30, 130, 15, false)
+            ]
+        );
+        // Overlaps are refused and change nothing.
+        let before = root;
+        for bad in [m(0, 1, 6, false), m(44, 1, 1, false), m(12, 1, 1, true)] {
+            assert!(matches!(
+                insert(&mut root, &mut st, bad, 0),
+                Err(FsError::Corrupt(_))
+            ));
+            assert_eq!(root, before);
+        }
+        st.end_tx();
+    }
+
+    #[test]
+    fn length_limits() {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        insert(&mut root, &mut st, m(0, 1000, MAX_INIT_LEN, false), 0).unwrap();
+        // A contiguous neighbour cannot make it longer.
+        insert(
+            &mut root,
+            &mut st,
+            m(MAX_INIT_LEN, 1000 + MAX_INIT_LEN as u64, 1, false),
+            0,
+        )
+        .unwrap();
+        assert_eq!(all_extents(&root, &mut st).len(), 2);
+        let u = MAX_INIT_LEN + 1;
+        insert(
+            &mut root,
+            &mut st,
+            m(100_000, 200_000, MAX_UNWRITTEN_LEN - 1, true),
+            0,
+        )
+        .unwrap();
+        insert(
+            &mut root,
+            &mut st,
+            m(
+                100_000 + MAX_UNWRITTEN_LEN - 1,
+                200_000 + MAX_UNWRITTEN_LEN as u64 - 1,
+                1,
+                true,
+            ),
+            0,
+        )
+        .unwrap();
+        insert(
+            &mut root,
+            &mut st,
+            m(
+                100_000 + MAX_UNWRITTEN_LEN,
+                200_000 + MAX_UNWRITTEN_LEN as u64,
+                1,
+                true,
+            ),
+            0,
+        )
+        .unwrap();
+        let exts = all_extents(&root, &mut st);
+        assert_eq!(exts[2], m(100_000, 200_000, MAX_UNWRITTEN_LEN, true));
+        assert_eq!(exts.len(), 4);
+        for bad in [
+            m(0, 1, 0, false),
+            m(0, 1, u, false),
+            m(0, 1, MAX_INIT_LEN, true),
+            m(u32::MAX - 1, 1, 2, false),
+            m(u32::MAX, 1, 1, false),
+            m(7, 0, 1, false),
+            m(7, PBLK_LIMIT - 1, 2, false),
+        ] {
+            let r = insert(&mut root, &mut st, bad, 0);
+            assert!(
+                matches!(r, Err(FsError::Invalid(_)) | Err(FsError::TooBig(_))),
+                "{bad:?}: {r:?}"
+            );
+        }
+        // The last mappable block.
+        insert(&mut root, &mut st, m(u32::MAX - 2, 77, 2, false), 0).unwrap();
+        let (runs, _) = remove_range(&mut root, &mut st, 5, u32::MAX).unwrap();
+        assert_eq!(
+            runs_to_sorted(&runs).len() as u64,
+            MAX_INIT_LEN as u64 - 5 + 1 + MAX_UNWRITTEN_LEN as u64 + 1 + 2
+        );
+        assert_eq!(all_extents(&root, &mut st), vec![m(0, 1000, 5, false)]);
+        check(&root, &mut st).unwrap();
+    }
+
+    #[test]
+    fn mark_written_splits_and_merges() {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        insert(&mut root, &mut st, m(0, 1000, 100, true), 0).unwrap();
+        mark_written(&mut root, &mut st, 10, 10).unwrap();
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![
+                m(0, 1000, 10, true),
+                m(10, 1010, 10, false),
+                m(20, 1020, 80, true)
+            ]
+        );
+        // Converting the head joins the written piece.
+        mark_written(&mut root, &mut st, 0, 10).unwrap();
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![m(0, 1000, 20, false), m(20, 1020, 80, true)]
+        );
+        // A range covering holes, written and unwritten blocks.
+        insert(&mut root, &mut st, m(200, 3000, 10, true), 0).unwrap();
+        mark_written(&mut root, &mut st, 15, 190).unwrap();
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![
+                m(0, 1000, 100, false),
+                m(200, 3000, 5, false),
+                m(205, 3005, 5, true)
+            ]
+        );
+        mark_written(&mut root, &mut st, 0, u32::MAX).unwrap();
+        assert_eq!(
+            all_extents(&root, &mut st),
+            vec![m(0, 1000, 100, false), m(200, 3000, 10, false)]
+        );
+        check(&root, &mut st).unwrap();
+        st.end_tx();
+    }
+
+    /// Build a depth >= 2 tree of 100k single-block extents, then free everything.
+    #[test]
+    fn deep_tree_build_and_remove_all() {
+        const N: u32 = 100_000;
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        let mut tree = 0i64;
+        for i in 0..N {
+            let d = insert(
+                &mut root,
+                &mut st,
+                m(i, 10_000_000 + 2 * i as u64, 1, i % 3 == 0),
+                0,
+            )
+            .unwrap();
+            tree += d.blocks_allocated as i64 - d.blocks_freed as i64;
+            if i % 5000 == 0 {
+                st.end_tx();
+            }
+        }
+        st.end_tx();
+        assert!(
+            depth(&root).unwrap() >= 2,
+            "depth {}",
+            depth(&root).unwrap()
+        );
+        check(&root, &mut st).unwrap();
+        let blocks = tree_blocks(&root, &mut st).unwrap();
+        assert_eq!(blocks.len() as i64, tree);
+        assert_eq!(blocks.len(), st.in_use.len());
+        // Sequential appends keep leaves full: about N / 340 leaves.
+        assert!(
+            blocks.len() < (N as usize / 340) + 10,
+            "{} blocks",
+            blocks.len()
+        );
+        let exts = all_extents(&root, &mut st);
+        assert_eq!(exts.len(), N as usize);
+        for i in (0..N).step_by(997) {
+            let got = lookup(&root, &mut st, i).unwrap().unwrap();
+            assert_eq!(got, m(i, 10_000_000 + 2 * i as u64, 1, i % 3 == 0));
+        }
+        assert_eq!(extents_in_range(&root, &mut st, 500, 503).unwrap().len(), 3);
+        let (runs, d) = remove_range(&mut root, &mut st, 0, u32::MAX).unwrap();
+        st.end_tx();
+        assert_eq!(runs.len(), N as usize);
+        assert_eq!(d.blocks_freed as usize, blocks.len());
+        assert_eq!(d.blocks_allocated, 0);
+        assert!(st.in_use.is_empty());
+        assert_eq!(root, new_root());
+    }
+
+    /// Random insertion order and removal in random chunks, at full node size.
+    #[test]
+    fn deep_tree_random_order() {
+        const N: u32 = 30_000;
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut order: Vec<u32> = (0..N).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rnd() as usize % (i + 1));
+        }
+        for &i in &order {
+            insert(
+                &mut root,
+                &mut st,
+                m(3 * i, 10_000_000 + 5 * i as u64, 2, false),
+                0,
+            )
+            .unwrap();
+        }
+        st.end_tx();
+        assert!(depth(&root).unwrap() >= 2);
+        check(&root, &mut st).unwrap();
+        assert_eq!(all_extents(&root, &mut st).len(), N as usize);
+        assert_eq!(tree_blocks(&root, &mut st).unwrap().len(), st.in_use.len());
+        let mut model = expand(&all_extents(&root, &mut st));
+        let mut left = model.len();
+        while left > 0 {
+            let s = (rnd() % (3 * N as u64)) as u32;
+            let e = s + (rnd() % 3000) as u32 + 1;
+            let (runs, _) = remove_range(&mut root, &mut st, s, e).unwrap();
+            let expected: Vec<u64> = model.range(s..e).map(|(_, v)| v.0).collect();
+            let mut expected = expected;
+            expected.sort_unstable();
+            assert_eq!(runs_to_sorted(&runs), expected);
+            let keys: Vec<u32> = model.range(s..e).map(|(k, _)| *k).collect();
+            for k in keys {
+                model.remove(&k);
+            }
+            left = model.len();
+            check(&root, &mut st).unwrap();
+            if left < 2000 {
+                // Finish off with larger bites.
+                remove_range(&mut root, &mut st, 0, u32::MAX).unwrap();
+                model.clear();
+                left = 0;
+            }
+        }
+        st.end_tx();
+        assert!(st.in_use.is_empty());
+        assert_eq!(root, new_root());
+    }
+
+    #[test]
+    fn enospc_leaves_tree_unchanged() {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        for i in 0..4 {
+            insert(
+                &mut root,
+                &mut st,
+                m(i * 10, 100 + i as u64 * 100, 5, false),
+                0,
+            )
+            .unwrap();
+        }
+        // Root full: the next insert needs a block.
+        let before = root;
+        st.fail_in = Some(0);
+        assert!(matches!(
+            insert(&mut root, &mut st, m(100, 9000, 1, false), 0),
+            Err(FsError::NoSpace(_))
+        ));
+        assert_eq!(root, before);
+        assert!(st.in_use.is_empty());
+        // Fill a depth-1 tree with small nodes, then fail on the second of two allocations.
+        let mut model = expand(&all_extents(&root, &mut st));
+        let mut i = 0u32;
+        loop {
+            let e = m(1000 + 2 * i, 50_000 + 2 * i as u64, 1, false);
+            let blocks_before = st.in_use.clone();
+            let before = root;
+            st.fail_in = Some(1);
+            match insert_with(&mut root, &mut st, e, 0, 3) {
+                Ok(_) => {
+                    st.fail_in = None;
+                    model.insert(e.lblk, (e.pblk, false));
+                }
+                Err(FsError::NoSpace(_)) => {
+                    assert_eq!(root, before);
+                    assert_eq!(st.in_use, blocks_before);
+                    st.end_tx();
+                    assert_consistent(&root, &mut st, &model);
+                    if depth(&root).unwrap() >= 2 {
+                        break;
+                    }
+                    // Let it succeed now.
+                    insert_with(&mut root, &mut st, e, 0, 3).unwrap();
+                    model.insert(e.lblk, (e.pblk, false));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            st.end_tx();
+            assert_consistent(&root, &mut st, &model);
+            i += 1;
+            assert!(i < 1000);
+        }
+    }
+
+    #[test]
+    fn corrupt_trees_are_errors() {
+        fn all_fail(root: &mut [u8; ROOT_BYTES], st: &mut MemStore) {
+            let r0 = *root;
+            let e = |r: FsResult<()>| match r {
+                Err(FsError::Corrupt(msg)) => assert!(msg.contains("extent tree"), "{msg}"),
+                other => panic!("expected corruption, got {other:?}"),
+            };
+            e(check(root, st));
+            e(for_each_extent(root, st, |_| {}));
+            e(tree_blocks(root, st).map(|_| ()));
+            e(remove_range(root, st, 0, u32::MAX).map(|_| ()));
+            assert_eq!(*root, r0);
+        }
+        let mut st = MemStore::new();
+
+        let mut root = new_root();
+        root[0] = 0;
+        all_fail(&mut root, &mut st);
+        assert!(lookup(&root, &mut st, 0).is_err());
+        assert!(insert(&mut root, &mut st, m(0, 1, 1, false), 0).is_err());
+        assert!(mark_written(&mut root, &mut st, 0, 1).is_err());
+
+        let mut root = new_root();
+        wr16(&mut root, 2, 5); // entries > max
+        all_fail(&mut root, &mut st);
+        let mut root = new_root();
+        wr16(&mut root, 4, 5); // max > capacity
+        all_fail(&mut root, &mut st);
+        let mut root = new_root();
+        wr16(&mut root, 6, 6); // depth 6, no entries
+        all_fail(&mut root, &mut st);
+
+        // Index pointing at a leaf where a depth-1 node is expected.
+        let leaf = st.craft(0, 340, &[Ent::leaf(&m(0, 500, 1, false))]);
+        let mut root = new_root();
+        encode(
+            &Node {
+                depth: 2,
+                max: 4,
+                generation: 0,
+                ents: vec![Ent::index(0, leaf)],
+            },
+            &mut root,
+            Loc::Root,
+        )
+        .unwrap();
+        all_fail(&mut root, &mut st);
+        assert!(lookup(&root, &mut st, 0).is_err());
+        assert!(insert(&mut root, &mut st, m(7, 1, 1, false), 0).is_err());
+
+        // A node pointing to itself (a loop): depth mismatch.
+        let selfref = st.craft(1, 340, &[]);
+        {
+            let buf = st.read_block(selfref).unwrap();
+            let node = Node {
+                depth: 1,
+                max: 340,
+                generation: 0,
+                ents: vec![Ent::index(0, selfref)],
+            };
+            encode(&node, &mut buf.write()[..], Loc::Blk(selfref)).unwrap();
+        }
+        let mut root = new_root();
+        encode(
+            &Node {
+                depth: 2,
+                max: 4,
+                generation: 0,
+                ents: vec![Ent::index(0, selfref)],
+            },
+            &mut root,
+            Loc::Root,
+        )
+        .unwrap();
+        all_fail(&mut root, &mut st);
+        assert!(lookup(&root, &mut st, 3).is_err());
+        assert!(next_extent_at_or_after(&root, &mut st, 3).is_err());
+
+        // The same leaf referenced twice.
+        let mut root = new_root();
+        encode(
+            &Node {
+                depth: 1,
+                max: 4,
+                generation: 0,
+                ents: vec![Ent::index(0, leaf), Ent::index(10, leaf)],
+            },
+            &mut root,
+            Loc::Root,
+        )
+        .unwrap();
+        all_fail(&mut root, &mut st);
+
+        // Pointer to block 0 and to an empty leaf.
+        let empty = st.craft(0, 340, &[]);
+        for p in [0, empty] {
+            let mut root = new_root();
+            encode(
+                &Node {
+                    depth: 1,
+                    max: 4,
+                    generation: 0,
+                    ents: vec![Ent::index(0, p)],
+                },
+                &mut root,
+                Loc::Root,
+            )
+            .unwrap();
+            all_fail(&mut root, &mut st);
+        }
+
+        // Structurally readable but invalid: check() catches them.
+        let bad_trees: Vec<Vec<Ent>> = vec![
+            // overlapping
+            vec![
+                Ent::leaf(&m(0, 500, 10, false)),
+                Ent::leaf(&m(5, 900, 1, false)),
+            ],
+            // unsorted
+            vec![
+                Ent::leaf(&m(10, 500, 1, false)),
+                Ent::leaf(&m(5, 900, 1, false)),
+            ],
+            // zero length
+            vec![Ent::leaf(&m(0, 500, 0, false))],
+            // physical block 0
+            vec![Ent::leaf(&m(0, 0, 1, false))],
+        ];
+        for ents in bad_trees {
+            let mut root = new_root();
+            encode(
+                &Node {
+                    depth: 0,
+                    max: 4,
+                    generation: 0,
+                    ents,
+                },
+                &mut root,
+                Loc::Root,
+            )
+            .unwrap();
+            assert!(matches!(check(&root, &mut st), Err(FsError::Corrupt(_))));
+        }
+        // Index key differing from the child's first key.
+        let mut root = new_root();
+        encode(
+            &Node {
+                depth: 1,
+                max: 4,
+                generation: 0,
+                ents: vec![Ent::index(1, leaf)],
+            },
+            &mut root,
+            Loc::Root,
+        )
+        .unwrap();
+        assert!(matches!(check(&root, &mut st), Err(FsError::Corrupt(_))));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Insert at the first free block at or after `lblk` (clipped to the free gap).
+        InsertFree {
+            lblk: u32,
+            len: u32,
+            unwritten: bool,
+            contiguous: bool,
+        },
+        /// Insert exactly here: fails if it overlaps.
+        InsertRaw {
+            lblk: u32,
+            len: u32,
+        },
+        Remove {
+            start: u32,
+            len: u32,
+        },
+        RemoveToEnd {
+            start: u32,
+        },
+        MarkWritten {
+            start: u32,
+            len: u32,
+        },
+        /// Make the allocation after `after` successful ones fail in the next operation.
+        FailAlloc {
+            after: u32,
+        },
+    }
+
+    fn op_strategy(span: u32) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            16 => (0..span, 1u32..12, any::<bool>(), 0u8..3).prop_map(
+                |(lblk, len, unwritten, c)| Op::InsertFree { lblk, len, unwritten, contiguous: c == 0 }
+            ),
+            2 => (0..span, 1u32..8).prop_map(|(lblk, len)| Op::InsertRaw { lblk, len }),
+            4 => (0..span + 50, 1u32..80).prop_map(|(start, len)| Op::Remove { start, len }),
+            1 => (0..span + 50).prop_map(|start| Op::RemoveToEnd { start }),
+            4 => (0..span + 50, 1u32..80).prop_map(|(start, len)| Op::MarkWritten { start, len }),
+            2 => (0u32..4).prop_map(|after| Op::FailAlloc { after }),
+        ]
+    }
+
+    fn pblk_for(lblk: u32, contiguous: bool) -> u64 {
+        if contiguous {
+            100_000 + lblk as u64
+        } else {
+            1_000_000 + 3 * lblk as u64
+        }
+    }
+
+    fn run_ops(ops: &[Op], new_max: u16) {
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        let mut model = Model::new();
+        let mut tree_count = 0i64;
+        let mut fail = None;
+        for (step, op) in ops.iter().enumerate() {
+            st.fail_in = fail.take();
+            let before_root = root;
+            let before_blocks = st.in_use.clone();
+            let injected = st.fail_in.is_some();
+            let result: FsResult<TreeDelta> = match *op {
+                Op::FailAlloc { after } => {
+                    fail = Some(after);
+                    Ok(TreeDelta::default())
+                }
+                Op::InsertFree {
+                    lblk,
+                    len,
+                    unwritten,
+                    contiguous,
+                } => {
+                    let mut s = lblk;
+                    while model.contains_key(&s) {
+                        s += 1;
+                    }
+                    let gap_end = model.range(s..).next().map_or(u32::MAX, |(k, _)| *k);
+                    let len = len.min(gap_end - s);
+                    let e = m(s, pblk_for(s, contiguous), len, unwritten);
+                    let r = insert_with(&mut root, &mut st, e, 0, new_max);
+                    if r.is_ok() {
+                        for i in 0..len {
+                            model.insert(s + i, (e.pblk + i as u64, unwritten));
+                        }
+                    }
+                    r
+                }
+                Op::InsertRaw { lblk, len } => {
+                    let e = m(lblk, pblk_for(lblk, false), len, false);
+                    let overlaps = model.range(lblk..lblk + len).next().is_some();
+                    let r = insert_with(&mut root, &mut st, e, 0, new_max);
+                    if overlaps {
+                        assert!(matches!(r, Err(FsError::Corrupt(_))), "{r:?}");
+                        assert_eq!(root, before_root);
+                        Ok(TreeDelta::default())
+                    } else {
+                        if r.is_ok() {
+                            for i in 0..len {
+                                model.insert(lblk + i, (e.pblk + i as u64, false));
+                            }
+                        }
+                        r
+                    }
+                }
+                Op::Remove { .. } | Op::RemoveToEnd { .. } => {
+                    let (start, end) = match *op {
+                        Op::Remove { start, len } => (start, start + len),
+                        Op::RemoveToEnd { start } => (start, u32::MAX),
+                        _ => unreachable!(),
+                    };
+                    match remove_range_with(&mut root, &mut st, start, end, new_max) {
+                        Ok((runs, d)) => {
+                            let keys: Vec<u32> = model.range(start..end).map(|(k, _)| *k).collect();
+                            let mut expected: Vec<u64> = keys.iter().map(|k| model[k].0).collect();
+                            expected.sort_unstable();
+                            assert_eq!(runs_to_sorted(&runs), expected, "step {step}");
+                            for k in keys {
+                                model.remove(&k);
+                            }
+                            Ok(d)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Op::MarkWritten { start, len } => {
+                    let r = mark_written_with(&mut root, &mut st, start, len, new_max);
+                    if r.is_ok() {
+                        for (_, v) in model.range_mut(start..start + len) {
+                            v.1 = false;
+                        }
+                    }
+                    r
+                }
+            };
+            st.fail_in = None;
+            let too_big = matches!(result, Err(FsError::TooBig(_)));
+            match result {
+                Ok(d) => {
+                    tree_count += d.blocks_allocated as i64 - d.blocks_freed as i64;
+                }
+                // Injected ENOSPC, or (tiny nodes only) the depth limit: nothing changed.
+                Err(FsError::NoSpace(_)) | Err(FsError::TooBig(_))
+                    if injected || (too_big && new_max < 8) =>
+                {
+                    assert_eq!(root, before_root, "step {step}: root changed on failure");
+                    assert_eq!(st.in_use, before_blocks, "step {step}: blocks leaked");
+                }
+                Err(e) => panic!("step {step} {op:?}: {e}"),
+            }
+            st.end_tx();
+            assert_consistent(&root, &mut st, &model);
+            assert_eq!(
+                tree_count,
+                st.in_use.len() as i64,
+                "step {step}: delta accounting"
+            );
+            // Point queries against the model.
+            for k in 0..12u32 {
+                let l = (step as u32 * 7919 + k * 211) % 2100;
+                let got = lookup(&root, &mut st, l).unwrap();
+                match model.get(&l) {
+                    Some(&(p, u)) => {
+                        let g = got.expect("mapped block not found");
+                        assert_eq!((g.pblk_of(l), g.unwritten), (Some(p), u));
+                    }
+                    None => assert_eq!(got, None),
+                }
+                let next = next_extent_at_or_after(&root, &mut st, l).unwrap();
+                match model.range(l..).next() {
+                    Some((&k2, &(p, _))) => {
+                        let g = next.expect("next extent missing");
+                        assert_eq!(g.pblk_of(k2), Some(p));
+                        assert!(g.lblk <= k2.max(l));
+                    }
+                    None => assert_eq!(next, None),
+                }
+            }
+        }
+        // Tear down: everything is freed.
+        let (_, d) = remove_range(&mut root, &mut st, 0, u32::MAX).unwrap();
+        tree_count -= d.blocks_freed as i64;
+        assert_eq!(tree_count, 0);
+        assert!(st.in_use.is_empty());
+        assert_eq!(root, new_root());
+    }
+
+    fn find_tool(name: &str) -> Option<std::path::PathBuf> {
+        let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default();
+        dirs.extend(["/sbin", "/usr/sbin", "/usr/local/sbin"].map(std::path::PathBuf::from));
+        dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+    }
+
+    /// Run a tool; (success, stdout + stderr).
+    fn run_tool(tool: &std::path::Path, args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new(tool)
+            .args(args)
+            .output()
+            .expect("run tool");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    /// Build a depth-2 tree (with unwritten extents, punched holes and a removed range) for
+    /// an empty file of a real ext4 image made by mke2fs, install it with debugfs, and have
+    /// `e2fsck -fn` check the result.
+    #[test]
+    fn e2fsck_accepts_our_tree() {
+        use std::os::unix::fs::FileExt;
+
+        let (Some(mke2fs), Some(e2fsck), Some(debugfs)) = (
+            find_tool("mke2fs"),
+            find_tool("e2fsck"),
+            find_tool("debugfs"),
+        ) else {
+            eprintln!("skipping e2fsck cross-check: mke2fs, e2fsck or debugfs not found");
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let img = dir.path().join("img");
+        let img_s = img.to_str().expect("utf-8 path");
+        let (ok, out) = run_tool(
+            &mke2fs,
+            &[
+                "-q",
+                "-F",
+                "-t",
+                "ext4",
+                "-b",
+                "4096",
+                "-O",
+                "^metadata_csum,^resize_inode,^uninit_bg",
+                img_s,
+                "256M",
+            ],
+        );
+        assert!(ok, "mke2fs: {out}");
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").expect("write empty file");
+        let (ok, out) = run_tool(
+            &debugfs,
+            &["-w", "-R", &format!("write {} f", empty.display()), img_s],
+        );
+        assert!(ok, "debugfs write: {out}");
+        let (_, out) = run_tool(&debugfs, &["-R", "stat f", img_s]);
+        let ino: u32 = out
+            .split("Inode:")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no inode number in: {out}"));
+        // A run of free blocks for data and tree blocks.
+        let (_, out) = run_tool(&debugfs, &["-R", "ffb 20000 1000", img_s]);
+        let free: Vec<u64> = out
+            .split("Free blocks found:")
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let mut best = (0u64, 0u64);
+        let mut i = 0;
+        while i < free.len() {
+            let mut j = i;
+            while j + 1 < free.len() && free[j + 1] == free[j] + 1 {
+                j += 1;
+            }
+            if (j - i + 1) as u64 > best.1 {
+                best = (free[i], (j - i + 1) as u64);
+            }
+            i = j + 1;
+        }
+        let (base, run) = best;
+        assert!(run >= 6600, "no free run of 6600 blocks: {best:?}");
+
+        let mut st = MemStore::starting_at(base + 6500);
+        let mut root = new_root();
+        for i in 0..3000u32 {
+            let e = m(2 * i, base + 2 * i as u64, 1, i % 7 == 3);
+            insert(&mut root, &mut st, e, base).expect("insert");
+        }
+        insert(&mut root, &mut st, m(7000, base + 6000, 400, false), base).expect("insert");
+        remove_range(&mut root, &mut st, 7100, 7110).expect("punch");
+        remove_range(&mut root, &mut st, 1000, 1400).expect("remove");
+        remove_range(&mut root, &mut st, 3001, 3003).expect("remove");
+        mark_written(&mut root, &mut st, 0, 600).expect("mark_written");
+        st.end_tx();
+        check(&root, &mut st).expect("check");
+        assert!(depth(&root).expect("depth") >= 2);
+
+        // Install: tree blocks into the image, root/size/i_blocks into the inode, and the
+        // used blocks into the bitmap.
+        let tree = tree_blocks(&root, &mut st).expect("tree_blocks");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&img)
+            .expect("open image");
+        for &b in &tree {
+            let buf = st.read_block(b).expect("tree block");
+            file.write_at(&buf.read()[..], b * 4096)
+                .expect("write tree block");
+        }
+        file.sync_all().expect("sync");
+        drop(file);
+        let exts = all_extents(&root, &mut st);
+        let data: u64 = exts.iter().map(|e| e.len as u64).sum();
+        let end = exts.last().map(|e| e.end()).expect("extents");
+        let mut cmds = String::new();
+        for w in 0..15 {
+            let v = u32::from_le_bytes(root[4 * w..4 * w + 4].try_into().expect("4 bytes"));
+            let field = match w {
+                12 => "block[IND]".to_string(),
+                13 => "block[DIND]".to_string(),
+                14 => "block[TIND]".to_string(),
+                _ => format!("block[{w}]"),
+            };
+            cmds.push_str(&format!("sif <{ino}> {field} {v:#x}\n"));
+        }
+        cmds.push_str(&format!("sif <{ino}> size {}\n", end * 4096));
+        cmds.push_str(&format!(
+            "sif <{ino}> blocks {}\n",
+            (data + tree.len() as u64) * 8
+        ));
+        for e in &exts {
+            cmds.push_str(&format!("setb {} {}\n", e.pblk, e.len));
+        }
+        for &b in &tree {
+            cmds.push_str(&format!("setb {b}\n"));
+        }
+        let cmdfile = dir.path().join("cmds");
+        std::fs::write(&cmdfile, &cmds).expect("write cmds");
+        let cmdfile_s = cmdfile.to_str().expect("utf-8 path");
+        let (ok, out) = run_tool(&debugfs, &["-w", "-f", cmdfile_s, img_s]);
+        assert!(ok, "debugfs: {out}");
+
+        // debugfs's setb leaves the free-block counters alone: take the counted values from
+        // a first e2fsck run, then require a clean second run.
+        let (_, out) = run_tool(&e2fsck, &["-fn", img_s]);
+        let mut fix = String::new();
+        for line in out.lines() {
+            let Some(rest) = line.strip_prefix("Free blocks count wrong") else {
+                continue;
+            };
+            let counted: Option<u64> = rest
+                .split("counted=")
+                .nth(1)
+                .and_then(|s| s.trim_end_matches([')', '.']).parse().ok());
+            let Some(counted) = counted else { continue };
+            if let Some(g) = rest.strip_prefix(" for group #") {
+                let g: u32 = g
+                    .split_whitespace()
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .expect("group number");
+                fix.push_str(&format!("set_bg {g} free_blocks_count {counted}\n"));
+            } else {
+                fix.push_str(&format!("ssv free_blocks_count {counted}\n"));
+            }
+        }
+        if !fix.is_empty() {
+            std::fs::write(&cmdfile, &fix).expect("write cmds");
+            let (ok, out2) = run_tool(&debugfs, &["-w", "-f", cmdfile_s, img_s]);
+            assert!(ok, "debugfs: {out2}");
+        }
+        let (ok, out) = run_tool(&e2fsck, &["-fn", img_s]);
+        assert!(
+            ok,
+            "e2fsck -fn found problems:\n{out}\nfirst run fixes:\n{fix}"
+        );
+        // And e2fsck saw our blocks as the file's.
+        let (_, out) = run_tool(&debugfs, &["-R", &format!("stat <{ino}>"), img_s]);
+        assert!(
+            out.contains(&format!("Blockcount: {}", (data + tree.len() as u64) * 8)),
+            "{out}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Tiny nodes (3 to 6 entries) give deep trees with few extents.
+        #[test]
+        fn random_ops_small_nodes(
+            new_max in 3u16..=6,
+            ops in proptest::collection::vec(op_strategy(1500), 1..400),
+        ) {
+            run_ops(&ops, new_max);
+        }
+
+        /// Real node size.
+        #[test]
+        fn random_ops_full_nodes(ops in proptest::collection::vec(op_strategy(2000), 1..300)) {
+            run_ops(&ops, BLOCK_MAX_ENTRIES);
+        }
+    }
 }

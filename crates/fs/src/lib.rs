@@ -1,5 +1,28 @@
 //! ext4-compatible file system for cjfs.
+//!
+//! [`Fs::open`] mounts an image on any [`cjfs_blockdev::BlockDevice`]; every operation takes
+//! inode numbers (with path helpers) and returns a typed [`FsError`] that maps to an errno.
+//! See [`fs`] for the lock order.
+
+mod alloc;
+mod dir;
 pub mod error;
+pub mod extent_tree;
+pub mod fs;
+mod file;
+mod inode;
+pub mod meta;
 pub mod mkfs;
+mod namei;
 pub mod ondisk;
+mod ops;
+mod orphan;
+mod tx;
+pub mod types;
+pub mod xattr;
+
 pub use error::{FsError, FsResult};
+pub use fs::{Fs, Geometry, MountReport, recover_device};
+pub use mkfs::{MkfsOptions, mkfs};
+pub use types::*;
+pub use xattr::XattrFlags;

@@ -25,8 +25,10 @@ use cjfs_journal::JournalArea;
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::dirent::{self, FT_DIR};
-use crate::ondisk::extent::{Extent, ExtentIndex, ExtentNode, NodeEntries, block_max, extents_for_run, root_max};
-use crate::ondisk::features::{self, MKFS_COMPAT, MKFS_INCOMPAT, MKFS_RO_COMPAT, INCOMPAT_64BIT};
+use crate::ondisk::extent::{
+    Extent, ExtentIndex, ExtentNode, NodeEntries, block_max, extents_for_run, root_max,
+};
+use crate::ondisk::features::{self, INCOMPAT_64BIT, MKFS_COMPAT, MKFS_INCOMPAT, MKFS_RO_COMPAT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::htree::DX_HASH_HALF_MD4;
 use crate::ondisk::inode::{
@@ -162,7 +164,10 @@ struct Used {
 
 impl Used {
     fn new(limit: u64) -> Self {
-        Used { map: BTreeMap::new(), limit }
+        Used {
+            map: BTreeMap::new(),
+            limit,
+        }
     }
 
     fn mark(&mut self, start: u64, len: u64) {
@@ -177,11 +182,11 @@ impl Used {
             if s.checked_add(len)? > end {
                 return None;
             }
-            if let Some((_, &e)) = self.map.range(..=s).next_back() {
-                if e > s {
-                    s = e;
-                    continue;
-                }
+            if let Some((_, &e)) = self.map.range(..=s).next_back()
+                && e > s
+            {
+                s = e;
+                continue;
             }
             if let Some((_, &e)) = self.map.range(s + 1..s + len).next() {
                 s = e;
@@ -243,8 +248,12 @@ impl Used {
                 pos = 0;
                 continue;
             }
-            let next_used =
-                self.map.range(s + 1..).next().map(|(&st, _)| st).unwrap_or(self.limit);
+            let next_used = self
+                .map
+                .range(s + 1..)
+                .next()
+                .map(|(&st, _)| st)
+                .unwrap_or(self.limit);
             let n = (next_used - s).min(left);
             self.mark(s, n);
             runs.push((s, n));
@@ -257,10 +266,10 @@ impl Used {
     /// Used blocks within `start..end`.
     fn count_in(&self, start: u64, end: u64) -> u64 {
         let mut n = 0;
-        if let Some((_, &e)) = self.map.range(..start).next_back() {
-            if e > start {
-                n += e.min(end) - start;
-            }
+        if let Some((_, &e)) = self.map.range(..start).next_back()
+            && e > start
+        {
+            n += e.min(end) - start;
         }
         for (&s, &e) in self.map.range(start..end) {
             n += e.min(end) - s;
@@ -271,10 +280,10 @@ impl Used {
     /// Used ranges intersecting `start..end`, clipped.
     fn ranges_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut v = Vec::new();
-        if let Some((_, &e)) = self.map.range(..start).next_back() {
-            if e > start {
-                v.push((start, e.min(end)));
-            }
+        if let Some((_, &e)) = self.map.range(..start).next_back()
+            && e > start
+        {
+            v.push((start, e.min(end)));
         }
         for (&s, &e) in self.map.range(start..end) {
             v.push((s, e.min(end)));
@@ -295,12 +304,21 @@ const MAX_REQ_BLOCKS: u64 = 256;
 
 impl<'a> Writer<'a> {
     fn new(dev: &'a dyn BlockDevice) -> Self {
-        Writer { dev, inflight: VecDeque::new(), blocks: 0 }
+        Writer {
+            dev,
+            inflight: VecDeque::new(),
+            blocks: 0,
+        }
     }
 
     fn submit(&mut self, block: u64, bufs: Vec<BlockBuf>, kind: BlockKind) -> FsResult<()> {
         self.blocks += bufs.len() as u64;
-        let t = self.dev.submit(WriteRequest { block, bufs, tag: WriteTag::kind(kind), fua: false })?;
+        let t = self.dev.submit(WriteRequest {
+            block,
+            bufs,
+            tag: WriteTag::kind(kind),
+            fua: false,
+        })?;
         self.inflight.push_back(t);
         while self.inflight.len() > MAX_INFLIGHT {
             if let Some(t) = self.inflight.pop_front() {
@@ -311,7 +329,10 @@ impl<'a> Writer<'a> {
     }
 
     fn write(&mut self, block: u64, data: &[u8], kind: BlockKind) -> FsResult<()> {
-        let bufs = data.chunks(BLOCK_SIZE).map(cjfs_blockdev::block_from_slice).collect();
+        let bufs = data
+            .chunks(BLOCK_SIZE)
+            .map(cjfs_blockdev::block_from_slice)
+            .collect();
         self.submit(block, bufs, kind)
     }
 
@@ -319,7 +340,11 @@ impl<'a> Writer<'a> {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(MAX_REQ_BLOCKS);
-            self.submit(start + done, vec![zero.clone(); n as usize], BlockKind::Metadata)?;
+            self.submit(
+                start + done,
+                vec![zero.clone(); n as usize],
+                BlockKind::Metadata,
+            )?;
             done += n;
         }
         Ok(())
@@ -353,7 +378,9 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
     loop {
         let groups = blocks.div_ceil(BLOCKS_PER_GROUP as u64);
         if groups > u32::MAX as u64 {
-            return Err(FsError::Invalid(format!("device of {num_blocks} blocks is too large")));
+            return Err(FsError::Invalid(format!(
+                "device of {num_blocks} blocks is too large"
+            )));
         }
         let groups32 = groups as u32;
         let inodes_wanted = (blocks as u128 * BS as u128 / opts.inode_ratio as u128) as u64;
@@ -385,7 +412,14 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
             blocks -= rem;
             continue;
         }
-        return Ok(Geometry { blocks, groups: groups32, ipg: ipg as u32, itb, gdt_blocks, desc_size });
+        return Ok(Geometry {
+            blocks,
+            groups: groups32,
+            ipg: ipg as u32,
+            itb,
+            gdt_blocks,
+            desc_size,
+        });
     }
 }
 
@@ -406,7 +440,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         )));
     }
     if num_blocks >= 1u64 << 48 {
-        return Err(FsError::Invalid(format!("device of {num_blocks} blocks exceeds 2^48 blocks")));
+        return Err(FsError::Invalid(format!(
+            "device of {num_blocks} blocks exceeds 2^48 blocks"
+        )));
     }
     if !(1024..=64 << 20).contains(&opts.inode_ratio) {
         return Err(FsError::Invalid(format!(
@@ -414,7 +450,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             opts.inode_ratio
         )));
     }
-    if opts.flex_bg_size == 0 || !opts.flex_bg_size.is_power_of_two() || opts.flex_bg_size > 1 << 16 {
+    if opts.flex_bg_size == 0 || !opts.flex_bg_size.is_power_of_two() || opts.flex_bg_size > 1 << 16
+    {
         return Err(FsError::Invalid(format!(
             "flex_bg size {} (must be a power of two up to 65536)",
             opts.flex_bg_size
@@ -446,22 +483,40 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     sb.first_ino = FIRST_INO;
     sb.inode_size = DEFAULT_INODE_SIZE as u16;
     sb.feature_compat = MKFS_COMPAT;
-    sb.feature_incompat = MKFS_INCOMPAT & !(if opts.sixty_four_bit { 0 } else { INCOMPAT_64BIT });
+    sb.feature_incompat = MKFS_INCOMPAT
+        & !(if opts.sixty_four_bit {
+            0
+        } else {
+            INCOMPAT_64BIT
+        });
     sb.feature_ro_compat = MKFS_RO_COMPAT;
     sb.uuid = uuid;
     sb.set_label(&opts.label)?;
     sb.journal_inum = JOURNAL_INO;
     for (i, w) in sb.hash_seed.iter_mut().enumerate() {
-        *w = u32::from_le_bytes([seed[4 * i], seed[4 * i + 1], seed[4 * i + 2], seed[4 * i + 3]]);
+        *w = u32::from_le_bytes([
+            seed[4 * i],
+            seed[4 * i + 1],
+            seed[4 * i + 2],
+            seed[4 * i + 3],
+        ]);
     }
     sb.def_hash_version = DX_HASH_HALF_MD4;
-    sb.desc_size = if opts.sixty_four_bit { g.desc_size as u16 } else { 0 };
+    sb.desc_size = if opts.sixty_four_bit {
+        g.desc_size as u16
+    } else {
+        0
+    };
     sb.default_mount_opts = DEFM_XATTR_USER | DEFM_ACL;
     sb.mkfs_time = now.sec;
     sb.min_extra_isize = DEFAULT_EXTRA_ISIZE;
     sb.want_extra_isize = DEFAULT_EXTRA_ISIZE;
     // mke2fs records whether the platform's `char` is signed
-    sb.flags = if std::ffi::c_char::MIN != 0 { FLAGS_SIGNED_HASH } else { FLAGS_UNSIGNED_HASH };
+    sb.flags = if std::ffi::c_char::MIN != 0 {
+        FLAGS_SIGNED_HASH
+    } else {
+        FLAGS_UNSIGNED_HASH
+    };
     sb.log_groups_per_flex = opts.flex_bg_size.trailing_zeros() as u8;
     debug_assert_eq!(sb.gdt_blocks(), g.gdt_blocks);
 
@@ -499,7 +554,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     let lf_block = used.alloc(root_block + 1, LOST_FOUND_BLOCKS, "lost+found")?;
 
     // journal
-    let jblocks = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(g.blocks));
+    let jblocks = opts
+        .journal_blocks
+        .unwrap_or_else(|| default_journal_blocks(g.blocks));
     let free_now = g.blocks - used.count_in(0, g.blocks);
     if !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&jblocks) {
         return Err(FsError::Invalid(format!(
@@ -536,7 +593,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         let mut leaf = ExtentNode::new_leaf(block_max());
         leaf.entries = NodeEntries::Leaf(jextents);
         let mut root = ExtentNode::new_index(root_max(), 1);
-        root.entries = NodeEntries::Index(vec![ExtentIndex { logical: 0, leaf: ib }]);
+        root.entries = NodeEntries::Index(vec![ExtentIndex {
+            logical: 0,
+            leaf: ib,
+        }]);
         (root, Some((ib, leaf)))
     };
 
@@ -631,7 +691,11 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     }
     // first inode table block of group 0: inodes 1..=16
     let mut itb0 = vec![0u8; BLOCK_SIZE];
-    for (ino, inode) in [(ROOT_INO, &root_inode), (JOURNAL_INO, &j_inode), (FIRST_INO, &lf_inode)] {
+    for (ino, inode) in [
+        (ROOT_INO, &root_inode),
+        (JOURNAL_INO, &j_inode),
+        (FIRST_INO, &lf_inode),
+    ] {
         let off = (ino as usize - 1) * DEFAULT_INODE_SIZE;
         inode.encode_into(&mut itb0[off..off + DEFAULT_INODE_SIZE]);
     }
@@ -641,14 +705,26 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         let mut b = zeroed_block();
         dirent::init_block(
             &mut b[..],
-            &[(ROOT_INO, b".", FT_DIR), (ROOT_INO, b"..", FT_DIR), (FIRST_INO, b"lost+found", FT_DIR)],
+            &[
+                (ROOT_INO, b".", FT_DIR),
+                (ROOT_INO, b"..", FT_DIR),
+                (FIRST_INO, b"lost+found", FT_DIR),
+            ],
         )?;
         b
     };
     w.write(root_block, &root_dir[..], BlockKind::Metadata)?;
-    w.write(lf_block, &dirent::make_dot_block(FIRST_INO, ROOT_INO)[..], BlockKind::Metadata)?;
+    w.write(
+        lf_block,
+        &dirent::make_dot_block(FIRST_INO, ROOT_INO)[..],
+        BlockKind::Metadata,
+    )?;
     for i in 1..LOST_FOUND_BLOCKS {
-        w.write(lf_block + i, &dirent::make_empty_block()[..], BlockKind::Metadata)?;
+        w.write(
+            lf_block + i,
+            &dirent::make_empty_block()[..],
+            BlockKind::Metadata,
+        )?;
     }
     if let Some((ib, leaf)) = &jindex {
         let mut b = vec![0u8; BLOCK_SIZE];
@@ -663,7 +739,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     // group descriptor table copies
     let mut gdt = vec![0u8; g.gdt_blocks as usize * BLOCK_SIZE];
     GroupDesc::encode_table(&descs, g.desc_size, &mut gdt);
-    let sb_groups: Vec<u32> = (0..g.groups).filter(|&x| sb.has_super_in_group(x)).collect();
+    let sb_groups: Vec<u32> = (0..g.groups)
+        .filter(|&x| sb.has_super_in_group(x))
+        .collect();
     for &grp in &sb_groups {
         w.write(sb.group_first_block(grp) + 1, &gdt, BlockKind::Superblock)?;
     }
@@ -696,7 +774,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         free_blocks: sb.free_blocks_count,
         free_inodes: sb.free_inodes_count,
         uuid,
-        groups: descs,
+        groups: GroupDesc::decode_table(&gdt, g.groups, g.desc_size)?,
         superblock: sb,
     })
 }

@@ -130,28 +130,14 @@ impl FileType {
     }
 }
 
-/// A point in time with nanoseconds, as ext4 stores it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
-pub struct Timestamp {
-    /// Seconds since the epoch.
-    pub sec: i64,
-    /// Nanoseconds.
-    pub nsec: u32,
-}
+pub use crate::ondisk::inode::Timestamp;
 
-impl Timestamp {
-    /// The current time.
-    pub fn now() -> Timestamp {
-        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
-    }
-    /// As a `SystemTime`.
-    pub fn to_system_time(self) -> SystemTime {
-        if self.sec >= 0 {
-            UNIX_EPOCH + Duration::new(self.sec as u64, self.nsec)
-        } else {
-            UNIX_EPOCH - Duration::new((-self.sec) as u64, 0) + Duration::from_nanos(u64::from(self.nsec))
-        }
+/// A timestamp as a `SystemTime`.
+pub fn to_system_time(t: Timestamp) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::new(t.sec.unsigned_abs(), 0) + Duration::from_nanos(u64::from(t.nsec))
     }
 }
 

@@ -277,17 +277,23 @@ pub fn make_tag(
     seed: u32,
 ) -> Tag {
     let flags = if escape(data) { TAG_FLAG_ESCAPE } else { 0 };
-    let checksum = if features.csum_v2or3() {
-        let c = block_tag_csum(seed, sequence, data);
-        if features.csum_v3() { c } else { c & 0xFFFF }
-    } else {
-        0
-    };
+    let checksum = tag_checksum(data, sequence, features, seed);
     Tag {
         blocknr: home,
         flags,
         checksum,
     }
+}
+
+/// The value to store in a tag's checksum field for the logged copy `data` (as written to
+/// the log, i.e. already escaped) of a block of transaction `sequence`: all 32 bits of
+/// [`block_tag_csum`] with csum v3, the low 16 with csum v2, 0 otherwise.
+pub fn tag_checksum(data: &[u8], sequence: u32, features: &JournalFeatures, seed: u32) -> u32 {
+    if !features.csum_v2or3() {
+        return 0;
+    }
+    let c = block_tag_csum(seed, sequence, data);
+    if features.csum_v3() { c } else { c & 0xFFFF }
 }
 
 /// Escape a block about to be logged: if it starts with the JBD2 magic (big-endian), zero

@@ -82,7 +82,10 @@ pub fn count_set_range(bm: &[u8], start: usize, len: usize) -> usize {
     while i < end {
         if i % 8 == 0 && end - i >= 8 {
             let bytes = (end - i) / 8;
-            n += bm[i / 8..i / 8 + bytes].iter().map(|b| b.count_ones() as usize).sum::<usize>();
+            n += bm[i / 8..i / 8 + bytes]
+                .iter()
+                .map(|b| b.count_ones() as usize)
+                .sum::<usize>();
             i += bytes * 8;
         } else {
             n += (bm[i / 8] >> (i % 8) & 1) as usize;
@@ -119,7 +122,7 @@ pub fn find_zero(bm: &[u8], start: usize, end: usize) -> Option<usize> {
     let end = end.min(bm.len() * 8);
     let mut i = start;
     while i < end {
-        if i % 8 == 0 {
+        if i.is_multiple_of(8) {
             // skip full bytes quickly
             let byte = bm[i / 8];
             if byte == 0xFF {
@@ -142,7 +145,7 @@ pub fn find_set(bm: &[u8], start: usize, end: usize) -> Option<usize> {
     let end = end.min(bm.len() * 8);
     let mut i = start;
     while i < end {
-        if i % 8 == 0 {
+        if i.is_multiple_of(8) {
             let byte = bm[i / 8];
             if byte == 0 {
                 i += 8;
@@ -252,7 +255,8 @@ mod tests {
         assert_eq!(find_zero(&bm, 5, 128), Some(25));
         assert_eq!(find_set(&bm, 26, 128), None);
         clear_range(&mut bm, 10, 3);
-        assert_eq!(find_zero_run(&bm, 0, 128, 3), Some(10));
+        assert_eq!(find_zero_run(&bm, 0, 128, 3), Some(0));
+        assert_eq!(find_zero_run(&bm, 4, 128, 3), Some(10));
         assert_eq!(find_zero_run(&bm, 0, 128, 4), Some(25));
         assert_eq!(find_zero_from_goal(&bm, 100, 128), Some(100));
         set_range(&mut bm, 0, 128);

@@ -8,7 +8,9 @@
 use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
 
 use crate::error::{FsError, FsResult};
-use crate::ondisk::inode::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
+use crate::ondisk::inode::{
+    S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
+};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// Size of the fixed part of a record.
@@ -89,7 +91,11 @@ impl DirEntry<'_> {
     }
     /// Bytes the record needs for its name (0 if unused: the whole record is free).
     pub fn used_len(&self) -> usize {
-        if self.inode == 0 { 0 } else { rec_len_for(self.name.len()) }
+        if self.inode == 0 {
+            0
+        } else {
+            rec_len_for(self.name.len())
+        }
     }
     /// Free bytes in the record that a new entry could take.
     pub fn free_len(&self) -> usize {
@@ -111,7 +117,12 @@ pub struct DirIter<'a> {
 impl<'a> DirIter<'a> {
     /// Iterate over `block`.
     pub fn new(block: &'a [u8]) -> Self {
-        DirIter { block, off: 0, done: block.is_empty(), max_ino: u32::MAX }
+        DirIter {
+            block,
+            off: 0,
+            done: block.is_empty(),
+            max_ino: u32::MAX,
+        }
     }
     /// Also reject inode numbers above `max` (use `s_inodes_count`).
     pub fn with_max_inode(mut self, max: u32) -> Self {
@@ -123,10 +134,15 @@ impl<'a> DirIter<'a> {
 /// Parse the record at `off` of `block`.
 pub fn entry_at(block: &[u8], off: usize, max_ino: u32) -> FsResult<DirEntry<'_>> {
     let bad = |what: String| {
-        Err(FsError::Corrupt(format!("directory entry at offset {off}: {what}")))
+        Err(FsError::Corrupt(format!(
+            "directory entry at offset {off}: {what}"
+        )))
     };
     if off + DIRENT_HEADER > block.len() {
-        return bad(format!("header passes the end of the {}-byte block", block.len()));
+        return bad(format!(
+            "header passes the end of the {}-byte block",
+            block.len()
+        ));
     }
     let inode = get_u32(block, off + DE_INODE);
     let rec_len = get_u16(block, off + DE_REC_LEN) as usize;
@@ -135,20 +151,27 @@ pub fn entry_at(block: &[u8], off: usize, max_ino: u32) -> FsResult<DirEntry<'_>
     if rec_len < MIN_REC_LEN {
         return bad(format!("rec_len = {rec_len} (smaller than {MIN_REC_LEN})"));
     }
-    if rec_len % 4 != 0 {
+    if !rec_len.is_multiple_of(4) {
         return bad(format!("rec_len = {rec_len} (not a multiple of 4)"));
     }
     if rec_len < rec_len_for(name_len) {
-        return bad(format!("rec_len = {rec_len} too small for name_len = {name_len}"));
+        return bad(format!(
+            "rec_len = {rec_len} too small for name_len = {name_len}"
+        ));
     }
     if off + rec_len > block.len() {
-        return bad(format!("rec_len = {rec_len} runs past the end of the {}-byte block", block.len()));
+        return bad(format!(
+            "rec_len = {rec_len} runs past the end of the {}-byte block",
+            block.len()
+        ));
     }
     if inode != 0 && name_len == 0 {
         return bad(format!("inode = {inode} with name_len = 0"));
     }
     if inode > max_ino {
-        return bad(format!("inode = {inode} (above the {max_ino} inodes of the file system)"));
+        return bad(format!(
+            "inode = {inode} (above the {max_ino} inodes of the file system)"
+        ));
     }
     Ok(DirEntry {
         offset: off,
@@ -221,7 +244,10 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Invalid("empty directory entry name".into()));
     }
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong(format!("{} bytes (at most {NAME_MAX})", name.len())));
+        return Err(FsError::NameTooLong(format!(
+            "{} bytes (at most {NAME_MAX})",
+            name.len()
+        )));
     }
     Ok(())
 }
@@ -319,8 +345,11 @@ pub fn init_block(block: &mut [u8], entries: &[(u32, &[u8], u8)]) -> FsResult<()
     let mut off = 0;
     for (i, (ino, name, ft)) in entries.iter().enumerate() {
         check_name(name)?;
-        let len =
-            if i + 1 == entries.len() { block.len() - off } else { rec_len_for(name.len()) };
+        let len = if i + 1 == entries.len() {
+            block.len() - off
+        } else {
+            rec_len_for(name.len())
+        };
         write_entry(block, off, *ino, len, name, *ft);
         off += len;
     }
@@ -387,7 +416,10 @@ mod tests {
     #[test]
     fn dot_block_insert_remove() {
         let mut b = make_dot_block(12, 2);
-        assert_eq!(names(&b[..]), vec![(12, b".".to_vec()), (2, b"..".to_vec())]);
+        assert_eq!(
+            names(&b[..]),
+            vec![(12, b".".to_vec()), (2, b"..".to_vec())]
+        );
         let off = find_space(&b[..], 3).unwrap().unwrap();
         assert_eq!(off, 12);
         insert(&mut b[..], off, 20, b"abc", FT_REG_FILE).unwrap();
@@ -438,8 +470,15 @@ mod tests {
     #[test]
     fn init_block_entries() {
         let mut b = zeroed_block();
-        init_block(&mut b[..], &[(2, b".", FT_DIR), (2, b"..", FT_DIR), (11, b"lost+found", FT_DIR)])
-            .unwrap();
+        init_block(
+            &mut b[..],
+            &[
+                (2, b".", FT_DIR),
+                (2, b"..", FT_DIR),
+                (11, b"lost+found", FT_DIR),
+            ],
+        )
+        .unwrap();
         let v: Vec<_> = iter(&b[..]).map(|e| e.unwrap().rec_len).collect();
         assert_eq!(v, vec![12, 12, BLOCK_SIZE - 24]);
     }

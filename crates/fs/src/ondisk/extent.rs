@@ -47,7 +47,11 @@ pub const EE_START_LO: usize = 8;
 
 /// Entries that fit a node of `bytes` bytes (60 → 4, 4096 → 340).
 pub const fn max_entries_for(bytes: usize) -> u16 {
-    if bytes < ENTRY_SIZE { 0 } else { ((bytes - ENTRY_SIZE) / ENTRY_SIZE) as u16 }
+    if bytes < ENTRY_SIZE {
+        0
+    } else {
+        ((bytes - ENTRY_SIZE) / ENTRY_SIZE) as u16
+    }
 }
 
 /// Entries in the root node.
@@ -88,7 +92,11 @@ impl Extent {
     }
     /// The raw `ee_len`.
     pub fn raw_len(&self) -> u16 {
-        if self.unwritten { (self.len + MAX_INIT_LEN) as u16 } else { self.len as u16 }
+        if self.unwritten {
+            (self.len + MAX_INIT_LEN) as u16
+        } else {
+            self.len as u16
+        }
     }
 }
 
@@ -131,12 +139,22 @@ fn corrupt(msg: String) -> FsError {
 impl ExtentNode {
     /// An empty leaf with room for `max` entries.
     pub fn new_leaf(max: u16) -> Self {
-        ExtentNode { max, depth: 0, generation: 0, entries: NodeEntries::Leaf(Vec::new()) }
+        ExtentNode {
+            max,
+            depth: 0,
+            generation: 0,
+            entries: NodeEntries::Leaf(Vec::new()),
+        }
     }
 
     /// An empty index node at `depth` (> 0) with room for `max` entries.
     pub fn new_index(max: u16, depth: u16) -> Self {
-        ExtentNode { max, depth, generation: 0, entries: NodeEntries::Index(Vec::new()) }
+        ExtentNode {
+            max,
+            depth,
+            generation: 0,
+            entries: NodeEntries::Index(Vec::new()),
+        }
     }
 
     /// Number of entries.
@@ -178,11 +196,16 @@ impl ExtentNode {
     /// lengths, and that entries are sorted and (for leaves) do not overlap.
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
         if buf.len() < ENTRY_SIZE {
-            return Err(corrupt(format!("{} bytes given, at least 12 needed", buf.len())));
+            return Err(corrupt(format!(
+                "{} bytes given, at least 12 needed",
+                buf.len()
+            )));
         }
         let magic = get_u16(buf, EH_MAGIC);
         if magic != EXTENT_MAGIC {
-            return Err(corrupt(format!("eh_magic = 0x{magic:04x} (expected 0xf30a)")));
+            return Err(corrupt(format!(
+                "eh_magic = 0x{magic:04x} (expected 0xf30a)"
+            )));
         }
         let entries = get_u16(buf, EH_ENTRIES);
         let max = get_u16(buf, EH_MAX);
@@ -190,10 +213,15 @@ impl ExtentNode {
         let generation = get_u32(buf, EH_GENERATION);
         let cap = max_entries_for(buf.len());
         if max == 0 || max > cap {
-            return Err(corrupt(format!("eh_max = {max} (a {}-byte node holds {cap})", buf.len())));
+            return Err(corrupt(format!(
+                "eh_max = {max} (a {}-byte node holds {cap})",
+                buf.len()
+            )));
         }
         if entries > max {
-            return Err(corrupt(format!("eh_entries = {entries} exceeds eh_max = {max}")));
+            return Err(corrupt(format!(
+                "eh_entries = {entries} exceeds eh_max = {max}"
+            )));
         }
         if depth > MAX_DEPTH {
             return Err(corrupt(format!("eh_depth = {depth} (at most {MAX_DEPTH})")));
@@ -224,15 +252,15 @@ impl ExtentNode {
                         x.logical
                     )));
                 }
-                if let Some(p) = v.last() {
-                    if (x.logical as u64) < p.logical_end() {
-                        return Err(corrupt(format!(
-                            "extent {i}: ee_block = {} overlaps or precedes the previous extent \
-                             ending at {}",
-                            x.logical,
-                            p.logical_end()
-                        )));
-                    }
+                if let Some(p) = v.last()
+                    && (x.logical as u64) < p.logical_end()
+                {
+                    return Err(corrupt(format!(
+                        "extent {i}: ee_block = {} overlaps or precedes the previous extent \
+                         ending at {}",
+                        x.logical,
+                        p.logical_end()
+                    )));
                 }
                 v.push(x);
             }
@@ -245,19 +273,24 @@ impl ExtentNode {
                     logical: get_u32(e, E_BLOCK),
                     leaf: get_u32(e, EI_LEAF_LO) as u64 | (get_u16(e, EI_LEAF_HI) as u64) << 32,
                 };
-                if let Some(p) = v.last() {
-                    if x.logical <= p.logical {
-                        return Err(corrupt(format!(
-                            "index {i}: ei_block = {} not above the previous {}",
-                            x.logical, p.logical
-                        )));
-                    }
+                if let Some(p) = v.last()
+                    && x.logical <= p.logical
+                {
+                    return Err(corrupt(format!(
+                        "index {i}: ei_block = {} not above the previous {}",
+                        x.logical, p.logical
+                    )));
                 }
                 v.push(x);
             }
             NodeEntries::Index(v)
         };
-        Ok(ExtentNode { max, depth, generation, entries })
+        Ok(ExtentNode {
+            max,
+            depth,
+            generation,
+            entries,
+        })
     }
 
     /// Encode into `out` (60 bytes for the root, a block otherwise): header, entries, and
@@ -351,8 +384,18 @@ mod tests {
     fn leaf_round_trip() {
         let mut n = ExtentNode::new_leaf(root_max());
         n.entries = NodeEntries::Leaf(vec![
-            Extent { logical: 0, len: 32768, unwritten: false, start: 0x1_0000_0002 },
-            Extent { logical: 40000, len: 10, unwritten: true, start: 77 },
+            Extent {
+                logical: 0,
+                len: 32768,
+                unwritten: false,
+                start: 0x1_0000_0002,
+            },
+            Extent {
+                logical: 40000,
+                len: 10,
+                unwritten: true,
+                start: 77,
+            },
         ]);
         let b = n.to_i_block();
         let d = ExtentNode::decode(&b).unwrap();
@@ -366,8 +409,18 @@ mod tests {
     fn rejects_bad_nodes() {
         let mut n = ExtentNode::new_leaf(4);
         n.entries = NodeEntries::Leaf(vec![
-            Extent { logical: 10, len: 5, unwritten: false, start: 1 },
-            Extent { logical: 12, len: 5, unwritten: false, start: 100 },
+            Extent {
+                logical: 10,
+                len: 5,
+                unwritten: false,
+                start: 1,
+            },
+            Extent {
+                logical: 12,
+                len: 5,
+                unwritten: false,
+                start: 100,
+            },
         ]);
         let b = n.to_i_block();
         assert!(ExtentNode::decode(&b).is_err());

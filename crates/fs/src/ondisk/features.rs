@@ -241,8 +241,14 @@ pub fn feature_names(sb: &Superblock) -> Vec<String> {
 /// Names of the features of `sb` that cjfs does not support (empty when all are supported).
 pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
     let mut v = bit_names(FeatureKind::Compat, sb.feature_compat & !SUPPORTED_COMPAT);
-    v.extend(bit_names(FeatureKind::Incompat, sb.feature_incompat & !SUPPORTED_INCOMPAT));
-    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & !SUPPORTED_RO_COMPAT));
+    v.extend(bit_names(
+        FeatureKind::Incompat,
+        sb.feature_incompat & !SUPPORTED_INCOMPAT,
+    ));
+    v.extend(bit_names(
+        FeatureKind::RoCompat,
+        sb.feature_ro_compat & !SUPPORTED_RO_COMPAT,
+    ));
     v
 }
 
@@ -264,7 +270,9 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     }
     let bs = sb.block_size();
     if bs != 4096 {
-        return Err(FsError::Incompatible(format!("block size {bs} (only 4096 is supported)")));
+        return Err(FsError::Incompatible(format!(
+            "block size {bs} (only 4096 is supported)"
+        )));
     }
     if sb.first_data_block != 0 {
         return Err(FsError::Corrupt(format!(
@@ -288,11 +296,20 @@ mod tests {
     #[test]
     fn names_known_and_unknown_bits() {
         assert_eq!(
-            bit_names(FeatureKind::RoCompat, RO_COMPAT_METADATA_CSUM | RO_COMPAT_SPARSE_SUPER),
+            bit_names(
+                FeatureKind::RoCompat,
+                RO_COMPAT_METADATA_CSUM | RO_COMPAT_SPARSE_SUPER
+            ),
             vec!["sparse_super", "metadata_csum"]
         );
-        assert_eq!(bit_names(FeatureKind::Incompat, 1 << 31), vec!["FEATURE_I31"]);
-        assert_eq!(bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE), vec!["orphan_file"]);
+        assert_eq!(
+            bit_names(FeatureKind::Incompat, 1 << 31),
+            vec!["FEATURE_I31"]
+        );
+        assert_eq!(
+            bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE),
+            vec!["orphan_file"]
+        );
     }
 
     #[test]
@@ -305,13 +322,19 @@ mod tests {
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"), "{e}");
+        assert!(
+            e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"),
+            "{e}"
+        );
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT;
         assert!(check_supported(&sb).is_ok());
         sb.log_block_size = 0;
         sb.log_cluster_size = 0;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("block size 1024 (only 4096 is supported)"), "{e}");
+        assert!(
+            e.contains("block size 1024 (only 4096 is supported)"),
+            "{e}"
+        );
     }
 }

@@ -203,25 +203,31 @@ impl Timestamp {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        Timestamp {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 }
 
 /// Encode a timestamp as ext4 does: the low 32 bits of the seconds (as a signed value), and
 /// the extra word with 2 epoch bits (bits 32-33 of `sec - (i32)sec`) and the nanoseconds
-/// shifted left by 2. Covers 1901..2446.
+/// (30 bits) shifted left by 2. Covers 1901..2446.
 pub fn encode_time(t: Timestamp) -> (u32, u32) {
     let lo = t.sec as i32;
     let epoch = ((t.sec - lo as i64) >> 32) as u32 & 3;
-    let nsec = t.nsec.min(999_999_999);
-    (lo as u32, epoch | (nsec << 2))
+    (lo as u32, epoch | ((t.nsec & 0x3FFF_FFFF) << 2))
 }
 
-/// Decode an ext4 timestamp (`extra` = 0 when the inode has no extra field for it).
+/// Decode an ext4 timestamp (`extra` = 0 when the inode has no extra field for it). Like the
+/// kernel, the nanoseconds are not range-checked (a damaged inode may give more than 10^9).
 pub fn decode_time(lo: u32, extra: u32) -> Timestamp {
     let mut sec = lo as i32 as i64;
     sec += ((extra & 3) as i64) << 32;
-    Timestamp { sec, nsec: (extra >> 2).min(999_999_999) }
+    Timestamp {
+        sec,
+        nsec: extra >> 2,
+    }
 }
 
 /// The on-disk inode. Fields in the extra area are only read/written when `extra_isize`
@@ -311,8 +317,11 @@ impl Inode {
             )));
         }
         let b = buf;
-        let extra_isize =
-            if b.len() > GOOD_OLD_INODE_SIZE + 1 { get_u16(b, I_EXTRA_ISIZE) } else { 0 };
+        let extra_isize = if b.len() > GOOD_OLD_INODE_SIZE + 1 {
+            get_u16(b, I_EXTRA_ISIZE)
+        } else {
+            0
+        };
         if GOOD_OLD_INODE_SIZE + extra_isize as usize > b.len() || extra_isize % 4 != 0 {
             return Err(FsError::Corrupt(format!(
                 "inode: i_extra_isize = {extra_isize} (must be a multiple of 4 within the {}-byte \
@@ -340,8 +349,7 @@ impl Inode {
             version: get_u32(b, I_VERSION),
             block,
             generation: get_u32(b, I_GENERATION),
-            file_acl: get_u32(b, I_FILE_ACL_LO) as u64
-                | (get_u16(b, I_FILE_ACL_HIGH) as u64) << 32,
+            file_acl: get_u32(b, I_FILE_ACL_LO) as u64 | (get_u16(b, I_FILE_ACL_HIGH) as u64) << 32,
             extra_isize,
             projid: ex(I_PROJID),
             raw: b.to_vec(),
@@ -513,7 +521,9 @@ impl Inode {
             self.flags |= EXT4_HUGE_FILE_FL;
             return Ok(());
         }
-        Err(FsError::TooBig(format!("{sectors} sectors do not fit i_blocks")))
+        Err(FsError::TooBig(format!(
+            "{sectors} sectors do not fit i_blocks"
+        )))
     }
 
     /// Device number of a character/block device inode: `(major, minor)` from the old

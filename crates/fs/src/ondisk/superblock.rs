@@ -444,7 +444,13 @@ impl Superblock {
         let b = &raw[..];
         let incompat = get_u32(b, S_FEATURE_INCOMPAT);
         let is64 = incompat & INCOMPAT_64BIT != 0;
-        let hi = |off: usize| if is64 { (get_u32(b, off) as u64) << 32 } else { 0 };
+        let hi = |off: usize| {
+            if is64 {
+                (get_u32(b, off) as u64) << 32
+            } else {
+                0
+            }
+        };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[S_UUID..S_UUID + 16]);
         let mut volume_name = [0u8; 16];
@@ -544,7 +550,7 @@ impl Superblock {
     /// Decode a superblock from its 1024 bytes (`buf` may be longer; only the first 1024
     /// bytes are used). Checks the magic and the geometry every helper method relies on
     /// (no division by zero, no overflowing shift); feature support is checked separately by
-    /// [`check_supported`](crate::ondisk::features::check_supported).
+    /// [`check_supported`].
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
         if buf.len() < SUPERBLOCK_SIZE {
             return Err(FsError::Corrupt(format!(
@@ -580,7 +586,11 @@ impl Superblock {
             )));
         }
         if self.log_block_size > 6 {
-            return Err(corrupt("s_log_block_size", self.log_block_size, "(block size above 64 KiB)"));
+            return Err(corrupt(
+                "s_log_block_size",
+                self.log_block_size,
+                "(block size above 64 KiB)",
+            ));
         }
         let bs = self.block_size();
         if self.blocks_per_group == 0 || self.blocks_per_group > 8 * bs {
@@ -607,7 +617,11 @@ impl Superblock {
         if self.rev_level >= DYNAMIC_REV {
             let is = self.inode_size;
             if is < GOOD_OLD_INODE_SIZE || !is.is_power_of_two() || is as u32 > bs {
-                return Err(corrupt("s_inode_size", is, "(must be a power of two 128..=block size)"));
+                return Err(corrupt(
+                    "s_inode_size",
+                    is,
+                    "(must be a power of two 128..=block size)",
+                ));
             }
             if self.first_ino < GOOD_OLD_FIRST_INO {
                 return Err(corrupt("s_first_ino", self.first_ino, "(below 11)"));
@@ -625,16 +639,28 @@ impl Superblock {
         }
         if self.has_64bit() {
             let ds = self.desc_size;
-            if ds < 64 || ds > 1024 || !ds.is_power_of_two() || ds as u32 > bs {
-                return Err(corrupt("s_desc_size", ds, "(64bit needs a power of two 64..=1024)"));
+            if !(64..=1024).contains(&ds) || !ds.is_power_of_two() || ds as u32 > bs {
+                return Err(corrupt(
+                    "s_desc_size",
+                    ds,
+                    "(64bit needs a power of two 64..=1024)",
+                ));
             }
         }
         if self.has_flex_bg() && self.log_groups_per_flex > 31 {
-            return Err(corrupt("s_log_groups_per_flex", self.log_groups_per_flex, "(above 31)"));
+            return Err(corrupt(
+                "s_log_groups_per_flex",
+                self.log_groups_per_flex,
+                "(above 31)",
+            ));
         }
         let groups = self.group_count_u64();
         if groups > u32::MAX as u64 {
-            return Err(corrupt("s_blocks_count", self.blocks_count, "(too many groups)"));
+            return Err(corrupt(
+                "s_blocks_count",
+                self.blocks_count,
+                "(too many groups)",
+            ));
         }
         if groups * self.inodes_per_group as u64 != self.inodes_count as u64 {
             return Err(corrupt(
@@ -670,7 +696,11 @@ impl Superblock {
         if is64 {
             put_u32(b, S_BLOCKS_COUNT_HI, (self.blocks_count >> 32) as u32);
             put_u32(b, S_R_BLOCKS_COUNT_HI, (self.r_blocks_count >> 32) as u32);
-            put_u32(b, S_FREE_BLOCKS_COUNT_HI, (self.free_blocks_count >> 32) as u32);
+            put_u32(
+                b,
+                S_FREE_BLOCKS_COUNT_HI,
+                (self.free_blocks_count >> 32) as u32,
+            );
         }
         put_u32(b, S_FREE_INODES_COUNT, self.free_inodes_count);
         put_u32(b, S_FIRST_DATA_BLOCK, self.first_data_block);
@@ -733,8 +763,18 @@ impl Superblock {
         put_u8(b, S_CHECKSUM_TYPE, self.checksum_type);
         put_u64(b, S_KBYTES_WRITTEN, self.kbytes_written);
         put_u32(b, S_ERROR_COUNT, self.error_count);
-        time_put(b, S_FIRST_ERROR_TIME, S_FIRST_ERROR_TIME_HI, self.first_error_time);
-        time_put(b, S_LAST_ERROR_TIME, S_LAST_ERROR_TIME_HI, self.last_error_time);
+        time_put(
+            b,
+            S_FIRST_ERROR_TIME,
+            S_FIRST_ERROR_TIME_HI,
+            self.first_error_time,
+        );
+        time_put(
+            b,
+            S_LAST_ERROR_TIME,
+            S_LAST_ERROR_TIME_HI,
+            self.last_error_time,
+        );
         put_u32(b, S_USR_QUOTA_INUM, self.usr_quota_inum);
         put_u32(b, S_GRP_QUOTA_INUM, self.grp_quota_inum);
         put_u32(b, S_OVERHEAD_CLUSTERS, self.overhead_clusters);
@@ -849,7 +889,9 @@ impl Superblock {
 
     fn group_count_u64(&self) -> u64 {
         let bpg = self.blocks_per_group.max(1) as u64;
-        self.blocks_count.saturating_sub(self.first_data_block as u64).div_ceil(bpg)
+        self.blocks_count
+            .saturating_sub(self.first_data_block as u64)
+            .div_ceil(bpg)
     }
 
     /// Number of block groups.
@@ -858,7 +900,11 @@ impl Superblock {
     }
     /// Size of one group descriptor: `s_desc_size` with `64bit`, else 32.
     pub fn desc_size(&self) -> usize {
-        if self.has_64bit() { self.desc_size as usize } else { 32 }
+        if self.has_64bit() {
+            self.desc_size as usize
+        } else {
+            32
+        }
     }
     /// Group descriptors per block.
     pub fn descs_per_block(&self) -> u32 {
@@ -911,7 +957,8 @@ impl Superblock {
     }
     /// First block of the GDT copy in group `g` (right after its superblock copy), if any.
     pub fn gdt_location(&self, g: u32) -> Option<u64> {
-        self.superblock_location(g).map(|_| self.group_first_block(g) + 1)
+        self.superblock_location(g)
+            .map(|_| self.group_first_block(g) + 1)
     }
     /// Blocks at the start of group `g` taken by the superblock copy, the GDT copy and the
     /// reserved GDT blocks.
@@ -924,7 +971,11 @@ impl Superblock {
     }
     /// Flex group size (1 without `flex_bg`).
     pub fn groups_per_flex(&self) -> u32 {
-        if self.has_flex_bg() { 1u32 << self.log_groups_per_flex.min(31) } else { 1 }
+        if self.has_flex_bg() {
+            1u32 << self.log_groups_per_flex.min(31)
+        } else {
+            1
+        }
     }
 
     // ---- inodes ----
@@ -939,7 +990,11 @@ impl Superblock {
     }
     /// First non-reserved inode (11 for revision 0).
     pub fn first_ino(&self) -> u32 {
-        if self.rev_level == GOOD_OLD_REV { GOOD_OLD_FIRST_INO } else { self.first_ino }
+        if self.rev_level == GOOD_OLD_REV {
+            GOOD_OLD_FIRST_INO
+        } else {
+            self.first_ino
+        }
     }
     /// Inodes per block.
     pub fn inodes_per_block(&self) -> u32 {
@@ -967,7 +1022,11 @@ impl Superblock {
     pub fn inode_position(&self, ino: u32) -> (u32, u32, usize) {
         let idx = self.inode_index_in_group(ino);
         let ipb = self.inodes_per_block().max(1);
-        (self.inode_group(ino), idx / ipb, (idx % ipb) as usize * self.inode_size())
+        (
+            self.inode_group(ino),
+            idx / ipb,
+            (idx % ipb) as usize * self.inode_size(),
+        )
     }
 
     // ---- misc ----
@@ -1001,7 +1060,7 @@ pub fn group_has_super_sparse(g: u32) -> bool {
     if g <= 1 {
         return true;
     }
-    if g % 2 == 0 {
+    if g.is_multiple_of(2) {
         return false;
     }
     for base in [3u64, 5, 7] {
@@ -1046,6 +1105,9 @@ mod tests {
     fn bad_magic_message() {
         let raw = [0u8; 1024];
         let e = Superblock::decode(&raw).unwrap_err().to_string();
-        assert!(e.contains("not an ext2/3/4 file system: bad magic 0x0000"), "{e}");
+        assert!(
+            e.contains("not an ext2/3/4 file system: bad magic 0x0000"),
+            "{e}"
+        );
     }
 }

@@ -1,0 +1,248 @@
+//! Block and inode allocation with one lock per block group.
+//!
+//! Blocks freed by a transaction stay unusable until that transaction is durable (the
+//! group's busy list), so a crash never leaves a committed file pointing at blocks that
+//! were already handed to someone else and overwritten.
+
+use std::sync::atomic::Ordering;
+
+use cjfs_blockdev::BLOCK_SIZE;
+
+use crate::error::{FsError, FsResult};
+use crate::fs::{FsInner, GroupState};
+use crate::ondisk::bitmap;
+use crate::ondisk::group_desc::GroupDesc;
+use crate::tx::Tx;
+use crate::types::Ino;
+
+/// Group descriptor flag: block bitmap not initialised.
+const BG_BLOCK_UNINIT: u16 = 0x2;
+/// Group descriptor flag: inode bitmap not initialised.
+const BG_INODE_UNINIT: u16 = 0x1;
+
+/// Write group `g`'s descriptor into the GDT buffer under the transaction.
+fn write_desc(tx: &mut Tx<'_>, g: u32, desc: &GroupDesc) -> FsResult<()> {
+    let (blk, off) = tx.fs.geo.desc_location(g);
+    let buf = tx.fs.cache.read(blk)?;
+    tx.h.get_write_access(&buf)?;
+    let mut w = buf.write();
+    let ds = tx.fs.geo.desc_size as usize;
+    desc.encode_into(&mut w[off..off + ds]);
+    Ok(())
+}
+
+/// Forget busy extents whose freeing transaction is durable.
+fn prune_busy(fs: &FsInner, gs: &mut GroupState) {
+    if gs.busy.map.is_empty() {
+        return;
+    }
+    let durable = fs.journal.durable_tid();
+    gs.busy.map.retain(|_, (_, tid)| *tid > durable);
+}
+
+/// If block `b` is busy, the first block after its busy extent.
+fn busy_end(gs: &GroupState, b: u64) -> Option<u64> {
+    let (&s, &(len, _)) = gs.busy.map.range(..=b).next_back()?;
+    (s + u64::from(len) > b).then_some(s + u64::from(len))
+}
+
+/// Allocate up to `want` contiguous blocks, as near `goal` as possible. Returns the first
+/// block and how many were allocated (at least 1).
+pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u64, u32)> {
+    let fs = tx.fs;
+    let geo = &fs.geo;
+    let want = want.clamp(1, 32768);
+    let goal = if goal < geo.first_data_block || goal >= geo.blocks_count {
+        geo.first_data_block
+    } else {
+        goal
+    };
+    let g0 = geo.group_of(goal);
+    // Two passes: first only groups that can satisfy the whole request from the goal, then
+    // anything that has a free block.
+    for pass in 0..2 {
+        for k in 0..geo.groups {
+            let g = (g0 + k) % geo.groups;
+            let mut gs = fs.groups[g as usize].lock();
+            if gs.desc.free_blocks_count == 0 || (pass == 0 && gs.desc.free_blocks_count < want) {
+                continue;
+            }
+            prune_busy(fs, &mut gs);
+            let start_blk = geo.group_start(g);
+            let glen = geo.group_len(g) as usize;
+            let bm_buf = fs.cache.read(gs.desc.block_bitmap)?;
+            let found = {
+                let bm = bm_buf.read();
+                let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
+                search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0)
+                    .or_else(|| if from > 0 { search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0) } else { None })
+            };
+            let Some((off, len)) = found else { continue };
+            tx.h.get_write_access(&bm_buf)?;
+            {
+                let mut bm = bm_buf.write();
+                if !bitmap::range_is_clear(&bm[..], off, len as usize) {
+                    return Err(FsError::Corrupt(format!("block bitmap of group {g} changed under its lock")));
+                }
+                bitmap::set_range(&mut bm[..], off, len as usize);
+            }
+            gs.desc.free_blocks_count -= len;
+            gs.desc.flags &= !BG_BLOCK_UNINIT;
+            let desc = gs.desc.clone();
+            write_desc(tx, g, &desc)?;
+            drop(gs);
+            fs.free_blocks.fetch_sub(i64::from(len), Ordering::Relaxed);
+            return Ok((start_blk + off as u64, len));
+        }
+    }
+    Err(FsError::NoSpace(format!("no free blocks left ({} in the file system)", geo.blocks_count)))
+}
+
+/// Find a run of free, non-busy blocks in one group's bitmap starting the search at `from`.
+/// With `whole`, only a run of `want` blocks counts.
+fn search_run(
+    bm: &[u8],
+    gs: &GroupState,
+    start_blk: u64,
+    from: usize,
+    glen: usize,
+    want: u32,
+    whole: bool,
+) -> Option<(usize, u32)> {
+    let mut pos = from;
+    while pos < glen {
+        let z = bitmap::find_zero(bm, pos, glen)?;
+        if let Some(end) = busy_end(gs, start_blk + z as u64) {
+            pos = (end - start_blk) as usize;
+            continue;
+        }
+        let mut len = 1u32;
+        while len < want && z + (len as usize) < glen {
+            let b = z + len as usize;
+            if bitmap::test(bm, b) || busy_end(gs, start_blk + b as u64).is_some() {
+                break;
+            }
+            len += 1;
+        }
+        if !whole || len == want {
+            return Some((z, len));
+        }
+        pos = z + len as usize + 1;
+    }
+    None
+}
+
+/// Free `len` blocks from `start`. `revoke`: the blocks held journalled contents
+/// (metadata or data=journal data), whose logged copies must not be replayed.
+pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -> FsResult<()> {
+    let fs = tx.fs;
+    let geo = &fs.geo;
+    if len == 0 {
+        return Ok(());
+    }
+    if start < geo.first_data_block || start + u64::from(len) > geo.blocks_count {
+        return Err(FsError::Corrupt(format!("freeing blocks {start}+{len} outside the file system")));
+    }
+    let tid = tx.h.tid();
+    let mut b = start;
+    let end = start + u64::from(len);
+    while b < end {
+        let g = geo.group_of(b);
+        let gstart = geo.group_start(g);
+        let gend = gstart + u64::from(geo.group_len(g));
+        let n = (end.min(gend) - b) as u32;
+        let mut gs = fs.groups[g as usize].lock();
+        let bm_buf = fs.cache.read(gs.desc.block_bitmap)?;
+        tx.h.get_write_access(&bm_buf)?;
+        {
+            let mut bm = bm_buf.write();
+            let off = (b - gstart) as usize;
+            if !bitmap::range_is_set(&bm[..], off, n as usize) {
+                return Err(FsError::Corrupt(format!("freeing already free blocks {b}+{n} in group {g}")));
+            }
+            bitmap::clear_range(&mut bm[..], off, n as usize);
+        }
+        gs.desc.free_blocks_count += n;
+        gs.busy.map.insert(b, (n, tid));
+        let desc = gs.desc.clone();
+        write_desc(tx, g, &desc)?;
+        drop(gs);
+        fs.free_blocks.fetch_add(i64::from(n), Ordering::Relaxed);
+        b += u64::from(n);
+    }
+    if revoke {
+        for blk in start..end {
+            tx.h.revoke(blk)?;
+        }
+    }
+    Ok(())
+}
+
+/// Allocate an inode, preferring `group` (directories are spread over groups).
+pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult<Ino> {
+    let fs = tx.fs;
+    let geo = &fs.geo;
+    let g0 = if is_dir {
+        fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups
+    } else {
+        group % geo.groups
+    };
+    for k in 0..geo.groups {
+        let g = (g0 + k) % geo.groups;
+        let mut gs = fs.groups[g as usize].lock();
+        if gs.desc.free_inodes_count == 0 {
+            continue;
+        }
+        let bm_buf = fs.cache.read(gs.desc.inode_bitmap)?;
+        let ipg = geo.inodes_per_group as usize;
+        let first = if g == 0 { (geo.first_ino - 1) as usize } else { 0 };
+        let Some(bit) = bitmap::find_zero(&bm_buf.read()[..], first, ipg) else {
+            continue;
+        };
+        tx.h.get_write_access(&bm_buf)?;
+        bitmap::set(&mut bm_buf.write()[..], bit);
+        gs.desc.free_inodes_count -= 1;
+        if is_dir {
+            gs.desc.used_dirs_count += 1;
+        }
+        gs.desc.flags &= !BG_INODE_UNINIT;
+        let used = bit as u32 + 1;
+        if gs.desc.itable_unused > 0 && geo.inodes_per_group - gs.desc.itable_unused < used {
+            gs.desc.itable_unused = geo.inodes_per_group - used;
+        }
+        let desc = gs.desc.clone();
+        write_desc(tx, g, &desc)?;
+        drop(gs);
+        fs.free_inodes.fetch_sub(1, Ordering::Relaxed);
+        return Ok(g * geo.inodes_per_group + bit as u32 + 1);
+    }
+    Err(FsError::NoSpace(format!("no free inodes left ({} in the file system)", geo.inodes_count)))
+}
+
+/// Free inode `ino`.
+pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()> {
+    let fs = tx.fs;
+    let g = fs.geo.inode_group(ino);
+    let bit = ((ino - 1) % fs.geo.inodes_per_group) as usize;
+    let mut gs = fs.groups[g as usize].lock();
+    let bm_buf = fs.cache.read(gs.desc.inode_bitmap)?;
+    tx.h.get_write_access(&bm_buf)?;
+    if !bitmap::clear(&mut bm_buf.write()[..], bit) {
+        return Err(FsError::Corrupt(format!("freeing inode {ino}, which is already free")));
+    }
+    gs.desc.free_inodes_count += 1;
+    if is_dir {
+        gs.desc.used_dirs_count = gs.desc.used_dirs_count.saturating_sub(1);
+    }
+    let desc = gs.desc.clone();
+    write_desc(tx, g, &desc)?;
+    drop(gs);
+    fs.free_inodes.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A goal block for new data of inode `ino` (its group's first block).
+pub(crate) fn inode_goal(fs: &FsInner, ino: Ino) -> u64 {
+    let g = fs.geo.inode_group(ino);
+    fs.geo.group_start(g) + (BLOCK_SIZE as u64 / 8)
+}

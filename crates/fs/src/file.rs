@@ -1,0 +1,432 @@
+//! File data: read, write, truncate, fallocate, and the block accounting they share.
+//!
+//! data=ordered: data buffers are filed on the transaction's ordered list and written home
+//! before its commit record. data=journal (per mount, or per file with
+//! `EXT4_JOURNAL_DATA_FL`): data buffers are journalled like metadata.
+
+use std::sync::Arc;
+
+use cjfs_blockdev::BLOCK_SIZE;
+use cjfs_journal::Buffer;
+
+use crate::error::{FsError, FsResult};
+use crate::extent_tree::{self, Mapping};
+use crate::fs::FsInner;
+use crate::inode::{InodeState, store_inode};
+use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_JOURNAL_DATA_FL};
+use crate::tx::{ReadStore, Tx};
+use crate::types::{DataMode, FallocMode, Ino, Timestamp};
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// Largest file: 2^32 blocks of 4 KiB (the extent format's logical block limit).
+pub(crate) const MAX_FILE_SIZE: u64 = (1u64 << 32) * BS;
+/// Blocks written per transaction handle (bounds a handle's log footprint).
+const CHUNK_BLOCKS: u64 = 256;
+
+/// Add `nblocks` file system blocks (negative to remove) to the inode's `i_blocks`.
+pub(crate) fn charge_blocks(fs: &FsInner, st: &mut InodeState, nblocks: i64) -> FsResult<()> {
+    let cur = st.d.blocks_512(fs.geo.huge_file, BLOCK_SIZE as u32) as i64;
+    let new = (cur + nblocks * (BS as i64 / 512)).max(0) as u64;
+    st.d.set_blocks_512(new, fs.geo.huge_file, BLOCK_SIZE as u32)
+}
+
+/// Whether this file's data is journalled.
+pub(crate) fn journals_data(fs: &FsInner, st: &InodeState) -> bool {
+    fs.opts.data == DataMode::Journal || st.d.flags & EXT4_JOURNAL_DATA_FL != 0
+}
+
+fn check_extents(st: &InodeState) -> FsResult<()> {
+    if st.d.flags & EXT4_EXTENTS_FL == 0 {
+        if st.d.size == 0 && st.d.blocks == 0 {
+            return Ok(());
+        }
+        return Err(FsError::Incompatible("block-mapped file (no extents flag)".into()));
+    }
+    Ok(())
+}
+
+/// Read up to `buf.len()` bytes at `off`.
+pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+    if off >= st.d.size || buf.is_empty() {
+        return Ok(0);
+    }
+    check_extents(st)?;
+    let n = (buf.len() as u64).min(st.d.size - off) as usize;
+    let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+    let mut done = 0usize;
+    let mut cur: Option<Mapping> = None;
+    while done < n {
+        let pos = off + done as u64;
+        let lblk = (pos / BS) as u32;
+        let boff = (pos % BS) as usize;
+        let take = (BLOCK_SIZE - boff).min(n - done);
+        if !cur.is_some_and(|m| m.contains(lblk)) {
+            cur = extent_tree::lookup(&st.d.block, &mut store, lblk)?;
+        }
+        let dst = &mut buf[done..done + take];
+        match cur.and_then(|m| if m.unwritten { None } else { m.pblk_of(lblk) }) {
+            Some(pblk) => {
+                if pblk >= fs.geo.blocks_count {
+                    return Err(FsError::Corrupt(format!("file data block {pblk} is outside the file system")));
+                }
+                let b = fs.cache.read(pblk)?;
+                dst.copy_from_slice(&b.read()[boff..boff + take]);
+            }
+            None => dst.fill(0),
+        }
+        done += take;
+    }
+    Ok(n)
+}
+
+/// A data buffer for block `pblk` about to be written at `boff..boff+len`.
+fn data_buffer(fs: &FsInner, pblk: u64, fresh: bool, full: bool) -> FsResult<Arc<Buffer>> {
+    if fresh {
+        return Ok(fs.cache.get_new(pblk));
+    }
+    if full {
+        let b = fs.cache.get(pblk);
+        if !b.is_uptodate() {
+            // Fully overwritten: no need to read it; the caller fills every byte.
+            b.write().fill(0);
+            b.set_uptodate();
+        }
+        return Ok(b);
+    }
+    Ok(fs.cache.read(pblk)?)
+}
+
+/// Map `lblk` for writing: allocate (and insert) when unmapped, convert when unwritten.
+/// Returns the physical block and whether its buffer must start zeroed.
+fn map_for_write(
+    tx: &mut Tx<'_>,
+    ino: Ino,
+    st: &mut InodeState,
+    lblk: u32,
+    last_lblk: u32,
+    cur: &mut Option<Mapping>,
+) -> FsResult<(u64, bool)> {
+    if !cur.is_some_and(|m| m.contains(lblk)) {
+        *cur = extent_tree::lookup(&st.d.block, tx, lblk)?;
+    }
+    if let Some(m) = *cur {
+        if let Some(p) = m.pblk_of(lblk) {
+            if m.unwritten {
+                let d = extent_tree::mark_written(&mut st.d.block, tx, lblk, 1)?;
+                charge_blocks(tx.fs, st, i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
+                *cur = None;
+                return Ok((p, true));
+            }
+            return Ok((p, false));
+        }
+    }
+    // Unmapped: allocate up to the next mapped block or the end of this write.
+    let next = extent_tree::next_extent_at_or_after(&st.d.block, tx, lblk)?;
+    let mut want = u64::from(last_lblk) - u64::from(lblk) + 1;
+    if let Some(nx) = next {
+        want = want.min(u64::from(nx.lblk) - u64::from(lblk));
+    }
+    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, lblk)? {
+        Some(m) => m.pblk + u64::from(lblk - m.lblk),
+        None => crate::alloc::inode_goal(tx.fs, ino),
+    };
+    let (pblk, len) = crate::alloc::alloc_blocks(tx, goal, want.min(32768) as u32)?;
+    let m = Mapping { lblk, pblk, len, unwritten: false };
+    let d = extent_tree::insert(&mut st.d.block, tx, m, goal)?;
+    charge_blocks(tx.fs, st, i64::from(len) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
+    st.datasync_tid = tx.h.tid();
+    *cur = Some(m);
+    Ok((pblk, true))
+}
+
+/// Write `data` at `off`. Returns bytes written.
+pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data: &[u8]) -> FsResult<usize> {
+    if data.is_empty() {
+        return Ok(0);
+    }
+    let end = off.checked_add(data.len() as u64).ok_or_else(|| FsError::TooBig("offset overflow".into()))?;
+    if end > MAX_FILE_SIZE {
+        return Err(FsError::TooBig(format!("write ending at byte {end} exceeds the {MAX_FILE_SIZE}-byte limit")));
+    }
+    check_extents(st)?;
+    if st.d.flags & EXT4_EXTENTS_FL == 0 {
+        st.d.flags |= EXT4_EXTENTS_FL;
+        extent_tree::init_root(&mut st.d.block);
+    }
+    let jdata = journals_data(fs, st);
+    let mut done = 0usize;
+    while done < data.len() {
+        let pos = off + done as u64;
+        let first = pos / BS;
+        let last = ((off + data.len() as u64 - 1) / BS).min(first + CHUNK_BLOCKS - 1);
+        let nblk = (last - first + 1) as u32;
+        let credits = 24 + if jdata { nblk } else { 0 };
+        let mut tx = Tx::start(fs, credits)?;
+        let mut cur = None;
+        let mut lblk = first;
+        while lblk <= last {
+            let pos = off + done as u64;
+            let boff = (pos % BS) as usize;
+            let take = (BLOCK_SIZE - boff).min(data.len() - done);
+            let (pblk, fresh) = map_for_write(&mut tx, ino, st, lblk as u32, last as u32, &mut cur)?;
+            let buf = data_buffer(fs, pblk, fresh, take == BLOCK_SIZE)?;
+            if jdata {
+                tx.h.get_write_access(&buf)?;
+            }
+            buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
+            if jdata {
+                tx.h.dirty_metadata(&buf)?;
+                st.datasync_tid = tx.h.tid();
+            } else {
+                tx.h.dirty_data(&buf)?;
+                st.dirty_data.push(buf);
+            }
+            done += take;
+            lblk += 1;
+        }
+        let new_end = off + done as u64;
+        if new_end > st.d.size {
+            st.d.size = new_end;
+            st.datasync_tid = tx.h.tid();
+        }
+        let now = Timestamp::now();
+        st.d.mtime = now;
+        st.d.ctime = now;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+    }
+    prune_dirty(st);
+    Ok(done)
+}
+
+/// Keep the fdatasync list short: drop buffers already written home.
+fn prune_dirty(st: &mut InodeState) {
+    if st.dirty_data.len() > 4096 {
+        st.dirty_data.retain(|b| b.jstate().dirty);
+        st.dirty_data.sort_by_key(|b| b.blocknr());
+        st.dirty_data.dedup_by_key(|b| b.blocknr());
+    }
+}
+
+/// Zero bytes `from..to` of logical block `lblk` if it is mapped and written.
+fn zero_partial(tx: &mut Tx<'_>, st: &mut InodeState, lblk: u32, from: usize, to: usize, jdata: bool) -> FsResult<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let Some(m) = extent_tree::lookup(&st.d.block, tx, lblk)? else { return Ok(()) };
+    if m.unwritten {
+        return Ok(());
+    }
+    let Some(pblk) = m.pblk_of(lblk) else { return Ok(()) };
+    let buf = tx.fs.cache.read(pblk)?;
+    if jdata {
+        tx.h.get_write_access(&buf)?;
+    }
+    buf.write()[from..to].fill(0);
+    if jdata {
+        tx.h.dirty_metadata(&buf)?;
+    } else {
+        tx.h.dirty_data(&buf)?;
+        st.dirty_data.push(buf);
+    }
+    Ok(())
+}
+
+/// Unmap logical blocks `start..end` (exclusive), freeing them, in bounded transactions'
+/// worth of work. Runs inside `tx`.
+fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata: bool) -> FsResult<()> {
+    let (freed, delta) = extent_tree::remove_range(&mut st.d.block, tx, start, end)?;
+    let mut n = 0i64;
+    for (pblk, len) in freed {
+        crate::alloc::free_blocks(tx, pblk, len, jdata)?;
+        n += i64::from(len);
+    }
+    charge_blocks(tx.fs, st, -n + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed))?;
+    st.datasync_tid = tx.h.tid();
+    Ok(())
+}
+
+/// Logical blocks unmapped per transaction by truncate (bounds log use).
+const TRUNCATE_STEP: u64 = 32768;
+
+/// Change the size. Shrinking frees blocks from the end, one bounded transaction at a time,
+/// each leaving a consistent, smaller file.
+pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u64) -> FsResult<()> {
+    if new_size > MAX_FILE_SIZE {
+        return Err(FsError::TooBig(format!("size {new_size} exceeds the {MAX_FILE_SIZE}-byte limit")));
+    }
+    check_extents(st)?;
+    let jdata = journals_data(fs, st);
+    let now = Timestamp::now();
+    if new_size >= st.d.size {
+        let mut tx = Tx::start(fs, 8)?;
+        st.d.size = new_size;
+        st.d.mtime = now;
+        st.d.ctime = now;
+        st.datasync_tid = tx.h.tid();
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+        return Ok(());
+    }
+    let keep = new_size.div_ceil(BS);
+    // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
+    let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
+        let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+        extent_tree::extent_at_or_before(&st.d.block, &mut store, u32::MAX - 1)?.map(|m| m.end()).unwrap_or(0)
+    } else {
+        0
+    };
+    let mut end = last_end.max(keep);
+    loop {
+        let step_start = if end - keep > TRUNCATE_STEP { end - TRUNCATE_STEP } else { keep };
+        let mut tx = Tx::start(fs, 64)?;
+        if st.d.flags & EXT4_EXTENTS_FL != 0 {
+            let stop = if step_start == keep && end == last_end.max(keep) { u32::MAX } else { end.min(u64::from(u32::MAX)) as u32 };
+            if (step_start as u32) < stop {
+                unmap_range(&mut tx, st, step_start as u32, stop, jdata)?;
+            }
+        }
+        let last = step_start == keep;
+        st.d.size = if last { new_size } else { st.d.size.min(step_start * BS) };
+        if last && new_size % BS != 0 && st.d.flags & EXT4_EXTENTS_FL != 0 {
+            zero_partial(&mut tx, st, (new_size / BS) as u32, (new_size % BS) as usize, BLOCK_SIZE, jdata)?;
+        }
+        st.d.mtime = now;
+        st.d.ctime = now;
+        st.datasync_tid = tx.h.tid();
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+        if last {
+            break;
+        }
+        end = step_start;
+    }
+    Ok(())
+}
+
+/// Free every block of a file (its last link and last user are gone).
+pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    if st.d.flags & EXT4_EXTENTS_FL != 0 && !crate::namei::is_fast_symlink(st) {
+        // Symlink and directory blocks are journalled: revoke them.
+        let revoke = journals_data(tx.fs, st) || !st.d.is_reg();
+        unmap_range(tx, st, 0, u32::MAX, revoke)?;
+    }
+    Ok(())
+}
+
+/// fallocate.
+pub(crate) fn fallocate(fs: &FsInner, ino: Ino, st: &mut InodeState, mode: FallocMode, off: u64, len: u64) -> FsResult<()> {
+    if len == 0 {
+        return Err(FsError::Invalid("fallocate length 0".into()));
+    }
+    let end = off.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| FsError::TooBig("fallocate range too large".into()))?;
+    check_extents(st)?;
+    if st.d.flags & EXT4_EXTENTS_FL == 0 {
+        st.d.flags |= EXT4_EXTENTS_FL;
+        extent_tree::init_root(&mut st.d.block);
+    }
+    let jdata = journals_data(fs, st);
+    let (punch, alloc, keep_size) = match mode {
+        FallocMode::Allocate => (false, true, false),
+        FallocMode::KeepSize => (false, true, true),
+        FallocMode::PunchHole => (true, false, true),
+        FallocMode::ZeroRange { keep_size } => (true, true, keep_size),
+    };
+    if punch {
+        let mut tx = Tx::start(fs, 64)?;
+        let first_full = off.div_ceil(BS);
+        let end_full = end / BS;
+        if first_full < end_full {
+            unmap_range(&mut tx, st, first_full as u32, end_full as u32, jdata)?;
+        }
+        // Partial blocks at the edges are zeroed in place.
+        let (fb, lb) = (off / BS, (end - 1) / BS);
+        if fb == lb {
+            if !(off % BS == 0 && end % BS == 0) {
+                zero_partial(&mut tx, st, fb as u32, (off % BS) as usize, ((end - 1) % BS + 1) as usize, jdata)?;
+            }
+        } else {
+            if off % BS != 0 {
+                zero_partial(&mut tx, st, fb as u32, (off % BS) as usize, BLOCK_SIZE, jdata)?;
+            }
+            if end % BS != 0 {
+                zero_partial(&mut tx, st, lb as u32, 0, (end % BS) as usize, jdata)?;
+            }
+        }
+        st.d.ctime = Timestamp::now();
+        st.d.mtime = st.d.ctime;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+    }
+    if alloc {
+        let mut lblk = off / BS;
+        let last = (end - 1) / BS;
+        while lblk <= last {
+            let mut tx = Tx::start(fs, 64)?;
+            let stop = (lblk + CHUNK_BLOCKS * 16 - 1).min(last);
+            while lblk <= stop {
+                match extent_tree::lookup(&st.d.block, &mut tx, lblk as u32)? {
+                    Some(m) => lblk = m.end(),
+                    None => {
+                        let next = extent_tree::next_extent_at_or_after(&st.d.block, &mut tx, lblk as u32)?;
+                        let mut want = stop - lblk + 1;
+                        if let Some(nx) = next {
+                            want = want.min(u64::from(nx.lblk) - lblk);
+                        }
+                        let goal = match extent_tree::extent_at_or_before(&st.d.block, &mut tx, lblk as u32)? {
+                            Some(m) => m.pblk + (lblk - u64::from(m.lblk)),
+                            None => crate::alloc::inode_goal(fs, ino),
+                        };
+                        let want = want.min(u64::from(Mapping::max_len(true))) as u32;
+                        let (pblk, got) = crate::alloc::alloc_blocks(&mut tx, goal, want)?;
+                        let m = Mapping { lblk: lblk as u32, pblk, len: got, unwritten: true };
+                        let d = extent_tree::insert(&mut st.d.block, &mut tx, m, goal)?;
+                        charge_blocks(fs, st, i64::from(got) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
+                        lblk += u64::from(got);
+                    }
+                }
+            }
+            if !keep_size && end > st.d.size && lblk > last {
+                st.d.size = end;
+            }
+            st.d.ctime = Timestamp::now();
+            st.datasync_tid = tx.h.tid();
+            store_inode(&mut tx, ino, st)?;
+            tx.stop()?;
+        }
+    }
+    if !alloc && !keep_size && end > st.d.size {
+        truncate(fs, ino, st, end)?;
+    }
+    Ok(())
+}
+
+/// Next offset >= `off` holding data (`data` = true) or a hole, for lseek.
+pub(crate) fn seek(fs: &FsInner, st: &InodeState, off: u64, data: bool) -> FsResult<Option<u64>> {
+    if off >= st.d.size {
+        return Ok(None);
+    }
+    if st.d.flags & EXT4_EXTENTS_FL == 0 {
+        return Ok(if data { None } else { Some(st.d.size) }.or(Some(off)));
+    }
+    let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+    let mut lblk = (off / BS) as u32;
+    loop {
+        let pos = (u64::from(lblk) * BS).max(off);
+        if pos >= st.d.size {
+            return Ok(if data { None } else { Some(st.d.size) });
+        }
+        let m = extent_tree::lookup(&st.d.block, &mut store, lblk)?;
+        let is_data = m.is_some_and(|m| !m.unwritten);
+        if is_data == data {
+            return Ok(Some(pos));
+        }
+        lblk = match m {
+            Some(m) => m.end().min(u64::from(u32::MAX)) as u32,
+            None => match extent_tree::next_extent_at_or_after(&st.d.block, &mut store, lblk)? {
+                Some(nx) => nx.lblk,
+                None => return Ok(if data { None } else { Some(pos) }),
+            },
+        };
+    }
+}

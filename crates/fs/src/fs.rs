@@ -1,0 +1,362 @@
+//! Mounting and unmounting: reading the layout, recovering the journal, starting it, and
+//! the shared state every operation works on.
+//!
+//! # Lock order (outer to inner)
+//!
+//! 1. `FsInner::rename_lock` (cross-directory renames only);
+//! 2. inode locks (`Inode::state`), several at once always in ascending inode number;
+//! 3. a journal handle (started after the inode locks, never while waiting for one);
+//! 4. `FsInner::orphan_lock`;
+//! 5. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
+//! 6. `FsInner::sb` (the in-memory superblock);
+//! 7. journal-internal locks and buffer locks (see the journal crate).
+//!
+//! No file-system-wide lock is taken on the data path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+
+use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
+use cjfs_journal::recovery::recover;
+use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, Tid};
+use parking_lot::Mutex;
+
+use crate::error::{FsError, FsResult};
+use crate::inode::InodeCache;
+use crate::mkfs::read_layout;
+use crate::ondisk::features::INCOMPAT_RECOVER;
+use crate::ondisk::group_desc::GroupDesc;
+use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
+use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, STATE_VALID, Superblock};
+use crate::types::{MountOptions, ROOT_INO};
+
+/// Fixed numbers derived from the superblock.
+#[derive(Debug, Clone)]
+pub struct Geometry {
+    /// Blocks in the file system.
+    pub blocks_count: u64,
+    /// First data block (0 with 4 KiB blocks).
+    pub first_data_block: u64,
+    /// Blocks per group.
+    pub blocks_per_group: u32,
+    /// Inodes per group.
+    pub inodes_per_group: u32,
+    /// Number of groups.
+    pub groups: u32,
+    /// Inode record size.
+    pub inode_size: u32,
+    /// Group descriptor size.
+    pub desc_size: u32,
+    /// Total inodes.
+    pub inodes_count: u32,
+    /// First non-reserved inode.
+    pub first_ino: u32,
+    /// `huge_file` feature.
+    pub huge_file: bool,
+    /// First block of the primary group descriptor table.
+    pub gdt_start: u64,
+}
+
+impl Geometry {
+    fn from_sb(sb: &Superblock) -> Geometry {
+        Geometry {
+            blocks_count: sb.block_count(),
+            first_data_block: u64::from(sb.first_data_block),
+            blocks_per_group: sb.blocks_per_group,
+            inodes_per_group: sb.inodes_per_group,
+            groups: sb.group_count(),
+            inode_size: sb.inode_size() as u32,
+            desc_size: sb.desc_size() as u32,
+            inodes_count: sb.inodes_count,
+            first_ino: sb.first_ino(),
+            huge_file: sb.has_huge_file(),
+            gdt_start: u64::from(sb.first_data_block) + 1,
+        }
+    }
+
+    /// First block of group `g`.
+    pub fn group_start(&self, g: u32) -> u64 {
+        self.first_data_block + u64::from(g) * u64::from(self.blocks_per_group)
+    }
+
+    /// Blocks in group `g` (the last one may be short).
+    pub fn group_len(&self, g: u32) -> u32 {
+        let start = self.group_start(g);
+        (self.blocks_count - start).min(u64::from(self.blocks_per_group)) as u32
+    }
+
+    /// Group of block `b`.
+    pub fn group_of(&self, b: u64) -> u32 {
+        ((b - self.first_data_block) / u64::from(self.blocks_per_group)) as u32
+    }
+
+    /// Group of inode `ino`.
+    pub fn inode_group(&self, ino: u32) -> u32 {
+        (ino - 1) / self.inodes_per_group
+    }
+
+    /// Descriptor location: (GDT block, byte offset).
+    pub fn desc_location(&self, g: u32) -> (u64, usize) {
+        let per = BLOCK_SIZE as u32 / self.desc_size;
+        (self.gdt_start + u64::from(g / per), ((g % per) * self.desc_size) as usize)
+    }
+}
+
+/// Blocks freed by a transaction that is not yet durable: not reused until it is, so a
+/// crash can never leave the old owner pointing at overwritten data.
+#[derive(Debug, Default)]
+pub(crate) struct BusyExtents {
+    /// start block -> (length, freeing transaction).
+    pub map: BTreeMap<u64, (u32, Tid)>,
+}
+
+/// Per-group allocator state. Protected by its group's Mutex.
+#[derive(Debug)]
+pub(crate) struct GroupState {
+    /// In-memory copy of the group descriptor (written through to the GDT buffer).
+    pub desc: GroupDesc,
+    /// Recently freed blocks that must not be reused yet.
+    pub busy: BusyExtents,
+}
+
+/// Shared state of a mounted file system.
+pub(crate) struct FsInner {
+    pub dev: Device,
+    pub cache: Arc<BufferCache>,
+    pub journal: Journal,
+    pub geo: Geometry,
+    /// In-memory superblock. Lock: itself.
+    pub sb: Mutex<Superblock>,
+    /// Allocator state per group. Lock: each its own.
+    pub groups: Vec<Mutex<GroupState>>,
+    /// Free block count (summary; group descriptors are authoritative). Atomic.
+    pub free_blocks: AtomicI64,
+    /// Free inode count (summary). Atomic.
+    pub free_inodes: AtomicI64,
+    /// Open/cached inodes.
+    pub inodes: InodeCache,
+    pub opts: MountOptions,
+    /// Serialises cross-directory renames (ancestry checks need a stable tree).
+    pub rename_lock: Mutex<()>,
+    /// Serialises orphan list edits.
+    pub orphan_lock: Mutex<()>,
+    /// Group to start the next directory allocation at. Atomic.
+    pub dir_rotor: AtomicU32,
+    /// First inode table block of each group (fixed after mount).
+    pub itable: Vec<u64>,
+    /// The orphan list, head first (authoritative while mounted). Lock: itself, taken
+    /// under `orphan_lock` for changes.
+    pub orphans: Mutex<Vec<crate::types::Ino>>,
+}
+
+/// A mounted file system. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) inner: Arc<FsInner>,
+}
+
+impl std::fmt::Debug for Fs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fs").field("blocks", &self.inner.geo.blocks_count).finish()
+    }
+}
+
+/// What [`Fs::open`] found and did.
+#[derive(Debug, Clone, Default)]
+pub struct MountReport {
+    /// Journal transactions replayed by recovery.
+    pub replayed_transactions: u32,
+    /// Blocks replayed.
+    pub replayed_blocks: u64,
+    /// Orphan inodes cleaned up.
+    pub orphans_cleaned: u32,
+}
+
+/// Read the journal inode's extents into a journal area.
+pub(crate) fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
+    if !sb.has_journal() {
+        return Err(FsError::Incompatible("file system has no journal (has_journal is off)".into()));
+    }
+    if sb.journal_inum != JOURNAL_INO {
+        return Err(FsError::Incompatible(format!(
+            "journal in inode {} (only the internal journal inode 8 is supported)",
+            sb.journal_inum
+        )));
+    }
+    let raw = crate::inode::read_raw_inode(&**dev, sb, JOURNAL_INO)?;
+    if raw.flags & EXT4_EXTENTS_FL == 0 {
+        return Err(FsError::Incompatible("journal inode is block-mapped (no extents)".into()));
+    }
+    let cache = BufferCache::new(dev.clone(), 1024);
+    let mut store = crate::tx::ReadStore { cache: &cache, limit: sb.block_count() };
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut expected = 0u64;
+    let mut bad = None;
+    crate::extent_tree::for_each_extent(&raw.block, &mut store, |m| {
+        if u64::from(m.lblk) != expected && bad.is_none() {
+            bad = Some(m.lblk);
+        }
+        expected = u64::from(m.lblk) + u64::from(m.len);
+        runs.push((m.pblk, u64::from(m.len)));
+    })?;
+    if let Some(l) = bad {
+        return Err(FsError::Corrupt(format!("journal inode has a hole before block {l}")));
+    }
+    let size_blocks = raw.size / BLOCK_SIZE as u64;
+    let area = JournalArea::new(runs);
+    if area.len() < size_blocks || area.len() < 1024 {
+        return Err(FsError::Corrupt(format!(
+            "journal inode maps {} blocks, size says {size_blocks}",
+            area.len()
+        )));
+    }
+    Ok(area)
+}
+
+/// Replay the journal of the image on `dev` if it needs it. Returns the recovery report.
+pub fn recover_device(dev: &Device) -> FsResult<cjfs_journal::recovery::RecoveryReport> {
+    let (mut sb, _) = read_layout(&**dev)?;
+    let area = journal_area(dev, &sb)?;
+    let report = recover(&**dev, &area)?;
+    if sb.has_incompat(INCOMPAT_RECOVER) {
+        sb.feature_incompat &= !INCOMPAT_RECOVER;
+        write_sb_direct(dev, &sb)?;
+    }
+    Ok(report)
+}
+
+/// Write the superblock straight to block 0 (outside any transaction) and flush.
+pub(crate) fn write_sb_direct(dev: &Device, sb: &Superblock) -> FsResult<()> {
+    let mut b0 = dev.read_block(0)?;
+    sb.encode_into(&mut b0[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024]);
+    dev.write_block(0, Arc::from(b0), WriteTag::kind(BlockKind::Superblock))?;
+    dev.flush()?;
+    Ok(())
+}
+
+impl Fs {
+    /// Mount the ext4 image on `dev`: check its features, replay the journal if needed,
+    /// clean up orphans and start the journal.
+    pub fn open(dev: Device, opts: MountOptions) -> FsResult<Fs> {
+        Self::open_with_report(dev, opts).map(|(f, _)| f)
+    }
+
+    /// [`Fs::open`], also returning what recovery did.
+    pub fn open_with_report(dev: Device, opts: MountOptions) -> FsResult<(Fs, MountReport)> {
+        let (sb0, _) = read_layout(&*dev)?;
+        let area = journal_area(&dev, &sb0)?;
+        let mut report = MountReport::default();
+        let jsb = cjfs_journal::superblock::read_superblock(&*dev, &area)?;
+        if jsb.needs_recovery() || sb0.has_incompat(INCOMPAT_RECOVER) {
+            if opts.read_only {
+                return Err(FsError::Invalid(
+                    "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)".into(),
+                ));
+            }
+            let r = recover(&*dev, &area)?;
+            report.replayed_transactions = r.transactions;
+            report.replayed_blocks = r.blocks_replayed;
+        }
+        // Recovery may have rewritten the superblock and descriptors.
+        let (mut sb, descs) = read_layout(&*dev)?;
+        let geo = Geometry::from_sb(&sb);
+        let cache = Arc::new(BufferCache::new(dev.clone(), opts.cache_blocks.max(1024)));
+        let free_blocks: i64 = descs.iter().map(|d| i64::from(d.free_blocks_count)).sum();
+        let free_inodes: i64 = descs.iter().map(|d| i64::from(d.free_inodes_count)).sum();
+        if !opts.read_only {
+            sb.feature_incompat |= INCOMPAT_RECOVER;
+            sb.mnt_count = sb.mnt_count.wrapping_add(1);
+            sb.mtime = crate::types::Timestamp::now().sec;
+            sb.free_blocks_count = free_blocks as u64;
+            sb.free_inodes_count = free_inodes as u32;
+            write_sb_direct(&dev, &sb)?;
+        }
+        let mut jcfg = opts.journal.clone();
+        if opts.read_only {
+            jcfg.kind = JournalKind::None;
+        }
+        let journal = Journal::open(dev.clone(), area, cache.clone(), jcfg)?;
+        let itable = descs.iter().map(|d| d.inode_table).collect();
+        let inner = Arc::new(FsInner {
+            itable,
+            orphans: Mutex::new(Vec::new()),
+            dev,
+            cache,
+            journal,
+            groups: descs
+                .into_iter()
+                .map(|desc| Mutex::new(GroupState { desc, busy: BusyExtents::default() }))
+                .collect(),
+            geo,
+            sb: Mutex::new(sb),
+            free_blocks: AtomicI64::new(free_blocks),
+            free_inodes: AtomicI64::new(free_inodes),
+            inodes: InodeCache::new(),
+            opts,
+            rename_lock: Mutex::new(()),
+            orphan_lock: Mutex::new(()),
+            dir_rotor: AtomicU32::new(0),
+        });
+        let fs = Fs { inner };
+        // The root must be a directory we can read.
+        let root = fs.inner.inodes.get(&fs.inner, ROOT_INO)?;
+        if !root.state.read().d.is_dir() {
+            return Err(FsError::Corrupt("root inode is not a directory".into()));
+        }
+        if !fs.inner.opts.read_only {
+            report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner)?;
+        }
+        Ok((fs, report))
+    }
+
+    /// Commit everything, checkpoint, write the superblock's summary counts and mark the
+    /// image clean.
+    pub fn unmount(self) -> FsResult<()> {
+        let inner = self.inner;
+        if inner.opts.read_only {
+            inner.journal.shutdown()?;
+            return Ok(());
+        }
+        // Drop in-memory inodes whose last user is gone (open-unlinked files released).
+        crate::orphan::release_all(&inner)?;
+        inner.journal.shutdown()?;
+        let mut sb = inner.sb.lock().clone();
+        // The on-disk superblock buffer may carry journalled orphan-list changes: start from it.
+        let b0 = inner.cache.read(0)?;
+        let cur = Superblock::decode(&b0.read()[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024])?;
+        sb.last_orphan = cur.last_orphan;
+        sb.feature_incompat &= !INCOMPAT_RECOVER;
+        sb.free_blocks_count = inner.free_blocks.load(Ordering::Relaxed).max(0) as u64;
+        sb.free_inodes_count = inner.free_inodes.load(Ordering::Relaxed).max(0) as u32;
+        sb.state |= STATE_VALID;
+        sb.wtime = crate::types::Timestamp::now().sec;
+        {
+            let mut g = b0.write();
+            sb.encode_into(&mut g[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024]);
+        }
+        inner.dev.write_block(0, b0.snapshot(), WriteTag::kind(BlockKind::Superblock))?;
+        inner.dev.flush()?;
+        Ok(())
+    }
+
+    /// The device under the file system.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// The journal (statistics, forcing commits).
+    pub fn journal(&self) -> &Journal {
+        &self.inner.journal
+    }
+
+    /// Geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.inner.geo
+    }
+
+    /// A copy of the in-memory superblock.
+    pub fn superblock(&self) -> Superblock {
+        self.inner.sb.lock().clone()
+    }
+}

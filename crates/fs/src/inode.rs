@@ -1,0 +1,175 @@
+//! In-memory inodes: the inode cache, per-inode locks, loading and storing inode records.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
+use cjfs_journal::{Buffer, Tid};
+use parking_lot::{Mutex, RwLock};
+
+use crate::dir::DirIndex;
+use crate::error::{FsError, FsResult};
+use crate::fs::FsInner;
+use crate::ondisk::group_desc::GroupDesc;
+use crate::ondisk::inode::Inode as DiskInode;
+use crate::ondisk::superblock::Superblock;
+use crate::tx::Tx;
+use crate::types::Ino;
+
+/// Mutable state of one inode. Protected by [`Inode::state`] (the inode lock).
+pub(crate) struct InodeState {
+    /// The inode record as it is (or will be, at commit) on disk.
+    pub d: DiskInode,
+    /// Directory index, built on first use (directories only).
+    pub dir: Option<DirIndex>,
+    /// Last transaction that changed this inode (fsync waits for it).
+    pub meta_tid: Tid,
+    /// Last transaction that changed what fdatasync needs (size, block mapping).
+    pub datasync_tid: Tid,
+    /// Data buffers written since the last fsync (fdatasync without a commit writes these).
+    pub dirty_data: Vec<Arc<Buffer>>,
+    /// Open file handles (the FUSE layer's opens and the library's explicit opens).
+    pub open: u32,
+    /// The inode has no links left and sits on the orphan list until its last close.
+    pub orphan: bool,
+    /// The inode was freed; the object is stale.
+    pub freed: bool,
+}
+
+/// One cached inode. `state` is the per-inode lock (taken before any journal handle).
+pub(crate) struct Inode {
+    pub ino: Ino,
+    pub state: RwLock<InodeState>,
+}
+
+const SHARDS: usize = 64;
+
+/// Cache of in-memory inodes, sharded. Each shard's map is protected by its Mutex.
+pub(crate) struct InodeCache {
+    shards: Vec<Mutex<HashMap<Ino, Arc<Inode>>>>,
+}
+
+impl InodeCache {
+    pub fn new() -> Self {
+        InodeCache { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+
+    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, Arc<Inode>>> {
+        &self.shards[ino as usize % SHARDS]
+    }
+
+    /// The inode `ino`, loaded from disk if not cached. Does not check that it is in use.
+    pub fn get(&self, fs: &FsInner, ino: Ino) -> FsResult<Arc<Inode>> {
+        if ino == 0 || ino > fs.geo.inodes_count {
+            return Err(FsError::Stale(ino));
+        }
+        if let Some(i) = self.shard(ino).lock().get(&ino) {
+            return Ok(i.clone());
+        }
+        let d = load_inode(fs, ino)?;
+        let node = Arc::new(Inode { ino, state: RwLock::new(InodeState::new(d)) });
+        let mut shard = self.shard(ino).lock();
+        Ok(shard.entry(ino).or_insert(node).clone())
+    }
+
+    /// Install a freshly allocated inode.
+    pub fn insert_new(&self, ino: Ino, d: DiskInode, tid: Tid) -> Arc<Inode> {
+        let mut st = InodeState::new(d);
+        st.meta_tid = tid;
+        st.datasync_tid = tid;
+        let node = Arc::new(Inode { ino, state: RwLock::new(st) });
+        self.shard(ino).lock().insert(ino, node.clone());
+        node
+    }
+
+    /// Forget a freed inode.
+    pub fn remove(&self, ino: Ino) {
+        self.shard(ino).lock().remove(&ino);
+    }
+
+    /// Every cached inode.
+    pub fn all(&self) -> Vec<Arc<Inode>> {
+        self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect()
+    }
+
+    /// Drop cached inodes nobody references and nothing depends on (memory bound).
+    pub fn trim(&self, keep: usize) {
+        for s in &self.shards {
+            let mut m = s.lock();
+            if m.len() <= keep / SHARDS {
+                continue;
+            }
+            m.retain(|_, i| {
+                Arc::strong_count(i) > 1
+                    || i.state.try_read().is_none_or(|st| st.open > 0 || st.orphan || !st.dirty_data.is_empty())
+            });
+        }
+    }
+}
+
+impl InodeState {
+    fn new(d: DiskInode) -> Self {
+        InodeState {
+            d,
+            dir: None,
+            meta_tid: 0,
+            datasync_tid: 0,
+            dirty_data: Vec::new(),
+            open: 0,
+            orphan: false,
+            freed: false,
+        }
+    }
+}
+
+/// Location of inode `ino`: (inode table block, byte offset in it).
+pub(crate) fn inode_location(fs: &FsInner, ino: Ino) -> (u64, usize) {
+    let g = fs.geo.inode_group(ino);
+    let idx = u64::from((ino - 1) % fs.geo.inodes_per_group);
+    let isz = u64::from(fs.geo.inode_size);
+    let table = fs.itable[g as usize];
+    let byte = idx * isz;
+    (table + byte / BLOCK_SIZE as u64, (byte % BLOCK_SIZE as u64) as usize)
+}
+
+/// Read inode `ino` from its table block through the cache.
+pub(crate) fn load_inode(fs: &FsInner, ino: Ino) -> FsResult<DiskInode> {
+    let (blk, off) = inode_location(fs, ino);
+    let buf = fs.cache.read(blk)?;
+    let g = buf.read();
+    DiskInode::decode(&g[off..off + fs.geo.inode_size as usize])
+        .map_err(|e| FsError::Corrupt(format!("inode {ino}: {e}")))
+}
+
+/// Write inode `ino`'s record into its table block under the transaction.
+pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    let (blk, off) = inode_location(tx.fs, ino);
+    let buf = tx.fs.cache.read(blk)?;
+    tx.h.get_write_access(&buf)?;
+    if st.orphan {
+        st.d.dtime = crate::orphan::next_of(tx.fs, ino);
+    }
+    {
+        let mut g = buf.write();
+        st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize]);
+    }
+    st.meta_tid = tx.h.tid();
+    Ok(())
+}
+
+/// Read an inode straight from the device (mount time, before the cache exists).
+pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -> FsResult<DiskInode> {
+    let g = (ino - 1) / sb.inodes_per_group;
+    let per = (BLOCK_SIZE / sb.desc_size()) as u32;
+    let gdt_blk = u64::from(sb.first_data_block) + 1 + u64::from(g / per);
+    let raw = dev.read_block(gdt_blk)?;
+    let off = (g % per) as usize * sb.desc_size();
+    let desc = GroupDesc::decode(&raw[off..off + sb.desc_size()])?;
+    let idx = u64::from((ino - 1) % sb.inodes_per_group);
+    let isz = sb.inode_size() as u64;
+    let byte = idx * isz;
+    let blk = desc.inode_table + byte / BLOCK_SIZE as u64;
+    let b = dev.read_block(blk)?;
+    let o = (byte % BLOCK_SIZE as u64) as usize;
+    DiskInode::decode(&b[o..o + isz as usize])
+}

@@ -1,0 +1,501 @@
+//! Namespace operations: create, mkdir, mknod, symlink, link, unlink, rmdir, rename.
+//!
+//! Locking: parent before child; renames take `rename_lock` and order the two parents
+//! ancestor-first (else by inode number), then the children by inode number.
+
+use std::sync::Arc;
+
+use parking_lot::RwLockWriteGuard;
+
+use crate::dir::{self, DirSlot};
+use crate::error::{FsError, FsResult};
+use crate::extent_tree::{self, Mapping};
+use crate::fs::FsInner;
+use crate::inode::{Inode, InodeState, store_inode};
+use crate::ondisk::dirent::file_type_from_mode;
+use crate::ondisk::inode::{EXT4_EXTENTS_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT};
+use crate::tx::Tx;
+use crate::types::{FileType, Ino, RenameFlags, Timestamp};
+
+/// ext4's link limit; with dir_nlink a directory past it counts 1.
+pub(crate) const LINK_MAX: u16 = 65000;
+
+/// Whether a symlink keeps its target inside the inode.
+pub(crate) fn is_fast_symlink(st: &InodeState) -> bool {
+    st.d.is_symlink() && st.d.flags & EXT4_EXTENTS_FL == 0 && st.d.size < 60
+}
+
+/// A directory's inode, write-locked, checked to be a live directory.
+fn dir_guard<'a>(node: &'a Arc<Inode>) -> FsResult<RwLockWriteGuard<'a, InodeState>> {
+    let g = node.state.write();
+    if g.freed || (g.d.links_count == 0 && !g.orphan) {
+        return Err(FsError::NotFound(format!("directory inode {}", node.ino)));
+    }
+    if !g.d.is_dir() {
+        return Err(FsError::NotDir(format!("inode {}", node.ino)));
+    }
+    if g.d.links_count == 0 {
+        return Err(FsError::NotFound(format!("directory inode {} was removed", node.ino)));
+    }
+    Ok(g)
+}
+
+/// Fresh inode record.
+fn new_disk_inode(fs: &FsInner, mode: u16, uid: u32, gid: u32) -> DiskInode {
+    let mut d = DiskInode::new(fs.geo.inode_size as usize, 32);
+    let now = Timestamp::now();
+    d.mode = mode;
+    d.uid = uid;
+    d.gid = gid;
+    d.atime = now;
+    d.ctime = now;
+    d.mtime = now;
+    d.crtime = now;
+    d.generation = rand::random();
+    d
+}
+
+/// Make a new inode named `name` in `parent`. `init` fills type-specific parts inside the
+/// same transaction. Returns the new inode.
+fn make_node(
+    fs: &FsInner,
+    parent: Ino,
+    name: &[u8],
+    mode: u16,
+    uid: u32,
+    gid: u32,
+    credits: u32,
+    init: impl FnOnce(&mut Tx<'_>, Ino, &mut InodeState) -> FsResult<()>,
+) -> FsResult<Arc<Inode>> {
+    dir::check_name(name)?;
+    let pnode = fs.inodes.get(fs, parent)?;
+    let mut ps = dir_guard(&pnode)?;
+    if dir::lookup(fs, &mut ps, name)?.is_some() {
+        return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+    }
+    let is_dir = mode & S_IFMT == S_IFDIR;
+    if is_dir && ps.d.links_count >= LINK_MAX && !fs.sb.lock().has_dir_nlink() {
+        return Err(FsError::TooManyLinks(format!("directory inode {parent}")));
+    }
+    let mut tx = Tx::start(fs, credits)?;
+    let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
+    let d = new_disk_inode(fs, mode, uid, gid);
+    let node = fs.inodes.insert_new(ino, d, tx.h.tid());
+    let mut st = node.state.write();
+    init(&mut tx, ino, &mut st)?;
+    store_inode(&mut tx, ino, &mut st)?;
+    dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))?;
+    if is_dir {
+        ps.d.links_count = if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 { 1 } else { ps.d.links_count + 1 };
+    }
+    let now = Timestamp::now();
+    ps.d.mtime = now;
+    ps.d.ctime = now;
+    store_inode(&mut tx, parent, &mut ps)?;
+    let tid = tx.stop()?;
+    ps.datasync_tid = tid;
+    st.datasync_tid = tid;
+    drop(st);
+    Ok(node)
+}
+
+/// Create a regular file, fifo, socket or device node.
+pub(crate) fn mknod(fs: &FsInner, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
+    let kind = FileType::from_mode(mode).ok_or_else(|| FsError::Invalid(format!("mode {mode:o} has no file type")))?;
+    if matches!(kind, FileType::Directory | FileType::Symlink) {
+        return Err(FsError::Invalid("mknod cannot make directories or symlinks".into()));
+    }
+    make_node(fs, parent, name, mode as u16, uid, gid, 24, |_, _, st| {
+        st.d.links_count = 1;
+        match kind {
+            FileType::Regular => {
+                st.d.flags |= EXT4_EXTENTS_FL;
+                extent_tree::init_root(&mut st.d.block);
+            }
+            FileType::CharDev | FileType::BlockDev => {
+                st.d.set_rdev(libc_major(rdev), libc_minor(rdev));
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+}
+
+fn libc_major(rdev: u32) -> u32 {
+    (rdev >> 8) & 0xfff
+}
+fn libc_minor(rdev: u32) -> u32 {
+    (rdev & 0xff) | ((rdev >> 12) & 0xfff00)
+}
+
+/// Make a directory.
+pub(crate) fn mkdir(fs: &FsInner, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
+    make_node(fs, parent, name, (mode as u16 & !S_IFMT) | S_IFDIR, uid, gid, 32, |tx, ino, st| {
+        st.d.links_count = 2;
+        dir::init_dir(tx, st, ino, parent)
+    })
+}
+
+/// Make a symbolic link.
+pub(crate) fn symlink(fs: &FsInner, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
+    if target.is_empty() || target.len() >= cjfs_blockdev::BLOCK_SIZE {
+        return Err(FsError::NameTooLong(format!("symlink target of {} bytes", target.len())));
+    }
+    make_node(fs, parent, name, S_IFLNK | 0o777, uid, gid, 24, |tx, ino, st| {
+        st.d.links_count = 1;
+        st.d.size = target.len() as u64;
+        if target.len() < 60 {
+            st.d.block = [0; 60];
+            st.d.block[..target.len()].copy_from_slice(target);
+            return Ok(());
+        }
+        st.d.flags |= EXT4_EXTENTS_FL;
+        extent_tree::init_root(&mut st.d.block);
+        let goal = crate::alloc::inode_goal(tx.fs, ino);
+        let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
+        let d = extent_tree::insert(&mut st.d.block, tx, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
+        let buf = tx.fs.cache.get_new(pblk);
+        tx.h.get_create_access(&buf)?;
+        buf.write()[..target.len()].copy_from_slice(target);
+        crate::file::charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))
+    })
+}
+
+/// Read a symlink's target.
+pub(crate) fn readlink(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
+    if !st.d.is_symlink() {
+        return Err(FsError::Invalid("not a symbolic link".into()));
+    }
+    let n = st.d.size as usize;
+    if is_fast_symlink(st) {
+        return Ok(st.d.block[..n.min(60)].to_vec());
+    }
+    if n > cjfs_blockdev::BLOCK_SIZE {
+        return Err(FsError::Corrupt(format!("symlink of {n} bytes")));
+    }
+    let mut buf = vec![0u8; n];
+    crate::file::read(fs, st, 0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Add a hard link `newparent/newname` to `ino`.
+pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Arc<Inode>> {
+    dir::check_name(newname)?;
+    let pnode = fs.inodes.get(fs, newparent)?;
+    let node = fs.inodes.get(fs, ino)?;
+    let mut ps = dir_guard(&pnode)?;
+    let mut st = node.state.write();
+    if st.freed || st.d.links_count == 0 {
+        return Err(FsError::NotFound(format!("inode {ino}")));
+    }
+    if st.d.is_dir() {
+        return Err(FsError::Perm("hard links to directories are not allowed".into()));
+    }
+    if st.d.links_count >= LINK_MAX {
+        return Err(FsError::TooManyLinks(format!("inode {ino}")));
+    }
+    if dir::lookup(fs, &mut ps, newname)?.is_some() {
+        return Err(FsError::Exists(String::from_utf8_lossy(newname).into_owned()));
+    }
+    let mut tx = Tx::start(fs, 16)?;
+    dir::add_entry(&mut tx, newparent, &mut ps, newname, ino, file_type_from_mode(st.d.mode))?;
+    st.d.links_count += 1;
+    let now = Timestamp::now();
+    st.d.ctime = now;
+    ps.d.mtime = now;
+    ps.d.ctime = now;
+    store_inode(&mut tx, ino, &mut st)?;
+    store_inode(&mut tx, newparent, &mut ps)?;
+    tx.stop()?;
+    drop(st);
+    Ok(node)
+}
+
+/// Drop one link of `node` inside `tx`; at zero links the inode goes on the orphan list
+/// (freed at its last close, or right after this transaction if nothing holds it open).
+/// Returns true when the caller must evict it.
+fn drop_link(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<bool> {
+    if is_dir {
+        st.d.links_count = 0;
+    } else {
+        st.d.links_count = st.d.links_count.saturating_sub(1);
+    }
+    st.d.ctime = Timestamp::now();
+    let last = st.d.links_count == 0;
+    if last {
+        crate::orphan::add(tx, node.ino, st)?;
+    }
+    store_inode(tx, node.ino, st)?;
+    Ok(last && st.open == 0)
+}
+
+/// Remove the name `parent/name` (not a directory).
+pub(crate) fn unlink(fs: &FsInner, parent: Ino, name: &[u8]) -> FsResult<()> {
+    remove(fs, parent, name, false)
+}
+
+/// Remove the empty directory `parent/name`.
+pub(crate) fn rmdir(fs: &FsInner, parent: Ino, name: &[u8]) -> FsResult<()> {
+    remove(fs, parent, name, true)
+}
+
+fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
+    if name == b"." {
+        return Err(FsError::Invalid("cannot remove '.'".into()));
+    }
+    if name == b".." {
+        return Err(FsError::NotEmpty("..".into()));
+    }
+    let pnode = fs.inodes.get(fs, parent)?;
+    let mut ps = dir_guard(&pnode)?;
+    let slot = dir::lookup(fs, &mut ps, name)?.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let node = fs.inodes.get(fs, slot.ino)?;
+    let mut st = node.state.write();
+    let is_dir = st.d.is_dir();
+    if want_dir && !is_dir {
+        return Err(FsError::NotDir(String::from_utf8_lossy(name).into_owned()));
+    }
+    if !want_dir && is_dir {
+        return Err(FsError::IsDir(String::from_utf8_lossy(name).into_owned()));
+    }
+    if is_dir {
+        dir::ensure_index(fs, &mut st)?;
+        if st.dir.as_ref().is_some_and(|d| d.len() > 0) {
+            return Err(FsError::NotEmpty(String::from_utf8_lossy(name).into_owned()));
+        }
+    }
+    let mut tx = Tx::start(fs, 24)?;
+    dir::remove_entry(&mut tx, &mut ps, name)?;
+    if is_dir && ps.d.links_count > 2 {
+        ps.d.links_count -= 1;
+    }
+    let now = Timestamp::now();
+    ps.d.mtime = now;
+    ps.d.ctime = now;
+    store_inode(&mut tx, parent, &mut ps)?;
+    let evict = drop_link(&mut tx, &node, &mut st, is_dir)?;
+    let tid = tx.stop()?;
+    ps.datasync_tid = tid;
+    drop(ps);
+    if evict {
+        crate::orphan::evict(fs, &node, &mut st)?;
+    }
+    Ok(())
+}
+
+/// The parent of directory `ino` (its `..`).
+fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
+    let node = fs.inodes.get(fs, ino)?;
+    let st = node.state.read();
+    let mut store = crate::tx::ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+    let m = extent_tree::lookup(&st.d.block, &mut store, 0)?
+        .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
+    let buf = fs.cache.read(m.pblk)?;
+    let data = buf.read();
+    let e = crate::ondisk::dirent::find(&data[..], b"..")?
+        .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no '..'")))?;
+    Ok(e.inode)
+}
+
+/// Whether `anc` is `ino` or one of its ancestors (walks `..`; needs `rename_lock`).
+fn is_ancestor(fs: &FsInner, anc: Ino, mut ino: Ino) -> FsResult<bool> {
+    for _ in 0..4096 {
+        if ino == anc {
+            return Ok(true);
+        }
+        if ino == crate::types::ROOT_INO {
+            return Ok(false);
+        }
+        ino = parent_of(fs, ino)?;
+    }
+    Err(FsError::Corrupt("directory tree deeper than 4096 levels or looping".into()))
+}
+
+/// Rename `parent/name` to `newparent/newname`.
+pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+    dir::check_name(newname)?;
+    if name == b"." || name == b".." {
+        return Err(FsError::Invalid("cannot rename '.' or '..'".into()));
+    }
+    if flags.exchange && flags.noreplace {
+        return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+    }
+    let _rl = fs.rename_lock.lock();
+    let p1 = fs.inodes.get(fs, parent)?;
+    let p2 = fs.inodes.get(fs, newparent)?;
+    let same = parent == newparent;
+    // Parents: ancestor first, else lower inode number first.
+    let p2_first = !same && (is_ancestor(fs, newparent, parent)? || (!is_ancestor(fs, parent, newparent)? && newparent < parent));
+    let (mut g1, mut g2) = if same {
+        (dir_guard(&p1)?, None)
+    } else if p2_first {
+        let b = dir_guard(&p2)?;
+        let a = dir_guard(&p1)?;
+        (a, Some(b))
+    } else {
+        let a = dir_guard(&p1)?;
+        let b = dir_guard(&p2)?;
+        (a, Some(b))
+    };
+    let src = dir::lookup(fs, &mut g1, name)?.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let dst = match g2.as_mut() {
+        Some(g) => dir::lookup(fs, g, newname)?,
+        None => dir::lookup(fs, &mut g1, newname)?,
+    };
+    if dst.is_some() && flags.noreplace {
+        return Err(FsError::Exists(String::from_utf8_lossy(newname).into_owned()));
+    }
+    if dst.is_none() && flags.exchange {
+        return Err(FsError::NotFound(String::from_utf8_lossy(newname).into_owned()));
+    }
+    if let Some(d) = dst {
+        if d.ino == src.ino {
+            // Both names are links to one inode: POSIX says do nothing.
+            return Ok(());
+        }
+    }
+    let src_is_dir = src.ftype == crate::ondisk::dirent::FT_DIR;
+    // A directory may not move into its own subtree.
+    if src_is_dir && !same && is_ancestor(fs, src.ino, newparent)? {
+        return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
+    }
+    if flags.exchange && dst.is_some_and(|d| d.ftype == crate::ondisk::dirent::FT_DIR) && !same && is_ancestor(fs, dst.map(|d| d.ino).unwrap_or(0), parent)? {
+        return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
+    }
+    // Children in inode order.
+    let sn = fs.inodes.get(fs, src.ino)?;
+    let dn = match dst {
+        Some(d) => Some(fs.inodes.get(fs, d.ino)?),
+        None => None,
+    };
+    let (mut sg, mut dg) = match &dn {
+        Some(dn) if dn.ino < sn.ino => {
+            let d = dn.state.write();
+            (sn.state.write(), Some(d))
+        }
+        Some(dn) => {
+            let s = sn.state.write();
+            (s, Some(dn.state.write()))
+        }
+        None => (sn.state.write(), None),
+    };
+    if let (Some(d), Some(dgs)) = (dst, dg.as_mut()) {
+        let dst_is_dir = dgs.d.is_dir();
+        if !flags.exchange {
+            if src_is_dir && !dst_is_dir {
+                return Err(FsError::NotDir(String::from_utf8_lossy(newname).into_owned()));
+            }
+            if !src_is_dir && dst_is_dir {
+                return Err(FsError::IsDir(String::from_utf8_lossy(newname).into_owned()));
+            }
+            if dst_is_dir {
+                dir::ensure_index(fs, dgs)?;
+                if dgs.dir.as_ref().is_some_and(|x| x.len() > 0) {
+                    return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
+                }
+            }
+        }
+        let _ = d;
+    }
+    let mut tx = Tx::start(fs, 48)?;
+    let now = Timestamp::now();
+    let src_ft = src.ftype;
+    if flags.exchange {
+        let d = dst.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(newname).into_owned()))?;
+        let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("exchange target".into()))?;
+        dir::set_entry(&mut tx, &mut g1, name, d.ino, d.ftype)?;
+        match g2.as_mut() {
+            Some(g) => dir::set_entry(&mut tx, g, newname, src.ino, src_ft)?,
+            None => dir::set_entry(&mut tx, &mut g1, newname, src.ino, src_ft)?,
+        }
+        if !same {
+            let d_is_dir = dgs.d.is_dir();
+            if src_is_dir {
+                dir::set_entry(&mut tx, &mut sg, b"..", newparent, crate::ondisk::dirent::FT_DIR)?;
+            }
+            if d_is_dir {
+                dir::set_entry(&mut tx, dgs, b"..", parent, crate::ondisk::dirent::FT_DIR)?;
+            }
+            if let Some(g) = g2.as_mut() {
+                if src_is_dir != d_is_dir {
+                    if src_is_dir {
+                        g.d.links_count += 1;
+                        g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
+                    } else {
+                        g1.d.links_count += 1;
+                        g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
+                    }
+                }
+            }
+        }
+        dgs.d.ctime = now;
+        store_inode(&mut tx, d.ino, dgs)?;
+    } else {
+        let mut evict = false;
+        if let Some(d) = dst {
+            let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("rename target".into()))?;
+            match g2.as_mut() {
+                Some(g) => dir::set_entry(&mut tx, g, newname, src.ino, src_ft)?,
+                None => dir::set_entry(&mut tx, &mut g1, newname, src.ino, src_ft)?,
+            }
+            let d_is_dir = dgs.d.is_dir();
+            if d_is_dir {
+                // The victim directory's '..' link to the new parent disappears.
+                let g = g2.as_mut().unwrap_or(&mut g1);
+                g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
+            }
+            let dnode = dn.as_ref().ok_or_else(|| FsError::NotFound("rename target".into()))?;
+            evict = drop_link(&mut tx, dnode, dgs, d_is_dir)?;
+            let _ = d;
+        } else {
+            match g2.as_mut() {
+                Some(g) => dir::add_entry(&mut tx, newparent, g, newname, src.ino, src_ft)?,
+                None => dir::add_entry(&mut tx, parent, &mut g1, newname, src.ino, src_ft)?,
+            }
+        }
+        dir::remove_entry(&mut tx, &mut g1, name)?;
+        if src_is_dir && !same {
+            dir::set_entry(&mut tx, &mut sg, b"..", newparent, crate::ondisk::dirent::FT_DIR)?;
+            g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
+            if let Some(g) = g2.as_mut() {
+                g.d.links_count += 1;
+            }
+        }
+        sg.d.ctime = now;
+        store_inode(&mut tx, src.ino, &mut sg)?;
+        if evict {
+            let tid = tx.h.tid();
+            g1.d.mtime = now;
+            g1.d.ctime = now;
+            store_inode(&mut tx, parent, &mut g1)?;
+            if let Some(g) = g2.as_mut() {
+                g.d.mtime = now;
+                g.d.ctime = now;
+                store_inode(&mut tx, newparent, g)?;
+            }
+            tx.stop()?;
+            let _ = tid;
+            drop(g1);
+            drop(g2);
+            if let (Some(dnode), Some(mut dgs)) = (dn.as_ref(), dg) {
+                crate::orphan::evict(fs, dnode, &mut dgs)?;
+            }
+            return Ok(());
+        }
+    }
+    g1.d.mtime = now;
+    g1.d.ctime = now;
+    store_inode(&mut tx, parent, &mut g1)?;
+    if let Some(g) = g2.as_mut() {
+        g.d.mtime = now;
+        g.d.ctime = now;
+        store_inode(&mut tx, newparent, g)?;
+    }
+    let tid = tx.stop()?;
+    g1.datasync_tid = tid;
+    sg.datasync_tid = tid;
+    Ok(())
+}
+
+/// The slot type is used by callers that look names up.
+pub(crate) type Slot = DirSlot;

@@ -1,0 +1,396 @@
+//! The public file system API: every operation by inode number (and path helpers).
+
+use std::sync::Arc;
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+
+use crate::dir;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::inode::{Inode, InodeState, store_inode};
+use crate::ondisk::inode::EXT4_JOURNAL_DATA_FL;
+use crate::tx::Tx;
+use crate::types::{Attr, DirEntry, FallocMode, FileType, Ino, RenameFlags, ROOT_INO, SetAttr, StatFs, Timestamp};
+use crate::xattr::{self, XattrFlags};
+
+fn attr_of(fs: &crate::fs::FsInner, ino: Ino, st: &InodeState) -> Attr {
+    let d = &st.d;
+    let rdev = if d.is_device() {
+        let (ma, mi) = d.rdev();
+        ((ma & 0xfff) << 8) | (mi & 0xff) | ((mi & !0xff) << 12)
+    } else {
+        0
+    };
+    Attr {
+        ino,
+        kind: FileType::from_mode(u32::from(d.mode)).unwrap_or(FileType::Regular),
+        perm: d.mode & 0o7777,
+        nlink: u32::from(d.links_count),
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        blocks: d.blocks_512(fs.geo.huge_file, cjfs_blockdev::BLOCK_SIZE as u32),
+        atime: d.atime,
+        mtime: d.mtime,
+        ctime: d.ctime,
+        crtime: d.crtime,
+        rdev,
+        flags: d.flags,
+        generation: d.generation,
+    }
+}
+
+fn live(node: &Inode, st: &InodeState) -> FsResult<()> {
+    if st.freed || (st.d.links_count == 0 && !st.orphan) || st.d.mode == 0 {
+        return Err(FsError::NotFound(format!("inode {}", node.ino)));
+    }
+    Ok(())
+}
+
+impl Fs {
+    fn node(&self, ino: Ino) -> FsResult<Arc<Inode>> {
+        self.inner.inodes.get(&self.inner, ino)
+    }
+
+    fn read_state<'a>(&self, node: &'a Inode) -> FsResult<RwLockReadGuard<'a, InodeState>> {
+        let st = node.state.read();
+        live(node, &st)?;
+        Ok(st)
+    }
+
+    fn write_state<'a>(&self, node: &'a Inode) -> FsResult<RwLockWriteGuard<'a, InodeState>> {
+        let st = node.state.write();
+        live(node, &st)?;
+        Ok(st)
+    }
+
+    fn check_rw(&self) -> FsResult<()> {
+        if self.inner.opts.read_only { Err(FsError::ReadOnly) } else { Ok(()) }
+    }
+
+    /// Look `name` up in directory `parent`.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        let pnode = self.node(parent)?;
+        let ino = {
+            let st = self.read_state(&pnode)?;
+            if !st.d.is_dir() {
+                return Err(FsError::NotDir(format!("inode {parent}")));
+            }
+            let found = if name == b"." {
+                Some(parent)
+            } else if st.dir.is_some() && name != b".." {
+                st.dir.as_ref().and_then(|d| d.names.get(name).map(|s| s.ino))
+            } else {
+                drop(st);
+                let mut w = self.write_state(&pnode)?;
+                if name == b".." {
+                    drop(w);
+                    Some(self.parent_of(parent)?)
+                } else {
+                    dir::lookup(&self.inner, &mut w, name)?.map(|s| s.ino)
+                }
+            };
+            found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?
+        };
+        self.getattr(ino)
+    }
+
+    fn parent_of(&self, ino: Ino) -> FsResult<Ino> {
+        let ents = self.readdir(ino, 0, 2)?;
+        ents.iter().find(|e| e.name == b"..").map(|e| e.ino).ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no '..'")))
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        Ok(attr_of(&self.inner, ino, &st))
+    }
+
+    /// Change attributes (chmod, chown, truncate, utimens).
+    pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        if let Some(size) = set.size {
+            if st.d.is_dir() {
+                return Err(FsError::IsDir(format!("inode {ino}")));
+            }
+            if !st.d.is_reg() {
+                return Err(FsError::Invalid("truncate of a non-regular file".into()));
+            }
+            crate::file::truncate(&self.inner, ino, &mut st, size)?;
+        }
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some() {
+            let mut tx = Tx::start(&self.inner, 4)?;
+            if let Some(m) = set.mode {
+                st.d.mode = (st.d.mode & 0o170000) | (m as u16 & 0o7777);
+            }
+            if let Some(u) = set.uid {
+                st.d.uid = u;
+            }
+            if let Some(g) = set.gid {
+                st.d.gid = g;
+            }
+            if let Some(t) = set.atime {
+                st.d.atime = t;
+            }
+            if let Some(t) = set.mtime {
+                st.d.mtime = t;
+            }
+            st.d.ctime = set.ctime.unwrap_or_else(Timestamp::now);
+            store_inode(&mut tx, ino, &mut st)?;
+            tx.stop()?;
+        }
+        Ok(attr_of(&self.inner, ino, &st))
+    }
+
+    /// Create a regular file.
+    pub fn create(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
+        self.mknod(parent, name, (mode & 0o7777) | 0o100000, 0, uid, gid)
+    }
+
+    /// Create a file of any non-directory, non-symlink type (fifo, socket, device, regular).
+    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = crate::namei::mknod(&self.inner, parent, name, mode, rdev, uid, gid)?;
+        let st = node.state.read();
+        Ok(attr_of(&self.inner, node.ino, &st))
+    }
+
+    /// Make a directory.
+    pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = crate::namei::mkdir(&self.inner, parent, name, mode, uid, gid)?;
+        let st = node.state.read();
+        Ok(attr_of(&self.inner, node.ino, &st))
+    }
+
+    /// Make a symbolic link `parent/name` pointing at `target`.
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = crate::namei::symlink(&self.inner, parent, name, target, uid, gid)?;
+        let st = node.state.read();
+        Ok(attr_of(&self.inner, node.ino, &st))
+    }
+
+    /// A symbolic link's target.
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        crate::namei::readlink(&self.inner, &st)
+    }
+
+    /// Hard link `ino` as `newparent/newname`.
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = crate::namei::link(&self.inner, ino, newparent, newname)?;
+        let st = node.state.read();
+        Ok(attr_of(&self.inner, node.ino, &st))
+    }
+
+    /// Remove a non-directory name.
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.check_rw()?;
+        crate::namei::unlink(&self.inner, parent, name)
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.check_rw()?;
+        crate::namei::rmdir(&self.inner, parent, name)
+    }
+
+    /// Rename (with RENAME_NOREPLACE / RENAME_EXCHANGE semantics via `flags`).
+    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.check_rw()?;
+        crate::namei::rename(&self.inner, parent, name, newparent, newname, flags)
+    }
+
+    /// Note an open of `ino`: an open file outlives its last unlink until [`Fs::release`] (the FUSE layer calls it on open).
+    pub fn open_file(&self, ino: Ino) -> FsResult<Attr> {
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        st.open += 1;
+        Ok(attr_of(&self.inner, ino, &st))
+    }
+
+    /// Note the close of an open of `ino`; frees it if it was its last user and it has no
+    /// links left.
+    pub fn release(&self, ino: Ino) -> FsResult<()> {
+        let node = self.node(ino)?;
+        let mut st = node.state.write();
+        st.open = st.open.saturating_sub(1);
+        if st.open == 0 && st.orphan && st.d.links_count == 0 && !self.inner.opts.read_only {
+            crate::orphan::evict(&self.inner, &node, &mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Read at `off` into `buf`; returns bytes read (0 at end of file).
+    pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        if st.d.is_dir() {
+            return Err(FsError::IsDir(format!("inode {ino}")));
+        }
+        crate::file::read(&self.inner, &st, off, buf)
+    }
+
+    /// Write `data` at `off`; returns bytes written.
+    pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        if st.d.is_dir() {
+            return Err(FsError::IsDir(format!("inode {ino}")));
+        }
+        if !st.d.is_reg() {
+            return Err(FsError::Invalid(format!("inode {ino} is not a regular file")));
+        }
+        crate::file::write(&self.inner, ino, &mut st, off, data)
+    }
+
+    /// Allocate, punch or zero a range.
+    pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> FsResult<()> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        if !st.d.is_reg() {
+            return Err(FsError::NotSupported("fallocate on a non-regular file".into()));
+        }
+        crate::file::fallocate(&self.inner, ino, &mut st, mode, off, len)
+    }
+
+    /// Offset of the next data (`data`) or hole at or after `off` (lseek SEEK_DATA/HOLE);
+    /// `None` past the end (ENXIO).
+    pub fn seek_data_hole(&self, ino: Ino, off: u64, data: bool) -> FsResult<Option<u64>> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        crate::file::seek(&self.inner, &st, off, data)
+    }
+
+    /// Make `ino` durable: with `datasync`, only what is needed to read its data back.
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        let node = self.node(ino)?;
+        let (tid, bufs) = {
+            let mut st = node.state.write();
+            let tid = if datasync { st.datasync_tid } else { st.meta_tid };
+            (tid, std::mem::take(&mut st.dirty_data))
+        };
+        let j = &self.inner.journal;
+        if tid > j.durable_tid() {
+            j.commit_wait(tid)?;
+        }
+        let dirty: Vec<_> = bufs.into_iter().filter(|b| b.jstate().dirty).collect();
+        if !dirty.is_empty() {
+            j.write_data(&dirty)?;
+            j.flush_device()?;
+        }
+        Ok(())
+    }
+
+    /// Commit everything (sync / syncfs).
+    pub fn sync(&self) -> FsResult<()> {
+        Ok(self.inner.journal.force()?)
+    }
+
+    /// File system statistics.
+    pub fn statfs(&self) -> StatFs {
+        let sb = self.inner.sb.lock();
+        let bfree = self.inner.free_blocks.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
+        StatFs {
+            bsize: cjfs_blockdev::BLOCK_SIZE as u32,
+            blocks: self.inner.geo.blocks_count,
+            bfree,
+            bavail: bfree.saturating_sub(sb.r_blocks_count),
+            files: u64::from(self.inner.geo.inodes_count),
+            ffree: self.inner.free_inodes.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64,
+            namelen: crate::types::NAME_MAX as u32,
+        }
+    }
+
+    /// Up to `max` directory entries from `offset` (0 = start; use each entry's
+    /// `next_offset` to continue). Includes `.` and `..`.
+    pub fn readdir(&self, ino: Ino, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        if !st.d.is_dir() {
+            return Err(FsError::NotDir(format!("inode {ino}")));
+        }
+        dir::readdir(&self.inner, &st, offset, max)
+    }
+
+    /// Every attribute name.
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        Ok(xattr::list_all(&self.inner, &st)?.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// One attribute's value.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        let st = self.read_state(&node)?;
+        xattr::get(&self.inner, &st, name)
+    }
+
+    /// Set an attribute.
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        xattr::set(&self.inner, ino, &mut st, name, Some(value), flags)
+    }
+
+    /// Remove an attribute.
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)
+    }
+
+    /// Turn data journalling for one file on or off (ext4's `chattr +j`).
+    pub fn set_journal_data(&self, ino: Ino, on: bool) -> FsResult<()> {
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        // Data already buffered must reach home under the old mode first.
+        drop(st);
+        self.fsync(ino, false)?;
+        st = self.write_state(&node)?;
+        let mut tx = Tx::start(&self.inner, 4)?;
+        if on {
+            st.d.flags |= EXT4_JOURNAL_DATA_FL;
+        } else {
+            st.d.flags &= !EXT4_JOURNAL_DATA_FL;
+        }
+        st.d.ctime = Timestamp::now();
+        store_inode(&mut tx, ino, &mut st)?;
+        tx.stop()?;
+        Ok(())
+    }
+
+    /// Resolve an absolute or root-relative path (no symlinks followed).
+    pub fn resolve(&self, path: &str) -> FsResult<Ino> {
+        let mut ino = ROOT_INO;
+        for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            ino = self.lookup(ino, comp.as_bytes())?.ino;
+        }
+        Ok(ino)
+    }
+
+    /// Split a path into (parent inode, last name).
+    pub fn resolve_parent<'p>(&self, path: &'p str) -> FsResult<(Ino, &'p str)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = match trimmed.rfind('/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => ("", trimmed),
+        };
+        if name.is_empty() {
+            return Err(FsError::Invalid(format!("path {path:?} has no final name")));
+        }
+        Ok((self.resolve(dir)?, name))
+    }
+}

@@ -1,0 +1,91 @@
+//! A journal handle bound to the file system: metadata access, allocation and freeing
+//! inside one transaction.
+
+use std::sync::Arc;
+
+use cjfs_journal::{Buffer, BufferCache, Handle};
+
+use crate::error::{FsError, FsResult};
+use crate::fs::FsInner;
+use crate::meta::MetaStore;
+
+/// One file system operation's transaction handle.
+pub(crate) struct Tx<'a> {
+    pub fs: &'a FsInner,
+    pub h: Handle,
+}
+
+impl<'a> Tx<'a> {
+    /// Start a handle with `credits` blocks reserved.
+    pub fn start(fs: &'a FsInner, credits: u32) -> FsResult<Tx<'a>> {
+        if fs.opts.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let credits = credits.min(fs.journal.max_tx_blocks());
+        Ok(Tx { fs, h: fs.journal.start(credits)? })
+    }
+
+    /// Stop the handle; returns its transaction id.
+    pub fn stop(self) -> FsResult<cjfs_journal::Tid> {
+        Ok(self.h.stop()?)
+    }
+}
+
+impl MetaStore for Tx<'_> {
+    fn read_block(&mut self, blk: u64) -> FsResult<Arc<Buffer>> {
+        check_block(self.fs, blk)?;
+        Ok(self.fs.cache.read(blk)?)
+    }
+
+    fn write_access(&mut self, buf: &Arc<Buffer>) -> FsResult<()> {
+        Ok(self.h.get_write_access(buf)?)
+    }
+
+    fn new_block(&mut self, goal: u64) -> FsResult<Arc<Buffer>> {
+        let (blk, _) = crate::alloc::alloc_blocks(self, goal, 1)?;
+        let buf = self.fs.cache.get_new(blk);
+        self.h.get_create_access(&buf)?;
+        Ok(buf)
+    }
+
+    fn free_meta_block(&mut self, blk: u64) -> FsResult<()> {
+        crate::alloc::free_blocks(self, blk, 1, true)
+    }
+}
+
+fn check_block(fs: &FsInner, blk: u64) -> FsResult<()> {
+    if blk == 0 || blk >= fs.geo.blocks_count {
+        return Err(FsError::Corrupt(format!(
+            "metadata block {blk} is outside the file system ({} blocks)",
+            fs.geo.blocks_count
+        )));
+    }
+    Ok(())
+}
+
+/// Read-only metadata access through a buffer cache (lookups outside a transaction).
+pub(crate) struct ReadStore<'a> {
+    pub cache: &'a BufferCache,
+    pub limit: u64,
+}
+
+impl MetaStore for ReadStore<'_> {
+    fn read_block(&mut self, blk: u64) -> FsResult<Arc<Buffer>> {
+        if blk == 0 || blk >= self.limit {
+            return Err(FsError::Corrupt(format!(
+                "metadata block {blk} is outside the file system ({} blocks)",
+                self.limit
+            )));
+        }
+        Ok(self.cache.read(blk)?)
+    }
+    fn write_access(&mut self, _buf: &Arc<Buffer>) -> FsResult<()> {
+        Err(FsError::ReadOnly)
+    }
+    fn new_block(&mut self, _goal: u64) -> FsResult<Arc<Buffer>> {
+        Err(FsError::ReadOnly)
+    }
+    fn free_meta_block(&mut self, _blk: u64) -> FsResult<()> {
+        Err(FsError::ReadOnly)
+    }
+}

@@ -1,0 +1,145 @@
+//! Extended attributes: in the inode's extra space first, then in one external block.
+
+use cjfs_blockdev::BLOCK_SIZE;
+
+use crate::error::{FsError, FsResult};
+use crate::fs::FsInner;
+use crate::inode::{InodeState, store_inode};
+use crate::ondisk::xattr::{self as x, H_REFCOUNT, XattrList};
+use crate::tx::Tx;
+use crate::types::{Ino, Timestamp};
+
+/// How `set` treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrFlags {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail if it exists (XATTR_CREATE).
+    Create,
+    /// Fail if it does not exist (XATTR_REPLACE).
+    Replace,
+}
+
+/// Every attribute of the inode.
+pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
+    let mut out = Vec::new();
+    let area = st.d.xattr_area();
+    if area.len() >= 4 && area[..4] == x::XATTR_MAGIC.to_le_bytes() {
+        out.extend(x::parse_ibody(area)?);
+    }
+    if st.d.file_acl != 0 {
+        if st.d.file_acl >= fs.geo.blocks_count {
+            return Err(FsError::Corrupt(format!("xattr block {} outside the file system", st.d.file_acl)));
+        }
+        let b = fs.cache.read(st.d.file_acl)?;
+        out.extend(x::parse_block(&b.read()[..])?);
+    }
+    Ok(out)
+}
+
+/// One attribute's value.
+pub(crate) fn get(fs: &FsInner, st: &InodeState, name: &[u8]) -> FsResult<Vec<u8>> {
+    list_all(fs, st)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| FsError::NoAttr(String::from_utf8_lossy(name).into_owned()))
+}
+
+/// Set (or with `value = None` remove) an attribute.
+pub(crate) fn set(fs: &FsInner, ino: Ino, st: &mut InodeState, name: &[u8], value: Option<&[u8]>, flags: XattrFlags) -> FsResult<()> {
+    x::split_name(name)?;
+    if let Some(v) = value {
+        if v.len() > BLOCK_SIZE - 64 {
+            return Err(FsError::Range(format!("xattr value of {} bytes is too large", v.len())));
+        }
+    }
+    let mut list = list_all(fs, st)?;
+    let pos = list.iter().position(|(n, _)| n == name);
+    match (pos, value, flags) {
+        (Some(_), Some(_), XattrFlags::Create) => {
+            return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        (None, Some(_), XattrFlags::Replace) | (None, None, _) => {
+            return Err(FsError::NoAttr(String::from_utf8_lossy(name).into_owned()));
+        }
+        (Some(i), Some(v), _) => list[i].1 = v.to_vec(),
+        (None, Some(v), _) => list.push((name.to_vec(), v.to_vec())),
+        (Some(i), None, _) => {
+            list.remove(i);
+        }
+    }
+    let mut tx = Tx::start(fs, 8)?;
+    write_all(&mut tx, st, &list)?;
+    st.d.ctime = Timestamp::now();
+    store_inode(&mut tx, ino, st)?;
+    tx.stop()?;
+    Ok(())
+}
+
+fn write_all(tx: &mut Tx<'_>, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
+    let area_len = st.d.xattr_area().len();
+    let (ibody, block_list) = x::layout(list, area_len, BLOCK_SIZE)
+        .map_err(|e| match e {
+            FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
+            e => e,
+        })?;
+    st.d.set_xattr_area(&ibody)?;
+    if block_list.is_empty() {
+        free_block(tx, st)?;
+        return Ok(());
+    }
+    let img = x::build_block(&block_list, 1, BLOCK_SIZE)?;
+    let shared = if st.d.file_acl != 0 {
+        let b = tx.fs.cache.read(st.d.file_acl)?;
+        let r = u32::from_le_bytes([b.read()[H_REFCOUNT], b.read()[H_REFCOUNT + 1], b.read()[H_REFCOUNT + 2], b.read()[H_REFCOUNT + 3]]);
+        r > 1
+    } else {
+        false
+    };
+    if shared {
+        // Copy on write: leave the shared block to its other users.
+        free_block(tx, st)?;
+    }
+    let buf = if st.d.file_acl == 0 {
+        let goal = crate::alloc::inode_goal(tx.fs, 0).max(1);
+        let (blk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
+        st.d.file_acl = blk;
+        crate::file::charge_blocks(tx.fs, st, 1)?;
+        let b = tx.fs.cache.get_new(blk);
+        tx.h.get_create_access(&b)?;
+        b
+    } else {
+        let b = tx.fs.cache.read(st.d.file_acl)?;
+        tx.h.get_write_access(&b)?;
+        b
+    };
+    buf.write().copy_from_slice(&img);
+    Ok(())
+}
+
+/// Drop the inode's reference to its xattr block, freeing it when unshared.
+pub(crate) fn free_block(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    let blk = st.d.file_acl;
+    if blk == 0 {
+        return Ok(());
+    }
+    if blk >= tx.fs.geo.blocks_count {
+        return Err(FsError::Corrupt(format!("xattr block {blk} outside the file system")));
+    }
+    let b = tx.fs.cache.read(blk)?;
+    let refcount = {
+        let r = b.read();
+        u32::from_le_bytes([r[H_REFCOUNT], r[H_REFCOUNT + 1], r[H_REFCOUNT + 2], r[H_REFCOUNT + 3]])
+    };
+    if refcount > 1 {
+        tx.h.get_write_access(&b)?;
+        b.write()[H_REFCOUNT..H_REFCOUNT + 4].copy_from_slice(&(refcount - 1).to_le_bytes());
+    } else {
+        crate::alloc::free_blocks(tx, blk, 1, true)?;
+    }
+    st.d.file_acl = 0;
+    crate::file::charge_blocks(tx.fs, st, -1)?;
+    Ok(())
+}

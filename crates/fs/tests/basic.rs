@@ -1,0 +1,52 @@
+//! Basic operations on a fresh image, judged by e2fsck.
+
+mod common;
+
+use cjfs_fs::{FsError, ROOT_INO, RenameFlags, SetAttr};
+use common::*;
+
+#[test]
+fn create_write_read_rename_unlink_fsck_clean() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "a.img", 64);
+    let fs = mount(dev);
+    let a = fs.create(ROOT_INO, b"a.txt", 0o644, 0, 0).expect("create");
+    assert_eq!(fs.write(a.ino, 0, b"hello world").expect("write"), 11);
+    let mut buf = [0u8; 32];
+    let n = fs.read(a.ino, 0, &mut buf).expect("read");
+    assert_eq!(&buf[..n], b"hello world");
+    let d = fs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).expect("mkdir");
+    fs.rename(ROOT_INO, b"a.txt", d.ino, b"b.txt", RenameFlags::default()).expect("rename");
+    assert!(matches!(fs.lookup(ROOT_INO, b"a.txt"), Err(FsError::NotFound(_))));
+    let b = fs.lookup(d.ino, b"b.txt").expect("lookup");
+    assert_eq!(b.ino, a.ino);
+    // A big sparse file beyond 4 GiB.
+    let big = fs.create(d.ino, b"big", 0o644, 0, 0).expect("create big");
+    fs.write(big.ino, 5 << 30, b"far away").expect("write far");
+    let n = fs.read(big.ino, 5 << 30, &mut buf).expect("read far");
+    assert_eq!(&buf[..n], b"far away");
+    fs.setattr(big.ino, &SetAttr { size: Some(100), ..Default::default() }).expect("truncate");
+    fs.symlink(ROOT_INO, b"ln", b"dir/b.txt", 0, 0).expect("symlink");
+    let long = vec![b'x'; 200];
+    let sl = fs.symlink(ROOT_INO, b"ln2", &long, 0, 0).expect("slow symlink");
+    assert_eq!(fs.readlink(sl.ino).expect("readlink"), long);
+    fs.link(b.ino, ROOT_INO, b"hard").expect("link");
+    fs.unlink(d.ino, b"b.txt").expect("unlink");
+    fs.setxattr(ROOT_INO, b"user.k", b"v", Default::default()).expect("setxattr");
+    assert_eq!(fs.getxattr(ROOT_INO, b"user.k").expect("getxattr"), b"v");
+    fs.fsync(b.ino, false).expect("fsync");
+    let e = fs.mkdir(d.ino, b"empty", 0o755, 0, 0).expect("mkdir2");
+    let _ = e;
+    assert!(matches!(fs.rmdir(ROOT_INO, b"dir"), Err(FsError::NotEmpty(_))));
+    fs.rmdir(d.ino, b"empty").expect("rmdir");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+    // Remount and check contents survived.
+    let fs = mount(open_image(&path));
+    let h = fs.lookup(ROOT_INO, b"hard").expect("hard link survives");
+    let n = fs.read(h.ino, 0, &mut buf).expect("read");
+    assert_eq!(&buf[..n], b"hello world");
+    assert_eq!(fs.getxattr(ROOT_INO, b"user.k").expect("getxattr"), b"v");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}

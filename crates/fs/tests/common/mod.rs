@@ -1,0 +1,60 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs};
+
+/// Whether a program is on PATH (or in /sbin).
+pub fn have(prog: &str) -> bool {
+    which(prog).is_some()
+}
+
+/// Full path of a program.
+pub fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/sbin", "/usr/sbin"])
+        .map(|d| Path::new(d).join(prog))
+        .find(|p| p.exists())
+}
+
+/// Make a fresh image file of `mib` MiB with our mkfs and return a device on it.
+pub fn fresh_image(dir: &Path, name: &str, mib: u64) -> (PathBuf, Device) {
+    let path = dir.join(name);
+    let dev = FileDevice::open(&path, FileDeviceOptions { create_size: Some(mib << 20), ..Default::default() })
+        .expect("create image");
+    let dev: Device = Arc::new(dev);
+    mkfs(&*dev, &MkfsOptions::default()).expect("mkfs");
+    (path, dev)
+}
+
+/// Open a device on an existing image.
+pub fn open_image(path: &Path) -> Device {
+    Arc::new(FileDevice::open(path, FileDeviceOptions::default()).expect("open image"))
+}
+
+/// Mount with default options.
+pub fn mount(dev: Device) -> Fs {
+    Fs::open(dev, MountOptions::default()).expect("mount")
+}
+
+/// Run `e2fsck -fn` and assert it exits 0 (skips with a message if e2fsck is missing).
+pub fn assert_fsck_clean(path: &Path) {
+    let Some(e2fsck) = which("e2fsck") else {
+        eprintln!("SKIP e2fsck check: e2fsck not installed");
+        return;
+    };
+    let out = Command::new(e2fsck).arg("-fn").arg(path).output().expect("run e2fsck");
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {} failed ({}):\n{}\n{}",
+        path.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
