@@ -52,8 +52,7 @@ impl Counters {
     pub fn record_write(&self, nblocks: u64, fua: bool) {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.blocks_written.fetch_add(nblocks, Ordering::Relaxed);
-        self.bytes_written
-            .fetch_add(nblocks * crate::BLOCK_SIZE as u64, Ordering::Relaxed);
+        self.bytes_written.fetch_add(nblocks * crate::BLOCK_SIZE as u64, Ordering::Relaxed);
         if fua {
             self.fua_writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -87,9 +86,7 @@ impl Counters {
     pub fn write_completed(&self) {
         let _ = self
             .inflight_now
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(1))
-            });
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1)));
     }
 
     /// A write was submitted and `n` writes (including it) are now in flight (devices that
@@ -134,11 +131,7 @@ impl Counters {
 }
 
 fn mean(sum: u64, samples: u64) -> f64 {
-    if samples == 0 {
-        0.0
-    } else {
-        sum as f64 / samples as f64
-    }
+    if samples == 0 { 0.0 } else { sum as f64 / samples as f64 }
 }
 
 /// A plain snapshot of a device's [`Counters`].
@@ -237,11 +230,6 @@ mod tests {
         assert_eq!(d.inflight_now, 4);
         assert_eq!(d.inflight_max, 4);
         assert!((d.inflight_mean - 4.0).abs() < 1e-9);
-        assert_eq!(
-            DeviceStats::default()
-                .delta(&DeviceStats::default())
-                .inflight_mean,
-            0.0
-        );
+        assert_eq!(DeviceStats::default().delta(&DeviceStats::default()).inflight_mean, 0.0);
     }
 }

@@ -50,8 +50,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::timing::{precise_sleep, precise_sleep_until};
 use crate::{
-    BLOCK_SIZE, BlockDevice, Counters, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket,
-    WriteRequest,
+    BLOCK_SIZE, BlockDevice, Counters, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
 };
 
 /// Blocks per lazily allocated storage chunk (1 MiB).
@@ -370,11 +369,7 @@ impl EmulatedSsd {
     fn check_range(&self, block: u64, count: u64) -> DevResult<()> {
         match block.checked_add(count) {
             Some(end) if end <= self.num_blocks => Ok(()),
-            _ => Err(DevError::OutOfRange {
-                block,
-                count,
-                num_blocks: self.num_blocks,
-            }),
+            _ => Err(DevError::OutOfRange { block, count, num_blocks: self.num_blocks }),
         }
     }
 
@@ -405,11 +400,7 @@ impl BlockDevice for EmulatedSsd {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            barrier: self.preset.barrier,
-            volatile_cache: self.preset.volatile_cache,
-            fua: true,
-        }
+        DeviceCaps { barrier: self.preset.barrier, volatile_cache: self.preset.volatile_cache, fua: true }
     }
 
     fn describe(&self) -> String {
@@ -421,25 +412,17 @@ impl BlockDevice for EmulatedSsd {
             self.num_blocks,
             p.write_latency_us,
             p.read_latency_us,
-            if p.bandwidth_mb_s == 0 {
-                "unlimited".to_string()
-            } else {
-                p.bandwidth_mb_s.to_string()
-            },
+            if p.bandwidth_mb_s == 0 { "unlimited".to_string() } else { p.bandwidth_mb_s.to_string() },
             p.channels.max(1),
             p.flush_base_us,
             p.flush_per_dirty_mb_us,
             if p.volatile_cache { "yes" } else { "no" },
-            if p.barrier {
-                format!("yes ({} µs)", p.barrier_latency_us)
-            } else {
-                "no".to_string()
-            },
+            if p.barrier { format!("yes ({} µs)", p.barrier_latency_us) } else { "no".to_string() },
         )
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if buf.len() % BLOCK_SIZE != 0 {
+        if !buf.len().is_multiple_of(BLOCK_SIZE) {
             return Err(DevError::BadLength(buf.len()));
         }
         let count = (buf.len() / BLOCK_SIZE) as u64;
@@ -449,8 +432,7 @@ impl BlockDevice for EmulatedSsd {
         }
         self.counters.record_read(count);
         precise_sleep(
-            Duration::from_micros(self.preset.read_latency_us)
-                + self.preset.transfer(buf.len() as u64),
+            Duration::from_micros(self.preset.read_latency_us) + self.preset.transfer(buf.len() as u64),
         );
         for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
             let (c, off) = Self::locate(block + i as u64);
@@ -490,13 +472,8 @@ impl BlockDevice for EmulatedSsd {
             let now = Instant::now();
             let xfer_done = now.max(t.link_free) + p.transfer(bytes);
             t.link_free = xfer_done;
-            let (ch, free) = t
-                .channel_free
-                .iter()
-                .copied()
-                .enumerate()
-                .min_by_key(|&(_, f)| f)
-                .unwrap_or((0, now));
+            let (ch, free) =
+                t.channel_free.iter().copied().enumerate().min_by_key(|&(_, f)| f).unwrap_or((0, now));
             let deadline = xfer_done.max(free) + service;
             if let Some(f) = t.channel_free.get_mut(ch) {
                 *f = deadline;
@@ -511,12 +488,8 @@ impl BlockDevice for EmulatedSsd {
         };
         self.counters.record_write(count, req.fua);
         self.counters.sample_inflight(inflight);
-        let err = failure.map(|b| {
-            DevError::Injected(format!(
-                "write of block {b} (request at {} +{count})",
-                req.block
-            ))
-        });
+        let err = failure
+            .map(|b| DevError::Injected(format!("write of block {b} (request at {} +{count})", req.block)));
         Ok(IoTicket::at(deadline, Arc::new(Mutex::new(err))))
     }
 
@@ -563,9 +536,7 @@ mod tests {
     use crate::{BlockBuf, BlockKind, WriteTag, block_from_slice, wait_all};
 
     fn pattern(seed: u8) -> BlockBuf {
-        let v: Vec<u8> = (0..BLOCK_SIZE)
-            .map(|i| (i as u8).wrapping_add(seed))
-            .collect();
+        let v: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i as u8).wrapping_add(seed)).collect();
         block_from_slice(&v)
     }
 
@@ -580,10 +551,7 @@ mod tests {
             assert_eq!(SsdPreset::by_name(p.name), Some(p));
             assert!(!p.description.is_empty());
         }
-        assert_eq!(
-            SsdPreset::by_name("NVME_CONSUMER"),
-            Some(SsdPreset::nvme_consumer())
-        );
+        assert_eq!(SsdPreset::by_name("NVME_CONSUMER"), Some(SsdPreset::nvme_consumer()));
         assert_eq!(SsdPreset::by_name("floppy"), None);
         assert!(EmulatedSsd::ram(1).describe().contains("ramdisk"));
     }
@@ -611,10 +579,7 @@ mod tests {
             dev.write_block(1000, pattern(0), WriteTag::default()),
             Err(DevError::OutOfRange { .. })
         ));
-        assert!(matches!(
-            dev.read(0, &mut [0u8; 10]),
-            Err(DevError::BadLength(10))
-        ));
+        assert!(matches!(dev.read(0, &mut [0u8; 10]), Err(DevError::BadLength(10))));
         Ok(())
     }
 
@@ -644,15 +609,11 @@ mod tests {
         let lat: Vec<Duration> = (0..20)
             .map(|i| {
                 let t = Instant::now();
-                dev.write_block(i, pattern(1), WriteTag::default())
-                    .map(|_| t.elapsed())
+                dev.write_block(i, pattern(1), WriteTag::default()).map(|_| t.elapsed())
             })
             .collect::<DevResult<_>>()?;
         let min = lat.iter().min().copied().unwrap_or_default();
-        assert!(
-            min >= Duration::from_micros(p.write_latency_us),
-            "min {min:?}"
-        );
+        assert!(min >= Duration::from_micros(p.write_latency_us), "min {min:?}");
         let st = dev.stats();
         assert_eq!(st.writes, 20);
         assert!((st.inflight_mean - 1.0).abs() < 1e-9, "{st:?}");
@@ -663,10 +624,7 @@ mod tests {
     #[test]
     fn parallel_writes_overlap() -> DevResult<()> {
         // Larger latency than the presets so scheduling noise does not matter.
-        let p = SsdPreset {
-            write_latency_us: 5000,
-            ..SsdPreset::nvme_consumer()
-        };
+        let p = SsdPreset { write_latency_us: 5000, ..SsdPreset::nvme_consumer() };
         let dev = EmulatedSsd::new(p, 64);
         let t = Instant::now();
         dev.write_block(0, pattern(0), WriteTag::default())?;
@@ -678,21 +636,11 @@ mod tests {
         assert_eq!(dev.stats().inflight_now, 8);
         wait_all(tickets)?;
         let eight = t.elapsed();
-        assert!(
-            eight < one * 3,
-            "8 parallel writes took {eight:?}, one took {one:?}"
-        );
+        assert!(eight < one * 3, "8 parallel writes took {eight:?}, one took {one:?}");
         assert_eq!(dev.stats().inflight_max, 8);
 
         // One channel serializes them.
-        let serial = EmulatedSsd::new(
-            SsdPreset {
-                write_latency_us: 500,
-                channels: 1,
-                ..p
-            },
-            64,
-        );
+        let serial = EmulatedSsd::new(SsdPreset { write_latency_us: 500, channels: 1, ..p }, 64);
         let t = Instant::now();
         let tickets: Vec<IoTicket> = (0..4)
             .map(|i| serial.submit(WriteRequest::one(i, pattern(0), WriteTag::default())))
@@ -715,19 +663,10 @@ mod tests {
         assert!(clean >= Duration::from_micros(p.flush_base_us));
         // 8 MiB dirty: + 2400 µs.
         let bufs: Vec<BlockBuf> = (0..2048).map(|_| pattern(5)).collect();
-        dev.submit(WriteRequest {
-            block: 0,
-            bufs,
-            tag: WriteTag::default(),
-            fua: false,
-        })?
-        .wait()?;
+        dev.submit(WriteRequest { block: 0, bufs, tag: WriteTag::default(), fua: false })?.wait()?;
         let dirty = time_flush(&dev)?;
         let want = p.flush_base_us + 8 * p.flush_per_dirty_mb_us;
-        assert!(
-            dirty >= Duration::from_micros(want),
-            "dirty {dirty:?} < {want} µs"
-        );
+        assert!(dirty >= Duration::from_micros(want), "dirty {dirty:?} < {want} µs");
         assert!(dirty > clean, "clean {clean:?} dirty {dirty:?}");
         // Dirty data was reset by the flush.
         let again = time_flush(&dev)?;
@@ -736,23 +675,14 @@ mod tests {
         // Without a volatile cache, dirty data costs nothing.
         let opt = EmulatedSsd::new(SsdPreset::optane(), 4096);
         let bufs: Vec<BlockBuf> = (0..2048).map(|_| pattern(5)).collect();
-        opt.submit(WriteRequest {
-            block: 0,
-            bufs,
-            tag: WriteTag::default(),
-            fua: false,
-        })?
-        .wait()?;
+        opt.submit(WriteRequest { block: 0, bufs, tag: WriteTag::default(), fua: false })?.wait()?;
         assert!(time_flush(&opt)? < Duration::from_micros(1500));
         Ok(())
     }
 
     #[test]
     fn flush_waits_for_inflight_writes() -> DevResult<()> {
-        let p = SsdPreset {
-            write_latency_us: 3000,
-            ..SsdPreset::ramdisk()
-        };
+        let p = SsdPreset { write_latency_us: 3000, ..SsdPreset::ramdisk() };
         let dev = EmulatedSsd::new(p, 8);
         let t = Instant::now();
         let _ticket = dev.submit(WriteRequest::one(0, pattern(0), WriteTag::default()))?;
@@ -778,10 +708,7 @@ mod tests {
     fn barrier_support() -> DevResult<()> {
         let emmc = EmulatedSsd::new(SsdPreset::emmc(), 8);
         assert!(!emmc.caps().barrier);
-        assert!(matches!(
-            emmc.barrier(),
-            Err(DevError::Unsupported("barrier"))
-        ));
+        assert!(matches!(emmc.barrier(), Err(DevError::Unsupported("barrier"))));
         let nvme = EmulatedSsd::new(SsdPreset::nvme_consumer(), 8);
         assert!(nvme.caps().barrier);
         nvme.barrier()?;
@@ -797,10 +724,7 @@ mod tests {
         assert!(matches!(dev.flush(), Err(DevError::Injected(_))));
         assert!(dev.poisoned().is_some());
         assert!(matches!(dev.flush(), Err(DevError::Poisoned(_))));
-        assert!(matches!(
-            dev.write_block(1, pattern(1), WriteTag::default()),
-            Err(DevError::Poisoned(_))
-        ));
+        assert!(matches!(dev.write_block(1, pattern(1), WriteTag::default()), Err(DevError::Poisoned(_))));
         assert!(matches!(dev.barrier(), Err(DevError::Poisoned(_))));
         assert_eq!(&dev.read_block(0)?[..], &pattern(1)[..]);
         Ok(())
@@ -816,10 +740,7 @@ mod tests {
             tag: WriteTag::default(),
             fua: false,
         };
-        assert!(matches!(
-            dev.submit(req)?.wait(),
-            Err(DevError::Injected(_))
-        ));
+        assert!(matches!(dev.submit(req)?.wait(), Err(DevError::Injected(_))));
         assert!(dev.read_block(3)?.iter().all(|&b| b == 0));
         // Fires once; the device is not poisoned.
         dev.write_block(3, pattern(2), WriteTag::default())?;

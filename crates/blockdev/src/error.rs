@@ -44,11 +44,7 @@ pub enum DevError {
 impl DevError {
     /// Wrap an io::Error.
     pub fn io(op: &'static str, what: impl Into<String>, e: std::io::Error) -> Self {
-        DevError::Io {
-            op,
-            what: what.into(),
-            source: std::sync::Arc::new(e),
-        }
+        DevError::Io { op, what: what.into(), source: std::sync::Arc::new(e) }
     }
     /// The errno this error maps to.
     pub fn errno(&self) -> i32 {

@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, Completion, Counters, DevError, DevResult, DeviceCaps,
-    DeviceStats, IoTicket, WriteRequest,
+    BLOCK_SIZE, BlockBuf, BlockDevice, Completion, Counters, DevError, DevResult, DeviceCaps, DeviceStats,
+    IoTicket, WriteRequest,
 };
 
 /// Number of worker threads submitting `O_DIRECT` writes (the device's queue depth).
@@ -117,19 +117,12 @@ impl AlignedBuf {
         // SAFETY: `AlignedBlock` is `repr(C)` around `[u8; BLOCK_SIZE]` with alignment equal
         // to its size, so it has no padding and a `Vec` of `n` of them is `n * BLOCK_SIZE`
         // contiguous, initialised bytes, borrowed for the lifetime of `&self`.
-        unsafe {
-            std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE)
-        }
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE) }
     }
     fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`; the exclusive borrow of `self` makes the slice unique,
         // and any byte pattern is a valid `AlignedBlock`.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.0.as_mut_ptr().cast::<u8>(),
-                self.0.len() * BLOCK_SIZE,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE) }
     }
 }
 
@@ -139,32 +132,21 @@ impl FileDevice {
     pub fn open(path: impl AsRef<Path>, opts: FileDeviceOptions) -> DevResult<FileDevice> {
         let path = path.as_ref();
         let what = path.display().to_string();
-        let create_size = if opts.read_only {
-            None
-        } else {
-            opts.create_size
-        };
+        let create_size = if opts.read_only { None } else { opts.create_size };
         let mut oo = OpenOptions::new();
-        oo.read(true)
-            .write(!opts.read_only)
-            .create(create_size.is_some());
+        oo.read(true).write(!opts.read_only).create(create_size.is_some());
         if opts.direct {
             oo.custom_flags(libc::O_DIRECT);
         }
         let file = oo.open(path).map_err(|e| DevError::io("open", &what, e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| DevError::io("stat", &what, e))?;
+        let meta = file.metadata().map_err(|e| DevError::io("stat", &what, e))?;
         let size = if meta.file_type().is_block_device() {
-            (&file)
-                .seek(SeekFrom::End(0))
-                .map_err(|e| DevError::io("seek", &what, e))?
+            (&file).seek(SeekFrom::End(0)).map_err(|e| DevError::io("seek", &what, e))?
         } else {
             let len = meta.len();
             match create_size {
                 Some(want) if len < want => {
-                    file.set_len(want)
-                        .map_err(|e| DevError::io("extend", &what, e))?;
+                    file.set_len(want).map_err(|e| DevError::io("extend", &what, e))?;
                     want
                 }
                 _ => len,
@@ -181,11 +163,7 @@ impl FileDevice {
             poison: Mutex::new(None),
             fail_next_flush: AtomicBool::new(false),
         });
-        let pool = if opts.direct && !opts.read_only {
-            Some(WritePool::start(&shared)?)
-        } else {
-            None
-        };
+        let pool = if opts.direct && !opts.read_only { Some(WritePool::start(&shared)?) } else { None };
         Ok(FileDevice { shared, pool })
     }
 
@@ -194,11 +172,7 @@ impl FileDevice {
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> DevResult<FileDevice> {
         FileDevice::open(
             path,
-            FileDeviceOptions {
-                direct: false,
-                read_only: false,
-                create_size: Some(size_bytes),
-            },
+            FileDeviceOptions { direct: false, read_only: false, create_size: Some(size_bytes) },
         )
     }
 
@@ -227,11 +201,7 @@ impl FileDevice {
         let n = self.shared.num_blocks;
         match block.checked_add(count) {
             Some(end) if end <= n => Ok(()),
-            _ => Err(DevError::OutOfRange {
-                block,
-                count,
-                num_blocks: n,
-            }),
+            _ => Err(DevError::OutOfRange { block, count, num_blocks: n }),
         }
     }
 }
@@ -250,9 +220,7 @@ impl Shared {
         let r = if self.fail_next_flush.swap(false, Ordering::SeqCst) {
             Err(DevError::Injected(format!("flush of {}", self.what)))
         } else {
-            self.file
-                .sync_data()
-                .map_err(|e| DevError::io("flush", &self.what, e))
+            self.file.sync_data().map_err(|e| DevError::io("flush", &self.what, e))
         };
         if let Err(e) = &r {
             let mut p = self.poison.lock();
@@ -295,16 +263,10 @@ impl Shared {
 impl WritePool {
     fn start(shared: &Arc<Shared>) -> DevResult<WritePool> {
         let queue = Arc::new(Queue {
-            state: Mutex::new(QueueState {
-                jobs: VecDeque::new(),
-                shutdown: false,
-            }),
+            state: Mutex::new(QueueState { jobs: VecDeque::new(), shutdown: false }),
             cv: Condvar::new(),
         });
-        let mut pool = WritePool {
-            queue,
-            workers: Vec::with_capacity(DIRECT_WORKERS),
-        };
+        let mut pool = WritePool { queue, workers: Vec::with_capacity(DIRECT_WORKERS) };
         for i in 0..DIRECT_WORKERS {
             let q = Arc::clone(&pool.queue);
             let s = Arc::clone(shared);
@@ -364,11 +326,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            barrier: false,
-            volatile_cache: true,
-            fua: false,
-        }
+        DeviceCaps { barrier: false, volatile_cache: true, fua: false }
     }
 
     fn describe(&self) -> String {
@@ -376,21 +334,13 @@ impl BlockDevice for FileDevice {
             "file {} ({} blocks of 4 KiB, {}{})",
             self.shared.what,
             self.shared.num_blocks,
-            if self.shared.direct {
-                "O_DIRECT"
-            } else {
-                "buffered"
-            },
-            if self.shared.read_only {
-                ", read-only"
-            } else {
-                ""
-            },
+            if self.shared.direct { "O_DIRECT" } else { "buffered" },
+            if self.shared.read_only { ", read-only" } else { "" },
         )
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if buf.len() % BLOCK_SIZE != 0 {
+        if !buf.len().is_multiple_of(BLOCK_SIZE) {
             return Err(DevError::BadLength(buf.len()));
         }
         let count = (buf.len() / BLOCK_SIZE) as u64;
@@ -410,9 +360,7 @@ impl BlockDevice for FileDevice {
             buf.copy_from_slice(bounce.as_bytes());
             Ok(())
         } else {
-            s.file
-                .read_exact_at(buf, offset)
-                .map_err(|e| DevError::io("read", &s.what, e))
+            s.file.read_exact_at(buf, offset).map_err(|e| DevError::io("read", &s.what, e))
         }
     }
 
@@ -421,11 +369,7 @@ impl BlockDevice for FileDevice {
         let count = req.bufs.len() as u64;
         self.check_range(req.block, count)?;
         if s.read_only {
-            return Err(DevError::io(
-                "write",
-                &s.what,
-                std::io::Error::from_raw_os_error(libc::EROFS),
-            ));
+            return Err(DevError::io("write", &s.what, std::io::Error::from_raw_os_error(libc::EROFS)));
         }
         s.check_poison()?;
         if count == 0 {
@@ -437,12 +381,7 @@ impl BlockDevice for FileDevice {
         match &self.pool {
             Some(pool) => {
                 let done = Arc::new(Completion::default());
-                pool.push(Job {
-                    offset,
-                    bufs: req.bufs,
-                    fua: req.fua,
-                    done: Arc::clone(&done),
-                });
+                pool.push(Job { offset, bufs: req.bufs, fua: req.fua, done: Arc::clone(&done) });
                 Ok(IoTicket::pending(done))
             }
             None => {
@@ -473,9 +412,7 @@ mod tests {
     use crate::{BlockKind, WriteTag, block_from_slice, wait_all};
 
     fn pattern(seed: u8) -> BlockBuf {
-        let v: Vec<u8> = (0..BLOCK_SIZE)
-            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-            .collect();
+        let v: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
         block_from_slice(&v)
     }
 
@@ -502,22 +439,13 @@ mod tests {
         assert_eq!(&two[BLOCK_SIZE..], &pattern(3)[..]);
         assert!(dev.read_block(0)?.iter().all(|&b| b == 0));
         let st = dev.stats();
-        assert_eq!(
-            (st.writes, st.blocks_written, st.fua_writes, st.flushes),
-            (2, 3, 1, 1)
-        );
+        assert_eq!((st.writes, st.blocks_written, st.fua_writes, st.flushes), (2, 3, 1, 1));
         assert_eq!(st.inflight_now, 0);
         assert!(matches!(dev.barrier(), Err(DevError::Unsupported(_))));
         drop(dev);
 
         // Reopen read-only: the data is there and writes are refused.
-        let ro = FileDevice::open(
-            &path,
-            FileDeviceOptions {
-                read_only: true,
-                ..Default::default()
-            },
-        )?;
+        let ro = FileDevice::open(&path, FileDeviceOptions { read_only: true, ..Default::default() })?;
         assert_eq!(&ro.read_block(11)?[..], &pattern(3)[..]);
         let e = ro.write_block(0, pattern(0), WriteTag::default());
         assert_eq!(e.err().map(|e| e.errno()), Some(libc::EROFS));
@@ -529,28 +457,12 @@ mod tests {
         let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
         let dev = FileDevice::create(dir.path().join("img"), 8 * BLOCK_SIZE as u64)?;
         let e = dev.write_block(8, pattern(0), WriteTag::default());
-        assert!(matches!(
-            e,
-            Err(DevError::OutOfRange {
-                block: 8,
-                count: 1,
-                num_blocks: 8
-            })
-        ));
+        assert!(matches!(e, Err(DevError::OutOfRange { block: 8, count: 1, num_blocks: 8 })));
         let mut b = vec![0u8; 2 * BLOCK_SIZE];
-        assert!(matches!(
-            dev.read(7, &mut b),
-            Err(DevError::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            dev.read(u64::MAX, &mut b),
-            Err(DevError::OutOfRange { .. })
-        ));
+        assert!(matches!(dev.read(7, &mut b), Err(DevError::OutOfRange { .. })));
+        assert!(matches!(dev.read(u64::MAX, &mut b), Err(DevError::OutOfRange { .. })));
         let mut odd = vec![0u8; 100];
-        assert!(matches!(
-            dev.read(0, &mut odd),
-            Err(DevError::BadLength(100))
-        ));
+        assert!(matches!(dev.read(0, &mut odd), Err(DevError::BadLength(100))));
         Ok(())
     }
 
@@ -567,18 +479,12 @@ mod tests {
     fn direct_io_round_trip() -> DevResult<()> {
         let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
         let path = dir.path().join("img");
-        let opts = FileDeviceOptions {
-            direct: true,
-            read_only: false,
-            create_size: Some(256 * BLOCK_SIZE as u64),
-        };
+        let opts =
+            FileDeviceOptions { direct: true, read_only: false, create_size: Some(256 * BLOCK_SIZE as u64) };
         let dev = match FileDevice::open(&path, opts) {
             Ok(d) => d,
             Err(e) if e.errno() == libc::EINVAL => {
-                println!(
-                    "skipping O_DIRECT test: {} does not support O_DIRECT ({e})",
-                    path.display()
-                );
+                println!("skipping O_DIRECT test: {} does not support O_DIRECT ({e})", path.display());
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -640,10 +546,7 @@ mod tests {
         dev.inject_flush_failure();
         let mut req = WriteRequest::one(0, pattern(1), WriteTag::default());
         req.fua = true;
-        assert!(matches!(
-            dev.submit(req)?.wait(),
-            Err(DevError::Injected(_))
-        ));
+        assert!(matches!(dev.submit(req)?.wait(), Err(DevError::Injected(_))));
         assert!(matches!(dev.flush(), Err(DevError::Poisoned(_))));
         Ok(())
     }

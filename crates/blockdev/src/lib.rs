@@ -95,10 +95,7 @@ impl WriteTag {
     }
     /// A tag with a kind and a transaction.
     pub const fn tx(kind: BlockKind, tid: u64) -> Self {
-        WriteTag {
-            kind,
-            tid: Some(tid),
-        }
+        WriteTag { kind, tid: Some(tid) }
     }
 }
 
@@ -118,12 +115,7 @@ pub struct WriteRequest {
 impl WriteRequest {
     /// A single-block, non-FUA write.
     pub fn one(block: u64, buf: BlockBuf, tag: WriteTag) -> Self {
-        WriteRequest {
-            block,
-            bufs: vec![buf],
-            tag,
-            fua: false,
-        }
+        WriteRequest { block, bufs: vec![buf], tag, fua: false }
     }
 }
 
@@ -147,10 +139,7 @@ pub struct IoTicket {
 enum TicketInner {
     Done(DevResult<()>),
     /// Completes at a point in time (emulated devices).
-    At(
-        std::time::Instant,
-        Arc<parking_lot::Mutex<Option<DevError>>>,
-    ),
+    At(std::time::Instant, Arc<parking_lot::Mutex<Option<DevError>>>),
     /// Completed by another thread.
     Pending(Arc<Completion>),
     /// Another ticket with a hook run once when it is waited for (used by the recorder).
@@ -179,27 +168,19 @@ impl Completion {
 impl IoTicket {
     /// An already completed write.
     pub fn done(r: DevResult<()>) -> Self {
-        IoTicket {
-            inner: TicketInner::Done(r),
-        }
+        IoTicket { inner: TicketInner::Done(r) }
     }
     /// A write that completes at `at`; `err` may be set by the device before then.
     pub fn at(at: std::time::Instant, err: Arc<parking_lot::Mutex<Option<DevError>>>) -> Self {
-        IoTicket {
-            inner: TicketInner::At(at, err),
-        }
+        IoTicket { inner: TicketInner::At(at, err) }
     }
     /// A write completed by another thread through `c`.
     pub fn pending(c: Arc<Completion>) -> Self {
-        IoTicket {
-            inner: TicketInner::Pending(c),
-        }
+        IoTicket { inner: TicketInner::Pending(c) }
     }
     /// Wrap `inner`, running `hook` with its result when it is waited for.
     pub fn hooked(inner: IoTicket, hook: TicketHook) -> Self {
-        IoTicket {
-            inner: TicketInner::Hooked(Box::new(inner), hook),
-        }
+        IoTicket { inner: TicketInner::Hooked(Box::new(inner), hook) }
     }
     /// Whether the write has completed (without blocking).
     pub fn is_done(&self) -> bool {

@@ -24,8 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::{
-    BlockBuf, BlockDevice, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
-    WriteTag,
+    BlockBuf, BlockDevice, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest, WriteTag,
 };
 
 /// One logged operation. See the module docs for when each is logged.
@@ -89,13 +88,7 @@ impl fmt::Debug for RecordedOp {
     /// Like a derived `Debug`, but a write shows its block count instead of its bytes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RecordedOp::Write {
-                seq,
-                block,
-                bufs,
-                tag,
-                fua,
-            } => f
+            RecordedOp::Write { seq, block, bufs, tag, fua } => f
                 .debug_struct("Write")
                 .field("seq", seq)
                 .field("block", block)
@@ -109,14 +102,10 @@ impl fmt::Debug for RecordedOp {
                 .field("write_seq", write_seq)
                 .field("ok", ok)
                 .finish(),
-            RecordedOp::FlushStart { seq } => {
-                f.debug_struct("FlushStart").field("seq", seq).finish()
+            RecordedOp::FlushStart { seq } => f.debug_struct("FlushStart").field("seq", seq).finish(),
+            RecordedOp::Flush { seq, ok } => {
+                f.debug_struct("Flush").field("seq", seq).field("ok", ok).finish()
             }
-            RecordedOp::Flush { seq, ok } => f
-                .debug_struct("Flush")
-                .field("seq", seq)
-                .field("ok", ok)
-                .finish(),
             RecordedOp::Barrier { seq } => f.debug_struct("Barrier").field("seq", seq).finish(),
         }
     }
@@ -199,10 +188,7 @@ impl Recorder {
     pub fn new(inner: Device) -> Recorder {
         Recorder {
             inner,
-            shared: Arc::new(Shared {
-                log: Mutex::new(LogState::default()),
-                enabled: AtomicBool::new(true),
-            }),
+            shared: Arc::new(Shared { log: Mutex::new(LogState::default()), enabled: AtomicBool::new(true) }),
             submit_order: Mutex::new(()),
         }
     }
@@ -263,13 +249,7 @@ impl BlockDevice for Recorder {
         let (block, bufs, tag, fua) = (req.block, req.bufs.clone(), req.tag, req.fua);
         let _order = self.submit_order.lock();
         let ticket = self.inner.submit(req)?;
-        let write_seq = self.shared.push(|seq| RecordedOp::Write {
-            seq,
-            block,
-            bufs,
-            tag,
-            fua,
-        });
+        let write_seq = self.shared.push(|seq| RecordedOp::Write { seq, block, bufs, tag, fua });
         let shared = Arc::clone(&self.shared);
         Ok(IoTicket::hooked(
             ticket,
@@ -321,11 +301,8 @@ mod tests {
         let rec = Recorder::new(Arc::clone(&inner));
         assert!(rec.describe().starts_with("recorder over emulated SSD"));
         let data = buf(1);
-        let t1 = rec.submit(WriteRequest::one(
-            5,
-            Arc::clone(&data),
-            WriteTag::tx(BlockKind::JournalLogged, 3),
-        ))?;
+        let t1 =
+            rec.submit(WriteRequest::one(5, Arc::clone(&data), WriteTag::tx(BlockKind::JournalLogged, 3)))?;
         let t2 = rec.submit(WriteRequest {
             block: 6,
             bufs: vec![buf(2)],
@@ -347,13 +324,7 @@ mod tests {
             assert_eq!(op.seq(), i as u64);
         }
         match &ops[0] {
-            RecordedOp::Write {
-                seq: 0,
-                block: 5,
-                bufs,
-                tag,
-                fua: false,
-            } => {
+            RecordedOp::Write { seq: 0, block: 5, bufs, tag, fua: false } => {
                 assert_eq!(*tag, WriteTag::tx(BlockKind::JournalLogged, 3));
                 // Shared, not copied.
                 assert!(Arc::ptr_eq(&bufs[0], &data));
@@ -365,31 +336,14 @@ mod tests {
             RecordedOp::Write { seq: 1, block: 6, fua: true, tag, .. }
                 if tag.kind == BlockKind::JournalCommit && tag.tid == Some(3)
         ));
-        assert!(matches!(
-            ops[2],
-            RecordedOp::WriteDone {
-                seq: 2,
-                write_seq: 0,
-                ok: true
-            }
-        ));
-        assert!(matches!(
-            ops[3],
-            RecordedOp::WriteDone {
-                seq: 3,
-                write_seq: 1,
-                ok: true
-            }
-        ));
+        assert!(matches!(ops[2], RecordedOp::WriteDone { seq: 2, write_seq: 0, ok: true }));
+        assert!(matches!(ops[3], RecordedOp::WriteDone { seq: 3, write_seq: 1, ok: true }));
         assert!(matches!(ops[4], RecordedOp::FlushStart { seq: 4 }));
         assert!(matches!(ops[5], RecordedOp::Flush { seq: 5, ok: true }));
         assert!(matches!(ops[6], RecordedOp::Barrier { seq: 6 }));
         // Sequence numbers continue after take_log.
         rec.flush()?;
-        assert!(matches!(
-            rec.log_snapshot().ops[0],
-            RecordedOp::FlushStart { seq: 7 }
-        ));
+        assert!(matches!(rec.log_snapshot().ops[0], RecordedOp::FlushStart { seq: 7 }));
         Ok(())
     }
 
@@ -403,10 +357,7 @@ mod tests {
         let ram = Arc::new(EmulatedSsd::ram(8));
         let rec = Recorder::new(Arc::clone(&ram) as Device);
         rec.barrier()?;
-        assert!(matches!(
-            rec.log_snapshot().ops[..],
-            [RecordedOp::Barrier { seq: 0 }]
-        ));
+        assert!(matches!(rec.log_snapshot().ops[..], [RecordedOp::Barrier { seq: 0 }]));
         rec.clear();
         assert!(rec.log_snapshot().is_empty());
 
@@ -421,16 +372,8 @@ mod tests {
             matches!(
                 ops[..],
                 [
-                    RecordedOp::Write {
-                        seq: 1,
-                        block: 1,
-                        ..
-                    },
-                    RecordedOp::WriteDone {
-                        seq: 2,
-                        write_seq: 1,
-                        ok: false
-                    },
+                    RecordedOp::Write { seq: 1, block: 1, .. },
+                    RecordedOp::WriteDone { seq: 2, write_seq: 1, ok: false },
                     RecordedOp::FlushStart { seq: 3 },
                     RecordedOp::Flush { seq: 4, ok: false },
                 ]

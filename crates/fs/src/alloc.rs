@@ -52,11 +52,8 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
     let fs = tx.fs;
     let geo = &fs.geo;
     let want = want.clamp(1, 32768);
-    let goal = if goal < geo.first_data_block || goal >= geo.blocks_count {
-        geo.first_data_block
-    } else {
-        goal
-    };
+    let goal =
+        if goal < geo.first_data_block || goal >= geo.blocks_count { geo.first_data_block } else { goal };
     let g0 = geo.group_of(goal);
     // Two passes: first only groups that can satisfy the whole request from the goal, then
     // anything that has a free block.
@@ -74,15 +71,22 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
             let found = {
                 let bm = bm_buf.read();
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
-                search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0)
-                    .or_else(|| if from > 0 { search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0) } else { None })
+                search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0).or_else(|| {
+                    if from > 0 {
+                        search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0)
+                    } else {
+                        None
+                    }
+                })
             };
             let Some((off, len)) = found else { continue };
             tx.h.get_write_access(&bm_buf)?;
             {
                 let mut bm = bm_buf.write();
                 if !bitmap::range_is_clear(&bm[..], off, len as usize) {
-                    return Err(FsError::Corrupt(format!("block bitmap of group {g} changed under its lock")));
+                    return Err(FsError::Corrupt(format!(
+                        "block bitmap of group {g} changed under its lock"
+                    )));
                 }
                 bitmap::set_range(&mut bm[..], off, len as usize);
             }
@@ -182,11 +186,8 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
 pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult<Ino> {
     let fs = tx.fs;
     let geo = &fs.geo;
-    let g0 = if is_dir {
-        fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups
-    } else {
-        group % geo.groups
-    };
+    let g0 =
+        if is_dir { fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups } else { group % geo.groups };
     for k in 0..geo.groups {
         let g = (g0 + k) % geo.groups;
         let mut gs = fs.groups[g as usize].lock();

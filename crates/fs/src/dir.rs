@@ -87,8 +87,11 @@ fn dir_blocks(st: &InodeState) -> FsResult<u32> {
         return Err(FsError::Incompatible("block-mapped directory (no extents flag)".into()));
     }
     let n = st.d.size / BLOCK_SIZE as u64;
-    if st.d.size % BLOCK_SIZE as u64 != 0 || n == 0 || n > u64::from(u32::MAX) {
-        return Err(FsError::Corrupt(format!("directory size {} is not a whole number of blocks", st.d.size)));
+    if !st.d.size.is_multiple_of(BLOCK_SIZE as u64) || n == 0 || n > u64::from(u32::MAX) {
+        return Err(FsError::Corrupt(format!(
+            "directory size {} is not a whole number of blocks",
+            st.d.size
+        )));
     }
     Ok(n as u32)
 }
@@ -134,7 +137,14 @@ fn drop_htree(st: &mut InodeState) {
 
 /// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times may
 /// have changed).
-pub(crate) fn add_entry(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8) -> FsResult<()> {
+pub(crate) fn add_entry(
+    tx: &mut Tx<'_>,
+    dir_ino: Ino,
+    st: &mut InodeState,
+    name: &[u8],
+    ino: Ino,
+    ftype: u8,
+) -> FsResult<()> {
     check_name(name)?;
     ensure_index(tx.fs, st)?;
     drop_htree(st);
@@ -184,7 +194,8 @@ pub(crate) fn add_entry(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState, name
         None => crate::alloc::inode_goal(tx.fs, dir_ino),
     };
     let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    let delta = extent_tree::insert(&mut st.d.block, tx, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
+    let delta =
+        extent_tree::insert(&mut st.d.block, tx, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
     let buf = tx.fs.cache.get_new(pblk);
     tx.h.get_create_access(&buf)?;
     let newfree = {
@@ -194,7 +205,11 @@ pub(crate) fn add_entry(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState, name
         block_max_free(&w[..])?
     };
     st.d.size += BLOCK_SIZE as u64;
-    crate::file::charge_blocks(tx.fs, st, 1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed))?;
+    crate::file::charge_blocks(
+        tx.fs,
+        st,
+        1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed),
+    )?;
     if let Some(d) = st.dir.as_mut() {
         d.free.push(newfree);
         d.names.insert(name.into(), DirSlot { ino, ftype, lblk });
@@ -234,7 +249,13 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
 }
 
 /// Point existing entry `name` at `ino` (rename over a name, `..` of a moved directory).
-pub(crate) fn set_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8) -> FsResult<()> {
+pub(crate) fn set_entry(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    name: &[u8],
+    ino: Ino,
+    ftype: u8,
+) -> FsResult<()> {
     ensure_index(tx.fs, st)?;
     drop_htree(st);
     let lblk = if name == b".." {
@@ -250,13 +271,16 @@ pub(crate) fn set_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8], ino: 
     tx.write_access(&buf)?;
     let prev = dirent::set_inode(&mut buf.write()[..], name, ino, ftype)?;
     if prev.is_none() {
-        return Err(FsError::Corrupt(format!("directory entry {:?} missing from its block", String::from_utf8_lossy(name))));
+        return Err(FsError::Corrupt(format!(
+            "directory entry {:?} missing from its block",
+            String::from_utf8_lossy(name)
+        )));
     }
-    if name != b".." {
-        if let Some(s) = st.dir.as_mut().and_then(|d| d.names.get_mut(name)) {
-            s.ino = ino;
-            s.ftype = ftype;
-        }
+    if name != b".."
+        && let Some(s) = st.dir.as_mut().and_then(|d| d.names.get_mut(name))
+    {
+        s.ino = ino;
+        s.ftype = ftype;
     }
     Ok(())
 }

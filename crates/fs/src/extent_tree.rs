@@ -89,17 +89,12 @@ impl Mapping {
 
     /// The physical block mapped to logical block `lblk`, if it is inside this extent.
     pub fn pblk_of(&self, lblk: u32) -> Option<u64> {
-        self.contains(lblk)
-            .then(|| self.pblk + (lblk - self.lblk) as u64)
+        self.contains(lblk).then(|| self.pblk + (lblk - self.lblk) as u64)
     }
 
     /// The longest extent of this kind (written or unwritten).
     pub fn max_len(unwritten: bool) -> u32 {
-        if unwritten {
-            MAX_UNWRITTEN_LEN
-        } else {
-            MAX_INIT_LEN
-        }
+        if unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN }
     }
 }
 
@@ -150,39 +145,18 @@ struct Ent {
 
 impl Ent {
     fn leaf(m: &Mapping) -> Ent {
-        let raw = if m.unwritten {
-            m.len + UNWRITTEN_BIAS
-        } else {
-            m.len
-        };
-        Ent {
-            key: m.lblk,
-            raw_len: raw as u16,
-            ptr: m.pblk,
-        }
+        let raw = if m.unwritten { m.len + UNWRITTEN_BIAS } else { m.len };
+        Ent { key: m.lblk, raw_len: raw as u16, ptr: m.pblk }
     }
 
     fn index(key: u32, child: u64) -> Ent {
-        Ent {
-            key,
-            raw_len: 0,
-            ptr: child,
-        }
+        Ent { key, raw_len: 0, ptr: child }
     }
 
     fn mapping(&self) -> Mapping {
         let raw = self.raw_len as u32;
-        let (len, unwritten) = if raw > UNWRITTEN_BIAS {
-            (raw - UNWRITTEN_BIAS, true)
-        } else {
-            (raw, false)
-        };
-        Mapping {
-            lblk: self.key,
-            pblk: self.ptr,
-            len,
-            unwritten,
-        }
+        let (len, unwritten) = if raw > UNWRITTEN_BIAS { (raw - UNWRITTEN_BIAS, true) } else { (raw, false) };
+        Mapping { lblk: self.key, pblk: self.ptr, len, unwritten }
     }
 }
 
@@ -197,10 +171,7 @@ struct Node {
 
 impl Node {
     fn first_key(&self, loc: Loc) -> FsResult<u32> {
-        self.ents
-            .first()
-            .map(|e| e.key)
-            .ok_or_else(|| corrupt(loc, "empty node"))
+        self.ents.first().map(|e| e.key).ok_or_else(|| corrupt(loc, "empty node"))
     }
 }
 
@@ -242,27 +213,16 @@ fn parse_header(b: &[u8], loc: Loc) -> FsResult<Header> {
     if magic != EXTENT_MAGIC {
         return Err(corrupt(loc, format!("bad magic {magic:#06x}")));
     }
-    let h = Header {
-        entries: rd16(b, 2),
-        max: rd16(b, 4),
-        depth: rd16(b, 6),
-        generation: rd32(b, 8),
-    };
+    let h = Header { entries: rd16(b, 2), max: rd16(b, 4), depth: rd16(b, 6), generation: rd32(b, 8) };
     let cap = capacity(b.len());
     if h.max == 0 || h.max as usize > cap {
         return Err(corrupt(loc, format!("eh_max {} (capacity {cap})", h.max)));
     }
     if h.entries > h.max {
-        return Err(corrupt(
-            loc,
-            format!("{} entries exceed eh_max {}", h.entries, h.max),
-        ));
+        return Err(corrupt(loc, format!("{} entries exceed eh_max {}", h.entries, h.max)));
     }
     if h.depth > MAX_DEPTH {
-        return Err(corrupt(
-            loc,
-            format!("depth {} exceeds {MAX_DEPTH}", h.depth),
-        ));
+        return Err(corrupt(loc, format!("depth {} exceeds {MAX_DEPTH}", h.depth)));
     }
     Ok(h)
 }
@@ -270,10 +230,7 @@ fn parse_header(b: &[u8], loc: Loc) -> FsResult<Header> {
 /// Check a node's depth against the one its parent implies.
 fn check_depth(h: &Header, expect: Option<u16>, loc: Loc) -> FsResult<()> {
     match expect {
-        Some(d) if d != h.depth => Err(corrupt(
-            loc,
-            format!("depth {} where {d} was expected", h.depth),
-        )),
+        Some(d) if d != h.depth => Err(corrupt(loc, format!("depth {} where {d} was expected", h.depth))),
         _ => Ok(()),
     }
 }
@@ -291,11 +248,7 @@ fn ent_at(b: &[u8], i: usize, leaf: bool) -> Ent {
             ptr: (rd16(b, o + 6) as u64) << 32 | rd32(b, o + 8) as u64,
         }
     } else {
-        Ent {
-            key: rd32(b, o),
-            raw_len: 0,
-            ptr: (rd16(b, o + 8) as u64) << 32 | rd32(b, o + 4) as u64,
-        }
+        Ent { key: rd32(b, o), raw_len: 0, ptr: (rd16(b, o + 8) as u64) << 32 | rd32(b, o + 4) as u64 }
     }
 }
 
@@ -334,9 +287,7 @@ fn decode(b: &[u8], loc: Loc) -> FsResult<Node> {
         depth: h.depth,
         max: h.max,
         generation: h.generation,
-        ents: (0..h.entries as usize)
-            .map(|i| ent_at(b, i, leaf))
-            .collect(),
+        ents: (0..h.entries as usize).map(|i| ent_at(b, i, leaf)).collect(),
     })
 }
 
@@ -345,11 +296,7 @@ fn encode(node: &Node, b: &mut [u8], loc: Loc) -> FsResult<()> {
     if node.max as usize > cap || node.ents.len() > node.max as usize {
         return Err(corrupt(
             loc,
-            format!(
-                "internal: {} entries do not fit (eh_max {}, capacity {cap})",
-                node.ents.len(),
-                node.max
-            ),
+            format!("internal: {} entries do not fit (eh_max {}, capacity {cap})", node.ents.len(), node.max),
         ));
     }
     wr16(b, 0, EXTENT_MAGIC);
@@ -379,10 +326,7 @@ fn validate_new(m: &Mapping) -> FsResult<()> {
         )));
     }
     if m.pblk == 0 || m.pblk + m.len as u64 > PBLK_LIMIT {
-        return Err(FsError::Invalid(format!(
-            "extent tree: bad physical block {} (+{})",
-            m.pblk, m.len
-        )));
+        return Err(FsError::Invalid(format!("extent tree: bad physical block {} (+{})", m.pblk, m.len)));
     }
     Ok(())
 }
@@ -472,10 +416,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         if let Some(d) = expect
             && node.depth != d
         {
-            return Err(corrupt(
-                loc,
-                format!("depth {} where {d} was expected", node.depth),
-            ));
+            return Err(corrupt(loc, format!("depth {} where {d} was expected", node.depth)));
         }
         if node.ents.is_empty() && (loc != Loc::Root || node.depth > 0) {
             return Err(corrupt(loc, "empty non-root or index node"));
@@ -494,11 +435,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 let buf = self.store.read_block(b)?;
                 let mut data = Box::new([0u8; BLOCK_BYTES]);
                 data.copy_from_slice(&buf.read()[..]);
-                Ok(v.insert(Staged {
-                    buf,
-                    data,
-                    dirty: false,
-                }))
+                Ok(v.insert(Staged { buf, data, dirty: false }))
             }
         }
     }
@@ -525,14 +462,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             )));
         }
         self.allocated.push(b);
-        self.staged.insert(
-            b,
-            Staged {
-                buf,
-                data: Box::new([0u8; BLOCK_BYTES]),
-                dirty: true,
-            },
-        );
+        self.staged.insert(b, Staged { buf, data: Box::new([0u8; BLOCK_BYTES]), dirty: true });
         Ok(b)
     }
 
@@ -548,14 +478,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     /// Apply the staged changes: write access, copy into the buffers, update the root,
     /// free the released blocks.
     fn commit(self, root_out: &mut [u8; ROOT_BYTES]) -> FsResult<TreeDelta> {
-        let Tx {
-            store,
-            root,
-            staged,
-            allocated,
-            freed,
-            ..
-        } = self;
+        let Tx { store, root, staged, allocated, freed, .. } = self;
         let freed_set: HashSet<u64> = freed.iter().copied().collect();
         let new_set: HashSet<u64> = allocated.iter().copied().collect();
         for (b, s) in &staged {
@@ -579,10 +502,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         for &b in &freed {
             store.free_meta_block(b)?;
         }
-        Ok(TreeDelta {
-            blocks_allocated: allocated.len() as u32,
-            blocks_freed: freed.len() as u32,
-        })
+        Ok(TreeDelta { blocks_allocated: allocated.len() as u32, blocks_freed: freed.len() as u32 })
     }
 
     /// Drop the staged changes and free the blocks allocated so far.
@@ -681,10 +601,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             pos = node.ents.partition_point(|x| x.key < e.key);
             node.ents.insert(pos, e);
         } else {
-            let i = node
-                .ents
-                .partition_point(|x| x.key <= e.key)
-                .saturating_sub(1);
+            let i = node.ents.partition_point(|x| x.key <= e.key).saturating_sub(1);
             let child = node.ents[i];
             let (fk, split) = self.insert_rec(Loc::Blk(child.ptr), Some(node.depth - 1), e)?;
             node.ents[i].key = fk;
@@ -717,28 +634,17 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 // Grow in depth: the root's entries move to a new block; the root becomes an
                 // index over it (and over its split half if the new block overflows).
                 if node.depth >= MAX_DEPTH {
-                    return Err(FsError::TooBig(format!(
-                        "extent tree: depth limit {MAX_DEPTH} reached"
-                    )));
+                    return Err(FsError::TooBig(format!("extent tree: depth limit {MAX_DEPTH} reached")));
                 }
                 let b = self.alloc()?;
-                let child = Node {
-                    depth: node.depth,
-                    max: self.new_max,
-                    generation: 0,
-                    ents: node.ents,
-                };
+                let child = Node { depth: node.depth, max: self.new_max, generation: 0, ents: node.ents };
                 let (first, split) = self.finish(Loc::Blk(b), child, pos)?;
                 let mut ents = vec![Ent::index(first, b)];
                 if let Some((k, sb)) = split {
                     ents.push(Ent::index(k, sb));
                 }
-                let root = Node {
-                    depth: node.depth + 1,
-                    max: ROOT_MAX_ENTRIES,
-                    generation: node.generation,
-                    ents,
-                };
+                let root =
+                    Node { depth: node.depth + 1, max: ROOT_MAX_ENTRIES, generation: node.generation, ents };
                 self.save(Loc::Root, &root)?;
                 Ok((first, None))
             }
@@ -756,12 +662,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 let at = at.clamp(lo, hi);
                 let right = node.ents.split_off(at);
                 let b = self.alloc()?;
-                let rnode = Node {
-                    depth: node.depth,
-                    max: self.new_max,
-                    generation: 0,
-                    ents: right,
-                };
+                let rnode = Node { depth: node.depth, max: self.new_max, generation: 0, ents: right };
                 self.save(Loc::Blk(b), &rnode)?;
                 self.save(loc, &node)?;
                 Ok((node.first_key(loc)?, Some((rnode.first_key(loc)?, b))))
@@ -772,17 +673,10 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     /// Replace the leaf entry starting at `old_key` with `new` (whose start may differ; the
     /// caller keeps the order), fixing the index keys above it.
     fn replace(&mut self, old_key: u32, new: &Mapping) -> FsResult<()> {
-        self.replace_rec(Loc::Root, None, old_key, Ent::leaf(new))
-            .map(|_| ())
+        self.replace_rec(Loc::Root, None, old_key, Ent::leaf(new)).map(|_| ())
     }
 
-    fn replace_rec(
-        &mut self,
-        loc: Loc,
-        expect: Option<u16>,
-        old_key: u32,
-        new: Ent,
-    ) -> FsResult<u32> {
+    fn replace_rec(&mut self, loc: Loc, expect: Option<u16>, old_key: u32, new: Ent) -> FsResult<u32> {
         let mut node = self.load(loc, expect)?;
         if node.depth == 0 {
             let i = node
@@ -792,10 +686,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             node.ents[i] = new;
             self.save(loc, &node)?;
         } else {
-            let i = node
-                .ents
-                .partition_point(|e| e.key <= old_key)
-                .saturating_sub(1);
+            let i = node.ents.partition_point(|e| e.key <= old_key).saturating_sub(1);
             let child = node.ents[i];
             let fk = self.replace_rec(Loc::Blk(child.ptr), Some(node.depth - 1), old_key, new)?;
             if fk != child.key {
@@ -846,24 +737,15 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         match (with_prev, with_next) {
             (Some(p), Some(n)) if p.len + m.len + n.len <= max => {
                 self.remove_space(n.lblk as u64, n.end())?;
-                let merged = Mapping {
-                    len: p.len + m.len + n.len,
-                    ..p
-                };
+                let merged = Mapping { len: p.len + m.len + n.len, ..p };
                 self.replace(p.lblk, &merged)
             }
             (Some(p), _) => {
-                let merged = Mapping {
-                    len: p.len + m.len,
-                    ..p
-                };
+                let merged = Mapping { len: p.len + m.len, ..p };
                 self.replace(p.lblk, &merged)
             }
             (None, Some(n)) => {
-                let merged = Mapping {
-                    len: m.len + n.len,
-                    ..m
-                };
+                let merged = Mapping { len: m.len + n.len, ..m };
                 self.replace(n.lblk, &merged)
             }
             (None, None) => self.insert_raw(Ent::leaf(&m)),
@@ -898,12 +780,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 return Ok(vec![(m.pblk + head_len as u64, (end - start) as u32)]);
             }
         }
-        let mut r = Removal {
-            start,
-            end,
-            runs: Vec::new(),
-            seen: HashSet::new(),
-        };
+        let mut r = Removal { start, end, runs: Vec::new(), seen: HashSet::new() };
         self.remove_rec(Loc::Root, None, u64::MAX, &mut r)?;
         self.collapse_root()?;
         Ok(r.runs)
@@ -934,10 +811,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 let (cs, ce) = (s.max(r.start), eend.min(r.end));
                 r.runs.push((m.pblk + (cs - s), (ce - cs) as u32));
                 if s < cs {
-                    out.push(Ent::leaf(&Mapping {
-                        len: (cs - s) as u32,
-                        ..m
-                    }));
+                    out.push(Ent::leaf(&Mapping { len: (cs - s) as u32, ..m }));
                 }
                 if ce < eend {
                     out.push(Ent::leaf(&Mapping {
@@ -1008,12 +882,8 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                     return Ok(());
                 }
             }
-            let new_root = Node {
-                depth: root.depth - 1,
-                max: ROOT_MAX_ENTRIES,
-                generation: root.generation,
-                ents: all,
-            };
+            let new_root =
+                Node { depth: root.depth - 1, max: ROOT_MAX_ENTRIES, generation: root.generation, ents: all };
             for e in &root.ents {
                 self.free(e.ptr)?;
             }
@@ -1037,10 +907,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             let a = cur.max(m.lblk as u64);
             let b = end.min(m.end());
             if b <= a {
-                return Err(corrupt(
-                    Loc::Root,
-                    "internal: no progress converting extents",
-                ));
+                return Err(corrupt(Loc::Root, "internal: no progress converting extents"));
             }
             if m.unwritten {
                 if self.goal == 0 {
@@ -1104,13 +971,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         for (i, e) in node.ents.iter().enumerate() {
             let chi = node.ents.get(i + 1).map_or(hi, |x| x.key as u64);
             if (e.key as u64) < end && chi > start {
-                self.collect_range(
-                    Loc::Blk(e.ptr),
-                    Some(node.depth - 1),
-                    (start, end),
-                    chi,
-                    out,
-                )?;
+                self.collect_range(Loc::Blk(e.ptr), Some(node.depth - 1), (start, end), chi, out)?;
             }
         }
         Ok(())
@@ -1130,18 +991,12 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         {
             return Err(corrupt(
                 loc,
-                format!(
-                    "first key {:?} differs from the index key {k}",
-                    node.ents.first().map(|e| e.key)
-                ),
+                format!("first key {:?} differs from the index key {k}", node.ents.first().map(|e| e.key)),
             ));
         }
         for w in node.ents.windows(2) {
             if w[0].key >= w[1].key {
-                return Err(corrupt(
-                    loc,
-                    format!("keys not increasing ({} then {})", w[0].key, w[1].key),
-                ));
+                return Err(corrupt(loc, format!("keys not increasing ({} then {})", w[0].key, w[1].key)));
             }
         }
         if node.depth == 0 {
@@ -1157,18 +1012,12 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                     ));
                 }
                 if m.end() > hi || m.end() > MAX_LBLK_END as u64 {
-                    return Err(corrupt(
-                        loc,
-                        format!("extent {}+{} crosses the bound {hi}", m.lblk, m.len),
-                    ));
+                    return Err(corrupt(loc, format!("extent {}+{} crosses the bound {hi}", m.lblk, m.len)));
                 }
                 if m.pblk == 0 || m.pblk + m.len as u64 > PBLK_LIMIT {
                     return Err(corrupt(
                         loc,
-                        format!(
-                            "extent {}+{} has bad physical block {}",
-                            m.lblk, m.len, m.pblk
-                        ),
+                        format!("extent {}+{} has bad physical block {}", m.lblk, m.len, m.pblk),
                     ));
                 }
                 *prev_end = m.end();
@@ -1183,13 +1032,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 return Err(corrupt(Loc::Blk(e.ptr), "block referenced twice"));
             }
             let chi = node.ents.get(i + 1).map_or(hi, |x| x.key as u64);
-            self.check_rec(
-                Loc::Blk(e.ptr),
-                Some(node.depth - 1),
-                (Some(e.key), chi),
-                seen,
-                prev_end,
-            )?;
+            self.check_rec(Loc::Blk(e.ptr), Some(node.depth - 1), (Some(e.key), chi), seen, prev_end)?;
         }
         Ok(())
     }
@@ -1260,12 +1103,7 @@ pub fn lookup<M: MetaStore + ?Sized>(
     store: &mut M,
     lblk: u32,
 ) -> FsResult<Option<Mapping>> {
-    read(root, store, |tx| {
-        Ok(tx
-            .find_le(lblk)?
-            .map(|e| e.mapping())
-            .filter(|m| m.contains(lblk)))
-    })
+    read(root, store, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping()).filter(|m| m.contains(lblk))))
 }
 
 /// The whole extent containing `lblk`, else the first extent starting after it, else `None`
@@ -1299,13 +1137,7 @@ pub fn extents_in_range<M: MetaStore + ?Sized>(
     read(root, store, |tx| {
         let mut out = Vec::new();
         if start < end {
-            tx.collect_range(
-                Loc::Root,
-                None,
-                (start as u64, end as u64),
-                u64::MAX,
-                &mut out,
-            )?;
+            tx.collect_range(Loc::Root, None, (start as u64, end as u64), u64::MAX, &mut out)?;
         }
         Ok(out)
     })
@@ -1366,9 +1198,7 @@ fn remove_range_with<M: MetaStore + ?Sized>(
         parse_header(root, Loc::Root)?;
         return Ok((Vec::new(), TreeDelta::default()));
     }
-    run(root, store, 0, new_max, |tx| {
-        tx.remove_space(start as u64, end as u64)
-    })
+    run(root, store, 0, new_max, |tx| tx.remove_space(start as u64, end as u64))
 }
 
 /// Mark the unwritten blocks of `[lblk, lblk + len)` written (after their data has been
@@ -1395,10 +1225,7 @@ fn mark_written_with<M: MetaStore + ?Sized>(
         parse_header(root, Loc::Root)?;
         return Ok(TreeDelta::default());
     }
-    run(root, store, 0, new_max, |tx| {
-        tx.mark_written(lblk as u64, lblk as u64 + len as u64)
-    })
-    .map(|((), d)| d)
+    run(root, store, 0, new_max, |tx| tx.mark_written(lblk as u64, lblk as u64 + len as u64)).map(|((), d)| d)
 }
 
 /// Call `f` on every extent, in logical order.
@@ -1420,10 +1247,7 @@ pub fn for_each_extent<M: MetaStore + ?Sized>(
 }
 
 /// Every tree block (all non-root nodes), parents before children.
-pub fn tree_blocks<M: MetaStore + ?Sized>(
-    root: &[u8; ROOT_BYTES],
-    store: &mut M,
-) -> FsResult<Vec<u64>> {
+pub fn tree_blocks<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M) -> FsResult<Vec<u64>> {
     read(root, store, |tx| {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
@@ -1443,13 +1267,7 @@ pub fn check<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M) -> F
     read(root, store, |tx| {
         let mut seen = HashSet::new();
         let mut prev_end = 0u64;
-        tx.check_rec(
-            Loc::Root,
-            None,
-            (None, MAX_LBLK_END as u64),
-            &mut seen,
-            &mut prev_end,
-        )
+        tx.check_rec(Loc::Root, None, (None, MAX_LBLK_END as u64), &mut seen, &mut prev_end)
     })
 }
 
@@ -1499,10 +1317,7 @@ mod tests {
             for (b, buf) in &self.live {
                 let now = buf.read()[..].to_vec();
                 if self.shadow.get(b) != Some(&now) {
-                    assert!(
-                        self.access.contains(b),
-                        "block {b} modified without write access"
-                    );
+                    assert!(self.access.contains(b), "block {b} modified without write access");
                 }
                 self.shadow.insert(*b, now);
             }
@@ -1512,12 +1327,7 @@ mod tests {
         /// Write a raw node into a newly allocated block (for corruption tests).
         fn craft(&mut self, depth: u16, max: u16, ents: &[Ent]) -> u64 {
             let buf = self.new_block(0).expect("alloc");
-            let node = Node {
-                depth,
-                max,
-                generation: 0,
-                ents: ents.to_vec(),
-            };
+            let node = Node { depth, max, generation: 0, ents: ents.to_vec() };
             encode(&node, &mut buf.write()[..], Loc::Blk(buf.blocknr())).expect("encode");
             buf.blocknr()
         }
@@ -1526,9 +1336,7 @@ mod tests {
     impl MetaStore for MemStore {
         fn read_block(&mut self, blk: u64) -> FsResult<Arc<Buffer>> {
             if !self.in_use.contains(&blk) {
-                return Err(FsError::Corrupt(format!(
-                    "test store: read of unallocated block {blk}"
-                )));
+                return Err(FsError::Corrupt(format!("test store: read of unallocated block {blk}")));
             }
             if let Some(b) = self.live.get(&blk) {
                 return Ok(b.clone());
@@ -1540,11 +1348,7 @@ mod tests {
         }
 
         fn write_access(&mut self, buf: &Arc<Buffer>) -> FsResult<()> {
-            assert!(
-                self.in_use.contains(&buf.blocknr()),
-                "write access to free block {}",
-                buf.blocknr()
-            );
+            assert!(self.in_use.contains(&buf.blocknr()), "write access to free block {}", buf.blocknr());
             self.access.insert(buf.blocknr());
             Ok(())
         }
@@ -1590,12 +1394,7 @@ mod tests {
     }
 
     fn m(lblk: u32, pblk: u64, len: u32, unwritten: bool) -> Mapping {
-        Mapping {
-            lblk,
-            pblk,
-            len,
-            unwritten,
-        }
+        Mapping { lblk, pblk, len, unwritten }
     }
 
     type Model = BTreeMap<u32, (u64, bool)>;
@@ -1604,10 +1403,7 @@ mod tests {
         let mut out = Model::new();
         for e in exts {
             for i in 0..e.len {
-                assert!(
-                    out.insert(e.lblk + i, (e.pblk + i as u64, e.unwritten))
-                        .is_none()
-                );
+                assert!(out.insert(e.lblk + i, (e.pblk + i as u64, e.unwritten)).is_none());
             }
         }
         out
@@ -1618,21 +1414,12 @@ mod tests {
         check(root, st).expect("check");
         let exts = all_extents(root, st);
         assert_eq!(&expand(&exts), model, "tree differs from model");
-        let blocks: BTreeSet<u64> = tree_blocks(root, st)
-            .expect("tree_blocks")
-            .into_iter()
-            .collect();
-        assert_eq!(
-            blocks, st.in_use,
-            "tree blocks differ from allocated blocks"
-        );
+        let blocks: BTreeSet<u64> = tree_blocks(root, st).expect("tree_blocks").into_iter().collect();
+        assert_eq!(blocks, st.in_use, "tree blocks differ from allocated blocks");
     }
 
     fn runs_to_sorted(runs: &[(u64, u32)]) -> Vec<u64> {
-        let mut v: Vec<u64> = runs
-            .iter()
-            .flat_map(|&(p, l)| (0..l as u64).map(move |i| p + i))
-            .collect();
+        let mut v: Vec<u64> = runs.iter().flat_map(|&(p, l)| (0..l as u64).map(move |i| p + i)).collect();
         v.sort_unstable();
         v
     }
@@ -1658,46 +1445,25 @@ mod tests {
         let (runs, d) = remove_range(&mut root, &mut st, 40, 50).unwrap();
         assert_eq!(runs, vec![(5040, 10)]);
         assert_eq!(d, TreeDelta::default());
-        assert_eq!(
-            all_extents(&root, &mut st),
-            vec![m(0, 5000, 40, false), m(50, 5050, 50, false)]
-        );
+        assert_eq!(all_extents(&root, &mut st), vec![m(0, 5000, 40, false), m(50, 5050, 50, false)]);
         assert_eq!(lookup(&root, &mut st, 45).unwrap(), None);
-        assert_eq!(
-            lookup(&root, &mut st, 99).unwrap(),
-            Some(m(50, 5050, 50, false))
-        );
-        assert_eq!(
-            next_extent_at_or_after(&root, &mut st, 40).unwrap(),
-            Some(m(50, 5050, 50, false))
-        );
+        assert_eq!(lookup(&root, &mut st, 99).unwrap(), Some(m(50, 5050, 50, false)));
+        assert_eq!(next_extent_at_or_after(&root, &mut st, 40).unwrap(), Some(m(50, 5050, 50, false)));
         // Trim both edges.
         let (runs, _) = remove_range(&mut root, &mut st, 30, 60).unwrap();
         assert_eq!(runs, vec![(5030, 10), (5050, 10)]);
-        assert_eq!(
-            all_extents(&root, &mut st),
-            vec![m(0, 5000, 30, false), m(60, 5060, 40, false)]
-        );
+        assert_eq!(all_extents(&root, &mut st), vec![m(0, 5000, 30, false), m(60, 5060, 40, false)]);
         // Punch in an unwritten extent inside a full root leaf: needs a grow.
         let mut root = new_root();
         for i in 0..3 {
-            insert(
-                &mut root,
-                &mut st,
-                m(i * 10, 7000 + i as u64 * 100, 5, false),
-                0,
-            )
-            .unwrap();
+            insert(&mut root, &mut st, m(i * 10, 7000 + i as u64 * 100, 5, false), 0).unwrap();
         }
         insert(&mut root, &mut st, m(100, 9000, 50, true), 0).unwrap();
         let (runs, d) = remove_range(&mut root, &mut st, 110, 111).unwrap();
         assert_eq!(runs, vec![(9010, 1)]);
         assert_eq!(d.blocks_allocated, 1);
         assert_eq!(depth(&root).unwrap(), 1);
-        assert_eq!(
-            all_extents(&root, &mut st)[3..],
-            [m(100, 9000, 10, true), m(111, 9011, 39, true)]
-        );
+        assert_eq!(all_extents(&root, &mut st)[3..], [m(100, 9000, 10, true), m(111, 9011, 39, true)]);
         check(&root, &mut st).unwrap();
         // Removing one extent lets the root hold everything again.
         let (_, d) = remove_range(&mut root, &mut st, 0, 5).unwrap();
@@ -1728,20 +1494,12 @@ mod tests {
         insert(&mut root, &mut st, m(30, 130, 10, false), 0).unwrap();
         assert_eq!(
             all_extents(&root, &mut st),
-            vec![
-                m(5, 105, 15, false),
-                m(20, 500, 5, false),
-                m(25, 505, 5, true),
-                m(30, 130, 15, false)
-            ]
+            vec![m(5, 105, 15, false), m(20, 500, 5, false), m(25, 505, 5, true), m(30, 130, 15, false)]
         );
         // Overlaps are refused and change nothing.
         let before = root;
         for bad in [m(0, 1, 6, false), m(44, 1, 1, false), m(12, 1, 1, true)] {
-            assert!(matches!(
-                insert(&mut root, &mut st, bad, 0),
-                Err(FsError::Corrupt(_))
-            ));
+            assert!(matches!(insert(&mut root, &mut st, bad, 0), Err(FsError::Corrupt(_))));
             assert_eq!(root, before);
         }
         st.end_tx();
@@ -1753,43 +1511,21 @@ mod tests {
         let mut root = new_root();
         insert(&mut root, &mut st, m(0, 1000, MAX_INIT_LEN, false), 0).unwrap();
         // A contiguous neighbour cannot make it longer.
-        insert(
-            &mut root,
-            &mut st,
-            m(MAX_INIT_LEN, 1000 + MAX_INIT_LEN as u64, 1, false),
-            0,
-        )
-        .unwrap();
+        insert(&mut root, &mut st, m(MAX_INIT_LEN, 1000 + MAX_INIT_LEN as u64, 1, false), 0).unwrap();
         assert_eq!(all_extents(&root, &mut st).len(), 2);
         let u = MAX_INIT_LEN + 1;
+        insert(&mut root, &mut st, m(100_000, 200_000, MAX_UNWRITTEN_LEN - 1, true), 0).unwrap();
         insert(
             &mut root,
             &mut st,
-            m(100_000, 200_000, MAX_UNWRITTEN_LEN - 1, true),
+            m(100_000 + MAX_UNWRITTEN_LEN - 1, 200_000 + MAX_UNWRITTEN_LEN as u64 - 1, 1, true),
             0,
         )
         .unwrap();
         insert(
             &mut root,
             &mut st,
-            m(
-                100_000 + MAX_UNWRITTEN_LEN - 1,
-                200_000 + MAX_UNWRITTEN_LEN as u64 - 1,
-                1,
-                true,
-            ),
-            0,
-        )
-        .unwrap();
-        insert(
-            &mut root,
-            &mut st,
-            m(
-                100_000 + MAX_UNWRITTEN_LEN,
-                200_000 + MAX_UNWRITTEN_LEN as u64,
-                1,
-                true,
-            ),
+            m(100_000 + MAX_UNWRITTEN_LEN, 200_000 + MAX_UNWRITTEN_LEN as u64, 1, true),
             0,
         )
         .unwrap();
@@ -1806,10 +1542,7 @@ mod tests {
             m(7, PBLK_LIMIT - 1, 2, false),
         ] {
             let r = insert(&mut root, &mut st, bad, 0);
-            assert!(
-                matches!(r, Err(FsError::Invalid(_)) | Err(FsError::TooBig(_))),
-                "{bad:?}: {r:?}"
-            );
+            assert!(matches!(r, Err(FsError::Invalid(_)) | Err(FsError::TooBig(_))), "{bad:?}: {r:?}");
         }
         // The last mappable block.
         insert(&mut root, &mut st, m(u32::MAX - 2, 77, 2, false), 0).unwrap();
@@ -1830,34 +1563,20 @@ mod tests {
         mark_written(&mut root, &mut st, 10, 10).unwrap();
         assert_eq!(
             all_extents(&root, &mut st),
-            vec![
-                m(0, 1000, 10, true),
-                m(10, 1010, 10, false),
-                m(20, 1020, 80, true)
-            ]
+            vec![m(0, 1000, 10, true), m(10, 1010, 10, false), m(20, 1020, 80, true)]
         );
         // Converting the head joins the written piece.
         mark_written(&mut root, &mut st, 0, 10).unwrap();
-        assert_eq!(
-            all_extents(&root, &mut st),
-            vec![m(0, 1000, 20, false), m(20, 1020, 80, true)]
-        );
+        assert_eq!(all_extents(&root, &mut st), vec![m(0, 1000, 20, false), m(20, 1020, 80, true)]);
         // A range covering holes, written and unwritten blocks.
         insert(&mut root, &mut st, m(200, 3000, 10, true), 0).unwrap();
         mark_written(&mut root, &mut st, 15, 190).unwrap();
         assert_eq!(
             all_extents(&root, &mut st),
-            vec![
-                m(0, 1000, 100, false),
-                m(200, 3000, 5, false),
-                m(205, 3005, 5, true)
-            ]
+            vec![m(0, 1000, 100, false), m(200, 3000, 5, false), m(205, 3005, 5, true)]
         );
         mark_written(&mut root, &mut st, 0, u32::MAX).unwrap();
-        assert_eq!(
-            all_extents(&root, &mut st),
-            vec![m(0, 1000, 100, false), m(200, 3000, 10, false)]
-        );
+        assert_eq!(all_extents(&root, &mut st), vec![m(0, 1000, 100, false), m(200, 3000, 10, false)]);
         check(&root, &mut st).unwrap();
         st.end_tx();
     }
@@ -1870,34 +1589,20 @@ mod tests {
         let mut root = new_root();
         let mut tree = 0i64;
         for i in 0..N {
-            let d = insert(
-                &mut root,
-                &mut st,
-                m(i, 10_000_000 + 2 * i as u64, 1, i % 3 == 0),
-                0,
-            )
-            .unwrap();
+            let d = insert(&mut root, &mut st, m(i, 10_000_000 + 2 * i as u64, 1, i % 3 == 0), 0).unwrap();
             tree += d.blocks_allocated as i64 - d.blocks_freed as i64;
             if i % 5000 == 0 {
                 st.end_tx();
             }
         }
         st.end_tx();
-        assert!(
-            depth(&root).unwrap() >= 2,
-            "depth {}",
-            depth(&root).unwrap()
-        );
+        assert!(depth(&root).unwrap() >= 2, "depth {}", depth(&root).unwrap());
         check(&root, &mut st).unwrap();
         let blocks = tree_blocks(&root, &mut st).unwrap();
         assert_eq!(blocks.len() as i64, tree);
         assert_eq!(blocks.len(), st.in_use.len());
         // Sequential appends keep leaves full: about N / 340 leaves.
-        assert!(
-            blocks.len() < (N as usize / 340) + 10,
-            "{} blocks",
-            blocks.len()
-        );
+        assert!(blocks.len() < (N as usize / 340) + 10, "{} blocks", blocks.len());
         let exts = all_extents(&root, &mut st);
         assert_eq!(exts.len(), N as usize);
         for i in (0..N).step_by(997) {
@@ -1932,13 +1637,7 @@ mod tests {
             order.swap(i, rnd() as usize % (i + 1));
         }
         for &i in &order {
-            insert(
-                &mut root,
-                &mut st,
-                m(3 * i, 10_000_000 + 5 * i as u64, 2, false),
-                0,
-            )
-            .unwrap();
+            insert(&mut root, &mut st, m(3 * i, 10_000_000 + 5 * i as u64, 2, false), 0).unwrap();
         }
         st.end_tx();
         assert!(depth(&root).unwrap() >= 2);
@@ -1978,21 +1677,12 @@ mod tests {
         let mut st = MemStore::new();
         let mut root = new_root();
         for i in 0..4 {
-            insert(
-                &mut root,
-                &mut st,
-                m(i * 10, 100 + i as u64 * 100, 5, false),
-                0,
-            )
-            .unwrap();
+            insert(&mut root, &mut st, m(i * 10, 100 + i as u64 * 100, 5, false), 0).unwrap();
         }
         // Root full: the next insert needs a block.
         let before = root;
         st.fail_in = Some(0);
-        assert!(matches!(
-            insert(&mut root, &mut st, m(100, 9000, 1, false), 0),
-            Err(FsError::NoSpace(_))
-        ));
+        assert!(matches!(insert(&mut root, &mut st, m(100, 9000, 1, false), 0), Err(FsError::NoSpace(_))));
         assert_eq!(root, before);
         assert!(st.in_use.is_empty());
         // Fill a depth-1 tree with small nodes, then fail on the second of two allocations.
@@ -2066,12 +1756,7 @@ mod tests {
         let leaf = st.craft(0, 340, &[Ent::leaf(&m(0, 500, 1, false))]);
         let mut root = new_root();
         encode(
-            &Node {
-                depth: 2,
-                max: 4,
-                generation: 0,
-                ents: vec![Ent::index(0, leaf)],
-            },
+            &Node { depth: 2, max: 4, generation: 0, ents: vec![Ent::index(0, leaf)] },
             &mut root,
             Loc::Root,
         )
@@ -2084,22 +1769,12 @@ mod tests {
         let selfref = st.craft(1, 340, &[]);
         {
             let buf = st.read_block(selfref).unwrap();
-            let node = Node {
-                depth: 1,
-                max: 340,
-                generation: 0,
-                ents: vec![Ent::index(0, selfref)],
-            };
+            let node = Node { depth: 1, max: 340, generation: 0, ents: vec![Ent::index(0, selfref)] };
             encode(&node, &mut buf.write()[..], Loc::Blk(selfref)).unwrap();
         }
         let mut root = new_root();
         encode(
-            &Node {
-                depth: 2,
-                max: 4,
-                generation: 0,
-                ents: vec![Ent::index(0, selfref)],
-            },
+            &Node { depth: 2, max: 4, generation: 0, ents: vec![Ent::index(0, selfref)] },
             &mut root,
             Loc::Root,
         )
@@ -2111,12 +1786,7 @@ mod tests {
         // The same leaf referenced twice.
         let mut root = new_root();
         encode(
-            &Node {
-                depth: 1,
-                max: 4,
-                generation: 0,
-                ents: vec![Ent::index(0, leaf), Ent::index(10, leaf)],
-            },
+            &Node { depth: 1, max: 4, generation: 0, ents: vec![Ent::index(0, leaf), Ent::index(10, leaf)] },
             &mut root,
             Loc::Root,
         )
@@ -2128,12 +1798,7 @@ mod tests {
         for p in [0, empty] {
             let mut root = new_root();
             encode(
-                &Node {
-                    depth: 1,
-                    max: 4,
-                    generation: 0,
-                    ents: vec![Ent::index(0, p)],
-                },
+                &Node { depth: 1, max: 4, generation: 0, ents: vec![Ent::index(0, p)] },
                 &mut root,
                 Loc::Root,
             )
@@ -2144,15 +1809,9 @@ mod tests {
         // Structurally readable but invalid: check() catches them.
         let bad_trees: Vec<Vec<Ent>> = vec![
             // overlapping
-            vec![
-                Ent::leaf(&m(0, 500, 10, false)),
-                Ent::leaf(&m(5, 900, 1, false)),
-            ],
+            vec![Ent::leaf(&m(0, 500, 10, false)), Ent::leaf(&m(5, 900, 1, false))],
             // unsorted
-            vec![
-                Ent::leaf(&m(10, 500, 1, false)),
-                Ent::leaf(&m(5, 900, 1, false)),
-            ],
+            vec![Ent::leaf(&m(10, 500, 1, false)), Ent::leaf(&m(5, 900, 1, false))],
             // zero length
             vec![Ent::leaf(&m(0, 500, 0, false))],
             // physical block 0
@@ -2160,28 +1819,13 @@ mod tests {
         ];
         for ents in bad_trees {
             let mut root = new_root();
-            encode(
-                &Node {
-                    depth: 0,
-                    max: 4,
-                    generation: 0,
-                    ents,
-                },
-                &mut root,
-                Loc::Root,
-            )
-            .unwrap();
+            encode(&Node { depth: 0, max: 4, generation: 0, ents }, &mut root, Loc::Root).unwrap();
             assert!(matches!(check(&root, &mut st), Err(FsError::Corrupt(_))));
         }
         // Index key differing from the child's first key.
         let mut root = new_root();
         encode(
-            &Node {
-                depth: 1,
-                max: 4,
-                generation: 0,
-                ents: vec![Ent::index(1, leaf)],
-            },
+            &Node { depth: 1, max: 4, generation: 0, ents: vec![Ent::index(1, leaf)] },
             &mut root,
             Loc::Root,
         )
@@ -2234,11 +1878,7 @@ mod tests {
     }
 
     fn pblk_for(lblk: u32, contiguous: bool) -> u64 {
-        if contiguous {
-            100_000 + lblk as u64
-        } else {
-            1_000_000 + 3 * lblk as u64
-        }
+        if contiguous { 100_000 + lblk as u64 } else { 1_000_000 + 3 * lblk as u64 }
     }
 
     fn run_ops(ops: &[Op], new_max: u16) {
@@ -2257,12 +1897,7 @@ mod tests {
                     fail = Some(after);
                     Ok(TreeDelta::default())
                 }
-                Op::InsertFree {
-                    lblk,
-                    len,
-                    unwritten,
-                    contiguous,
-                } => {
+                Op::InsertFree { lblk, len, unwritten, contiguous } => {
                     let mut s = lblk;
                     while model.contains_key(&s) {
                         s += 1;
@@ -2342,11 +1977,7 @@ mod tests {
             }
             st.end_tx();
             assert_consistent(&root, &mut st, &model);
-            assert_eq!(
-                tree_count,
-                st.in_use.len() as i64,
-                "step {step}: delta accounting"
-            );
+            assert_eq!(tree_count, st.in_use.len() as i64, "step {step}: delta accounting");
             // Point queries against the model.
             for k in 0..12u32 {
                 let l = (step as u32 * 7919 + k * 211) % 2100;
@@ -2378,19 +2009,15 @@ mod tests {
     }
 
     fn find_tool(name: &str) -> Option<std::path::PathBuf> {
-        let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect())
-            .unwrap_or_default();
+        let mut dirs: Vec<std::path::PathBuf> =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
         dirs.extend(["/sbin", "/usr/sbin", "/usr/local/sbin"].map(std::path::PathBuf::from));
         dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
     }
 
     /// Run a tool; (success, stdout + stderr).
     fn run_tool(tool: &std::path::Path, args: &[&str]) -> (bool, String) {
-        let out = std::process::Command::new(tool)
-            .args(args)
-            .output()
-            .expect("run tool");
+        let out = std::process::Command::new(tool).args(args).output().expect("run tool");
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
         (out.status.success(), text)
@@ -2403,11 +2030,9 @@ mod tests {
     fn e2fsck_accepts_our_tree() {
         use std::os::unix::fs::FileExt;
 
-        let (Some(mke2fs), Some(e2fsck), Some(debugfs)) = (
-            find_tool("mke2fs"),
-            find_tool("e2fsck"),
-            find_tool("debugfs"),
-        ) else {
+        let (Some(mke2fs), Some(e2fsck), Some(debugfs)) =
+            (find_tool("mke2fs"), find_tool("e2fsck"), find_tool("debugfs"))
+        else {
             eprintln!("skipping e2fsck cross-check: mke2fs, e2fsck or debugfs not found");
             return;
         };
@@ -2432,10 +2057,7 @@ mod tests {
         assert!(ok, "mke2fs: {out}");
         let empty = dir.path().join("empty");
         std::fs::write(&empty, b"").expect("write empty file");
-        let (ok, out) = run_tool(
-            &debugfs,
-            &["-w", "-R", &format!("write {} f", empty.display()), img_s],
-        );
+        let (ok, out) = run_tool(&debugfs, &["-w", "-R", &format!("write {} f", empty.display()), img_s]);
         assert!(ok, "debugfs write: {out}");
         let (_, out) = run_tool(&debugfs, &["-R", "stat f", img_s]);
         let ino: u32 = out
@@ -2486,14 +2108,10 @@ mod tests {
         // Install: tree blocks into the image, root/size/i_blocks into the inode, and the
         // used blocks into the bitmap.
         let tree = tree_blocks(&root, &mut st).expect("tree_blocks");
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&img)
-            .expect("open image");
+        let file = std::fs::OpenOptions::new().write(true).open(&img).expect("open image");
         for &b in &tree {
             let buf = st.read_block(b).expect("tree block");
-            file.write_at(&buf.read()[..], b * 4096)
-                .expect("write tree block");
+            file.write_at(&buf.read()[..], b * 4096).expect("write tree block");
         }
         file.sync_all().expect("sync");
         drop(file);
@@ -2512,10 +2130,7 @@ mod tests {
             cmds.push_str(&format!("sif <{ino}> {field} {v:#x}\n"));
         }
         cmds.push_str(&format!("sif <{ino}> size {}\n", end * 4096));
-        cmds.push_str(&format!(
-            "sif <{ino}> blocks {}\n",
-            (data + tree.len() as u64) * 8
-        ));
+        cmds.push_str(&format!("sif <{ino}> blocks {}\n", (data + tree.len() as u64) * 8));
         for e in &exts {
             cmds.push_str(&format!("setb {} {}\n", e.pblk, e.len));
         }
@@ -2536,17 +2151,11 @@ mod tests {
             let Some(rest) = line.strip_prefix("Free blocks count wrong") else {
                 continue;
             };
-            let counted: Option<u64> = rest
-                .split("counted=")
-                .nth(1)
-                .and_then(|s| s.trim_end_matches([')', '.']).parse().ok());
+            let counted: Option<u64> =
+                rest.split("counted=").nth(1).and_then(|s| s.trim_end_matches([')', '.']).parse().ok());
             let Some(counted) = counted else { continue };
             if let Some(g) = rest.strip_prefix(" for group #") {
-                let g: u32 = g
-                    .split_whitespace()
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .expect("group number");
+                let g: u32 = g.split_whitespace().next().and_then(|s| s.parse().ok()).expect("group number");
                 fix.push_str(&format!("set_bg {g} free_blocks_count {counted}\n"));
             } else {
                 fix.push_str(&format!("ssv free_blocks_count {counted}\n"));
@@ -2558,16 +2167,10 @@ mod tests {
             assert!(ok, "debugfs: {out2}");
         }
         let (ok, out) = run_tool(&e2fsck, &["-fn", img_s]);
-        assert!(
-            ok,
-            "e2fsck -fn found problems:\n{out}\nfirst run fixes:\n{fix}"
-        );
+        assert!(ok, "e2fsck -fn found problems:\n{out}\nfirst run fixes:\n{fix}");
         // And e2fsck saw our blocks as the file's.
         let (_, out) = run_tool(&debugfs, &["-R", &format!("stat <{ino}>"), img_s]);
-        assert!(
-            out.contains(&format!("Blockcount: {}", (data + tree.len() as u64) * 8)),
-            "{out}"
-        );
+        assert!(out.contains(&format!("Blockcount: {}", (data + tree.len() as u64) * 8)), "{out}");
     }
 
     proptest! {

@@ -67,7 +67,9 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
         match cur.and_then(|m| if m.unwritten { None } else { m.pblk_of(lblk) }) {
             Some(pblk) => {
                 if pblk >= fs.geo.blocks_count {
-                    return Err(FsError::Corrupt(format!("file data block {pblk} is outside the file system")));
+                    return Err(FsError::Corrupt(format!(
+                        "file data block {pblk} is outside the file system"
+                    )));
                 }
                 let b = fs.cache.read(pblk)?;
                 dst.copy_from_slice(&b.read()[boff..boff + take]);
@@ -109,16 +111,16 @@ fn map_for_write(
     if !cur.is_some_and(|m| m.contains(lblk)) {
         *cur = extent_tree::lookup(&st.d.block, tx, lblk)?;
     }
-    if let Some(m) = *cur {
-        if let Some(p) = m.pblk_of(lblk) {
-            if m.unwritten {
-                let d = extent_tree::mark_written(&mut st.d.block, tx, lblk, 1)?;
-                charge_blocks(tx.fs, st, i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
-                *cur = None;
-                return Ok((p, true));
-            }
-            return Ok((p, false));
+    if let Some(m) = *cur
+        && let Some(p) = m.pblk_of(lblk)
+    {
+        if m.unwritten {
+            let d = extent_tree::mark_written(&mut st.d.block, tx, lblk, 1)?;
+            charge_blocks(tx.fs, st, i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
+            *cur = None;
+            return Ok((p, true));
         }
+        return Ok((p, false));
     }
     // Unmapped: allocate up to the next mapped block or the end of this write.
     let next = extent_tree::next_extent_at_or_after(&st.d.block, tx, lblk)?;
@@ -146,7 +148,9 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
     }
     let end = off.checked_add(data.len() as u64).ok_or_else(|| FsError::TooBig("offset overflow".into()))?;
     if end > MAX_FILE_SIZE {
-        return Err(FsError::TooBig(format!("write ending at byte {end} exceeds the {MAX_FILE_SIZE}-byte limit")));
+        return Err(FsError::TooBig(format!(
+            "write ending at byte {end} exceeds the {MAX_FILE_SIZE}-byte limit"
+        )));
     }
     check_extents(st)?;
     if st.d.flags & EXT4_EXTENTS_FL == 0 {
@@ -209,7 +213,14 @@ fn prune_dirty(st: &mut InodeState) {
 }
 
 /// Zero bytes `from..to` of logical block `lblk` if it is mapped and written.
-fn zero_partial(tx: &mut Tx<'_>, st: &mut InodeState, lblk: u32, from: usize, to: usize, jdata: bool) -> FsResult<()> {
+fn zero_partial(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    lblk: u32,
+    from: usize,
+    to: usize,
+    jdata: bool,
+) -> FsResult<()> {
     if from >= to {
         return Ok(());
     }
@@ -281,14 +292,18 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         let step_start = if end - keep > TRUNCATE_STEP { end - TRUNCATE_STEP } else { keep };
         let mut tx = Tx::start(fs, 64)?;
         if st.d.flags & EXT4_EXTENTS_FL != 0 {
-            let stop = if step_start == keep && end == last_end.max(keep) { u32::MAX } else { end.min(u64::from(u32::MAX)) as u32 };
+            let stop = if step_start == keep && end == last_end.max(keep) {
+                u32::MAX
+            } else {
+                end.min(u64::from(u32::MAX)) as u32
+            };
             if (step_start as u32) < stop {
                 unmap_range(&mut tx, st, step_start as u32, stop, jdata)?;
             }
         }
         let last = step_start == keep;
         st.d.size = if last { new_size } else { st.d.size.min(step_start * BS) };
-        if last && new_size % BS != 0 && st.d.flags & EXT4_EXTENTS_FL != 0 {
+        if last && !new_size.is_multiple_of(BS) && st.d.flags & EXT4_EXTENTS_FL != 0 {
             zero_partial(&mut tx, st, (new_size / BS) as u32, (new_size % BS) as usize, BLOCK_SIZE, jdata)?;
         }
         st.d.mtime = now;
@@ -315,11 +330,21 @@ pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
 }
 
 /// fallocate.
-pub(crate) fn fallocate(fs: &FsInner, ino: Ino, st: &mut InodeState, mode: FallocMode, off: u64, len: u64) -> FsResult<()> {
+pub(crate) fn fallocate(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    mode: FallocMode,
+    off: u64,
+    len: u64,
+) -> FsResult<()> {
     if len == 0 {
         return Err(FsError::Invalid("fallocate length 0".into()));
     }
-    let end = off.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| FsError::TooBig("fallocate range too large".into()))?;
+    let end = off
+        .checked_add(len)
+        .filter(|e| *e <= MAX_FILE_SIZE)
+        .ok_or_else(|| FsError::TooBig("fallocate range too large".into()))?;
     check_extents(st)?;
     if st.d.flags & EXT4_EXTENTS_FL == 0 {
         st.d.flags |= EXT4_EXTENTS_FL;
@@ -342,11 +367,18 @@ pub(crate) fn fallocate(fs: &FsInner, ino: Ino, st: &mut InodeState, mode: Fallo
         // Partial blocks at the edges are zeroed in place.
         let (fb, lb) = (off / BS, (end - 1) / BS);
         if fb == lb {
-            if !(off % BS == 0 && end % BS == 0) {
-                zero_partial(&mut tx, st, fb as u32, (off % BS) as usize, ((end - 1) % BS + 1) as usize, jdata)?;
+            if !(off.is_multiple_of(BS) && end % BS == 0) {
+                zero_partial(
+                    &mut tx,
+                    st,
+                    fb as u32,
+                    (off % BS) as usize,
+                    ((end - 1) % BS + 1) as usize,
+                    jdata,
+                )?;
             }
         } else {
-            if off % BS != 0 {
+            if !off.is_multiple_of(BS) {
                 zero_partial(&mut tx, st, fb as u32, (off % BS) as usize, BLOCK_SIZE, jdata)?;
             }
             if end % BS != 0 {
@@ -373,7 +405,8 @@ pub(crate) fn fallocate(fs: &FsInner, ino: Ino, st: &mut InodeState, mode: Fallo
                         if let Some(nx) = next {
                             want = want.min(u64::from(nx.lblk) - lblk);
                         }
-                        let goal = match extent_tree::extent_at_or_before(&st.d.block, &mut tx, lblk as u32)? {
+                        let goal = match extent_tree::extent_at_or_before(&st.d.block, &mut tx, lblk as u32)?
+                        {
                             Some(m) => m.pblk + (lblk - u64::from(m.lblk)),
                             None => crate::alloc::inode_goal(fs, ino),
                         };
@@ -381,7 +414,11 @@ pub(crate) fn fallocate(fs: &FsInner, ino: Ino, st: &mut InodeState, mode: Fallo
                         let (pblk, got) = crate::alloc::alloc_blocks(&mut tx, goal, want)?;
                         let m = Mapping { lblk: lblk as u32, pblk, len: got, unwritten: true };
                         let d = extent_tree::insert(&mut st.d.block, &mut tx, m, goal)?;
-                        charge_blocks(fs, st, i64::from(got) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
+                        charge_blocks(
+                            fs,
+                            st,
+                            i64::from(got) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed),
+                        )?;
                         lblk += u64::from(got);
                     }
                 }

@@ -28,7 +28,7 @@ use crate::mkfs::read_layout;
 use crate::ondisk::features::INCOMPAT_RECOVER;
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
-use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, STATE_VALID, Superblock};
+use crate::ondisk::superblock::{STATE_VALID, SUPERBLOCK_OFFSET, Superblock};
 use crate::types::{MountOptions, ROOT_INO};
 
 /// Fixed numbers derived from the superblock.
@@ -251,7 +251,8 @@ impl Fs {
         if jsb.needs_recovery() || sb0.has_incompat(INCOMPAT_RECOVER) {
             if opts.read_only {
                 return Err(FsError::Invalid(
-                    "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)".into(),
+                    "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"
+                        .into(),
                 ));
             }
             let r = recover(&*dev, &area)?;

@@ -43,6 +43,8 @@ pub(crate) struct Inode {
 }
 
 const SHARDS: usize = 64;
+/// Cached inodes per shard above which unused ones are dropped.
+const SHARD_SOFT_CAP: usize = 4096;
 
 /// Cache of in-memory inodes, sharded. Each shard's map is protected by its Mutex.
 pub(crate) struct InodeCache {
@@ -69,6 +71,9 @@ impl InodeCache {
         let d = load_inode(fs, ino)?;
         let node = Arc::new(Inode { ino, state: RwLock::new(InodeState::new(d)) });
         let mut shard = self.shard(ino).lock();
+        if shard.len() > SHARD_SOFT_CAP {
+            Self::trim(&mut shard);
+        }
         Ok(shard.entry(ino).or_insert(node).clone())
     }
 
@@ -86,24 +91,15 @@ impl InodeCache {
     pub fn remove(&self, ino: Ino) {
         self.shard(ino).lock().remove(&ino);
     }
+}
 
-    /// Every cached inode.
-    pub fn all(&self) -> Vec<Arc<Inode>> {
-        self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect()
-    }
-
-    /// Drop cached inodes nobody references and nothing depends on (memory bound).
-    pub fn trim(&self, keep: usize) {
-        for s in &self.shards {
-            let mut m = s.lock();
-            if m.len() <= keep / SHARDS {
-                continue;
-            }
-            m.retain(|_, i| {
-                Arc::strong_count(i) > 1
-                    || i.state.try_read().is_none_or(|st| st.open > 0 || st.orphan || !st.dirty_data.is_empty())
-            });
-        }
+impl InodeCache {
+    /// Drop inodes nobody references and nothing depends on.
+    fn trim(m: &mut HashMap<Ino, Arc<Inode>>) {
+        m.retain(|_, i| {
+            Arc::strong_count(i) > 1
+                || i.state.try_read().is_none_or(|st| st.open > 0 || st.orphan || !st.dirty_data.is_empty())
+        });
     }
 }
 

@@ -32,13 +32,12 @@ use crate::ondisk::features::{self, INCOMPAT_64BIT, MKFS_COMPAT, MKFS_INCOMPAT, 
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::htree::DX_HASH_HALF_MD4;
 use crate::ondisk::inode::{
-    DEFAULT_EXTRA_ISIZE, DEFAULT_INODE_SIZE, EXT4_EXTENTS_FL, FIRST_INO, Inode, JOURNAL_INO,
-    ROOT_INO, S_IFDIR, S_IFREG, Timestamp,
+    DEFAULT_EXTRA_ISIZE, DEFAULT_INODE_SIZE, EXT4_EXTENTS_FL, FIRST_INO, Inode, JOURNAL_INO, ROOT_INO,
+    S_IFDIR, S_IFREG, Timestamp,
 };
 use crate::ondisk::superblock::{
-    DEFM_ACL, DEFM_XATTR_USER, DYNAMIC_REV, ERRORS_CONTINUE, FLAGS_SIGNED_HASH,
-    FLAGS_UNSIGNED_HASH, JNL_BACKUP_BLOCKS, OS_LINUX, STATE_VALID, SUPERBLOCK_OFFSET,
-    SUPERBLOCK_SIZE, Superblock,
+    DEFM_ACL, DEFM_XATTR_USER, DYNAMIC_REV, ERRORS_CONTINUE, FLAGS_SIGNED_HASH, FLAGS_UNSIGNED_HASH,
+    JNL_BACKUP_BLOCKS, OS_LINUX, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, Superblock,
 };
 use crate::ondisk::{bitmap, superblock};
 
@@ -164,10 +163,7 @@ struct Used {
 
 impl Used {
     fn new(limit: u64) -> Self {
-        Used {
-            map: BTreeMap::new(),
-            limit,
-        }
+        Used { map: BTreeMap::new(), limit }
     }
 
     fn mark(&mut self, start: u64, len: u64) {
@@ -240,20 +236,13 @@ impl Used {
             let s = self.next_free(pos);
             if s >= self.limit || (wrapped && s >= goal) {
                 if wrapped {
-                    return Err(FsError::NoSpace(format!(
-                        "mkfs: no room for {len} blocks for {what}"
-                    )));
+                    return Err(FsError::NoSpace(format!("mkfs: no room for {len} blocks for {what}")));
                 }
                 wrapped = true;
                 pos = 0;
                 continue;
             }
-            let next_used = self
-                .map
-                .range(s + 1..)
-                .next()
-                .map(|(&st, _)| st)
-                .unwrap_or(self.limit);
+            let next_used = self.map.range(s + 1..).next().map(|(&st, _)| st).unwrap_or(self.limit);
             let n = (next_used - s).min(left);
             self.mark(s, n);
             runs.push((s, n));
@@ -304,21 +293,12 @@ const MAX_REQ_BLOCKS: u64 = 256;
 
 impl<'a> Writer<'a> {
     fn new(dev: &'a dyn BlockDevice) -> Self {
-        Writer {
-            dev,
-            inflight: VecDeque::new(),
-            blocks: 0,
-        }
+        Writer { dev, inflight: VecDeque::new(), blocks: 0 }
     }
 
     fn submit(&mut self, block: u64, bufs: Vec<BlockBuf>, kind: BlockKind) -> FsResult<()> {
         self.blocks += bufs.len() as u64;
-        let t = self.dev.submit(WriteRequest {
-            block,
-            bufs,
-            tag: WriteTag::kind(kind),
-            fua: false,
-        })?;
+        let t = self.dev.submit(WriteRequest { block, bufs, tag: WriteTag::kind(kind), fua: false })?;
         self.inflight.push_back(t);
         while self.inflight.len() > MAX_INFLIGHT {
             if let Some(t) = self.inflight.pop_front() {
@@ -329,10 +309,7 @@ impl<'a> Writer<'a> {
     }
 
     fn write(&mut self, block: u64, data: &[u8], kind: BlockKind) -> FsResult<()> {
-        let bufs = data
-            .chunks(BLOCK_SIZE)
-            .map(cjfs_blockdev::block_from_slice)
-            .collect();
+        let bufs = data.chunks(BLOCK_SIZE).map(cjfs_blockdev::block_from_slice).collect();
         self.submit(block, bufs, kind)
     }
 
@@ -340,11 +317,7 @@ impl<'a> Writer<'a> {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(MAX_REQ_BLOCKS);
-            self.submit(
-                start + done,
-                vec![zero.clone(); n as usize],
-                BlockKind::Metadata,
-            )?;
+            self.submit(start + done, vec![zero.clone(); n as usize], BlockKind::Metadata)?;
             done += n;
         }
         Ok(())
@@ -378,9 +351,7 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
     loop {
         let groups = blocks.div_ceil(BLOCKS_PER_GROUP as u64);
         if groups > u32::MAX as u64 {
-            return Err(FsError::Invalid(format!(
-                "device of {num_blocks} blocks is too large"
-            )));
+            return Err(FsError::Invalid(format!("device of {num_blocks} blocks is too large")));
         }
         let groups32 = groups as u32;
         let inodes_wanted = (blocks as u128 * BS as u128 / opts.inode_ratio as u128) as u64;
@@ -412,14 +383,7 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
             blocks -= rem;
             continue;
         }
-        return Ok(Geometry {
-            blocks,
-            groups: groups32,
-            ipg: ipg as u32,
-            itb,
-            gdt_blocks,
-            desc_size,
-        });
+        return Ok(Geometry { blocks, groups: groups32, ipg: ipg as u32, itb, gdt_blocks, desc_size });
     }
 }
 
@@ -440,9 +404,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         )));
     }
     if num_blocks >= 1u64 << 48 {
-        return Err(FsError::Invalid(format!(
-            "device of {num_blocks} blocks exceeds 2^48 blocks"
-        )));
+        return Err(FsError::Invalid(format!("device of {num_blocks} blocks exceeds 2^48 blocks")));
     }
     if !(1024..=64 << 20).contains(&opts.inode_ratio) {
         return Err(FsError::Invalid(format!(
@@ -450,8 +412,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             opts.inode_ratio
         )));
     }
-    if opts.flex_bg_size == 0 || !opts.flex_bg_size.is_power_of_two() || opts.flex_bg_size > 1 << 16
-    {
+    if opts.flex_bg_size == 0 || !opts.flex_bg_size.is_power_of_two() || opts.flex_bg_size > 1 << 16 {
         return Err(FsError::Invalid(format!(
             "flex_bg size {} (must be a power of two up to 65536)",
             opts.flex_bg_size
@@ -483,40 +444,22 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     sb.first_ino = FIRST_INO;
     sb.inode_size = DEFAULT_INODE_SIZE as u16;
     sb.feature_compat = MKFS_COMPAT;
-    sb.feature_incompat = MKFS_INCOMPAT
-        & !(if opts.sixty_four_bit {
-            0
-        } else {
-            INCOMPAT_64BIT
-        });
+    sb.feature_incompat = MKFS_INCOMPAT & !(if opts.sixty_four_bit { 0 } else { INCOMPAT_64BIT });
     sb.feature_ro_compat = MKFS_RO_COMPAT;
     sb.uuid = uuid;
     sb.set_label(&opts.label)?;
     sb.journal_inum = JOURNAL_INO;
     for (i, w) in sb.hash_seed.iter_mut().enumerate() {
-        *w = u32::from_le_bytes([
-            seed[4 * i],
-            seed[4 * i + 1],
-            seed[4 * i + 2],
-            seed[4 * i + 3],
-        ]);
+        *w = u32::from_le_bytes([seed[4 * i], seed[4 * i + 1], seed[4 * i + 2], seed[4 * i + 3]]);
     }
     sb.def_hash_version = DX_HASH_HALF_MD4;
-    sb.desc_size = if opts.sixty_four_bit {
-        g.desc_size as u16
-    } else {
-        0
-    };
+    sb.desc_size = if opts.sixty_four_bit { g.desc_size as u16 } else { 0 };
     sb.default_mount_opts = DEFM_XATTR_USER | DEFM_ACL;
     sb.mkfs_time = now.sec;
     sb.min_extra_isize = DEFAULT_EXTRA_ISIZE;
     sb.want_extra_isize = DEFAULT_EXTRA_ISIZE;
     // mke2fs records whether the platform's `char` is signed
-    sb.flags = if std::ffi::c_char::MIN != 0 {
-        FLAGS_SIGNED_HASH
-    } else {
-        FLAGS_UNSIGNED_HASH
-    };
+    sb.flags = if std::ffi::c_char::MIN != 0 { FLAGS_SIGNED_HASH } else { FLAGS_UNSIGNED_HASH };
     sb.log_groups_per_flex = opts.flex_bg_size.trailing_zeros() as u8;
     debug_assert_eq!(sb.gdt_blocks(), g.gdt_blocks);
 
@@ -554,9 +497,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     let lf_block = used.alloc(root_block + 1, LOST_FOUND_BLOCKS, "lost+found")?;
 
     // journal
-    let jblocks = opts
-        .journal_blocks
-        .unwrap_or_else(|| default_journal_blocks(g.blocks));
+    let jblocks = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(g.blocks));
     let free_now = g.blocks - used.count_in(0, g.blocks);
     if !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&jblocks) {
         return Err(FsError::Invalid(format!(
@@ -593,10 +534,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         let mut leaf = ExtentNode::new_leaf(block_max());
         leaf.entries = NodeEntries::Leaf(jextents);
         let mut root = ExtentNode::new_index(root_max(), 1);
-        root.entries = NodeEntries::Index(vec![ExtentIndex {
-            logical: 0,
-            leaf: ib,
-        }]);
+        root.entries = NodeEntries::Index(vec![ExtentIndex { logical: 0, leaf: ib }]);
         (root, Some((ib, leaf)))
     };
 
@@ -647,13 +585,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         leaf_root(lf_block, LOST_FOUND_BLOCKS),
     );
     let jsize = jblocks as u64 * BS;
-    let j_inode = mk_inode(
-        S_IFREG | 0o600,
-        1,
-        jsize,
-        jblocks as u64 + jindex.is_some() as u64,
-        jroot.to_i_block(),
-    );
+    let j_inode =
+        mk_inode(S_IFREG | 0o600, 1, jsize, jblocks as u64 + jindex.is_some() as u64, jroot.to_i_block());
     let words = j_inode.block_words();
     sb.jnl_blocks[..15].copy_from_slice(&words);
     sb.jnl_blocks[15] = (jsize >> 32) as u32;
@@ -691,11 +624,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     }
     // first inode table block of group 0: inodes 1..=16
     let mut itb0 = vec![0u8; BLOCK_SIZE];
-    for (ino, inode) in [
-        (ROOT_INO, &root_inode),
-        (JOURNAL_INO, &j_inode),
-        (FIRST_INO, &lf_inode),
-    ] {
+    for (ino, inode) in [(ROOT_INO, &root_inode), (JOURNAL_INO, &j_inode), (FIRST_INO, &lf_inode)] {
         let off = (ino as usize - 1) * DEFAULT_INODE_SIZE;
         inode.encode_into(&mut itb0[off..off + DEFAULT_INODE_SIZE]);
     }
@@ -705,26 +634,14 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         let mut b = zeroed_block();
         dirent::init_block(
             &mut b[..],
-            &[
-                (ROOT_INO, b".", FT_DIR),
-                (ROOT_INO, b"..", FT_DIR),
-                (FIRST_INO, b"lost+found", FT_DIR),
-            ],
+            &[(ROOT_INO, b".", FT_DIR), (ROOT_INO, b"..", FT_DIR), (FIRST_INO, b"lost+found", FT_DIR)],
         )?;
         b
     };
     w.write(root_block, &root_dir[..], BlockKind::Metadata)?;
-    w.write(
-        lf_block,
-        &dirent::make_dot_block(FIRST_INO, ROOT_INO)[..],
-        BlockKind::Metadata,
-    )?;
+    w.write(lf_block, &dirent::make_dot_block(FIRST_INO, ROOT_INO)[..], BlockKind::Metadata)?;
     for i in 1..LOST_FOUND_BLOCKS {
-        w.write(
-            lf_block + i,
-            &dirent::make_empty_block()[..],
-            BlockKind::Metadata,
-        )?;
+        w.write(lf_block + i, &dirent::make_empty_block()[..], BlockKind::Metadata)?;
     }
     if let Some((ib, leaf)) = &jindex {
         let mut b = vec![0u8; BLOCK_SIZE];
@@ -739,9 +656,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     // group descriptor table copies
     let mut gdt = vec![0u8; g.gdt_blocks as usize * BLOCK_SIZE];
     GroupDesc::encode_table(&descs, g.desc_size, &mut gdt);
-    let sb_groups: Vec<u32> = (0..g.groups)
-        .filter(|&x| sb.has_super_in_group(x))
-        .collect();
+    let sb_groups: Vec<u32> = (0..g.groups).filter(|&x| sb.has_super_in_group(x)).collect();
     for &grp in &sb_groups {
         w.write(sb.group_first_block(grp) + 1, &gdt, BlockKind::Superblock)?;
     }

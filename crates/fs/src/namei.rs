@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLockWriteGuard;
 
-use crate::dir::{self, DirSlot};
+use crate::dir;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree::{self, Mapping};
 use crate::fs::FsInner;
@@ -62,8 +62,7 @@ fn make_node(
     parent: Ino,
     name: &[u8],
     mode: u16,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
     credits: u32,
     init: impl FnOnce(&mut Tx<'_>, Ino, &mut InodeState) -> FsResult<()>,
 ) -> FsResult<Arc<Inode>> {
@@ -86,7 +85,8 @@ fn make_node(
     store_inode(&mut tx, ino, &mut st)?;
     dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))?;
     if is_dir {
-        ps.d.links_count = if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 { 1 } else { ps.d.links_count + 1 };
+        ps.d.links_count =
+            if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 { 1 } else { ps.d.links_count + 1 };
     }
     let now = Timestamp::now();
     ps.d.mtime = now;
@@ -100,12 +100,21 @@ fn make_node(
 }
 
 /// Create a regular file, fifo, socket or device node.
-pub(crate) fn mknod(fs: &FsInner, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
-    let kind = FileType::from_mode(mode).ok_or_else(|| FsError::Invalid(format!("mode {mode:o} has no file type")))?;
+pub(crate) fn mknod(
+    fs: &FsInner,
+    parent: Ino,
+    name: &[u8],
+    mode: u32,
+    rdev: u32,
+    uid: u32,
+    gid: u32,
+) -> FsResult<Arc<Inode>> {
+    let kind = FileType::from_mode(mode)
+        .ok_or_else(|| FsError::Invalid(format!("mode {mode:o} has no file type")))?;
     if matches!(kind, FileType::Directory | FileType::Symlink) {
         return Err(FsError::Invalid("mknod cannot make directories or symlinks".into()));
     }
-    make_node(fs, parent, name, mode as u16, uid, gid, 24, |_, _, st| {
+    make_node(fs, parent, name, mode as u16, (uid, gid), 24, |_, _, st| {
         st.d.links_count = 1;
         match kind {
             FileType::Regular => {
@@ -129,19 +138,33 @@ fn libc_minor(rdev: u32) -> u32 {
 }
 
 /// Make a directory.
-pub(crate) fn mkdir(fs: &FsInner, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
-    make_node(fs, parent, name, (mode as u16 & !S_IFMT) | S_IFDIR, uid, gid, 32, |tx, ino, st| {
+pub(crate) fn mkdir(
+    fs: &FsInner,
+    parent: Ino,
+    name: &[u8],
+    mode: u32,
+    uid: u32,
+    gid: u32,
+) -> FsResult<Arc<Inode>> {
+    make_node(fs, parent, name, (mode as u16 & !S_IFMT) | S_IFDIR, (uid, gid), 32, |tx, ino, st| {
         st.d.links_count = 2;
         dir::init_dir(tx, st, ino, parent)
     })
 }
 
 /// Make a symbolic link.
-pub(crate) fn symlink(fs: &FsInner, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Arc<Inode>> {
+pub(crate) fn symlink(
+    fs: &FsInner,
+    parent: Ino,
+    name: &[u8],
+    target: &[u8],
+    uid: u32,
+    gid: u32,
+) -> FsResult<Arc<Inode>> {
     if target.is_empty() || target.len() >= cjfs_blockdev::BLOCK_SIZE {
         return Err(FsError::NameTooLong(format!("symlink target of {} bytes", target.len())));
     }
-    make_node(fs, parent, name, S_IFLNK | 0o777, uid, gid, 24, |tx, ino, st| {
+    make_node(fs, parent, name, S_IFLNK | 0o777, (uid, gid), 24, |tx, ino, st| {
         st.d.links_count = 1;
         st.d.size = target.len() as u64;
         if target.len() < 60 {
@@ -153,7 +176,12 @@ pub(crate) fn symlink(fs: &FsInner, parent: Ino, name: &[u8], target: &[u8], uid
         extent_tree::init_root(&mut st.d.block);
         let goal = crate::alloc::inode_goal(tx.fs, ino);
         let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-        let d = extent_tree::insert(&mut st.d.block, tx, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
+        let d = extent_tree::insert(
+            &mut st.d.block,
+            tx,
+            Mapping { lblk: 0, pblk, len: 1, unwritten: false },
+            goal,
+        )?;
         let buf = tx.fs.cache.get_new(pblk);
         tx.h.get_create_access(&buf)?;
         buf.write()[..target.len()].copy_from_slice(target);
@@ -248,7 +276,8 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     }
     let pnode = fs.inodes.get(fs, parent)?;
     let mut ps = dir_guard(&pnode)?;
-    let slot = dir::lookup(fs, &mut ps, name)?.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let slot = dir::lookup(fs, &mut ps, name)?
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
     let node = fs.inodes.get(fs, slot.ino)?;
     let mut st = node.state.write();
     let is_dir = st.d.is_dir();
@@ -312,7 +341,14 @@ fn is_ancestor(fs: &FsInner, anc: Ino, mut ino: Ino) -> FsResult<bool> {
 }
 
 /// Rename `parent/name` to `newparent/newname`.
-pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+pub(crate) fn rename(
+    fs: &FsInner,
+    parent: Ino,
+    name: &[u8],
+    newparent: Ino,
+    newname: &[u8],
+    flags: RenameFlags,
+) -> FsResult<()> {
     dir::check_name(newname)?;
     if name == b"." || name == b".." {
         return Err(FsError::Invalid("cannot rename '.' or '..'".into()));
@@ -325,7 +361,9 @@ pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, new
     let p2 = fs.inodes.get(fs, newparent)?;
     let same = parent == newparent;
     // Parents: ancestor first, else lower inode number first.
-    let p2_first = !same && (is_ancestor(fs, newparent, parent)? || (!is_ancestor(fs, parent, newparent)? && newparent < parent));
+    let p2_first = !same
+        && (is_ancestor(fs, newparent, parent)?
+            || (!is_ancestor(fs, parent, newparent)? && newparent < parent));
     let (mut g1, mut g2) = if same {
         (dir_guard(&p1)?, None)
     } else if p2_first {
@@ -337,7 +375,8 @@ pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, new
         let b = dir_guard(&p2)?;
         (a, Some(b))
     };
-    let src = dir::lookup(fs, &mut g1, name)?.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let src = dir::lookup(fs, &mut g1, name)?
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
     let dst = match g2.as_mut() {
         Some(g) => dir::lookup(fs, g, newname)?,
         None => dir::lookup(fs, &mut g1, newname)?,
@@ -348,18 +387,22 @@ pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, new
     if dst.is_none() && flags.exchange {
         return Err(FsError::NotFound(String::from_utf8_lossy(newname).into_owned()));
     }
-    if let Some(d) = dst {
-        if d.ino == src.ino {
-            // Both names are links to one inode: POSIX says do nothing.
-            return Ok(());
-        }
+    if let Some(d) = dst
+        && d.ino == src.ino
+    {
+        // Both names are links to one inode: POSIX says do nothing.
+        return Ok(());
     }
     let src_is_dir = src.ftype == crate::ondisk::dirent::FT_DIR;
     // A directory may not move into its own subtree.
     if src_is_dir && !same && is_ancestor(fs, src.ino, newparent)? {
         return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
     }
-    if flags.exchange && dst.is_some_and(|d| d.ftype == crate::ondisk::dirent::FT_DIR) && !same && is_ancestor(fs, dst.map(|d| d.ino).unwrap_or(0), parent)? {
+    if flags.exchange
+        && dst.is_some_and(|d| d.ftype == crate::ondisk::dirent::FT_DIR)
+        && !same
+        && is_ancestor(fs, dst.map(|d| d.ino).unwrap_or(0), parent)?
+    {
         return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
     }
     // Children in inode order.
@@ -416,15 +459,15 @@ pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, new
             if d_is_dir {
                 dir::set_entry(&mut tx, dgs, b"..", parent, crate::ondisk::dirent::FT_DIR)?;
             }
-            if let Some(g) = g2.as_mut() {
-                if src_is_dir != d_is_dir {
-                    if src_is_dir {
-                        g.d.links_count += 1;
-                        g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
-                    } else {
-                        g1.d.links_count += 1;
-                        g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
-                    }
+            if let Some(g) = g2.as_mut()
+                && src_is_dir != d_is_dir
+            {
+                if src_is_dir {
+                    g.d.links_count += 1;
+                    g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
+                } else {
+                    g1.d.links_count += 1;
+                    g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
                 }
             }
         }
@@ -496,6 +539,3 @@ pub(crate) fn rename(fs: &FsInner, parent: Ino, name: &[u8], newparent: Ino, new
     sg.datasync_tid = tid;
     Ok(())
 }
-
-/// The slot type is used by callers that look names up.
-pub(crate) type Slot = DirSlot;

@@ -10,7 +10,9 @@ use crate::fs::Fs;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::inode::EXT4_JOURNAL_DATA_FL;
 use crate::tx::Tx;
-use crate::types::{Attr, DirEntry, FallocMode, FileType, Ino, RenameFlags, ROOT_INO, SetAttr, StatFs, Timestamp};
+use crate::types::{
+    Attr, DirEntry, FallocMode, FileType, Ino, ROOT_INO, RenameFlags, SetAttr, StatFs, Timestamp,
+};
 use crate::xattr::{self, XattrFlags};
 
 fn attr_of(fs: &crate::fs::FsInner, ino: Ino, st: &InodeState) -> Attr {
@@ -97,7 +99,10 @@ impl Fs {
 
     fn parent_of(&self, ino: Ino) -> FsResult<Ino> {
         let ents = self.readdir(ino, 0, 2)?;
-        ents.iter().find(|e| e.name == b"..").map(|e| e.ino).ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no '..'")))
+        ents.iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.ino)
+            .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no '..'")))
     }
 
     /// Attributes of `ino`.
@@ -121,7 +126,13 @@ impl Fs {
             }
             crate::file::truncate(&self.inner, ino, &mut st, size)?;
         }
-        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some() {
+        if set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || set.atime.is_some()
+            || set.mtime.is_some()
+            || set.ctime.is_some()
+        {
             let mut tx = Tx::start(&self.inner, 4)?;
             if let Some(m) = set.mode {
                 st.d.mode = (st.d.mode & 0o170000) | (m as u16 & 0o7777);
@@ -151,7 +162,15 @@ impl Fs {
     }
 
     /// Create a file of any non-directory, non-symlink type (fifo, socket, device, regular).
-    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> FsResult<Attr> {
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
         self.check_rw()?;
         let node = crate::namei::mknod(&self.inner, parent, name, mode, rdev, uid, gid)?;
         let st = node.state.read();
@@ -202,7 +221,14 @@ impl Fs {
     }
 
     /// Rename (with RENAME_NOREPLACE / RENAME_EXCHANGE semantics via `flags`).
-    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         self.check_rw()?;
         crate::namei::rename(&self.inner, parent, name, newparent, newname, flags)
     }

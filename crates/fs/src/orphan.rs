@@ -89,10 +89,11 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     if st.freed {
         return Ok(());
     }
-    if st.d.is_reg() || st.d.is_dir() || (st.d.is_symlink() && !crate::namei::is_fast_symlink(st)) {
-        if st.d.size > 0 && (st.d.is_reg()) {
-            crate::file::truncate(fs, node.ino, st, 0)?;
-        }
+    if (st.d.is_reg() || st.d.is_dir() || (st.d.is_symlink() && !crate::namei::is_fast_symlink(st)))
+        && st.d.size > 0
+        && (st.d.is_reg())
+    {
+        crate::file::truncate(fs, node.ino, st, 0)?;
     }
     let mut tx = Tx::start(fs, 32)?;
     crate::file::free_all(&mut tx, st)?;

@@ -48,12 +48,19 @@ pub(crate) fn get(fs: &FsInner, st: &InodeState, name: &[u8]) -> FsResult<Vec<u8
 }
 
 /// Set (or with `value = None` remove) an attribute.
-pub(crate) fn set(fs: &FsInner, ino: Ino, st: &mut InodeState, name: &[u8], value: Option<&[u8]>, flags: XattrFlags) -> FsResult<()> {
+pub(crate) fn set(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    name: &[u8],
+    value: Option<&[u8]>,
+    flags: XattrFlags,
+) -> FsResult<()> {
     x::split_name(name)?;
-    if let Some(v) = value {
-        if v.len() > BLOCK_SIZE - 64 {
-            return Err(FsError::Range(format!("xattr value of {} bytes is too large", v.len())));
-        }
+    if let Some(v) = value
+        && v.len() > BLOCK_SIZE - 64
+    {
+        return Err(FsError::Range(format!("xattr value of {} bytes is too large", v.len())));
     }
     let mut list = list_all(fs, st)?;
     let pos = list.iter().position(|(n, _)| n == name);
@@ -80,11 +87,10 @@ pub(crate) fn set(fs: &FsInner, ino: Ino, st: &mut InodeState, name: &[u8], valu
 
 fn write_all(tx: &mut Tx<'_>, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
     let area_len = st.d.xattr_area().len();
-    let (ibody, block_list) = x::layout(list, area_len, BLOCK_SIZE)
-        .map_err(|e| match e {
-            FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
-            e => e,
-        })?;
+    let (ibody, block_list) = x::layout(list, area_len, BLOCK_SIZE).map_err(|e| match e {
+        FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
+        e => e,
+    })?;
     st.d.set_xattr_area(&ibody)?;
     if block_list.is_empty() {
         free_block(tx, st)?;
@@ -93,7 +99,12 @@ fn write_all(tx: &mut Tx<'_>, st: &mut InodeState, list: &XattrList) -> FsResult
     let img = x::build_block(&block_list, 1, BLOCK_SIZE)?;
     let shared = if st.d.file_acl != 0 {
         let b = tx.fs.cache.read(st.d.file_acl)?;
-        let r = u32::from_le_bytes([b.read()[H_REFCOUNT], b.read()[H_REFCOUNT + 1], b.read()[H_REFCOUNT + 2], b.read()[H_REFCOUNT + 3]]);
+        let r = u32::from_le_bytes([
+            b.read()[H_REFCOUNT],
+            b.read()[H_REFCOUNT + 1],
+            b.read()[H_REFCOUNT + 2],
+            b.read()[H_REFCOUNT + 3],
+        ]);
         r > 1
     } else {
         false

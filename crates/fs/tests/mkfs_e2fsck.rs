@@ -38,11 +38,7 @@ fn e2fsck_clean(img: &Path) -> bool {
         println!("SKIP: e2fsck not found; install e2fsprogs to check the image");
         return false;
     };
-    let out = Command::new(e2fsck)
-        .arg("-fn")
-        .arg(img)
-        .output()
-        .expect("run e2fsck");
+    let out = Command::new(e2fsck).arg("-fn").arg(img).output().expect("run e2fsck");
     assert!(
         out.status.success(),
         "e2fsck -fn {} exited with {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -59,25 +55,14 @@ fn dumpe2fs_h(img: &Path) -> Option<String> {
         println!("SKIP: dumpe2fs not found");
         return None;
     };
-    let out = Command::new(d)
-        .arg("-h")
-        .arg(img)
-        .output()
-        .expect("run dumpe2fs");
-    assert!(
-        out.status.success(),
-        "dumpe2fs failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(d).arg("-h").arg(img).output().expect("run dumpe2fs");
+    assert!(out.status.success(), "dumpe2fs failed: {}", String::from_utf8_lossy(&out.stderr));
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn field<'a>(dump: &'a str, name: &str) -> &'a str {
     dump.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)
-                .map(|r| r.trim_start_matches(':').trim())
-        })
+        .find_map(|l| l.strip_prefix(name).map(|r| r.trim_start_matches(':').trim()))
         .unwrap_or_else(|| panic!("dumpe2fs has no {name:?} line:\n{dump}"))
 }
 
@@ -108,26 +93,12 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
         let g = g as u32;
         let bb = dev.read_block(d.block_bitmap).unwrap();
         let n = sb.group_block_count(g) as usize;
-        assert_eq!(
-            bitmap::count_zero(&bb[..], n) as u32,
-            d.free_blocks_count,
-            "group {g}"
-        );
-        assert!(
-            bitmap::padding_ok(&bb[..], n),
-            "block bitmap padding of group {g}"
-        );
+        assert_eq!(bitmap::count_zero(&bb[..], n) as u32, d.free_blocks_count, "group {g}");
+        assert!(bitmap::padding_ok(&bb[..], n), "block bitmap padding of group {g}");
         let ib = dev.read_block(d.inode_bitmap).unwrap();
         let ipg = sb.inodes_per_group as usize;
-        assert_eq!(
-            bitmap::count_zero(&ib[..], ipg) as u32,
-            d.free_inodes_count,
-            "group {g}"
-        );
-        assert!(
-            bitmap::padding_ok(&ib[..], ipg),
-            "inode bitmap padding of group {g}"
-        );
+        assert_eq!(bitmap::count_zero(&ib[..], ipg) as u32, d.free_inodes_count, "group {g}");
+        assert!(bitmap::padding_ok(&ib[..], ipg), "inode bitmap padding of group {g}");
         free_b += d.free_blocks_count as u64;
         free_i += d.free_inodes_count as u64;
     }
@@ -136,9 +107,7 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
 
     let read_inode = |ino: u32| {
         let (g, blk, off) = sb.inode_position(ino);
-        let b = dev
-            .read_block(r.groups[g as usize].inode_table + blk as u64)
-            .unwrap();
+        let b = dev.read_block(r.groups[g as usize].inode_table + blk as u64).unwrap();
         Inode::decode(&b[off..off + sb.inode_size()]).unwrap()
     };
     let root = read_inode(ROOT_INO);
@@ -147,13 +116,8 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
     let node = ExtentNode::decode(&root.block).unwrap();
     let ext = node.extents().unwrap()[0];
     let blk = dev.read_block(ext.start).unwrap();
-    let names: Vec<Vec<u8>> = dirent::iter(&blk[..])
-        .map(|e| e.unwrap().name.to_vec())
-        .collect();
-    assert_eq!(
-        names,
-        vec![b".".to_vec(), b"..".to_vec(), b"lost+found".to_vec()]
-    );
+    let names: Vec<Vec<u8>> = dirent::iter(&blk[..]).map(|e| e.unwrap().name.to_vec()).collect();
+    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"lost+found".to_vec()]);
 
     let j = read_inode(JOURNAL_INO);
     assert_eq!(j.size, r.journal_blocks as u64 * 4096);
@@ -166,10 +130,7 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
 fn mkfs_64mib_e2fsck_clean() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("fs.img");
-    let opts = MkfsOptions {
-        label: "cjfs-test".into(),
-        ..Default::default()
-    };
+    let opts = MkfsOptions { label: "cjfs-test".into(), ..Default::default() };
     let r = make(&img, 64 << 20, &opts);
     assert_eq!(r.block_count, 16384);
     assert_eq!(r.group_count, 1);
@@ -222,11 +183,7 @@ fn mkfs_without_64bit_and_odd_size() {
     let img = dir.path().join("fs.img");
     // 5 groups and a bit: the last group is short but kept
     let bytes = (4 * 32768 + 20000) * 4096u64;
-    let opts = MkfsOptions {
-        sixty_four_bit: false,
-        flex_bg_size: 2,
-        ..Default::default()
-    };
+    let opts = MkfsOptions { sixty_four_bit: false, flex_bg_size: 2, ..Default::default() };
     let r = make(&img, bytes, &opts);
     assert_eq!(r.group_count, 5);
     assert_eq!(r.block_count, 4 * 32768 + 20000);
@@ -254,11 +211,7 @@ fn mkfs_big_journal_needs_an_index_block() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("fs.img");
     // 2 GiB, journal of 200000 blocks: 7 extents of at most 32768 blocks -> depth 1
-    let opts = MkfsOptions {
-        journal_blocks: Some(200_000),
-        assume_zeroed: true,
-        ..Default::default()
-    };
+    let opts = MkfsOptions { journal_blocks: Some(200_000), assume_zeroed: true, ..Default::default() };
     let r = make(&img, 2 << 30, &opts);
     assert!(r.journal_index_block.is_some(), "{:?}", r.journal_runs);
     let total: u64 = r.journal_runs.iter().map(|&(_, n)| n).sum();
@@ -275,14 +228,7 @@ fn mkfs_big_journal_needs_an_index_block() {
 fn mkfs_minimum_size_and_refusals() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("fs.img");
-    let r = make(
-        &img,
-        16 << 20,
-        &MkfsOptions {
-            flex_bg_size: 1,
-            ..Default::default()
-        },
-    );
+    let r = make(&img, 16 << 20, &MkfsOptions { flex_bg_size: 1, ..Default::default() });
     assert_eq!(r.block_count, 4096);
     e2fsck_clean(&img);
 
@@ -292,31 +238,18 @@ fn mkfs_minimum_size_and_refusals() {
         other => panic!("expected Invalid, got {other:?}"),
     }
     let dev = EmulatedSsd::ram(8192);
-    let bad = MkfsOptions {
-        label: "x".repeat(17),
-        ..Default::default()
-    };
+    let bad = MkfsOptions { label: "x".repeat(17), ..Default::default() };
     assert!(matches!(mkfs(&dev, &bad), Err(FsError::Invalid(_))));
-    let bad = MkfsOptions {
-        flex_bg_size: 3,
-        ..Default::default()
-    };
+    let bad = MkfsOptions { flex_bg_size: 3, ..Default::default() };
     assert!(matches!(mkfs(&dev, &bad), Err(FsError::Invalid(_))));
-    let bad = MkfsOptions {
-        journal_blocks: Some(5000),
-        ..Default::default()
-    };
+    let bad = MkfsOptions { journal_blocks: Some(5000), ..Default::default() };
     assert!(matches!(mkfs(&dev, &bad), Err(FsError::Invalid(_))));
 }
 
 #[test]
 fn mkfs_on_emulated_device_reads_back() {
     let dev = EmulatedSsd::ram(100_000);
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        uuid: Some([7; 16]),
-        ..Default::default()
-    };
+    let opts = MkfsOptions { assume_zeroed: true, uuid: Some([7; 16]), ..Default::default() };
     let r = mkfs(&dev, &opts).unwrap();
     let (sb, descs) = read_layout(&dev).unwrap();
     assert_eq!(sb.uuid, [7; 16]);
@@ -329,10 +262,7 @@ fn read_layout_rejects_garbage() {
     let dev = EmulatedSsd::ram(8192);
     match read_layout(&dev) {
         Err(FsError::Corrupt(m)) => {
-            assert!(
-                m.contains("not an ext2/3/4 file system: bad magic 0x0000"),
-                "{m}"
-            )
+            assert!(m.contains("not an ext2/3/4 file system: bad magic 0x0000"), "{m}")
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }

@@ -138,19 +138,13 @@ fn valid_xattr_block() -> Vec<u8> {
     let attrs = vec![
         (b"user.a".to_vec(), b"1".to_vec()),
         (b"security.selinux".to_vec(), b"system_u:object_r".to_vec()),
-        (
-            b"system.posix_acl_access".to_vec(),
-            vec![2, 0, 0, 0, 1, 0, 6, 0],
-        ),
+        (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 1, 0, 6, 0]),
     ];
     xattr::build_block(&attrs, 1, 4096).unwrap()
 }
 
 fn valid_ibody() -> Vec<u8> {
-    let attrs = vec![
-        (b"user.x".to_vec(), b"hello".to_vec()),
-        (b"trusted.y".to_vec(), vec![]),
-    ];
+    let attrs = vec![(b"user.x".to_vec(), b"hello".to_vec()), (b"trusted.y".to_vec(), vec![])];
     xattr::build_ibody(&attrs, 96).unwrap()
 }
 

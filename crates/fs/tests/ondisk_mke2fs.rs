@@ -43,23 +43,10 @@ fn mke2fs(img: &Path, size_mib: u64, block_size: u32, features: &str) -> Option<
         return None;
     };
     let out = run(Command::new(mke2fs)
-        .args([
-            "-q",
-            "-F",
-            "-t",
-            "ext4",
-            "-b",
-            &block_size.to_string(),
-            "-O",
-            features,
-        ])
+        .args(["-q", "-F", "-t", "ext4", "-b", &block_size.to_string(), "-O", features])
         .arg(img)
         .arg(format!("{size_mib}M")));
-    assert!(
-        out.status.success(),
-        "mke2fs failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "mke2fs failed: {}", String::from_utf8_lossy(&out.stderr));
     Some(())
 }
 
@@ -71,16 +58,8 @@ fn debugfs(img: &Path, cmds: &str) -> Option<()> {
     };
     let cmdfile = img.with_extension("cmds");
     std::fs::write(&cmdfile, cmds).unwrap();
-    let out = run(Command::new(debugfs)
-        .arg("-w")
-        .arg("-f")
-        .arg(&cmdfile)
-        .arg(img));
-    assert!(
-        out.status.success(),
-        "debugfs failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(Command::new(debugfs).arg("-w").arg("-f").arg(&cmdfile).arg(img));
+    assert!(out.status.success(), "debugfs failed: {}", String::from_utf8_lossy(&out.stderr));
     Some(())
 }
 
@@ -93,21 +72,11 @@ struct Img {
 
 impl Img {
     fn open(path: &Path) -> Img {
-        let dev = FileDevice::open(
-            path,
-            FileDeviceOptions {
-                direct: false,
-                read_only: true,
-                create_size: None,
-            },
-        )
-        .unwrap();
+        let dev =
+            FileDevice::open(path, FileDeviceOptions { direct: false, read_only: true, create_size: None })
+                .unwrap();
         let (sb, descs) = read_layout(&dev).expect("read_layout");
-        Img {
-            file: File::open(path).unwrap(),
-            sb,
-            descs,
-        }
+        Img { file: File::open(path).unwrap(), sb, descs }
     }
 
     fn block(&self, n: u64) -> Vec<u8> {
@@ -166,10 +135,7 @@ impl Img {
 
     fn dir_blocks(&self, ino: u32) -> Vec<Vec<u8>> {
         let (inode, _) = self.inode(ino);
-        self.mapping(&inode)
-            .into_iter()
-            .map(|(_, p)| self.block(p))
-            .collect()
+        self.mapping(&inode).into_iter().map(|(_, p)| self.block(p)).collect()
     }
 
     /// Linear lookup of `name` in directory `dir`.
@@ -185,9 +151,7 @@ impl Img {
     fn path(&self, path: &str) -> u32 {
         let mut ino = ROOT_INO;
         for c in path.split('/').filter(|c| !c.is_empty()) {
-            ino = self
-                .lookup(ino, c.as_bytes())
-                .unwrap_or_else(|| panic!("{path}: no {c}"));
+            ino = self.lookup(ino, c.as_bytes()).unwrap_or_else(|| panic!("{path}: no {c}"));
         }
         ino
     }
@@ -216,6 +180,14 @@ fn ondisk_round_trip_against_mke2fs_image() {
             f.write_all(&buf).unwrap();
         }
     }
+    // a sparse file of 30 one-block extents: a depth-1 extent tree
+    let sparse = dir.path().join("sparse");
+    {
+        let f = File::create(&sparse).unwrap();
+        for i in 0..30u64 {
+            f.write_all_at(&[b'x'; 4096], i * 8 * 4096).unwrap();
+        }
+    }
     let val = dir.path().join("val");
     std::fs::write(&val, vec![b'v'; 2000]).unwrap();
     let long_target = "t".repeat(100);
@@ -223,6 +195,7 @@ fn ondisk_round_trip_against_mke2fs_image() {
         "mkdir /dir\n\
          write {small} /dir/small\n\
          write {big} /big\n\
+         write {sparse} /sparse\n\
          symlink /dir/fast /target\n\
          symlink /dir/slow /{long_target}\n\
          cd /dir\n\
@@ -236,6 +209,7 @@ fn ondisk_round_trip_against_mke2fs_image() {
         small = small.display(),
         big = big.display(),
         val = val.display(),
+        sparse = sparse.display(),
     );
     if debugfs(&img, &cmds).is_none() {
         return;
@@ -268,19 +242,11 @@ fn ondisk_round_trip_against_mke2fs_image() {
         assert_eq!(d.flags & BG_BLOCK_UNINIT, 0);
         let bb = fs.block(d.block_bitmap);
         let n = sb.group_block_count(g as u32) as usize;
-        assert_eq!(
-            bitmap::count_zero(&bb, n) as u32,
-            d.free_blocks_count,
-            "group {g}"
-        );
+        assert_eq!(bitmap::count_zero(&bb, n) as u32, d.free_blocks_count, "group {g}");
         assert!(bitmap::padding_ok(&bb, n));
         let ib = fs.block(d.inode_bitmap);
         let ipg = sb.inodes_per_group as usize;
-        assert_eq!(
-            bitmap::count_zero(&ib, ipg) as u32,
-            d.free_inodes_count,
-            "group {g}"
-        );
+        assert_eq!(bitmap::count_zero(&ib, ipg) as u32, d.free_inodes_count, "group {g}");
         assert!(bitmap::padding_ok(&ib, ipg));
         // every used inode of the group round-trips exactly
         let mut i = 0;
@@ -309,10 +275,7 @@ fn ondisk_round_trip_against_mke2fs_image() {
         }
     }
     seen.sort();
-    assert_eq!(
-        seen,
-        vec![".", "..", "cdev", "fast", "fifo", "slow", "small"]
-    );
+    assert_eq!(seen, vec![".", "..", "cdev", "fast", "fifo", "slow", "small"]);
 
     // symlinks: fast in i_block, slow in a block
     let (fast, _) = fs.inode(fs.path("/dir/fast"));
@@ -321,10 +284,7 @@ fn ondisk_round_trip_against_mke2fs_image() {
     let (slow, _) = fs.inode(fs.path("/dir/slow"));
     let m = fs.mapping(&slow);
     let data = fs.block(m[0].1);
-    assert_eq!(
-        &data[..slow.size as usize],
-        format!("/{long_target}").as_bytes()
-    );
+    assert_eq!(&data[..slow.size as usize], format!("/{long_target}").as_bytes());
 
     // device number
     let (cdev, _) = fs.inode(fs.path("/dir/cdev"));
@@ -334,19 +294,21 @@ fn ondisk_round_trip_against_mke2fs_image() {
     // the big file's extents map its contents
     let (bigi, _) = fs.inode(fs.path("/big"));
     assert_eq!(bigi.size, 6 << 20);
-    assert_eq!(
-        bigi.blocks_512(sb.has_huge_file(), 4096),
-        (6 << 20) / 512 + 8
-    ); // + xattr block
+    assert_eq!(bigi.blocks_512(sb.has_huge_file(), 4096), (6 << 20) / 512 + 8); // + xattr block
     let m = fs.mapping(&bigi);
     assert_eq!(m.len(), 1536);
     let want = std::fs::read(&big).unwrap();
     for &(l, p) in m.iter().step_by(97) {
-        assert_eq!(
-            fs.block(p),
-            want[l as usize * 4096..(l as usize + 1) * 4096]
-        );
+        assert_eq!(fs.block(p), want[l as usize * 4096..(l as usize + 1) * 4096]);
     }
+
+    // a depth-1 extent tree; its leaf block round-trips byte for byte in `mapping`
+    let (spi, _) = fs.inode(fs.path("/sparse"));
+    let root = ExtentNode::decode(&spi.block).unwrap();
+    assert_eq!(root.depth, 1);
+    let m = fs.mapping(&spi);
+    let logical: Vec<u32> = m.iter().map(|&(l, _)| l).collect();
+    assert_eq!(logical, (0..30).map(|i| i * 8).collect::<Vec<u32>>());
 
     // in-inode xattrs
     let (smalli, sraw) = fs.inode(fs.path("/dir/small"));
@@ -356,10 +318,7 @@ fn ondisk_round_trip_against_mke2fs_image() {
     attrs.sort();
     assert_eq!(
         attrs,
-        vec![
-            (b"security.x".to_vec(), b"12345".to_vec()),
-            (b"user.foo".to_vec(), b"bar".to_vec())
-        ]
+        vec![(b"security.x".to_vec(), b"12345".to_vec()), (b"user.foo".to_vec(), b"bar".to_vec())]
     );
     let rebuilt = xattr::build_ibody(&attrs, area.len()).unwrap();
     let mut again = xattr::parse_ibody(&rebuilt).unwrap();
@@ -379,42 +338,22 @@ fn ondisk_round_trip_against_mke2fs_image() {
     let mut all: Vec<(Vec<u8>, Vec<u8>)> = battrs.clone();
     all.extend(xattr::parse_ibody(bigi.xattr_area()).unwrap());
     all.sort();
-    assert_eq!(
-        all,
-        vec![
-            (b"trusted.t".to_vec(), b"tt".to_vec()),
-            (b"user.big".to_vec(), vec![b'v'; 2000])
-        ]
-    );
+    assert_eq!(all, vec![(b"trusted.t".to_vec(), b"tt".to_vec()), (b"user.big".to_vec(), vec![b'v'; 2000])]);
     for e in &xb.entries {
-        assert_eq!(
-            e.hash,
-            xattr::entry_hash(&e.name, &e.value),
-            "entry hash of {:?}",
-            e.name
-        );
+        assert_eq!(e.hash, xattr::entry_hash(&e.name, &e.value), "entry hash of {:?}", e.name);
     }
     // e2fsprogs leaves h_hash 0; the kernel computes it
     let bh = xattr::block_hash(xb.entries.iter().map(|e| e.hash));
-    assert!(
-        xb.hash == 0 || xb.hash == bh,
-        "h_hash {:#x} vs {bh:#x}",
-        xb.hash
-    );
+    assert!(xb.hash == 0 || xb.hash == bh, "h_hash {:#x} vs {bh:#x}", xb.hash);
     // our block for the same list parses back to the same attributes
     let ours = xattr::build_block(&battrs, 1, 4096).unwrap();
     let mut back = xattr::parse_block(&ours).unwrap();
     back.sort();
     assert_eq!(back, battrs);
-    if xb.entries.len() == battrs.len() && xattr::parse_ibody(bigi.xattr_area()).unwrap().is_empty()
-    {
+    if xb.entries.len() == battrs.len() && xattr::parse_ibody(bigi.xattr_area()).unwrap().is_empty() {
         let mut theirs = xb_raw.clone();
-        theirs[xattr::H_HASH..xattr::H_HASH + 4]
-            .copy_from_slice(&ours[xattr::H_HASH..xattr::H_HASH + 4]);
-        assert_eq!(
-            ours, theirs,
-            "same attributes give the same block as e2fsprogs"
-        );
+        theirs[xattr::H_HASH..xattr::H_HASH + 4].copy_from_slice(&ours[xattr::H_HASH..xattr::H_HASH + 4]);
+        assert_eq!(ours, theirs, "same attributes give the same block as e2fsprogs");
     }
 }
 
@@ -444,11 +383,7 @@ fn ondisk_uninit_bg_checksums() {
             uninit += 1;
             let bm = bitmap::uninit_block_bitmap(sb, d, g);
             let n = sb.group_block_count(g) as usize;
-            assert_eq!(
-                bitmap::count_zero(&bm, n) as u32,
-                d.free_blocks_count,
-                "group {g}"
-            );
+            assert_eq!(bitmap::count_zero(&bm, n) as u32, d.free_blocks_count, "group {g}");
         }
     }
     assert!(uninit > 0, "mke2fs left no BLOCK_UNINIT group");
@@ -465,10 +400,7 @@ fn ondisk_refuses_unsupported_images() {
     let sb = Superblock::decode(&b[1024..2048]).unwrap();
     let e = features::check_supported(&sb).unwrap_err();
     assert!(matches!(e, FsError::Incompatible(_)));
-    assert!(
-        e.to_string().contains("unsupported ext4 feature(s): "),
-        "{e}"
-    );
+    assert!(e.to_string().contains("unsupported ext4 feature(s): "), "{e}");
     assert!(e.to_string().contains("metadata_csum"), "{e}");
 
     let img = dir.path().join("1k.img");
@@ -476,10 +408,7 @@ fn ondisk_refuses_unsupported_images() {
     let b = std::fs::read(&img).unwrap();
     let sb = Superblock::decode(&b[1024..2048]).unwrap();
     let e = features::check_supported(&sb).unwrap_err().to_string();
-    assert!(
-        e.contains("block size 1024 (only 4096 is supported)"),
-        "{e}"
-    );
+    assert!(e.contains("block size 1024 (only 4096 is supported)"), "{e}");
 }
 
 /// Find `name` in an indexed directory through the htree, following collision chains.
@@ -524,10 +453,7 @@ fn indexed_dir_test(count: usize, name_of: impl Fn(usize) -> String, want_levels
     let fs = Img::open(&img);
     let d = fs.path("/d");
     let (dino, _) = fs.inode(d);
-    assert!(
-        dino.flags & EXT4_INDEX_FL != 0,
-        "e2fsck -D did not index /d"
-    );
+    assert!(dino.flags & EXT4_INDEX_FL != 0, "e2fsck -D did not index /d");
     let m = fs.mapping(&dino);
     let mut blocks = vec![Vec::new(); m.len()];
     for (l, p) in m {
@@ -540,16 +466,23 @@ fn indexed_dir_test(count: usize, name_of: impl Fn(usize) -> String, want_levels
     let mut enc = blocks[0].clone();
     root.encode_into(&mut enc);
     assert_eq!(enc, blocks[0]);
+    if want_levels == 1 {
+        for e in &root.entries {
+            let b = &blocks[e.block as usize];
+            let node = htree::DxNode::decode(b).unwrap();
+            let used = 8 + 8 * node.entries.len();
+            let mut enc = b.clone();
+            node.encode_into(&mut enc);
+            assert_eq!(enc[..used], b[..used], "dx_node round trip");
+            assert!(dirent::is_dx_node_block(b));
+        }
+    }
     for n in &names {
         let (leaf, ino) = htree_find(&fs, &blocks, &root, n.as_bytes())
             .unwrap_or_else(|| panic!("htree lookup did not find {n:?}"));
         assert_ne!(ino, 0);
         // the leaf really is a linear block holding it
-        assert!(
-            dirent::find(&blocks[leaf as usize], n.as_bytes())
-                .unwrap()
-                .is_some()
-        );
+        assert!(dirent::find(&blocks[leaf as usize], n.as_bytes()).unwrap().is_some());
     }
     assert!(htree_find(&fs, &blocks, &root, b"no-such-name").is_none());
 }
@@ -560,11 +493,7 @@ fn ondisk_htree_lookup_2000_names() {
     indexed_dir_test(
         2000,
         |i| {
-            if i % 7 == 0 {
-                format!("f{i:04}-\u{e9}t\u{e9}")
-            } else {
-                format!("f{i:04}")
-            }
+            if i % 7 == 0 { format!("f{i:04}-\u{e9}t\u{e9}") } else { format!("f{i:04}") }
         },
         0,
     );
@@ -591,18 +520,9 @@ fn try_mount(img: &Path, mnt: &Path) -> Option<Mounted> {
         println!("SKIP: not root, cannot loop-mount");
         return None;
     }
-    let out = Command::new("mount")
-        .arg("-o")
-        .arg("loop")
-        .arg(img)
-        .arg(mnt)
-        .output()
-        .ok()?;
+    let out = Command::new("mount").arg("-o").arg("loop").arg(img).arg(mnt).output().ok()?;
     if !out.status.success() {
-        println!(
-            "SKIP: mount -o loop failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        println!("SKIP: mount -o loop failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;
     }
     Some(Mounted(mnt.to_path_buf()))
@@ -636,15 +556,8 @@ fn ondisk_kernel_writes_on_cjfs_mkfs() {
     let Some(m) = try_mount(&img, &mnt) else {
         return;
     };
-    let names: Vec<String> = (0..3000)
-        .map(|i| {
-            if i % 5 == 0 {
-                format!("k{i}-\u{fc}ber")
-            } else {
-                format!("k{i}")
-            }
-        })
-        .collect();
+    let names: Vec<String> =
+        (0..3000).map(|i| if i % 5 == 0 { format!("k{i}-\u{fc}ber") } else { format!("k{i}") }).collect();
     std::fs::create_dir(mnt.join("d")).unwrap();
     for n in &names {
         std::fs::write(mnt.join("d").join(n), n.as_bytes()).unwrap();
@@ -654,18 +567,12 @@ fn ondisk_kernel_writes_on_cjfs_mkfs() {
     // set an xattr with setfattr, or python3's os.setxattr (no unsafe FFI in tests)
     let set = |name: &str, value: &[u8]| {
         let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
-        let st = Command::new("setfattr")
-            .arg("-n")
-            .arg(name)
-            .arg("-v")
-            .arg(format!("0x{hex}"))
-            .arg(&f)
-            .output();
+        let st =
+            Command::new("setfattr").arg("-n").arg(name).arg("-v").arg(format!("0x{hex}")).arg(&f).output();
         if matches!(&st, Ok(o) if o.status.success()) {
             return true;
         }
-        let py =
-            format!("import os,sys; os.setxattr(sys.argv[1], {name:?}, bytes.fromhex({hex:?}))");
+        let py = format!("import os,sys; os.setxattr(sys.argv[1], {name:?}, bytes.fromhex({hex:?}))");
         let st = Command::new("python3").arg("-c").arg(py).arg(&f).output();
         matches!(st, Ok(o) if o.status.success())
     };
@@ -687,10 +594,7 @@ fn ondisk_kernel_writes_on_cjfs_mkfs() {
     let fs = Img::open(&img);
     let d = fs.path("/d");
     let (dino, _) = fs.inode(d);
-    assert!(
-        dino.flags & EXT4_INDEX_FL != 0,
-        "the kernel did not index /d"
-    );
+    assert!(dino.flags & EXT4_INDEX_FL != 0, "the kernel did not index /d");
     let mm = fs.mapping(&dino);
     let mut blocks = vec![Vec::new(); mm.len()];
     for (l, p) in mm {
@@ -711,19 +615,13 @@ fn ondisk_kernel_writes_on_cjfs_mkfs() {
             for e in &xb.entries {
                 assert_eq!(e.hash, xattr::entry_hash(&e.name, &e.value));
             }
-            assert_eq!(
-                xb.hash,
-                xattr::block_hash(xb.entries.iter().map(|e| e.hash))
-            );
+            assert_eq!(xb.hash, xattr::block_hash(xb.entries.iter().map(|e| e.hash)));
             all.extend(xb.attrs().unwrap());
         }
         all.sort();
         assert_eq!(
             all,
-            vec![
-                (b"user.large".to_vec(), vec![b'L'; 1500]),
-                (b"user.small".to_vec(), b"tiny".to_vec())
-            ]
+            vec![(b"user.large".to_vec(), vec![b'L'; 1500]), (b"user.small".to_vec(), b"tiny".to_vec())]
         );
     }
 }

@@ -280,8 +280,7 @@ impl BufferCache {
         let mut cands: Vec<(u64, u64)> = shard
             .iter()
             .filter(|(_, b)| {
-                Arc::strong_count(b) == 1
-                    && b.jstate.try_lock().map(|j| !j.pinned()).unwrap_or(false)
+                Arc::strong_count(b) == 1 && b.jstate.try_lock().map(|j| !j.pinned()).unwrap_or(false)
             })
             .map(|(k, b)| (b.last_used.load(Ordering::Relaxed), *k))
             .collect();

@@ -27,17 +27,15 @@ pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
             }
         }
         let pending = !j.checkpoint_list.lock().is_empty();
-        if pending {
-            if let Err(e) = checkpoint(&j, false) {
-                j.abort(format!("checkpoint failed: {e}"));
-                return;
-            }
+        if pending && let Err(e) = checkpoint(&j) {
+            j.abort(format!("checkpoint failed: {e}"));
+            return;
         }
     }
 }
 
 /// Checkpoint every durable transaction at the head of the log.
-pub(crate) fn checkpoint(j: &JournalInner, _all: bool) -> JResult<()> {
+pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
     let _g = j.checkpoint_lock.lock();
     let Some(upto) = j.log.lock().durable_prefix() else {
         return Ok(());
@@ -84,11 +82,7 @@ pub(crate) fn checkpoint(j: &JournalInner, _all: bool) -> JResult<()> {
     {
         let _sg = j.sb_write.lock();
         let (img, start) = j.log.lock().sb_image_after(upto);
-        j.dev.write_block(
-            j.area.map(0)?,
-            BlockBuf::from(img),
-            WriteTag::kind(BlockKind::JournalSuper),
-        )?;
+        j.dev.write_block(j.area.map(0)?, BlockBuf::from(img), WriteTag::kind(BlockKind::JournalSuper))?;
         flush(j)?;
         let mut l = j.log.lock();
         l.release_upto(upto);

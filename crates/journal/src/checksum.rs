@@ -81,11 +81,7 @@ const CRC32_BE_TABLE: [u32; 256] = {
         let mut crc = (i as u32) << 24;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 0x8000_0000 != 0 {
-                (crc << 1) ^ 0x04C1_1DB7
-            } else {
-                crc << 1
-            };
+            crc = if crc & 0x8000_0000 != 0 { (crc << 1) ^ 0x04C1_1DB7 } else { crc << 1 };
             bit += 1;
         }
         table[i] = crc;
@@ -161,10 +157,7 @@ mod tests {
         let mut buf = 5u32.to_be_bytes().to_vec();
         buf.extend_from_slice(&data);
         assert_eq!(block_tag_csum(seed, 5, &data), crc32c(seed, &buf));
-        assert_ne!(
-            block_tag_csum(seed, 5, &data),
-            block_tag_csum(seed, 6, &data)
-        );
+        assert_ne!(block_tag_csum(seed, 5, &data), block_tag_csum(seed, 6, &data));
     }
 
     #[test]

@@ -101,8 +101,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     let has_log = !versions.is_empty() || !revokes.is_empty();
     match j.config.kind {
         JournalKind::None => {
-            let home: Vec<(u64, BlockBuf)> =
-                versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
+            let home: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
             tickets.extend(submit_runs(j, home, WriteTag::tx(BlockKind::Metadata, tx.tid))?);
         }
         JournalKind::Jbd2 if has_log => {
@@ -113,14 +112,8 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         JournalKind::Jbd2 => {}
     }
     tx.set_state(TxState::Flushing);
-    let job = FlushJob {
-        tx: tx.clone(),
-        tickets,
-        commit,
-        versions,
-        had_data: !lists.ordered.is_empty(),
-        t_lock,
-    };
+    let job =
+        FlushJob { tx: tx.clone(), tickets, commit, versions, had_data: !lists.ordered.is_empty(), t_lock };
     j.flush_queue.lock().push_back(job);
     j.flush_cv.notify_all();
     if !j.config.dual_thread {
@@ -155,9 +148,7 @@ fn take_versions(
         out.push((b, v));
     }
     j.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
-    j.stats
-        .bytes_copied
-        .fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
+    j.stats.bytes_copied.fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
     Ok(out)
 }
 
@@ -281,7 +272,7 @@ fn reserve(j: &Arc<JournalInner>, tid: Tid, n: u64) -> JResult<u64> {
         if let Some(s) = j.log.lock().reserve(tid, n) {
             return Ok(s);
         }
-        crate::checkpoint::checkpoint(j, false)?;
+        crate::checkpoint::checkpoint(j)?;
         if let Some(s) = j.log.lock().reserve(tid, n) {
             return Ok(s);
         }

@@ -66,9 +66,7 @@ impl CommitBlock {
 
     /// A commit block for `sequence` stamped with the current wall-clock time.
     pub fn now(sequence: u32) -> Self {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Self::new(sequence, t.as_secs(), t.subsec_nanos())
     }
 

@@ -138,11 +138,7 @@ pub struct BlockHeader {
 impl BlockHeader {
     /// A header with the JBD2 magic.
     pub const fn new(blocktype: u32, sequence: u32) -> Self {
-        BlockHeader {
-            magic: JBD2_MAGIC,
-            blocktype,
-            sequence,
-        }
+        BlockHeader { magic: JBD2_MAGIC, blocktype, sequence }
     }
 
     /// Decode the first 12 bytes of `buf` (no validation beyond the length).
@@ -246,22 +242,12 @@ impl Tag {
     /// Verify the checksum of the logged copy `data` (as read from the log, still escaped) of
     /// a block of transaction `sequence`, like `jbd2_block_tag_csum_verify` (true without
     /// csum v2/v3).
-    pub fn verify(
-        &self,
-        data: &[u8],
-        sequence: u32,
-        features: &JournalFeatures,
-        seed: u32,
-    ) -> bool {
+    pub fn verify(&self, data: &[u8], sequence: u32, features: &JournalFeatures, seed: u32) -> bool {
         if !features.csum_v2or3() {
             return true;
         }
         let csum = block_tag_csum(seed, sequence, data);
-        if features.csum_v3() {
-            self.checksum == csum
-        } else {
-            self.checksum & 0xFFFF == csum & 0xFFFF
-        }
+        if features.csum_v3() { self.checksum == csum } else { self.checksum & 0xFFFF == csum & 0xFFFF }
     }
 }
 
@@ -269,20 +255,10 @@ impl Tag {
 /// first 4 bytes are the magic) and return its tag. The checksum covers the block as
 /// written to the log, i.e. after escaping, exactly as `jbd2_block_tag_csum_set` computes it
 /// over the escaped copy that `jbd2_journal_write_metadata_buffer` produced.
-pub fn make_tag(
-    home: u64,
-    data: &mut [u8],
-    sequence: u32,
-    features: &JournalFeatures,
-    seed: u32,
-) -> Tag {
+pub fn make_tag(home: u64, data: &mut [u8], sequence: u32, features: &JournalFeatures, seed: u32) -> Tag {
     let flags = if escape(data) { TAG_FLAG_ESCAPE } else { 0 };
     let checksum = tag_checksum(data, sequence, features, seed);
-    Tag {
-        blocknr: home,
-        flags,
-        checksum,
-    }
+    Tag { blocknr: home, flags, checksum }
 }
 
 /// The value to store in a tag's checksum field for the logged copy `data` (as written to
@@ -321,11 +297,7 @@ fn write_tag(block: &mut [u8], off: usize, tag: &Tag, flags: u16, features: &Jou
     if features.csum_v3() {
         wr_be32(block, off + TAG3_FLAGS_OFFSET, u32::from(flags));
         if features.has_64bit() {
-            wr_be32(
-                block,
-                off + TAG_BLOCKNR_HIGH_OFFSET,
-                (tag.blocknr >> 32) as u32,
-            );
+            wr_be32(block, off + TAG_BLOCKNR_HIGH_OFFSET, (tag.blocknr >> 32) as u32);
         }
         wr_be32(block, off + TAG3_CSUM_OFFSET, tag.checksum);
     } else {
@@ -334,11 +306,7 @@ fn write_tag(block: &mut [u8], off: usize, tag: &Tag, flags: u16, features: &Jou
         }
         wr_be16(block, off + TAG_FLAGS16_OFFSET, flags);
         if features.has_64bit() {
-            wr_be32(
-                block,
-                off + TAG_BLOCKNR_HIGH_OFFSET,
-                (tag.blocknr >> 32) as u32,
-            );
+            wr_be32(block, off + TAG_BLOCKNR_HIGH_OFFSET, (tag.blocknr >> 32) as u32);
         }
     }
 }
@@ -357,11 +325,7 @@ fn read_tag(block: &[u8], off: usize, features: &JournalFeatures) -> Tag {
     } else {
         0
     };
-    Tag {
-        blocknr,
-        flags,
-        checksum,
-    }
+    Tag { blocknr, flags, checksum }
 }
 
 /// The tags of a descriptor block, walked exactly as JBD2's `count_tags()` and replay loop
@@ -388,11 +352,7 @@ pub fn parse_tags(block: &[u8], features: &JournalFeatures) -> Vec<Tag> {
 
 /// Decode a descriptor block: checks the header (magic, descriptor block type) and, with
 /// csum v2/v3, the tail checksum, then returns its tags ([`parse_tags`]).
-pub fn parse_descriptor(
-    block: &[u8],
-    features: &JournalFeatures,
-    csum_seed: u32,
-) -> JResult<Vec<Tag>> {
+pub fn parse_descriptor(block: &[u8], features: &JournalFeatures, csum_seed: u32) -> JResult<Vec<Tag>> {
     check_block_len(block, "descriptor block")?;
     let h = BlockHeader::expect(block, "descriptor block", BLOCKTYPE_DESCRIPTOR, None)?;
     if !verify_block_tail(block, features, csum_seed) {
@@ -446,11 +406,7 @@ impl DescriptorBuilder {
     pub fn max_tags(features: &JournalFeatures) -> usize {
         let room = BLOCK_SIZE - HEADER_SIZE - features.tail_size();
         let tb = features.tag_bytes();
-        if room < tb + TAG_UUID_SIZE {
-            0
-        } else {
-            1 + (room - tb - TAG_UUID_SIZE) / tb
-        }
+        if room < tb + TAG_UUID_SIZE { 0 } else { 1 + (room - tb - TAG_UUID_SIZE) / tb }
     }
 
     /// Number of tags pushed.
@@ -571,11 +527,7 @@ mod tests {
         let mut b = DescriptorBuilder::new(9, f, UUID);
         let mut pushed = Vec::new();
         for i in 0..5u64 {
-            let home = if f.has_64bit() {
-                (7u64 << 32) + i * 3
-            } else {
-                1000 + i * 3
-            };
+            let home = if f.has_64bit() { (7u64 << 32) + i * 3 } else { 1000 + i * 3 };
             let mut data = vec![i as u8; BLOCK_SIZE];
             if i == 2 {
                 data[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
@@ -613,17 +565,10 @@ mod tests {
     fn csum3_tag_layout() {
         let f = JournalFeatures::cjfs(true);
         let mut b = DescriptorBuilder::new(3, f, UUID);
-        assert!(b.try_push(Tag {
-            blocknr: 0x1_0000_0002,
-            flags: TAG_FLAG_ESCAPE,
-            checksum: 0xCAFEBABE
-        }));
+        assert!(b.try_push(Tag { blocknr: 0x1_0000_0002, flags: TAG_FLAG_ESCAPE, checksum: 0xCAFEBABE }));
         let blk = b.finish();
         assert_eq!(rd_be32(&blk, 12), 2);
-        assert_eq!(
-            rd_be32(&blk, 16),
-            u32::from(TAG_FLAG_ESCAPE | TAG_FLAG_LAST_TAG)
-        );
+        assert_eq!(rd_be32(&blk, 16), u32::from(TAG_FLAG_ESCAPE | TAG_FLAG_LAST_TAG));
         assert_eq!(rd_be32(&blk, 20), 1);
         assert_eq!(rd_be32(&blk, 24), 0xCAFEBABE);
     }
@@ -637,20 +582,9 @@ mod tests {
         assert_eq!(DescriptorBuilder::max_tags(&f), cap);
         let mut b = DescriptorBuilder::new(1, f, UUID);
         for i in 0..cap as u64 {
-            assert!(
-                b.try_push(Tag {
-                    blocknr: 100 + i,
-                    flags: 0,
-                    checksum: i as u32
-                }),
-                "tag {i}"
-            );
+            assert!(b.try_push(Tag { blocknr: 100 + i, flags: 0, checksum: i as u32 }), "tag {i}");
         }
-        assert!(!b.try_push(Tag {
-            blocknr: 1,
-            flags: 0,
-            checksum: 0
-        }));
+        assert!(!b.try_push(Tag { blocknr: 1, flags: 0, checksum: 0 }));
         assert_eq!(b.len(), cap);
         let blk = b.finish();
         let tags = parse_descriptor(&blk, &f, csum_seed(&UUID)).expect("parse");
@@ -661,21 +595,12 @@ mod tests {
 
     #[test]
     fn capacity_other_layouts() {
-        for incompat in [
-            0,
-            INCOMPAT_64BIT,
-            INCOMPAT_CSUM_V2,
-            INCOMPAT_CSUM_V2 | INCOMPAT_64BIT,
-        ] {
+        for incompat in [0, INCOMPAT_64BIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V2 | INCOMPAT_64BIT] {
             let f = feats(incompat);
             let cap = DescriptorBuilder::max_tags(&f);
             let mut b = DescriptorBuilder::new(1, f, UUID);
             let mut n = 0;
-            while b.try_push(Tag {
-                blocknr: n,
-                flags: 0,
-                checksum: 0,
-            }) {
+            while b.try_push(Tag { blocknr: n, flags: 0, checksum: 0 }) {
                 n += 1;
             }
             assert_eq!(n as usize, cap, "incompat {incompat:x}");
@@ -689,11 +614,7 @@ mod tests {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&UUID);
         let mut b = DescriptorBuilder::new(1, f, UUID);
-        assert!(b.try_push(Tag {
-            blocknr: 5,
-            flags: 0,
-            checksum: 0
-        }));
+        assert!(b.try_push(Tag { blocknr: 5, flags: 0, checksum: 0 }));
         let mut blk = b.finish();
         assert!(verify_block_tail(&blk, &f, seed));
         blk[40] ^= 0x80;

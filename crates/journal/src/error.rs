@@ -42,10 +42,10 @@ impl JournalError {
     pub fn errno(&self) -> i32 {
         match self {
             JournalError::Device(d) => d.errno(),
-            JournalError::Corrupt(_) => 117, // EUCLEAN
+            JournalError::Corrupt(_) => 117,     // EUCLEAN
             JournalError::Incompatible(_) => 95, // EOPNOTSUPP
             JournalError::TooManyCredits { .. } | JournalError::CreditsExceeded(_) => 28, // ENOSPC
-            _ => 5, // EIO
+            _ => 5,                              // EIO
         }
     }
 }

@@ -217,9 +217,7 @@ impl Journal {
         let raw = dev.read_block(area.map(0)?)?;
         let sb = JournalSuperblock::decode(&raw[..], area.len())?;
         if sb.s_start != 0 && config.kind == JournalKind::Jbd2 {
-            return Err(JournalError::Corrupt(
-                "journal needs recovery before it can be opened".into(),
-            ));
+            return Err(JournalError::Corrupt("journal needs recovery before it can be opened".into()));
         }
         let first_tid = u64::from(sb.s_sequence.max(1));
         let log = LogState::new(sb, &config)?;
@@ -321,7 +319,7 @@ impl Journal {
 
     /// Write every committed block home and free the log.
     pub fn checkpoint(&self) -> JResult<()> {
-        crate::checkpoint::checkpoint(&self.inner, true)
+        crate::checkpoint::checkpoint(&self.inner)
     }
 
     /// Write dirty data buffers home and wait (fdatasync of data whose metadata is durable).

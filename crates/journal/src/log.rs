@@ -121,11 +121,8 @@ impl LogState {
             if t.tid > tid || !t.durable {
                 break;
             }
-            let span = if t.end >= t.start {
-                t.end - t.start
-            } else {
-                (self.last - t.start) + (t.end - self.first)
-            };
+            let span =
+                if t.end >= t.start { t.end - t.start } else { (self.last - t.start) + (t.end - self.first) };
             self.used -= span;
             self.txs.pop_front();
         }

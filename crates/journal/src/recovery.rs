@@ -67,8 +67,8 @@ use crate::checksum::crc32_be;
 use crate::commit_block::CRC32_CHKSUM_SIZE;
 use crate::commit_block::CommitBlock;
 use crate::descriptor::{
-    BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_FC, BLOCKTYPE_REVOKE, BlockHeader, Tag,
-    parse_tags, unescape, verify_block_tail,
+    BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_FC, BLOCKTYPE_REVOKE, BlockHeader, Tag, parse_tags,
+    unescape, verify_block_tail,
 };
 use crate::error::{JResult, JournalError};
 use crate::revoke_block::parse_revoke_records;
@@ -104,10 +104,7 @@ pub struct LogGeometry {
 impl LogGeometry {
     /// The geometry described by a superblock.
     pub fn from_superblock(sb: &JournalSuperblock) -> Self {
-        LogGeometry {
-            first: u64::from(sb.s_first),
-            last: u64::from(sb.s_maxlen),
-        }
+        LogGeometry { first: u64::from(sb.s_first), last: u64::from(sb.s_maxlen) }
     }
 
     /// Number of blocks in the circular log.
@@ -118,11 +115,7 @@ impl LogGeometry {
     /// Bring a block number at or past `last` back into the log (JBD2's `wrap()`).
     pub fn wrap(&self, lblk: u64) -> u64 {
         let cap = self.capacity();
-        if lblk < self.last || cap == 0 {
-            lblk
-        } else {
-            self.first + (lblk - self.first) % cap
-        }
+        if lblk < self.last || cap == 0 { lblk } else { self.first + (lblk - self.first) % cap }
     }
 
     /// The log block after `lblk`.
@@ -141,11 +134,7 @@ impl LogGeometry {
 
     /// Blocks from `from` forward to `to` (0 if equal).
     pub fn distance(&self, from: u64, to: u64) -> u64 {
-        if to >= from {
-            to - from
-        } else {
-            self.capacity() - (from - to)
-        }
+        if to >= from { to - from } else { self.capacity() - (from - to) }
     }
 }
 
@@ -167,14 +156,7 @@ struct LogReader<'a> {
 
 impl<'a> LogReader<'a> {
     fn new(dev: &'a dyn BlockDevice, area: &'a JournalArea, sb: &JournalSuperblock) -> Self {
-        LogReader {
-            dev,
-            area,
-            maxlen: u64::from(sb.s_maxlen),
-            start: 0,
-            len: 0,
-            buf: Vec::new(),
-        }
+        LogReader { dev, area, maxlen: u64::from(sb.s_maxlen), start: 0, len: 0, buf: Vec::new() }
     }
 
     /// Log block `lblk` (`jread`).
@@ -186,9 +168,7 @@ impl<'a> LogReader<'a> {
             )));
         }
         if lblk < self.start || lblk >= self.start + self.len {
-            let (dev_block, n) = self
-                .area
-                .map_run(lblk, READ_RUN_BLOCKS.min(self.maxlen - lblk))?;
+            let (dev_block, n) = self.area.map_run(lblk, READ_RUN_BLOCKS.min(self.maxlen - lblk))?;
             self.buf.resize(n as usize * BLOCK_SIZE, 0);
             self.len = 0;
             self.dev.read(dev_block, &mut self.buf)?;
@@ -349,11 +329,7 @@ impl ScanResult {
 }
 
 /// PASS_SCAN over the log described by `sb`.
-fn scan_log(
-    dev: &dyn BlockDevice,
-    area: &JournalArea,
-    sb: &JournalSuperblock,
-) -> JResult<ScanResult> {
+fn scan_log(dev: &dyn BlockDevice, area: &JournalArea, sb: &JournalSuperblock) -> JResult<ScanResult> {
     let f = sb.features();
     let seed = sb.csum_seed();
     let geo = LogGeometry::from_superblock(sb);
@@ -397,11 +373,7 @@ fn scan_log(
             break ScanStop::NoMagic { log_block: here };
         }
         if h.sequence != next_id {
-            break ScanStop::SequenceMismatch {
-                log_block: here,
-                found: h.sequence,
-                expected: next_id,
-            };
+            break ScanStop::SequenceMismatch { log_block: here, found: h.sequence, expected: next_id };
         }
         match h.blocktype {
             BLOCKTYPE_DESCRIPTOR => {
@@ -437,19 +409,13 @@ fn scan_log(
                         )));
                     }
                     // Older than the previous commit: a stale transaction, end of the log.
-                    break ScanStop::StaleTransaction {
-                        tid: next_id,
-                        log_block: here,
-                    };
+                    break ScanStop::StaleTransaction { tid: next_id, log_block: here };
                 }
                 let mut chksum_error = false;
                 if f.compat_checksum() {
                     if let Some(e) = end {
                         result.failed_commit = Some(e);
-                        break ScanStop::CommitChecksum {
-                            tid: e,
-                            log_block: here,
-                        };
+                        break ScanStop::CommitChecksum { tid: e, log_block: here };
                     }
                     let found = commit.chksum[0];
                     let ok = (crc32_sum == found
@@ -467,21 +433,13 @@ fn scan_log(
                 }
                 if chksum_error {
                     if commit_time < last_commit_time {
-                        break ScanStop::StaleTransaction {
-                            tid: next_id,
-                            log_block: here,
-                        };
+                        break ScanStop::StaleTransaction { tid: next_id, log_block: here };
                     }
-                    log::warn!(
-                        "jbd2 scan: commit block of transaction {next_id} failed its checksum"
-                    );
+                    log::warn!("jbd2 scan: commit block of transaction {next_id} failed its checksum");
                     end = Some(next_id);
                     if !f.async_commit() {
                         result.failed_commit = Some(next_id);
-                        break ScanStop::CommitChecksum {
-                            tid: next_id,
-                            log_block: here,
-                        };
+                        break ScanStop::CommitChecksum { tid: next_id, log_block: here };
                     }
                 }
                 last_commit_time = commit_time;
@@ -490,10 +448,7 @@ fn scan_log(
                 if end.is_none() {
                     result.head_block = lblk;
                 }
-                result.txs.push(std::mem::replace(
-                    &mut cur,
-                    ScannedTx::new(next_id.wrapping_add(1), lblk),
-                ));
+                result.txs.push(std::mem::replace(&mut cur, ScannedTx::new(next_id.wrapping_add(1), lblk)));
                 next_id = next_id.wrapping_add(1);
             }
             BLOCKTYPE_REVOKE => {
@@ -505,10 +460,7 @@ fn scan_log(
             }
             BLOCKTYPE_FC => break ScanStop::FastCommitBlock { log_block: here },
             other => {
-                break ScanStop::UnknownBlockType {
-                    log_block: here,
-                    blocktype: other,
-                };
+                break ScanStop::UnknownBlockType { log_block: here, blocktype: other };
             }
         }
     };
@@ -524,11 +476,7 @@ fn scan_log(
             descriptor_blocks: t.descriptor_blocks.len(),
             data_blocks: t.descriptors.iter().map(|d| d.tags.len()).sum(),
             revoke_blocks: t.revokes.len(),
-            revoke_records: t
-                .revokes
-                .iter()
-                .map(|r| r.as_ref().map_or(0, |v| v.len()))
-                .sum(),
+            revoke_records: t.revokes.iter().map(|r| r.as_ref().map_or(0, |v| v.len())).sum(),
             commit_sec: t.commit.map_or(0, |c| c.commit_sec),
             commit_nsec: t.commit.map_or(0, |c| c.commit_nsec),
         })
@@ -625,10 +573,7 @@ fn decide(dev: &dyn BlockDevice, area: &JournalArea, scan: &ScanResult) -> JResu
             for (i, tag) in desc.tags.iter().enumerate() {
                 let log_block = geo.advance(desc.first_data, i as u64);
                 // jbd2_journal_test_revoke: revoked by a transaction at or after this one.
-                if revoked
-                    .get(&tag.blocknr)
-                    .is_some_and(|&rt| !tid_gt(tx.tid, rt))
-                {
+                if revoked.get(&tag.blocknr).is_some_and(|&rt| !tid_gt(tx.tid, rt)) {
                     d.revoke_hits += 1;
                     continue;
                 }
@@ -656,13 +601,7 @@ fn decide(dev: &dyn BlockDevice, area: &JournalArea, scan: &ScanResult) -> JResu
                     continue;
                 }
                 d.replays += 1;
-                d.winners.insert(
-                    tag.blocknr,
-                    Source {
-                        log_block,
-                        escaped: tag.escaped(),
-                    },
-                );
+                d.winners.insert(tag.blocknr, Source { log_block, escaped: tag.escaped() });
             }
         }
     }
@@ -816,12 +755,7 @@ pub fn recover(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryRep
                 }
                 _ => {}
             }
-            if let Some(r) = run.replace(WriteRequest {
-                block: home,
-                bufs: vec![buf],
-                tag,
-                fua: false,
-            }) {
+            if let Some(r) = run.replace(WriteRequest { block: home, bufs: vec![buf], tag, fua: false }) {
                 tickets.push(dev.submit(r)?);
             }
         }
@@ -861,8 +795,7 @@ pub(crate) mod test_support {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use cjfs_blockdev::{
-        BLOCK_SIZE, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket,
-        WriteRequest,
+        BLOCK_SIZE, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
     };
     use parking_lot::Mutex;
 
@@ -903,11 +836,7 @@ pub(crate) mod test_support {
             self.blocks.lock().len() as u64
         }
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps {
-                barrier: false,
-                volatile_cache: false,
-                fua: true,
-            }
+            DeviceCaps { barrier: false, volatile_cache: false, fua: true }
         }
         fn describe(&self) -> String {
             "test memdev".into()
@@ -919,11 +848,7 @@ pub(crate) mod test_support {
             let blocks = self.blocks.lock();
             let count = (buf.len() / BLOCK_SIZE) as u64;
             if block + count > blocks.len() as u64 {
-                return Err(DevError::OutOfRange {
-                    block,
-                    count,
-                    num_blocks: blocks.len() as u64,
-                });
+                return Err(DevError::OutOfRange { block, count, num_blocks: blocks.len() as u64 });
             }
             for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
                 dst.copy_from_slice(&blocks[block as usize + i]);
@@ -965,9 +890,7 @@ mod tests {
     use super::*;
     use crate::checksum::{crc32c, csum_seed};
     use crate::commit_block::COMMIT_SEC_OFFSET;
-    use crate::descriptor::{
-        BLOCK_TAIL_SIZE, DescriptorBuilder, JBD2_MAGIC, make_tag, rd_be32, wr_be32,
-    };
+    use crate::descriptor::{BLOCK_TAIL_SIZE, DescriptorBuilder, JBD2_MAGIC, make_tag, rd_be32, wr_be32};
     use crate::revoke_block::RevokeBuilder;
     use crate::superblock::{INCOMPAT_ASYNC_COMMIT, format_journal};
 
@@ -994,15 +917,7 @@ mod tests {
             let area = JournalArea::contiguous(AREA_START, LOG_LEN);
             let sb = format_journal(dev, &area, UUID, csum_v3).expect("format");
             let f = sb.features();
-            Writer {
-                dev,
-                area,
-                seed: csum_seed(&UUID),
-                f,
-                pos: 1,
-                sb,
-                time: 1_000,
-            }
+            Writer { dev, area, seed: csum_seed(&UUID), f, pos: 1, sb, time: 1_000 }
         }
         fn geo(&self) -> LogGeometry {
             LogGeometry::from_superblock(&self.sb)
@@ -1021,13 +936,7 @@ mod tests {
         }
         /// Write transaction `tid`: revokes, then descriptor + blocks; commit if `commit`.
         /// Returns the log block of the commit (or where it would be).
-        fn tx(
-            &mut self,
-            tid: u32,
-            blocks: &[(u64, [u8; BLOCK_SIZE])],
-            revokes: &[u64],
-            commit: bool,
-        ) -> u64 {
+        fn tx(&mut self, tid: u32, blocks: &[(u64, [u8; BLOCK_SIZE])], revokes: &[u64], commit: bool) -> u64 {
             if !revokes.is_empty() {
                 let mut rb = RevokeBuilder::new(tid, self.f, UUID);
                 for &r in revokes {
@@ -1119,12 +1028,7 @@ mod tests {
             let mut w = Writer::new(&dev, csum);
             let mut magic_block = pattern(9);
             magic_block[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
-            w.tx(
-                5,
-                &[(10, pattern(1)), (11, pattern(2)), (40, magic_block)],
-                &[],
-                true,
-            );
+            w.tx(5, &[(10, pattern(1)), (11, pattern(2)), (40, magic_block)], &[], true);
             w.set_start(1, 5);
 
             let s = scan(&dev, &w.area).expect("scan");
@@ -1184,11 +1088,7 @@ mod tests {
         assert_eq!(r.transactions, 3);
         assert_eq!(r.blocks_revoked, 2);
         assert_eq!(r.revoke_records, 2);
-        assert_eq!(
-            dev.peek(10),
-            [0u8; BLOCK_SIZE],
-            "revoked by a later transaction"
-        );
+        assert_eq!(dev.peek(10), [0u8; BLOCK_SIZE], "revoked by a later transaction");
         assert_eq!(dev.peek(20), pattern(4), "logged after the revoke");
         assert_eq!(dev.peek(30), pattern(3));
     }
@@ -1239,18 +1139,7 @@ mod tests {
         w.set_start(start, 10);
         let s = scan(&dev, &w.area).expect("scan");
         assert_eq!(s.transaction_count(), 2);
-        assert!(
-            matches!(
-                s.stop,
-                ScanStop::SequenceMismatch {
-                    found: 7,
-                    expected: 12,
-                    ..
-                }
-            ),
-            "{:?}",
-            s.stop
-        );
+        assert!(matches!(s.stop, ScanStop::SequenceMismatch { found: 7, expected: 12, .. }), "{:?}", s.stop);
         let r = recover(&dev, &w.area).expect("recover");
         assert_eq!(r.transactions, 2);
         assert_eq!(dev.peek(100), [0u8; BLOCK_SIZE], "revoked");
@@ -1258,11 +1147,7 @@ mod tests {
         for i in 0..6 {
             assert_eq!(dev.peek(200 + i), pattern(20 + i as u8));
         }
-        assert_eq!(
-            dev.peek(50),
-            [0u8; BLOCK_SIZE],
-            "old transaction not replayed"
-        );
+        assert_eq!(dev.peek(50), [0u8; BLOCK_SIZE], "old transaction not replayed");
         assert_eq!(read_sb(&dev).s_sequence, 13);
     }
 
@@ -1404,12 +1289,7 @@ mod tests {
     fn out_of_range_home_block_reported() {
         let dev = MemDev::new(DEV_BLOCKS);
         let mut w = Writer::new(&dev, false);
-        w.tx(
-            1,
-            &[(DEV_BLOCKS + 5, pattern(1)), (12, pattern(2))],
-            &[],
-            true,
-        );
+        w.tx(1, &[(DEV_BLOCKS + 5, pattern(1)), (12, pattern(2))], &[], true);
         w.set_start(1, 1);
         let r = recover(&dev, &w.area).expect("recover");
         assert_eq!(r.bad_blocks.len(), 1);
@@ -1429,10 +1309,7 @@ mod tests {
         dev.poke(dblk, &b);
         w.set_start(1, 1);
         let before = dev.snapshot();
-        assert!(matches!(
-            recover(&dev, &w.area),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(recover(&dev, &w.area), Err(JournalError::Corrupt(_))));
         assert_eq!(dev.snapshot(), before);
     }
 
@@ -1549,12 +1426,7 @@ mod tests {
             }
             put(&desc, pos);
             put(&d, pos);
-            put(
-                &CommitBlock::new(tid, 100 + u64::from(tid), 0)
-                    .with_v1_checksum(crc)
-                    .encode(&f, 0),
-                pos,
-            );
+            put(&CommitBlock::new(tid, 100 + u64::from(tid), 0).with_v1_checksum(crc).encode(&f, 0), pos);
         };
         write_tx(1, 10, 1, true, &mut pos);
         write_tx(2, 11, 2, false, &mut pos);

@@ -37,12 +37,7 @@ impl RevokeBuilder {
     /// An empty set of revoke records for transaction `sequence` of a journal with
     /// `features` and `uuid` (the superblock's `s_uuid`).
     pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16]) -> Self {
-        RevokeBuilder {
-            sequence,
-            features,
-            seed: csum_seed(&uuid),
-            records: Vec::new(),
-        }
+        RevokeBuilder { sequence, features, seed: csum_seed(&uuid), records: Vec::new() }
     }
 
     /// Records one revoke block holds with `features` (509 with 64-bit + csum, 1020 with
@@ -126,11 +121,7 @@ pub fn parse_revoke_records(block: &[u8], features: &JournalFeatures) -> JResult
     let mut off = REVOKE_HEADER_SIZE;
     let mut out = Vec::new();
     while off + rec <= rcount as usize {
-        out.push(if rec == 8 {
-            rd_be64(block, off)
-        } else {
-            u64::from(rd_be32(block, off))
-        });
+        out.push(if rec == 8 { rd_be64(block, off) } else { u64::from(rd_be32(block, off)) });
         off += rec;
     }
     Ok(out)
@@ -159,22 +150,10 @@ mod tests {
 
     #[test]
     fn capacity() {
-        assert_eq!(
-            RevokeBuilder::records_per_block(&JournalFeatures::cjfs(true)),
-            509
-        );
-        assert_eq!(
-            RevokeBuilder::records_per_block(&JournalFeatures::cjfs(false)),
-            510
-        );
-        assert_eq!(
-            RevokeBuilder::records_per_block(&JournalFeatures::default()),
-            1020
-        );
-        assert_eq!(
-            RevokeBuilder::records_per_block(&JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0)),
-            1019
-        );
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(true)), 509);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(false)), 510);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::default()), 1020);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0)), 1019);
     }
 
     #[test]
@@ -216,11 +195,7 @@ mod tests {
             }
             assert_eq!(all, (0..n as u64).map(|i| i * 11 + 1).collect::<Vec<_>>());
         }
-        assert!(
-            RevokeBuilder::new(1, JournalFeatures::default(), UUID)
-                .finish()
-                .is_empty()
-        );
+        assert!(RevokeBuilder::new(1, JournalFeatures::default(), UUID).finish().is_empty());
     }
 
     #[test]
@@ -231,10 +206,7 @@ mod tests {
         b.push(77);
         let mut blk = b.finish().remove(0);
         blk[17] ^= 1;
-        assert!(matches!(
-            parse_revoke(&blk, &f, seed),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(parse_revoke(&blk, &f, seed), Err(JournalError::Corrupt(_))));
         // A bogus r_count is rejected even without checksums.
         wr_be32(&mut blk, REVOKE_COUNT_OFFSET, 4093);
         match parse_revoke_records(&blk, &f) {
@@ -242,9 +214,6 @@ mod tests {
             other => panic!("{other:?}"),
         }
         wr_be32(&mut blk, REVOKE_COUNT_OFFSET, 3);
-        assert_eq!(
-            parse_revoke_records(&blk, &f).expect("tiny count"),
-            Vec::<u64>::new()
-        );
+        assert_eq!(parse_revoke_records(&blk, &f).expect("tiny count"), Vec::<u64>::new());
     }
 }

@@ -26,9 +26,8 @@ use cjfs_blockdev::{BLOCK_SIZE, BlockDevice, BlockKind, WriteRequest, WriteTag, 
 use crate::area::JournalArea;
 use crate::checksum::{csum_seed, superblock_csum};
 use crate::descriptor::{
-    BLOCK_TAIL_SIZE, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_FC, BLOCKTYPE_REVOKE,
-    BLOCKTYPE_SB_V1, BLOCKTYPE_SB_V2, BlockHeader, JBD2_MAGIC, TAG_BYTES_BASE, TAG3_BYTES, rd_be32,
-    wr_be32,
+    BLOCK_TAIL_SIZE, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_FC, BLOCKTYPE_REVOKE, BLOCKTYPE_SB_V1,
+    BLOCKTYPE_SB_V2, BlockHeader, JBD2_MAGIC, TAG_BYTES_BASE, TAG3_BYTES, rd_be32, wr_be32,
 };
 use crate::error::{JResult, JournalError};
 
@@ -129,11 +128,7 @@ pub struct JournalFeatures {
 impl JournalFeatures {
     /// Features from the three words.
     pub const fn new(compat: u32, incompat: u32, ro_compat: u32) -> Self {
-        JournalFeatures {
-            compat,
-            incompat,
-            ro_compat,
-        }
+        JournalFeatures { compat, incompat, ro_compat }
     }
 
     /// What cjfs writes: revoke + 64-bit tags, plus csum v3 when `csum_v3`.
@@ -142,11 +137,7 @@ impl JournalFeatures {
         if csum_v3 {
             incompat |= INCOMPAT_CSUM_V3;
         }
-        JournalFeatures {
-            compat: 0,
-            incompat,
-            ro_compat: 0,
-        }
+        JournalFeatures { compat: 0, incompat, ro_compat: 0 }
     }
 
     /// `INCOMPAT_64BIT` is set.
@@ -197,11 +188,7 @@ impl JournalFeatures {
 
     /// Bytes reserved at the end of descriptor and revoke blocks for the tail checksum.
     pub const fn tail_size(&self) -> usize {
-        if self.csum_v2or3() {
-            BLOCK_TAIL_SIZE
-        } else {
-            0
-        }
+        if self.csum_v2or3() { BLOCK_TAIL_SIZE } else { 0 }
     }
 
     /// Size of one revoke record: 8 with 64-bit block numbers, else 4.
@@ -307,11 +294,7 @@ impl JournalSuperblock {
             s_dynsuper: 0,
             s_max_transaction: 0,
             s_max_trans_data: 0,
-            s_checksum_type: if features.csum_v2or3() {
-                CHKSUM_TYPE_CRC32C
-            } else {
-                0
-            },
+            s_checksum_type: if features.csum_v2or3() { CHKSUM_TYPE_CRC32C } else { 0 },
             s_num_fc_blks: 0,
             s_head: 0,
             s_checksum: 0,
@@ -324,11 +307,7 @@ impl JournalSuperblock {
         if self.blocktype == BLOCKTYPE_SB_V1 {
             return JournalFeatures::default();
         }
-        JournalFeatures::new(
-            self.s_feature_compat,
-            self.s_feature_incompat,
-            self.s_feature_ro_compat,
-        )
+        JournalFeatures::new(self.s_feature_compat, self.s_feature_incompat, self.s_feature_ro_compat)
     }
 
     /// The checksum seed for descriptor, commit, revoke and tag checksums.
@@ -349,13 +328,9 @@ impl JournalSuperblock {
     /// returned as zero, as JBD2 and e2fsck treat them.
     pub fn decode(buf: &[u8], area_len: u64) -> JResult<Self> {
         let corrupt = |msg: String| JournalError::Corrupt(format!("journal superblock: {msg}"));
-        let incompatible =
-            |msg: String| JournalError::Incompatible(format!("journal superblock: {msg}"));
+        let incompatible = |msg: String| JournalError::Incompatible(format!("journal superblock: {msg}"));
         if buf.len() < SB_CSUM_LEN {
-            return Err(corrupt(format!(
-                "buffer of {} bytes is shorter than 1024",
-                buf.len()
-            )));
+            return Err(corrupt(format!("buffer of {} bytes is shorter than 1024", buf.len())));
         }
         let hdr = BlockHeader::decode(buf)?;
         if hdr.magic != JBD2_MAGIC {
@@ -373,9 +348,7 @@ impl JournalSuperblock {
                 )));
             }
             other => {
-                return Err(incompatible(format!(
-                    "unknown superblock h_blocktype {other}"
-                )));
+                return Err(incompatible(format!("unknown superblock h_blocktype {other}")));
             }
         }
         let v1 = hdr.blocktype == BLOCKTYPE_SB_V1;
@@ -384,19 +357,15 @@ impl JournalSuperblock {
         let s_blocksize = rd_be32(buf, SB_BLOCKSIZE_OFFSET);
         if s_blocksize != JOURNAL_BLOCK_SIZE {
             let msg = format!("s_blocksize {s_blocksize} (only {JOURNAL_BLOCK_SIZE} is supported)");
-            return Err(
-                if s_blocksize.is_power_of_two() && (512..=65536).contains(&s_blocksize) {
-                    incompatible(msg)
-                } else {
-                    corrupt(msg)
-                },
-            );
+            return Err(if s_blocksize.is_power_of_two() && (512..=65536).contains(&s_blocksize) {
+                incompatible(msg)
+            } else {
+                corrupt(msg)
+            });
         }
         let s_maxlen = rd_be32(buf, SB_MAXLEN_OFFSET);
         if u64::from(s_maxlen) > area_len {
-            return Err(corrupt(format!(
-                "s_maxlen {s_maxlen} exceeds the journal area ({area_len} blocks)"
-            )));
+            return Err(corrupt(format!("s_maxlen {s_maxlen} exceeds the journal area ({area_len} blocks)")));
         }
         let s_first = rd_be32(buf, SB_FIRST_OFFSET);
         if s_first == 0 || s_first >= s_maxlen {
@@ -404,9 +373,7 @@ impl JournalSuperblock {
         }
         let s_start = rd_be32(buf, SB_START_OFFSET);
         if s_start != 0 && (s_start < s_first || s_start >= s_maxlen) {
-            return Err(corrupt(format!(
-                "s_start {s_start} outside the log {s_first}..{s_maxlen}"
-            )));
+            return Err(corrupt(format!("s_start {s_start} outside the log {s_first}..{s_maxlen}")));
         }
 
         let mut uuid = [0u8; 16];
@@ -441,8 +408,7 @@ impl JournalSuperblock {
         let f = sb.features();
         if f.fast_commit() {
             return Err(incompatible(
-                "incompat feature fast_commit is not supported (fast-commit areas are not replayed)"
-                    .into(),
+                "incompat feature fast_commit is not supported (fast-commit areas are not replayed)".into(),
             ));
         }
         let unknown = f.incompat & !SUPPORTED_INCOMPAT;
@@ -455,18 +421,14 @@ impl JournalSuperblock {
         }
         let unknown_ro = f.ro_compat & !KNOWN_RO_COMPAT;
         if unknown_ro != 0 {
-            return Err(incompatible(format!(
-                "unknown ro_compat features 0x{unknown_ro:x}"
-            )));
+            return Err(incompatible(format!("unknown ro_compat features 0x{unknown_ro:x}")));
         }
         if f.csum_v2() && f.csum_v3() {
             return Err(corrupt("both csum_v2 and csum_v3 are set".into()));
         }
         if f.csum_v2or3() {
             if f.compat_checksum() {
-                return Err(corrupt(
-                    "compat checksum (v1) set together with csum v2/v3".into(),
-                ));
+                return Err(corrupt("compat checksum (v1) set together with csum v2/v3".into()));
             }
             if sb.s_checksum_type != CHKSUM_TYPE_CRC32C {
                 return Err(corrupt(format!(
@@ -489,12 +451,7 @@ impl JournalSuperblock {
     /// (the `s_checksum` field of `self` is ignored).
     pub fn encode(&self) -> [u8; BLOCK_SIZE] {
         let mut b = [0u8; BLOCK_SIZE];
-        BlockHeader {
-            magic: JBD2_MAGIC,
-            blocktype: self.blocktype,
-            sequence: 0,
-        }
-        .encode_into(&mut b);
+        BlockHeader { magic: JBD2_MAGIC, blocktype: self.blocktype, sequence: 0 }.encode_into(&mut b);
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, self.s_blocksize);
         wr_be32(&mut b, SB_MAXLEN_OFFSET, self.s_maxlen);
         wr_be32(&mut b, SB_FIRST_OFFSET, self.s_first);
@@ -506,11 +463,7 @@ impl JournalSuperblock {
         }
         wr_be32(&mut b, SB_FEATURE_COMPAT_OFFSET, self.s_feature_compat);
         wr_be32(&mut b, SB_FEATURE_INCOMPAT_OFFSET, self.s_feature_incompat);
-        wr_be32(
-            &mut b,
-            SB_FEATURE_RO_COMPAT_OFFSET,
-            self.s_feature_ro_compat,
-        );
+        wr_be32(&mut b, SB_FEATURE_RO_COMPAT_OFFSET, self.s_feature_ro_compat);
         b[SB_UUID_OFFSET..SB_UUID_OFFSET + 16].copy_from_slice(&self.s_uuid);
         wr_be32(&mut b, SB_NR_USERS_OFFSET, self.s_nr_users);
         wr_be32(&mut b, SB_DYNSUPER_OFFSET, self.s_dynsuper);
@@ -520,11 +473,7 @@ impl JournalSuperblock {
         wr_be32(&mut b, SB_NUM_FC_BLKS_OFFSET, self.s_num_fc_blks);
         wr_be32(&mut b, SB_HEAD_OFFSET, self.s_head);
         b[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN].copy_from_slice(&self.s_users);
-        let csum = if self.features().csum_v2or3() {
-            superblock_csum(&b)
-        } else {
-            self.s_checksum
-        };
+        let csum = if self.features().csum_v2or3() { superblock_csum(&b) } else { self.s_checksum };
         wr_be32(&mut b, SB_CHECKSUM_OFFSET, csum);
         b
     }
@@ -650,10 +599,7 @@ mod tests {
         // Bad magic.
         let mut b = good;
         b[0] = 0;
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // maxlen beyond the area.
         match JournalSuperblock::decode(&good, 63) {
             Err(JournalError::Corrupt(m)) => assert!(m.contains("s_maxlen"), "{m}"),
@@ -664,46 +610,25 @@ mod tests {
         // Block size.
         let mut b = good;
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1024);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Incompatible(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1000);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // s_first.
         let mut b = good;
         wr_be32(&mut b, SB_FIRST_OFFSET, 0);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // s_start outside the log.
         let mut b = good;
         wr_be32(&mut b, SB_START_OFFSET, 64);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // Log block type as superblock.
         let mut b = good;
         wr_be32(&mut b, 4, BLOCKTYPE_COMMIT);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         wr_be32(&mut b, 4, 9);
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Incompatible(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
         // Short buffer.
-        assert!(matches!(
-            JournalSuperblock::decode(&good[..100], 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&good[..100], 64), Err(JournalError::Corrupt(_))));
     }
 
     #[test]
@@ -722,16 +647,10 @@ mod tests {
         }
         let f = JournalFeatures::new(0, 0, 1);
         let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Incompatible(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
         let f = JournalFeatures::new(0, INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3, 0);
         let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
-        assert!(matches!(
-            JournalSuperblock::decode(&b, 64),
-            Err(JournalError::Corrupt(_))
-        ));
+        assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // csum v3 with a wrong checksum type.
         let mut sb = JournalSuperblock::new_v2(64, uuid(), true);
         sb.s_checksum_type = CHKSUM_TYPE_CRC32;
@@ -761,10 +680,7 @@ mod tests {
         assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0).tag_bytes(), 16);
         assert_eq!(JournalFeatures::new(0, INCOMPAT_64BIT, 0).tag_bytes(), 12);
         assert_eq!(JournalFeatures::new(0, 0, 0).tag_bytes(), 8);
-        assert_eq!(
-            JournalFeatures::new(0, INCOMPAT_CSUM_V2 | INCOMPAT_64BIT, 0).tag_bytes(),
-            14
-        );
+        assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V2 | INCOMPAT_64BIT, 0).tag_bytes(), 14);
         assert_eq!(JournalFeatures::new(0, INCOMPAT_CSUM_V2, 0).tag_bytes(), 10);
     }
 

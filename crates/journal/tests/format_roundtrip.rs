@@ -36,11 +36,7 @@ struct ImageDev {
 
 impl ImageDev {
     fn open(path: &Path) -> ImageDev {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open image");
+        let file = OpenOptions::new().read(true).write(true).open(path).expect("open image");
         let blocks = file.metadata().expect("stat").len() / BLOCK_SIZE as u64;
         ImageDev { file, blocks }
     }
@@ -51,19 +47,13 @@ impl BlockDevice for ImageDev {
         self.blocks
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            barrier: false,
-            volatile_cache: true,
-            fua: false,
-        }
+        DeviceCaps { barrier: false, volatile_cache: true, fua: false }
     }
     fn describe(&self) -> String {
         "test image".into()
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        self.file
-            .read_exact_at(buf, block * BLOCK_SIZE as u64)
-            .map_err(|e| DevError::io("read", "image", e))
+        self.file.read_exact_at(buf, block * BLOCK_SIZE as u64).map_err(|e| DevError::io("read", "image", e))
     }
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
         if req.block + req.bufs.len() as u64 > self.blocks {
@@ -81,9 +71,7 @@ impl BlockDevice for ImageDev {
         Ok(IoTicket::done(Ok(())))
     }
     fn flush(&self) -> DevResult<()> {
-        self.file
-            .sync_data()
-            .map_err(|e| DevError::io("flush", "image", e))
+        self.file.sync_data().map_err(|e| DevError::io("flush", "image", e))
     }
     fn barrier(&self) -> DevResult<()> {
         Err(DevError::Unsupported("barrier"))
@@ -94,10 +82,7 @@ impl BlockDevice for ImageDev {
 }
 
 fn have(tool: &str) -> bool {
-    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(tool))
-        .any(|p| p.exists())
+    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"].iter().map(|d| Path::new(d).join(tool)).any(|p| p.exists())
         || Command::new(tool).arg("-V").output().is_ok()
 }
 
@@ -112,12 +97,7 @@ fn tool(name: &str) -> Command {
 }
 
 fn debugfs(img: &Path, req: &str) -> String {
-    let out = tool("debugfs")
-        .arg("-R")
-        .arg(req)
-        .arg(img)
-        .output()
-        .expect("run debugfs");
+    let out = tool("debugfs").arg("-R").arg(req).arg(img).output().expect("run debugfs");
     assert!(out.status.success(), "debugfs -R '{req}' failed: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -149,10 +129,7 @@ fn pattern(seed: u8) -> [u8; BLOCK_SIZE] {
 /// Device runs `(start, len)` of a file, in logical order, from debugfs `stat` output
 /// (`(0-9):8-17, (10):19, (ETB0):20, ...`; extent tree blocks are skipped).
 fn parse_extents(stat: &str) -> Vec<(u64, u64)> {
-    let text = stat
-        .split("EXTENTS:")
-        .nth(1)
-        .expect("EXTENTS in stat output");
+    let text = stat.split("EXTENTS:").nth(1).expect("EXTENTS in stat output");
     let mut runs = Vec::new();
     let mut next_logical = 0u64;
     for item in text.split(',') {
@@ -166,10 +143,7 @@ fn parse_extents(stat: &str) -> Vec<(u64, u64)> {
         }
         let range = |s: &str| -> (u64, u64) {
             match s.split_once('-') {
-                Some((a, b)) => (
-                    a.trim().parse().expect("num"),
-                    b.trim().parse().expect("num"),
-                ),
+                Some((a, b)) => (a.trim().parse().expect("num"), b.trim().parse().expect("num")),
                 None => {
                     let v = s.trim().parse().expect("num");
                     (v, v)
@@ -178,10 +152,7 @@ fn parse_extents(stat: &str) -> Vec<(u64, u64)> {
         };
         let (l0, l1) = range(logical);
         let (p0, p1) = range(physical.split_whitespace().next().unwrap_or(""));
-        assert_eq!(
-            l0, next_logical,
-            "journal has a hole at logical block {next_logical}"
-        );
+        assert_eq!(l0, next_logical, "journal has a hole at logical block {next_logical}");
         assert_eq!(l1 - l0, p1 - p0, "extent {item}");
         runs.push((p0, p1 - p0 + 1));
         next_logical = l1 + 1;
@@ -237,21 +208,9 @@ struct Setup {
 
 fn build_image(dir: &Path, damage: Damage) -> Setup {
     let img = dir.join(format!("{damage:?}.img"));
-    File::create(&img)
-        .expect("create")
-        .set_len(64 << 20)
-        .expect("size");
+    File::create(&img).expect("create").set_len(64 << 20).expect("size");
     let out = tool("mke2fs")
-        .args([
-            "-q",
-            "-F",
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-O",
-            "^metadata_csum,^resize_inode",
-        ])
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^metadata_csum,^resize_inode"])
         .arg(&img)
         .arg("64M")
         .output()
@@ -260,10 +219,7 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
 
     // The internal journal (inode 8): size and extents (mke2fs does not always make it
     // contiguous on small file systems, so map it run by run).
-    let p0: u64 = debugfs(&img, "bmap <8> 0")
-        .trim()
-        .parse()
-        .expect("bmap output");
+    let p0: u64 = debugfs(&img, "bmap <8> 0").trim().parse().expect("bmap output");
     let stat = debugfs(&img, "stat <8>");
     let size: u64 = stat
         .split_whitespace()
@@ -273,11 +229,7 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
         .expect("journal size in stat output");
     let n = size / BLOCK_SIZE as u64;
     let runs = parse_extents(&stat);
-    assert_eq!(
-        runs.iter().map(|r| r.1).sum::<u64>(),
-        n,
-        "extents cover the journal:\n{stat}"
-    );
+    assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), n, "extents cover the journal:\n{stat}");
     let area = JournalArea::new(runs.clone());
     assert_eq!(area.map(0).expect("map 0"), p0);
     let in_journal = |b: u64| runs.iter().any(|&(s, l)| b >= s && b < s + l);
@@ -285,19 +237,12 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
     // Three free blocks in the data area, away from the journal.
     let fs_blocks = (64u64 << 20) / BLOCK_SIZE as u64;
     let free = debugfs(&img, &format!("ffb 3 {}", fs_blocks * 3 / 4));
-    let homes: Vec<u64> = free
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|s| s.parse().ok())
-        .collect();
+    let homes: Vec<u64> = free.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
     assert_eq!(homes.len(), 3, "ffb output: {free}");
     assert!(homes.iter().all(|&h| h + 1 < fs_blocks && !in_journal(h)));
     let (x, y, z) = (homes[0], homes[1], homes[2]);
     for &h in &homes {
-        assert_eq!(
-            block_of(&img, h),
-            vec![0u8; BLOCK_SIZE],
-            "block {h} should be free/zero"
-        );
+        assert_eq!(block_of(&img, h), vec![0u8; BLOCK_SIZE], "block {h} should be free/zero");
     }
 
     // Our journal superblock, with the file system's UUID and csum v3.
@@ -349,14 +294,7 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
         write_at(&img, dev_block * BLOCK_SIZE as u64, b);
     }
     set_needs_recovery(&img, true);
-    Setup {
-        img,
-        area,
-        p0,
-        n,
-        homes: [x, y, z],
-        ymagic,
-    }
+    Setup { img, area, p0, n, homes: [x, y, z], ymagic }
 }
 
 fn set_needs_recovery(img: &Path, on: bool) {
@@ -368,11 +306,7 @@ fn set_needs_recovery(img: &Path, on: bool) {
     } else {
         incompat &= !INCOMPAT_RECOVER;
     }
-    write_at(
-        img,
-        EXT4_SB + EXT4_FEATURE_INCOMPAT,
-        &incompat.to_le_bytes(),
-    );
+    write_at(img, EXT4_SB + EXT4_FEATURE_INCOMPAT, &incompat.to_le_bytes());
 }
 
 /// Build the image, let e2fsck replay one copy and `recover()` the other, and compare.
@@ -383,11 +317,7 @@ fn cross_check(dir: &Path, damage: Damage) {
     fs::copy(&s.img, &ours).expect("copy image");
 
     // e2fsck replays its copy.
-    let out = tool("e2fsck")
-        .arg("-fy")
-        .arg(&s.img)
-        .output()
-        .expect("run e2fsck");
+    let out = tool("e2fsck").arg("-fy").arg(&s.img).output().expect("run e2fsck");
     let code = out.status.code().unwrap_or(-1);
     let log = format!(
         "{damage:?}: e2fsck exit code {code}:\n{}\n{}",
@@ -410,11 +340,7 @@ fn cross_check(dir: &Path, damage: Damage) {
     let dev = ImageDev::open(&ours);
     let result = recover(&dev, &s.area);
     for &h in &s.homes {
-        assert_eq!(
-            block_of(&ours, h),
-            block_of(&s.img, h),
-            "{damage:?}: block {h} differs"
-        );
+        assert_eq!(block_of(&ours, h), block_of(&s.img, h), "{damage:?}: block {h} differs");
     }
     let theirs_sb = block_of(&s.img, s.p0);
     let ours_sb = block_of(&ours, s.p0);
@@ -458,11 +384,7 @@ fn cross_check(dir: &Path, damage: Damage) {
     if damage == Damage::None {
         // Clear needs_recovery as the file system layer would; e2fsck finds it clean.
         set_needs_recovery(&ours, false);
-        let out = tool("e2fsck")
-            .arg("-fn")
-            .arg(&ours)
-            .output()
-            .expect("run e2fsck -n");
+        let out = tool("e2fsck").arg("-fn").arg(&ours).output().expect("run e2fsck -n");
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -490,19 +412,11 @@ fn e2fsck_replays_our_journal_like_recover() {
     let dir = std::env::temp_dir().join(format!(
         "cjfs-journal-xcheck-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
     ));
     fs::create_dir_all(&dir).expect("tempdir");
     let _guard = TempDir(dir.clone());
-    for damage in [
-        Damage::None,
-        Damage::DataBlock,
-        Damage::CommitBlock,
-        Damage::Descriptor,
-    ] {
+    for damage in [Damage::None, Damage::DataBlock, Damage::CommitBlock, Damage::Descriptor] {
         cross_check(&dir, damage);
     }
 }

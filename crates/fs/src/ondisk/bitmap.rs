@@ -82,10 +82,7 @@ pub fn count_set_range(bm: &[u8], start: usize, len: usize) -> usize {
     while i < end {
         if i % 8 == 0 && end - i >= 8 {
             let bytes = (end - i) / 8;
-            n += bm[i / 8..i / 8 + bytes]
-                .iter()
-                .map(|b| b.count_ones() as usize)
-                .sum::<usize>();
+            n += bm[i / 8..i / 8 + bytes].iter().map(|b| b.count_ones() as usize).sum::<usize>();
             i += bytes * 8;
         } else {
             n += (bm[i / 8] >> (i % 8) & 1) as usize;

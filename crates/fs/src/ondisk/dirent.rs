@@ -8,9 +8,7 @@
 use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
 
 use crate::error::{FsError, FsResult};
-use crate::ondisk::inode::{
-    S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
-};
+use crate::ondisk::inode::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// Size of the fixed part of a record.
@@ -91,11 +89,7 @@ impl DirEntry<'_> {
     }
     /// Bytes the record needs for its name (0 if unused: the whole record is free).
     pub fn used_len(&self) -> usize {
-        if self.inode == 0 {
-            0
-        } else {
-            rec_len_for(self.name.len())
-        }
+        if self.inode == 0 { 0 } else { rec_len_for(self.name.len()) }
     }
     /// Free bytes in the record that a new entry could take.
     pub fn free_len(&self) -> usize {
@@ -117,12 +111,7 @@ pub struct DirIter<'a> {
 impl<'a> DirIter<'a> {
     /// Iterate over `block`.
     pub fn new(block: &'a [u8]) -> Self {
-        DirIter {
-            block,
-            off: 0,
-            done: block.is_empty(),
-            max_ino: u32::MAX,
-        }
+        DirIter { block, off: 0, done: block.is_empty(), max_ino: u32::MAX }
     }
     /// Also reject inode numbers above `max` (use `s_inodes_count`).
     pub fn with_max_inode(mut self, max: u32) -> Self {
@@ -133,16 +122,9 @@ impl<'a> DirIter<'a> {
 
 /// Parse the record at `off` of `block`.
 pub fn entry_at(block: &[u8], off: usize, max_ino: u32) -> FsResult<DirEntry<'_>> {
-    let bad = |what: String| {
-        Err(FsError::Corrupt(format!(
-            "directory entry at offset {off}: {what}"
-        )))
-    };
+    let bad = |what: String| Err(FsError::Corrupt(format!("directory entry at offset {off}: {what}")));
     if off + DIRENT_HEADER > block.len() {
-        return bad(format!(
-            "header passes the end of the {}-byte block",
-            block.len()
-        ));
+        return bad(format!("header passes the end of the {}-byte block", block.len()));
     }
     let inode = get_u32(block, off + DE_INODE);
     let rec_len = get_u16(block, off + DE_REC_LEN) as usize;
@@ -155,23 +137,16 @@ pub fn entry_at(block: &[u8], off: usize, max_ino: u32) -> FsResult<DirEntry<'_>
         return bad(format!("rec_len = {rec_len} (not a multiple of 4)"));
     }
     if rec_len < rec_len_for(name_len) {
-        return bad(format!(
-            "rec_len = {rec_len} too small for name_len = {name_len}"
-        ));
+        return bad(format!("rec_len = {rec_len} too small for name_len = {name_len}"));
     }
     if off + rec_len > block.len() {
-        return bad(format!(
-            "rec_len = {rec_len} runs past the end of the {}-byte block",
-            block.len()
-        ));
+        return bad(format!("rec_len = {rec_len} runs past the end of the {}-byte block", block.len()));
     }
     if inode != 0 && name_len == 0 {
         return bad(format!("inode = {inode} with name_len = 0"));
     }
     if inode > max_ino {
-        return bad(format!(
-            "inode = {inode} (above the {max_ino} inodes of the file system)"
-        ));
+        return bad(format!("inode = {inode} (above the {max_ino} inodes of the file system)"));
     }
     Ok(DirEntry {
         offset: off,
@@ -244,10 +219,7 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Invalid("empty directory entry name".into()));
     }
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong(format!(
-            "{} bytes (at most {NAME_MAX})",
-            name.len()
-        )));
+        return Err(FsError::NameTooLong(format!("{} bytes (at most {NAME_MAX})", name.len())));
     }
     Ok(())
 }
@@ -345,11 +317,7 @@ pub fn init_block(block: &mut [u8], entries: &[(u32, &[u8], u8)]) -> FsResult<()
     let mut off = 0;
     for (i, (ino, name, ft)) in entries.iter().enumerate() {
         check_name(name)?;
-        let len = if i + 1 == entries.len() {
-            block.len() - off
-        } else {
-            rec_len_for(name.len())
-        };
+        let len = if i + 1 == entries.len() { block.len() - off } else { rec_len_for(name.len()) };
         write_entry(block, off, *ino, len, name, *ft);
         off += len;
     }
@@ -406,20 +374,13 @@ mod tests {
     use super::*;
 
     fn names(b: &[u8]) -> Vec<(u32, Vec<u8>)> {
-        iter(b)
-            .map(|e| e.unwrap())
-            .filter(|e| e.inode != 0)
-            .map(|e| (e.inode, e.name.to_vec()))
-            .collect()
+        iter(b).map(|e| e.unwrap()).filter(|e| e.inode != 0).map(|e| (e.inode, e.name.to_vec())).collect()
     }
 
     #[test]
     fn dot_block_insert_remove() {
         let mut b = make_dot_block(12, 2);
-        assert_eq!(
-            names(&b[..]),
-            vec![(12, b".".to_vec()), (2, b"..".to_vec())]
-        );
+        assert_eq!(names(&b[..]), vec![(12, b".".to_vec()), (2, b"..".to_vec())]);
         let off = find_space(&b[..], 3).unwrap().unwrap();
         assert_eq!(off, 12);
         insert(&mut b[..], off, 20, b"abc", FT_REG_FILE).unwrap();
@@ -470,15 +431,8 @@ mod tests {
     #[test]
     fn init_block_entries() {
         let mut b = zeroed_block();
-        init_block(
-            &mut b[..],
-            &[
-                (2, b".", FT_DIR),
-                (2, b"..", FT_DIR),
-                (11, b"lost+found", FT_DIR),
-            ],
-        )
-        .unwrap();
+        init_block(&mut b[..], &[(2, b".", FT_DIR), (2, b"..", FT_DIR), (11, b"lost+found", FT_DIR)])
+            .unwrap();
         let v: Vec<_> = iter(&b[..]).map(|e| e.unwrap().rec_len).collect();
         assert_eq!(v, vec![12, 12, BLOCK_SIZE - 24]);
     }

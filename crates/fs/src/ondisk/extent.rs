@@ -47,11 +47,7 @@ pub const EE_START_LO: usize = 8;
 
 /// Entries that fit a node of `bytes` bytes (60 → 4, 4096 → 340).
 pub const fn max_entries_for(bytes: usize) -> u16 {
-    if bytes < ENTRY_SIZE {
-        0
-    } else {
-        ((bytes - ENTRY_SIZE) / ENTRY_SIZE) as u16
-    }
+    if bytes < ENTRY_SIZE { 0 } else { ((bytes - ENTRY_SIZE) / ENTRY_SIZE) as u16 }
 }
 
 /// Entries in the root node.
@@ -92,11 +88,7 @@ impl Extent {
     }
     /// The raw `ee_len`.
     pub fn raw_len(&self) -> u16 {
-        if self.unwritten {
-            (self.len + MAX_INIT_LEN) as u16
-        } else {
-            self.len as u16
-        }
+        if self.unwritten { (self.len + MAX_INIT_LEN) as u16 } else { self.len as u16 }
     }
 }
 
@@ -139,22 +131,12 @@ fn corrupt(msg: String) -> FsError {
 impl ExtentNode {
     /// An empty leaf with room for `max` entries.
     pub fn new_leaf(max: u16) -> Self {
-        ExtentNode {
-            max,
-            depth: 0,
-            generation: 0,
-            entries: NodeEntries::Leaf(Vec::new()),
-        }
+        ExtentNode { max, depth: 0, generation: 0, entries: NodeEntries::Leaf(Vec::new()) }
     }
 
     /// An empty index node at `depth` (> 0) with room for `max` entries.
     pub fn new_index(max: u16, depth: u16) -> Self {
-        ExtentNode {
-            max,
-            depth,
-            generation: 0,
-            entries: NodeEntries::Index(Vec::new()),
-        }
+        ExtentNode { max, depth, generation: 0, entries: NodeEntries::Index(Vec::new()) }
     }
 
     /// Number of entries.
@@ -196,16 +178,11 @@ impl ExtentNode {
     /// lengths, and that entries are sorted and (for leaves) do not overlap.
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
         if buf.len() < ENTRY_SIZE {
-            return Err(corrupt(format!(
-                "{} bytes given, at least 12 needed",
-                buf.len()
-            )));
+            return Err(corrupt(format!("{} bytes given, at least 12 needed", buf.len())));
         }
         let magic = get_u16(buf, EH_MAGIC);
         if magic != EXTENT_MAGIC {
-            return Err(corrupt(format!(
-                "eh_magic = 0x{magic:04x} (expected 0xf30a)"
-            )));
+            return Err(corrupt(format!("eh_magic = 0x{magic:04x} (expected 0xf30a)")));
         }
         let entries = get_u16(buf, EH_ENTRIES);
         let max = get_u16(buf, EH_MAX);
@@ -213,15 +190,10 @@ impl ExtentNode {
         let generation = get_u32(buf, EH_GENERATION);
         let cap = max_entries_for(buf.len());
         if max == 0 || max > cap {
-            return Err(corrupt(format!(
-                "eh_max = {max} (a {}-byte node holds {cap})",
-                buf.len()
-            )));
+            return Err(corrupt(format!("eh_max = {max} (a {}-byte node holds {cap})", buf.len())));
         }
         if entries > max {
-            return Err(corrupt(format!(
-                "eh_entries = {entries} exceeds eh_max = {max}"
-            )));
+            return Err(corrupt(format!("eh_entries = {entries} exceeds eh_max = {max}")));
         }
         if depth > MAX_DEPTH {
             return Err(corrupt(format!("eh_depth = {depth} (at most {MAX_DEPTH})")));
@@ -232,11 +204,8 @@ impl ExtentNode {
             for i in 0..entries as usize {
                 let e = ent(i);
                 let raw_len = get_u16(e, EE_LEN) as u32;
-                let (len, unwritten) = if raw_len > MAX_INIT_LEN {
-                    (raw_len - MAX_INIT_LEN, true)
-                } else {
-                    (raw_len, false)
-                };
+                let (len, unwritten) =
+                    if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
                 let x = Extent {
                     logical: get_u32(e, E_BLOCK),
                     len,
@@ -285,12 +254,7 @@ impl ExtentNode {
             }
             NodeEntries::Index(v)
         };
-        Ok(ExtentNode {
-            max,
-            depth,
-            generation,
-            entries,
-        })
+        Ok(ExtentNode { max, depth, generation, entries })
     }
 
     /// Encode into `out` (60 bytes for the root, a block otherwise): header, entries, and
@@ -384,18 +348,8 @@ mod tests {
     fn leaf_round_trip() {
         let mut n = ExtentNode::new_leaf(root_max());
         n.entries = NodeEntries::Leaf(vec![
-            Extent {
-                logical: 0,
-                len: 32768,
-                unwritten: false,
-                start: 0x1_0000_0002,
-            },
-            Extent {
-                logical: 40000,
-                len: 10,
-                unwritten: true,
-                start: 77,
-            },
+            Extent { logical: 0, len: 32768, unwritten: false, start: 0x1_0000_0002 },
+            Extent { logical: 40000, len: 10, unwritten: true, start: 77 },
         ]);
         let b = n.to_i_block();
         let d = ExtentNode::decode(&b).unwrap();
@@ -409,18 +363,8 @@ mod tests {
     fn rejects_bad_nodes() {
         let mut n = ExtentNode::new_leaf(4);
         n.entries = NodeEntries::Leaf(vec![
-            Extent {
-                logical: 10,
-                len: 5,
-                unwritten: false,
-                start: 1,
-            },
-            Extent {
-                logical: 12,
-                len: 5,
-                unwritten: false,
-                start: 100,
-            },
+            Extent { logical: 10, len: 5, unwritten: false, start: 1 },
+            Extent { logical: 12, len: 5, unwritten: false, start: 100 },
         ]);
         let b = n.to_i_block();
         assert!(ExtentNode::decode(&b).is_err());

@@ -133,8 +133,7 @@ pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
 /// compat bits `mkfs` sets.
 pub const MKFS_COMPAT: u32 = COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX;
 /// incompat bits `mkfs` sets (`64bit` only when asked for).
-pub const MKFS_INCOMPAT: u32 =
-    INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG;
+pub const MKFS_INCOMPAT: u32 = INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG;
 /// ro_compat bits `mkfs` sets.
 pub const MKFS_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
@@ -241,14 +240,8 @@ pub fn feature_names(sb: &Superblock) -> Vec<String> {
 /// Names of the features of `sb` that cjfs does not support (empty when all are supported).
 pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
     let mut v = bit_names(FeatureKind::Compat, sb.feature_compat & !SUPPORTED_COMPAT);
-    v.extend(bit_names(
-        FeatureKind::Incompat,
-        sb.feature_incompat & !SUPPORTED_INCOMPAT,
-    ));
-    v.extend(bit_names(
-        FeatureKind::RoCompat,
-        sb.feature_ro_compat & !SUPPORTED_RO_COMPAT,
-    ));
+    v.extend(bit_names(FeatureKind::Incompat, sb.feature_incompat & !SUPPORTED_INCOMPAT));
+    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & !SUPPORTED_RO_COMPAT));
     v
 }
 
@@ -263,16 +256,11 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     }
     let bad = unsupported_features(sb);
     if !bad.is_empty() {
-        return Err(FsError::Incompatible(format!(
-            "unsupported ext4 feature(s): {}",
-            bad.join(", ")
-        )));
+        return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
     }
     let bs = sb.block_size();
     if bs != 4096 {
-        return Err(FsError::Incompatible(format!(
-            "block size {bs} (only 4096 is supported)"
-        )));
+        return Err(FsError::Incompatible(format!("block size {bs} (only 4096 is supported)")));
     }
     if sb.first_data_block != 0 {
         return Err(FsError::Corrupt(format!(
@@ -296,20 +284,11 @@ mod tests {
     #[test]
     fn names_known_and_unknown_bits() {
         assert_eq!(
-            bit_names(
-                FeatureKind::RoCompat,
-                RO_COMPAT_METADATA_CSUM | RO_COMPAT_SPARSE_SUPER
-            ),
+            bit_names(FeatureKind::RoCompat, RO_COMPAT_METADATA_CSUM | RO_COMPAT_SPARSE_SUPER),
             vec!["sparse_super", "metadata_csum"]
         );
-        assert_eq!(
-            bit_names(FeatureKind::Incompat, 1 << 31),
-            vec!["FEATURE_I31"]
-        );
-        assert_eq!(
-            bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE),
-            vec!["orphan_file"]
-        );
+        assert_eq!(bit_names(FeatureKind::Incompat, 1 << 31), vec!["FEATURE_I31"]);
+        assert_eq!(bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE), vec!["orphan_file"]);
     }
 
     #[test]
@@ -322,19 +301,13 @@ mod tests {
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(
-            e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"),
-            "{e}"
-        );
+        assert!(e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"), "{e}");
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT;
         assert!(check_supported(&sb).is_ok());
         sb.log_block_size = 0;
         sb.log_cluster_size = 0;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(
-            e.contains("block size 1024 (only 4096 is supported)"),
-            "{e}"
-        );
+        assert!(e.contains("block size 1024 (only 4096 is supported)"), "{e}");
     }
 }

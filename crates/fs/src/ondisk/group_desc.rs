@@ -116,27 +116,17 @@ impl GroupDesc {
         let b = buf;
         let wide = b.len() >= DESC_SIZE_64;
         let hi32 = |off: usize| {
-            if wide {
-                (get_u32(b, off) as u64) << 32
-            } else {
-                0
-            }
+            if wide { (get_u32(b, off) as u64) << 32 } else { 0 }
         };
         let hi16 = |off: usize| {
-            if wide {
-                (get_u16(b, off) as u32) << 16
-            } else {
-                0
-            }
+            if wide { (get_u16(b, off) as u32) << 16 } else { 0 }
         };
         Ok(GroupDesc {
             block_bitmap: get_u32(b, BG_BLOCK_BITMAP_LO) as u64 | hi32(BG_BLOCK_BITMAP_HI),
             inode_bitmap: get_u32(b, BG_INODE_BITMAP_LO) as u64 | hi32(BG_INODE_BITMAP_HI),
             inode_table: get_u32(b, BG_INODE_TABLE_LO) as u64 | hi32(BG_INODE_TABLE_HI),
-            free_blocks_count: get_u16(b, BG_FREE_BLOCKS_COUNT_LO) as u32
-                | hi16(BG_FREE_BLOCKS_COUNT_HI),
-            free_inodes_count: get_u16(b, BG_FREE_INODES_COUNT_LO) as u32
-                | hi16(BG_FREE_INODES_COUNT_HI),
+            free_blocks_count: get_u16(b, BG_FREE_BLOCKS_COUNT_LO) as u32 | hi16(BG_FREE_BLOCKS_COUNT_HI),
+            free_inodes_count: get_u16(b, BG_FREE_INODES_COUNT_LO) as u32 | hi16(BG_FREE_INODES_COUNT_HI),
             used_dirs_count: get_u16(b, BG_USED_DIRS_COUNT_LO) as u32 | hi16(BG_USED_DIRS_COUNT_HI),
             flags: get_u16(b, BG_FLAGS),
             itable_unused: get_u16(b, BG_ITABLE_UNUSED_LO) as u32 | hi16(BG_ITABLE_UNUSED_HI),
@@ -173,21 +163,9 @@ impl GroupDesc {
             put_u32(b, BG_BLOCK_BITMAP_HI, (self.block_bitmap >> 32) as u32);
             put_u32(b, BG_INODE_BITMAP_HI, (self.inode_bitmap >> 32) as u32);
             put_u32(b, BG_INODE_TABLE_HI, (self.inode_table >> 32) as u32);
-            put_u16(
-                b,
-                BG_FREE_BLOCKS_COUNT_HI,
-                (self.free_blocks_count >> 16) as u16,
-            );
-            put_u16(
-                b,
-                BG_FREE_INODES_COUNT_HI,
-                (self.free_inodes_count >> 16) as u16,
-            );
-            put_u16(
-                b,
-                BG_USED_DIRS_COUNT_HI,
-                (self.used_dirs_count >> 16) as u16,
-            );
+            put_u16(b, BG_FREE_BLOCKS_COUNT_HI, (self.free_blocks_count >> 16) as u16);
+            put_u16(b, BG_FREE_INODES_COUNT_HI, (self.free_inodes_count >> 16) as u16);
+            put_u16(b, BG_USED_DIRS_COUNT_HI, (self.used_dirs_count >> 16) as u16);
             put_u16(b, BG_ITABLE_UNUSED_HI, (self.itable_unused >> 16) as u16);
         }
     }
@@ -241,9 +219,7 @@ impl GroupDesc {
         let blocks = sb.block_count();
         let itb = sb.inode_table_blocks() as u64;
         let bad = |field: &str, v: u64, why: String| {
-            Err(FsError::Corrupt(format!(
-                "group descriptor {group}: {field} = {v} {why}"
-            )))
+            Err(FsError::Corrupt(format!("group descriptor {group}: {field} = {v} {why}")))
         };
         for (field, v, len) in [
             ("bg_block_bitmap", self.block_bitmap, 1u64),
@@ -251,21 +227,13 @@ impl GroupDesc {
             ("bg_inode_table", self.inode_table, itb),
         ] {
             if v < sb.first_data_block as u64 || v.saturating_add(len) > blocks {
-                return bad(
-                    field,
-                    v,
-                    format!("(outside the file system of {blocks} blocks)"),
-                );
+                return bad(field, v, format!("(outside the file system of {blocks} blocks)"));
             }
             let g = sb.group_of_block(v);
             let start = sb.group_first_block(g);
             let meta = sb.group_super_overhead(g) as u64;
             if v < start + meta {
-                return bad(
-                    field,
-                    v,
-                    format!("(overlaps the superblock/GDT copy of group {g})"),
-                );
+                return bad(field, v, format!("(overlaps the superblock/GDT copy of group {g})"));
             }
             if !sb.has_flex_bg() && g != group {
                 return bad(field, v, format!("(outside group {group} without flex_bg)"));
@@ -316,10 +284,7 @@ impl GroupDesc {
                 buf.len()
             )));
         }
-        buf[..need]
-            .chunks_exact(desc_size)
-            .map(GroupDesc::decode)
-            .collect()
+        buf[..need].chunks_exact(desc_size).map(GroupDesc::decode).collect()
     }
 
     /// Encode descriptors into the GDT bytes `out` (descriptor `i` at `i * desc_size`); bytes
@@ -346,11 +311,7 @@ pub fn crc16(mut crc: u16, data: &[u8]) -> u16 {
     for &byte in data {
         crc ^= byte as u16;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xA001
-            } else {
-                crc >> 1
-            };
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
         }
     }
     crc

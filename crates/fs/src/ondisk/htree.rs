@@ -15,9 +15,7 @@ use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::dirent::{DE_NAME, DE_NAME_LEN, DE_REC_LEN, FT_DIR};
-use crate::ondisk::superblock::{
-    FLAGS_UNSIGNED_HASH, Superblock, get_u16, get_u32, put_u16, put_u32,
-};
+use crate::ondisk::superblock::{FLAGS_UNSIGNED_HASH, Superblock, get_u16, get_u32, put_u16, put_u32};
 
 /// Hash version: legacy (`dx_hack_hash`), signed chars.
 pub const DX_HASH_LEGACY: u8 = 0;
@@ -94,11 +92,7 @@ fn str2hashbuf(msg: &[u8], num: usize, unsigned: bool) -> [u32; 8] {
     let mut oi = 0usize;
     let mut num = num as isize;
     for (i, &b) in msg.iter().take(num as usize * 4).enumerate() {
-        let c = if unsigned {
-            b as u32
-        } else {
-            b as i8 as i32 as u32
-        };
+        let c = if unsigned { b as u32 } else { b as i8 as i32 as u32 };
         val = c.wrapping_add(val << 8);
         if i % 4 == 3 {
             out[oi] = val;
@@ -130,12 +124,10 @@ fn tea_transform(buf: &mut [u32; 4], inp: &[u32]) {
     let (a, b, c, d) = (inp[0], inp[1], inp[2], inp[3]);
     for _ in 0..16 {
         sum = sum.wrapping_add(DELTA);
-        b0 = b0.wrapping_add(
-            ((b1 << 4).wrapping_add(a)) ^ (b1.wrapping_add(sum)) ^ ((b1 >> 5).wrapping_add(b)),
-        );
-        b1 = b1.wrapping_add(
-            ((b0 << 4).wrapping_add(c)) ^ (b0.wrapping_add(sum)) ^ ((b0 >> 5).wrapping_add(d)),
-        );
+        b0 = b0
+            .wrapping_add(((b1 << 4).wrapping_add(a)) ^ (b1.wrapping_add(sum)) ^ ((b1 >> 5).wrapping_add(b)));
+        b1 = b1
+            .wrapping_add(((b0 << 4).wrapping_add(c)) ^ (b0.wrapping_add(sum)) ^ ((b0 >> 5).wrapping_add(d)));
     }
     buf[0] = buf[0].wrapping_add(b0);
     buf[1] = buf[1].wrapping_add(b1);
@@ -249,11 +241,7 @@ pub fn effective_hash_version(root_version: u8, sb_flags: u32) -> u8 {
 
 /// Hash of `name` in an indexed directory of `sb` whose root says `root_version`.
 pub fn name_hash(sb: &Superblock, root_version: u8, name: &[u8]) -> FsResult<(u32, u32)> {
-    dirhash(
-        effective_hash_version(root_version, sb.flags),
-        name,
-        &sb.hash_seed,
-    )
+    dirhash(effective_hash_version(root_version, sb.flags), name, &sb.hash_seed)
 }
 
 // ---- index blocks ------------------------------------------------------------------------
@@ -275,39 +263,24 @@ fn corrupt(what: &str, msg: String) -> FsError {
 /// Decode count/limit and entries at `off` of `block`.
 fn decode_entries(block: &[u8], off: usize, want_limit: u16, what: &str) -> FsResult<Vec<DxEntry>> {
     if off + DX_ENTRY_SIZE > block.len() {
-        return Err(corrupt(
-            what,
-            format!("entries at {off} pass the end of the block"),
-        ));
+        return Err(corrupt(what, format!("entries at {off} pass the end of the block")));
     }
     let limit = get_u16(block, off);
     let count = get_u16(block, off + 2);
     if limit != want_limit {
-        return Err(corrupt(
-            what,
-            format!("limit = {limit} (expected {want_limit})"),
-        ));
+        return Err(corrupt(what, format!("limit = {limit} (expected {want_limit})")));
     }
     if count == 0 || count > limit {
-        return Err(corrupt(
-            what,
-            format!("count = {count} (must be 1..={limit})"),
-        ));
+        return Err(corrupt(what, format!("count = {count} (must be 1..={limit})")));
     }
     if off + count as usize * DX_ENTRY_SIZE > block.len() {
-        return Err(corrupt(
-            what,
-            format!("count = {count} entries pass the end of the block"),
-        ));
+        return Err(corrupt(what, format!("count = {count} entries pass the end of the block")));
     }
     let mut v = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
         let e = off + i * DX_ENTRY_SIZE;
         let hash = if i == 0 { 0 } else { get_u32(block, e) };
-        v.push(DxEntry {
-            hash,
-            block: get_u32(block, e + 4) & DX_BLOCK_MASK,
-        });
+        v.push(DxEntry { hash, block: get_u32(block, e + 4) & DX_BLOCK_MASK });
     }
     Ok(v)
 }
@@ -375,27 +348,15 @@ impl DxRoot {
         }
         let dotdot_len = get_u16(block, 12 + DE_REC_LEN) as usize;
         if dotdot_len != block.len() - 12 {
-            return Err(corrupt(
-                W,
-                format!(
-                    "'..' rec_len = {dotdot_len} (expected {})",
-                    block.len() - 12
-                ),
-            ));
+            return Err(corrupt(W, format!("'..' rec_len = {dotdot_len} (expected {})", block.len() - 12)));
         }
         let hash_version = block[DX_ROOT_HASH_VERSION];
         if hash_version > DX_HASH_TEA {
-            return Err(corrupt(
-                W,
-                format!("hash_version = {hash_version} (unrecognised)"),
-            ));
+            return Err(corrupt(W, format!("hash_version = {hash_version} (unrecognised)")));
         }
         let info_length = block[DX_ROOT_INFO_LENGTH];
         if info_length != DX_ROOT_INFO_LEN {
-            return Err(corrupt(
-                W,
-                format!("info_length = {info_length} (expected 8)"),
-            ));
+            return Err(corrupt(W, format!("info_length = {info_length} (expected 8)")));
         }
         let indirect_levels = block[DX_ROOT_INDIRECT_LEVELS];
         if indirect_levels > MAX_INDIRECT_LEVELS {
@@ -406,10 +367,7 @@ impl DxRoot {
         }
         let unused_flags = block[DX_ROOT_UNUSED_FLAGS];
         if unused_flags & 1 != 0 {
-            return Err(corrupt(
-                W,
-                format!("unused_flags = {unused_flags} (unimplemented)"),
-            ));
+            return Err(corrupt(W, format!("unused_flags = {unused_flags} (unimplemented)")));
         }
         let limit = root_limit(block.len());
         let entries = decode_entries(block, DX_ROOT_INFO + info_length as usize, limit, W)?;
@@ -447,12 +405,7 @@ impl DxRoot {
         block[DX_ROOT_INFO_LENGTH] = self.info_length;
         block[DX_ROOT_INDIRECT_LEVELS] = self.indirect_levels;
         block[DX_ROOT_UNUSED_FLAGS] = self.unused_flags;
-        encode_entries(
-            block,
-            DX_ROOT_INFO + self.info_length as usize,
-            self.limit,
-            &self.entries,
-        );
+        encode_entries(block, DX_ROOT_INFO + self.info_length as usize, self.limit, &self.entries);
     }
 
     /// A new root block for directory `self_ino` (parent `parent_ino`) with one leaf
@@ -471,10 +424,7 @@ impl DxRoot {
             indirect_levels: 0,
             unused_flags: 0,
             limit: root_limit(BLOCK_SIZE),
-            entries: vec![DxEntry {
-                hash: 0,
-                block: first_leaf,
-            }],
+            entries: vec![DxEntry { hash: 0, block: first_leaf }],
         };
         let mut b = zeroed_block();
         root.encode_into(&mut b[..]);
@@ -500,13 +450,7 @@ impl DxNode {
         }
         let rec_len = get_u16(block, DE_REC_LEN) as usize;
         if get_u32(block, 0) != 0 || rec_len != block.len() {
-            return Err(corrupt(
-                W,
-                format!(
-                    "fake record inode = {} rec_len = {rec_len}",
-                    get_u32(block, 0)
-                ),
-            ));
+            return Err(corrupt(W, format!("fake record inode = {} rec_len = {rec_len}", get_u32(block, 0))));
         }
         let limit = node_limit(block.len());
         let entries = decode_entries(block, DX_NODE_ENTRIES, limit, W)?;
@@ -556,22 +500,14 @@ pub fn lookup_leaf(
     let root = DxRoot::decode(root_block)?;
     let at = search(&root.entries, hash);
     let mut next = root.entries[at].block;
-    let mut frames = vec![DxFrame {
-        block: 0,
-        entries: root.entries,
-        at,
-    }];
+    let mut frames = vec![DxFrame { block: 0, entries: root.entries, at }];
     for _ in 0..root.indirect_levels {
         let b = read_block(next)?;
         let node = DxNode::decode(&b)?;
         let at = search(&node.entries, hash);
         let blk = next;
         next = node.entries[at].block;
-        frames.push(DxFrame {
-            block: blk,
-            entries: node.entries,
-            at,
-        });
+        frames.push(DxFrame { block: blk, entries: node.entries, at });
     }
     Ok(DxPath { frames, leaf: next })
 }
@@ -606,11 +542,7 @@ impl DxPath {
         for l in level + 1..self.frames.len() {
             let b = read_block(next)?;
             let node = DxNode::decode(&b)?;
-            self.frames[l] = DxFrame {
-                block: next,
-                entries: node.entries,
-                at: 0,
-            };
+            self.frames[l] = DxFrame { block: next, entries: node.entries, at: 0 };
             next = self.frames[l].entries[0].block;
         }
         self.leaf = next;
@@ -642,14 +574,8 @@ mod tests {
         let mut b = DxRoot::new_block(12, 2, DX_HASH_HALF_MD4, 1);
         let mut r = DxRoot::decode(&b[..]).unwrap();
         assert_eq!(r.limit, 508);
-        r.entries.push(DxEntry {
-            hash: 0x1000,
-            block: 2,
-        });
-        r.entries.push(DxEntry {
-            hash: 0x8001,
-            block: 3,
-        });
+        r.entries.push(DxEntry { hash: 0x1000, block: 2 });
+        r.entries.push(DxEntry { hash: 0x8001, block: 3 });
         r.encode_into(&mut b[..]);
         let r2 = DxRoot::decode(&b[..]).unwrap();
         assert_eq!(r2, r);
@@ -669,10 +595,7 @@ mod tests {
     fn node_round_trip() {
         let n = DxNode {
             limit: 511,
-            entries: vec![
-                DxEntry { hash: 0, block: 5 },
-                DxEntry { hash: 77, block: 6 },
-            ],
+            entries: vec![DxEntry { hash: 0, block: 5 }, DxEntry { hash: 77, block: 6 }],
         };
         let mut b = zeroed_block();
         n.encode_into(&mut b[..]);

@@ -200,13 +200,8 @@ impl Timestamp {
     }
     /// The current time.
     pub fn now() -> Self {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Timestamp {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        }
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
 
@@ -224,10 +219,7 @@ pub fn encode_time(t: Timestamp) -> (u32, u32) {
 pub fn decode_time(lo: u32, extra: u32) -> Timestamp {
     let mut sec = lo as i32 as i64;
     sec += ((extra & 3) as i64) << 32;
-    Timestamp {
-        sec,
-        nsec: extra >> 2,
-    }
+    Timestamp { sec, nsec: extra >> 2 }
 }
 
 /// The on-disk inode. Fields in the extra area are only read/written when `extra_isize`
@@ -311,17 +303,10 @@ impl Inode {
     /// `i_extra_isize` is not a multiple of 4 or runs past the record.
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
         if buf.len() < GOOD_OLD_INODE_SIZE {
-            return Err(FsError::Corrupt(format!(
-                "inode: {} bytes given, at least 128 needed",
-                buf.len()
-            )));
+            return Err(FsError::Corrupt(format!("inode: {} bytes given, at least 128 needed", buf.len())));
         }
         let b = buf;
-        let extra_isize = if b.len() > GOOD_OLD_INODE_SIZE + 1 {
-            get_u16(b, I_EXTRA_ISIZE)
-        } else {
-            0
-        };
+        let extra_isize = if b.len() > GOOD_OLD_INODE_SIZE + 1 { get_u16(b, I_EXTRA_ISIZE) } else { 0 };
         if GOOD_OLD_INODE_SIZE + extra_isize as usize > b.len() || extra_isize % 4 != 0 {
             return Err(FsError::Corrupt(format!(
                 "inode: i_extra_isize = {extra_isize} (must be a multiple of 4 within the {}-byte \
@@ -493,21 +478,14 @@ impl Inode {
     /// Set the blocks charged to the inode (`sectors` in 512-byte units) as ext4 does: the
     /// 32-bit field if it fits, else (with `huge_file`) 48 bits, else in file system blocks
     /// with `EXT4_HUGE_FILE_FL`. [`FsError::TooBig`] if it cannot be represented.
-    pub fn set_blocks_512(
-        &mut self,
-        sectors: u64,
-        huge_file: bool,
-        block_size: u32,
-    ) -> FsResult<()> {
+    pub fn set_blocks_512(&mut self, sectors: u64, huge_file: bool, block_size: u32) -> FsResult<()> {
         if sectors <= u32::MAX as u64 {
             self.blocks = sectors;
             self.flags &= !EXT4_HUGE_FILE_FL;
             return Ok(());
         }
         if !huge_file {
-            return Err(FsError::TooBig(format!(
-                "{sectors} sectors need the huge_file feature"
-            )));
+            return Err(FsError::TooBig(format!("{sectors} sectors need the huge_file feature")));
         }
         if sectors < 1u64 << 48 {
             self.blocks = sectors;
@@ -521,9 +499,7 @@ impl Inode {
             self.flags |= EXT4_HUGE_FILE_FL;
             return Ok(());
         }
-        Err(FsError::TooBig(format!(
-            "{sectors} sectors do not fit i_blocks"
-        )))
+        Err(FsError::TooBig(format!("{sectors} sectors do not fit i_blocks")))
     }
 
     /// Device number of a character/block device inode: `(major, minor)` from the old

@@ -445,11 +445,7 @@ impl Superblock {
         let incompat = get_u32(b, S_FEATURE_INCOMPAT);
         let is64 = incompat & INCOMPAT_64BIT != 0;
         let hi = |off: usize| {
-            if is64 {
-                (get_u32(b, off) as u64) << 32
-            } else {
-                0
-            }
+            if is64 { (get_u32(b, off) as u64) << 32 } else { 0 }
         };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[S_UUID..S_UUID + 16]);
@@ -471,8 +467,7 @@ impl Superblock {
             inodes_count: get_u32(b, S_INODES_COUNT),
             blocks_count: get_u32(b, S_BLOCKS_COUNT_LO) as u64 | hi(S_BLOCKS_COUNT_HI),
             r_blocks_count: get_u32(b, S_R_BLOCKS_COUNT_LO) as u64 | hi(S_R_BLOCKS_COUNT_HI),
-            free_blocks_count: get_u32(b, S_FREE_BLOCKS_COUNT_LO) as u64
-                | hi(S_FREE_BLOCKS_COUNT_HI),
+            free_blocks_count: get_u32(b, S_FREE_BLOCKS_COUNT_LO) as u64 | hi(S_FREE_BLOCKS_COUNT_HI),
             free_inodes_count: get_u32(b, S_FREE_INODES_COUNT),
             first_data_block: get_u32(b, S_FIRST_DATA_BLOCK),
             log_block_size: get_u32(b, S_LOG_BLOCK_SIZE),
@@ -586,11 +581,7 @@ impl Superblock {
             )));
         }
         if self.log_block_size > 6 {
-            return Err(corrupt(
-                "s_log_block_size",
-                self.log_block_size,
-                "(block size above 64 KiB)",
-            ));
+            return Err(corrupt("s_log_block_size", self.log_block_size, "(block size above 64 KiB)"));
         }
         let bs = self.block_size();
         if self.blocks_per_group == 0 || self.blocks_per_group > 8 * bs {
@@ -617,19 +608,13 @@ impl Superblock {
         if self.rev_level >= DYNAMIC_REV {
             let is = self.inode_size;
             if is < GOOD_OLD_INODE_SIZE || !is.is_power_of_two() || is as u32 > bs {
-                return Err(corrupt(
-                    "s_inode_size",
-                    is,
-                    "(must be a power of two 128..=block size)",
-                ));
+                return Err(corrupt("s_inode_size", is, "(must be a power of two 128..=block size)"));
             }
             if self.first_ino < GOOD_OLD_FIRST_INO {
                 return Err(corrupt("s_first_ino", self.first_ino, "(below 11)"));
             }
             let room = is - GOOD_OLD_INODE_SIZE;
-            if is > GOOD_OLD_INODE_SIZE
-                && (self.min_extra_isize > room || self.want_extra_isize > room)
-            {
+            if is > GOOD_OLD_INODE_SIZE && (self.min_extra_isize > room || self.want_extra_isize > room) {
                 return Err(corrupt(
                     "s_min_extra_isize/s_want_extra_isize",
                     format!("{}/{}", self.min_extra_isize, self.want_extra_isize),
@@ -640,36 +625,21 @@ impl Superblock {
         if self.has_64bit() {
             let ds = self.desc_size;
             if !(64..=1024).contains(&ds) || !ds.is_power_of_two() || ds as u32 > bs {
-                return Err(corrupt(
-                    "s_desc_size",
-                    ds,
-                    "(64bit needs a power of two 64..=1024)",
-                ));
+                return Err(corrupt("s_desc_size", ds, "(64bit needs a power of two 64..=1024)"));
             }
         }
         if self.has_flex_bg() && self.log_groups_per_flex > 31 {
-            return Err(corrupt(
-                "s_log_groups_per_flex",
-                self.log_groups_per_flex,
-                "(above 31)",
-            ));
+            return Err(corrupt("s_log_groups_per_flex", self.log_groups_per_flex, "(above 31)"));
         }
         let groups = self.group_count_u64();
         if groups > u32::MAX as u64 {
-            return Err(corrupt(
-                "s_blocks_count",
-                self.blocks_count,
-                "(too many groups)",
-            ));
+            return Err(corrupt("s_blocks_count", self.blocks_count, "(too many groups)"));
         }
         if groups * self.inodes_per_group as u64 != self.inodes_count as u64 {
             return Err(corrupt(
                 "s_inodes_count",
                 self.inodes_count,
-                &format!(
-                    "(should be {groups} groups x {} inodes per group)",
-                    self.inodes_per_group
-                ),
+                &format!("(should be {groups} groups x {} inodes per group)", self.inodes_per_group),
             ));
         }
         if self.free_inodes_count > self.inodes_count {
@@ -696,11 +666,7 @@ impl Superblock {
         if is64 {
             put_u32(b, S_BLOCKS_COUNT_HI, (self.blocks_count >> 32) as u32);
             put_u32(b, S_R_BLOCKS_COUNT_HI, (self.r_blocks_count >> 32) as u32);
-            put_u32(
-                b,
-                S_FREE_BLOCKS_COUNT_HI,
-                (self.free_blocks_count >> 32) as u32,
-            );
+            put_u32(b, S_FREE_BLOCKS_COUNT_HI, (self.free_blocks_count >> 32) as u32);
         }
         put_u32(b, S_FREE_INODES_COUNT, self.free_inodes_count);
         put_u32(b, S_FIRST_DATA_BLOCK, self.first_data_block);
@@ -763,18 +729,8 @@ impl Superblock {
         put_u8(b, S_CHECKSUM_TYPE, self.checksum_type);
         put_u64(b, S_KBYTES_WRITTEN, self.kbytes_written);
         put_u32(b, S_ERROR_COUNT, self.error_count);
-        time_put(
-            b,
-            S_FIRST_ERROR_TIME,
-            S_FIRST_ERROR_TIME_HI,
-            self.first_error_time,
-        );
-        time_put(
-            b,
-            S_LAST_ERROR_TIME,
-            S_LAST_ERROR_TIME_HI,
-            self.last_error_time,
-        );
+        time_put(b, S_FIRST_ERROR_TIME, S_FIRST_ERROR_TIME_HI, self.first_error_time);
+        time_put(b, S_LAST_ERROR_TIME, S_LAST_ERROR_TIME_HI, self.last_error_time);
         put_u32(b, S_USR_QUOTA_INUM, self.usr_quota_inum);
         put_u32(b, S_GRP_QUOTA_INUM, self.grp_quota_inum);
         put_u32(b, S_OVERHEAD_CLUSTERS, self.overhead_clusters);
@@ -889,9 +845,7 @@ impl Superblock {
 
     fn group_count_u64(&self) -> u64 {
         let bpg = self.blocks_per_group.max(1) as u64;
-        self.blocks_count
-            .saturating_sub(self.first_data_block as u64)
-            .div_ceil(bpg)
+        self.blocks_count.saturating_sub(self.first_data_block as u64).div_ceil(bpg)
     }
 
     /// Number of block groups.
@@ -900,11 +854,7 @@ impl Superblock {
     }
     /// Size of one group descriptor: `s_desc_size` with `64bit`, else 32.
     pub fn desc_size(&self) -> usize {
-        if self.has_64bit() {
-            self.desc_size as usize
-        } else {
-            32
-        }
+        if self.has_64bit() { self.desc_size as usize } else { 32 }
     }
     /// Group descriptors per block.
     pub fn descs_per_block(&self) -> u32 {
@@ -957,44 +907,27 @@ impl Superblock {
     }
     /// First block of the GDT copy in group `g` (right after its superblock copy), if any.
     pub fn gdt_location(&self, g: u32) -> Option<u64> {
-        self.superblock_location(g)
-            .map(|_| self.group_first_block(g) + 1)
+        self.superblock_location(g).map(|_| self.group_first_block(g) + 1)
     }
     /// Blocks at the start of group `g` taken by the superblock copy, the GDT copy and the
     /// reserved GDT blocks.
     pub fn group_super_overhead(&self, g: u32) -> u32 {
-        if self.has_super_in_group(g) {
-            1 + self.gdt_blocks() + self.reserved_gdt_blocks as u32
-        } else {
-            0
-        }
+        if self.has_super_in_group(g) { 1 + self.gdt_blocks() + self.reserved_gdt_blocks as u32 } else { 0 }
     }
     /// Flex group size (1 without `flex_bg`).
     pub fn groups_per_flex(&self) -> u32 {
-        if self.has_flex_bg() {
-            1u32 << self.log_groups_per_flex.min(31)
-        } else {
-            1
-        }
+        if self.has_flex_bg() { 1u32 << self.log_groups_per_flex.min(31) } else { 1 }
     }
 
     // ---- inodes ----
 
     /// Inode record size in bytes (128 for revision 0).
     pub fn inode_size(&self) -> usize {
-        if self.rev_level == GOOD_OLD_REV {
-            GOOD_OLD_INODE_SIZE as usize
-        } else {
-            self.inode_size as usize
-        }
+        if self.rev_level == GOOD_OLD_REV { GOOD_OLD_INODE_SIZE as usize } else { self.inode_size as usize }
     }
     /// First non-reserved inode (11 for revision 0).
     pub fn first_ino(&self) -> u32 {
-        if self.rev_level == GOOD_OLD_REV {
-            GOOD_OLD_FIRST_INO
-        } else {
-            self.first_ino
-        }
+        if self.rev_level == GOOD_OLD_REV { GOOD_OLD_FIRST_INO } else { self.first_ino }
     }
     /// Inodes per block.
     pub fn inodes_per_block(&self) -> u32 {
@@ -1002,8 +935,7 @@ impl Superblock {
     }
     /// Blocks of one group's inode table.
     pub fn inode_table_blocks(&self) -> u32 {
-        (self.inodes_per_group as u64 * self.inode_size() as u64).div_ceil(self.block_size() as u64)
-            as u32
+        (self.inodes_per_group as u64 * self.inode_size() as u64).div_ceil(self.block_size() as u64) as u32
     }
     /// Whether `ino` is a valid inode number (1..=s_inodes_count).
     pub fn valid_ino(&self, ino: u32) -> bool {
@@ -1022,11 +954,7 @@ impl Superblock {
     pub fn inode_position(&self, ino: u32) -> (u32, u32, usize) {
         let idx = self.inode_index_in_group(ino);
         let ipb = self.inodes_per_block().max(1);
-        (
-            self.inode_group(ino),
-            idx / ipb,
-            (idx % ipb) as usize * self.inode_size(),
-        )
+        (self.inode_group(ino), idx / ipb, (idx % ipb) as usize * self.inode_size())
     }
 
     // ---- misc ----
@@ -1105,9 +1033,6 @@ mod tests {
     fn bad_magic_message() {
         let raw = [0u8; 1024];
         let e = Superblock::decode(&raw).unwrap_err().to_string();
-        assert!(
-            e.contains("not an ext2/3/4 file system: bad magic 0x0000"),
-            "{e}"
-        );
+        assert!(e.contains("not an ext2/3/4 file system: bad magic 0x0000"), "{e}");
     }
 }

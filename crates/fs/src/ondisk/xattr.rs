@@ -111,21 +111,14 @@ pub fn split_name(full: &[u8]) -> FsResult<(u8, &[u8])> {
             suffix.len()
         )));
     }
-    if suffix.is_empty()
-        && !matches!(
-            idx,
-            INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT | INDEX_RICHACL
-        )
-    {
+    if suffix.is_empty() && !matches!(idx, INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT | INDEX_RICHACL) {
         return Err(FsError::Invalid(format!(
             "extended attribute name {:?} has an empty suffix",
             String::from_utf8_lossy(full)
         )));
     }
     if suffix.contains(&0) {
-        return Err(FsError::Invalid(
-            "extended attribute name contains a NUL byte".into(),
-        ));
+        return Err(FsError::Invalid("extended attribute name contains a NUL byte".into()));
     }
     Ok((idx, suffix))
 }
@@ -141,9 +134,7 @@ pub fn join_name(index: u8, suffix: &[u8]) -> FsResult<Vec<u8>> {
         INDEX_SYSTEM => b"system.",
         INDEX_RICHACL => b"system.richacl",
         i => {
-            return Err(FsError::Incompatible(format!(
-                "extended attribute name index {i}"
-            )));
+            return Err(FsError::Incompatible(format!("extended attribute name index {i}")));
         }
     };
     let mut v = prefix.to_vec();
@@ -209,12 +200,7 @@ pub struct RawEntry {
 
 /// Parse entries starting at `first` of `buf`, values relative to `value_base`, everything
 /// before `end`. Checks like the kernel's `ext4_xattr_check_entries`.
-fn parse_entries(
-    buf: &[u8],
-    first: usize,
-    value_base: usize,
-    what: &str,
-) -> FsResult<Vec<RawEntry>> {
+fn parse_entries(buf: &[u8], first: usize, value_base: usize, what: &str) -> FsResult<Vec<RawEntry>> {
     let end = buf.len();
     let bad = |msg: String| Err(FsError::Corrupt(format!("{what}: {msg}")));
     // find the end of the names
@@ -233,9 +219,7 @@ fn parse_entries(
         let name_len = buf[off + E_NAME_LEN] as usize;
         let next = off + entry_len(name_len);
         if next + 4 > end {
-            return bad(format!(
-                "entry at offset {off}: e_name_len = {name_len} out of bounds"
-            ));
+            return bad(format!("entry at offset {off}: e_name_len = {name_len} out of bounds"));
         }
         if buf[off + E_NAME..off + E_NAME + name_len].contains(&0) {
             return bad(format!("entry at offset {off}: name contains a NUL byte"));
@@ -251,9 +235,7 @@ fn parse_entries(
         let size = get_u32(buf, h + E_VALUE_SIZE) as usize;
         let offs = get_u16(buf, h + E_VALUE_OFFS) as usize;
         if inum != 0 {
-            return bad(format!(
-                "entry at offset {h}: e_value_inum = {inum} (ea_inode is not supported)"
-            ));
+            return bad(format!("entry at offset {h}: e_value_inum = {inum} (ea_inode is not supported)"));
         }
         let value = if size == 0 {
             Vec::new()
@@ -278,10 +260,7 @@ fn parse_entries(
 }
 
 fn to_list(entries: Vec<RawEntry>) -> FsResult<XattrList> {
-    entries
-        .into_iter()
-        .map(|e| Ok((join_name(e.name_index, &e.name)?, e.value)))
-        .collect()
+    entries.into_iter().map(|e| Ok((join_name(e.name_index, &e.name)?, e.value))).collect()
 }
 
 /// Raw entries of an in-inode area (the bytes from `128 + i_extra_isize` to the end of the
@@ -290,12 +269,7 @@ pub fn parse_ibody_raw(area: &[u8]) -> FsResult<Vec<RawEntry>> {
     if area.len() < IBODY_HEADER_SIZE || get_u32(area, 0) != XATTR_MAGIC {
         return Ok(Vec::new());
     }
-    parse_entries(
-        area,
-        IBODY_HEADER_SIZE,
-        IBODY_HEADER_SIZE,
-        "in-inode xattrs",
-    )
+    parse_entries(area, IBODY_HEADER_SIZE, IBODY_HEADER_SIZE, "in-inode xattrs")
 }
 
 /// Attributes of an in-inode area (see [`parse_ibody_raw`]).
@@ -320,10 +294,7 @@ impl XattrBlock {
     /// Decode an xattr block, checking the magic, `h_blocks == 1` and the entries.
     pub fn decode(block: &[u8]) -> FsResult<Self> {
         if block.len() < BLOCK_HEADER_SIZE + 4 {
-            return Err(FsError::Corrupt(format!(
-                "xattr block: {} bytes",
-                block.len()
-            )));
+            return Err(FsError::Corrupt(format!("xattr block: {} bytes", block.len())));
         }
         let magic = get_u32(block, H_MAGIC);
         if magic != XATTR_MAGIC {
@@ -333,9 +304,7 @@ impl XattrBlock {
         }
         let blocks = get_u32(block, H_BLOCKS);
         if blocks != 1 {
-            return Err(FsError::Corrupt(format!(
-                "xattr block: h_blocks = {blocks} (expected 1)"
-            )));
+            return Err(FsError::Corrupt(format!("xattr block: h_blocks = {blocks} (expected 1)")));
         }
         Ok(XattrBlock {
             refcount: get_u32(block, H_REFCOUNT),
@@ -373,16 +342,9 @@ fn prepare(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<Vec<Prepared<'_>>> {
             )));
         }
         if value.len() > u16::MAX as usize {
-            return Err(FsError::Range(format!(
-                "xattr value of {} bytes",
-                value.len()
-            )));
+            return Err(FsError::Range(format!("xattr value of {} bytes", value.len())));
         }
-        v.push(Prepared {
-            index,
-            suffix,
-            value,
-        });
+        v.push(Prepared { index, suffix, value });
     }
     Ok(v)
 }
@@ -408,12 +370,7 @@ pub fn block_size_needed(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<usize> {
 
 /// Write entries and values into `buf[first..]`; values from the end downwards, offsets
 /// relative to `value_base`. Returns the entry hashes in order. Caller checked the space.
-fn write_entries(
-    buf: &mut [u8],
-    first: usize,
-    value_base: usize,
-    entries: &[Prepared<'_>],
-) -> Vec<u32> {
+fn write_entries(buf: &mut [u8], first: usize, value_base: usize, entries: &[Prepared<'_>]) -> Vec<u32> {
     let mut off = first;
     let mut vend = buf.len();
     let mut hashes = Vec::with_capacity(entries.len());
@@ -449,9 +406,7 @@ pub fn build_ibody(attrs: &[(Vec<u8>, Vec<u8>)], area_len: usize) -> FsResult<Ve
     }
     let need = IBODY_HEADER_SIZE + 4 + p.iter().map(space).sum::<usize>();
     if need > area_len {
-        return Err(FsError::NoSpace(format!(
-            "in-inode xattrs need {need} bytes, the inode has {area_len}"
-        )));
+        return Err(FsError::NoSpace(format!("in-inode xattrs need {need} bytes, the inode has {area_len}")));
     }
     put_u32(&mut buf, 0, XATTR_MAGIC);
     write_entries(&mut buf, IBODY_HEADER_SIZE, IBODY_HEADER_SIZE, &p);
@@ -461,18 +416,12 @@ pub fn build_ibody(attrs: &[(Vec<u8>, Vec<u8>)], area_len: usize) -> FsResult<Ve
 /// Build an xattr block of `block_len` bytes holding `attrs`, entries sorted by (index,
 /// name length, name) as ext4 expects, with entry hashes, the block hash, `h_blocks` = 1
 /// and `h_refcount` = `refcount`. [`FsError::NoSpace`] if they do not fit.
-pub fn build_block(
-    attrs: &[(Vec<u8>, Vec<u8>)],
-    refcount: u32,
-    block_len: usize,
-) -> FsResult<Vec<u8>> {
+pub fn build_block(attrs: &[(Vec<u8>, Vec<u8>)], refcount: u32, block_len: usize) -> FsResult<Vec<u8>> {
     let mut p = prepare(attrs)?;
     p.sort_by(|a, b| (a.index, a.suffix.len(), a.suffix).cmp(&(b.index, b.suffix.len(), b.suffix)));
     let need = BLOCK_HEADER_SIZE + 4 + p.iter().map(space).sum::<usize>();
     if need > block_len || block_len > u16::MAX as usize + 1 {
-        return Err(FsError::NoSpace(format!(
-            "xattr block needs {need} bytes, a block has {block_len}"
-        )));
+        return Err(FsError::NoSpace(format!("xattr block needs {need} bytes, a block has {block_len}")));
     }
     let mut buf = vec![0u8; block_len];
     put_u32(&mut buf, H_MAGIC, XATTR_MAGIC);
@@ -517,22 +466,14 @@ mod tests {
     use super::*;
 
     fn list(v: &[(&str, &str)]) -> XattrList {
-        v.iter()
-            .map(|(n, x)| (n.as_bytes().to_vec(), x.as_bytes().to_vec()))
-            .collect()
+        v.iter().map(|(n, x)| (n.as_bytes().to_vec(), x.as_bytes().to_vec())).collect()
     }
 
     #[test]
     fn names() {
         assert_eq!(split_name(b"user.foo").unwrap(), (1, &b"foo"[..]));
-        assert_eq!(
-            split_name(b"system.posix_acl_access").unwrap(),
-            (2, &b""[..])
-        );
-        assert_eq!(
-            split_name(b"security.selinux").unwrap(),
-            (6, &b"selinux"[..])
-        );
+        assert_eq!(split_name(b"system.posix_acl_access").unwrap(), (2, &b""[..]));
+        assert_eq!(split_name(b"security.selinux").unwrap(), (6, &b"selinux"[..]));
         assert_eq!(split_name(b"system.data").unwrap(), (7, &b"data"[..]));
         assert!(split_name(b"os2.x").is_err());
         assert!(split_name(b"user.").is_err());
@@ -541,11 +482,7 @@ mod tests {
 
     #[test]
     fn ibody_round_trip() {
-        let attrs = list(&[
-            ("user.a", "1"),
-            ("system.posix_acl_access", "acl!"),
-            ("user.bb", ""),
-        ]);
+        let attrs = list(&[("user.a", "1"), ("system.posix_acl_access", "acl!"), ("user.bb", "")]);
         let area = build_ibody(&attrs, 96).unwrap();
         assert_eq!(parse_ibody(&area).unwrap(), attrs);
         assert!(build_ibody(&list(&[("user.x", &"v".repeat(80))]), 96).is_err());
@@ -554,23 +491,13 @@ mod tests {
 
     #[test]
     fn block_round_trip_sorted() {
-        let attrs = list(&[
-            ("user.zz", "2"),
-            ("user.a", "1"),
-            ("security.s", "sec"),
-            ("trusted.t", ""),
-        ]);
+        let attrs = list(&[("user.zz", "2"), ("user.a", "1"), ("security.s", "sec"), ("trusted.t", "")]);
         let b = build_block(&attrs, 1, 4096).unwrap();
         let xb = XattrBlock::decode(&b).unwrap();
         let names: Vec<_> = xb.attrs().unwrap().into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
-            vec![
-                b"user.a".to_vec(),
-                b"user.zz".to_vec(),
-                b"trusted.t".to_vec(),
-                b"security.s".to_vec()
-            ]
+            vec![b"user.a".to_vec(), b"user.zz".to_vec(), b"trusted.t".to_vec(), b"security.s".to_vec()]
         );
         for e in &xb.entries {
             assert_eq!(e.hash, entry_hash(&e.name, &e.value));

@@ -16,17 +16,15 @@ pub fn have(prog: &str) -> bool {
 /// Full path of a program.
 pub fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/sbin", "/usr/sbin"])
-        .map(|d| Path::new(d).join(prog))
-        .find(|p| p.exists())
+    path.split(':').chain(["/sbin", "/usr/sbin"]).map(|d| Path::new(d).join(prog)).find(|p| p.exists())
 }
 
 /// Make a fresh image file of `mib` MiB with our mkfs and return a device on it.
 pub fn fresh_image(dir: &Path, name: &str, mib: u64) -> (PathBuf, Device) {
     let path = dir.join(name);
-    let dev = FileDevice::open(&path, FileDeviceOptions { create_size: Some(mib << 20), ..Default::default() })
-        .expect("create image");
+    let dev =
+        FileDevice::open(&path, FileDeviceOptions { create_size: Some(mib << 20), ..Default::default() })
+            .expect("create image");
     let dev: Device = Arc::new(dev);
     mkfs(&*dev, &MkfsOptions::default()).expect("mkfs");
     (path, dev)
