@@ -173,8 +173,9 @@ pub struct MountReport {
     pub orphans_cleaned: u32,
 }
 
-/// Read the journal inode's extents into a journal area.
-pub(crate) fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
+/// Read the journal inode's extents into a journal area (reads only; public so tools can
+/// inspect the journal of an image that cannot be mounted, e.g. one needing recovery).
+pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
     if !sb.has_journal() {
         return Err(FsError::Incompatible("file system has no journal (has_journal is off)".into()));
     }

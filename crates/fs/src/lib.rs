@@ -5,6 +5,7 @@
 //! See [`fs`] for the lock order.
 
 mod alloc;
+pub mod check;
 mod dir;
 pub mod error;
 pub mod extent_tree;

@@ -78,14 +78,14 @@ pub(crate) fn set(
         }
     }
     let mut tx = Tx::start(fs, 8)?;
-    write_all(&mut tx, st, &list)?;
+    write_all(&mut tx, ino, st, &list)?;
     st.d.ctime = Timestamp::now();
     store_inode(&mut tx, ino, st)?;
     tx.stop()?;
     Ok(())
 }
 
-fn write_all(tx: &mut Tx<'_>, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
+fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
     let area_len = st.d.xattr_area().len();
     let (ibody, block_list) = x::layout(list, area_len, BLOCK_SIZE).map_err(|e| match e {
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
@@ -114,7 +114,9 @@ fn write_all(tx: &mut Tx<'_>, st: &mut InodeState, list: &XattrList) -> FsResult
         free_block(tx, st)?;
     }
     let buf = if st.d.file_acl == 0 {
-        let goal = crate::alloc::inode_goal(tx.fs, 0).max(1);
+        // Near the inode's group, as ext4 does. (This used to pass inode 0, which
+        // underflowed in `inode_group` and panicked on the first block-sized xattr.)
+        let goal = crate::alloc::inode_goal(tx.fs, ino);
         let (blk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
         st.d.file_acl = blk;
         crate::file::charge_blocks(tx.fs, st, 1)?;

@@ -267,3 +267,16 @@ fn read_layout_rejects_garbage() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+#[test]
+fn mkfs_dense_inodes_spill_flex_metadata_into_next_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("fs.img");
+    // 32768 inodes per group: 16 inode tables of 2048 blocks do not fit one group
+    let opts = MkfsOptions { inode_ratio: 4096, assume_zeroed: true, ..Default::default() };
+    let r = make(&img, 2 << 30, &opts);
+    assert_eq!(r.inodes_per_group, 32768);
+    let last = r.groups.last().unwrap();
+    assert!(last.inode_table + r.inode_table_blocks as u64 > 32768, "no spill: {last:?}");
+    e2fsck_clean(&img);
+}

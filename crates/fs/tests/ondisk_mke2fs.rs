@@ -105,7 +105,9 @@ impl Img {
     fn mapping(&self, inode: &Inode) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         let root = ExtentNode::decode(&inode.block).unwrap();
-        assert_eq!(root.to_i_block(), inode.block, "extent root round trip");
+        let mut enc = inode.block;
+        root.encode_into(&mut enc);
+        assert_eq!(enc, inode.block, "extent root round trip");
         self.walk(&root, &mut out);
         out
     }
@@ -361,16 +363,22 @@ fn ondisk_round_trip_against_mke2fs_image() {
 fn ondisk_uninit_bg_checksums() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("fs.img");
-    if mke2fs(&img, 600, 4096, "^metadata_csum,uninit_bg,^resize_inode").is_none() {
+    if mke2fs(&img, 600, 4096, "^metadata_csum,uninit_bg").is_none() {
         return;
     }
-    let fs = Img::open(&img); // read_layout verifies every crc16
-    let sb = &fs.sb;
+    let bytes = std::fs::read(&img).unwrap();
+    let sb = &Superblock::decode(&bytes[1024..2048]).unwrap();
     assert!(sb.has_gdt_csum());
-    assert!(features::check_supported(sb).is_ok());
+    assert!(sb.reserved_gdt_blocks > 0, "resize_inode is kept here");
+    // refused until the allocator handles uninitialised groups
+    let e = features::check_supported(sb).unwrap_err().to_string();
+    assert!(e.contains("unsupported ext4 feature(s): uninit_bg"), "{e}");
+    let descs = GroupDesc::decode_table(&bytes[4096..], sb.group_count(), sb.desc_size()).unwrap();
     let mut uninit = 0;
-    for (g, d) in fs.descs.iter().enumerate() {
+    for (g, d) in descs.iter().enumerate() {
         let g = g as u32;
+        d.verify_checksum(sb, g).unwrap();
+        d.validate(sb, g).unwrap();
         let mut d2 = d.clone();
         d2.checksum = 0;
         d2.update_checksum(sb, g);
@@ -470,10 +478,9 @@ fn indexed_dir_test(count: usize, name_of: impl Fn(usize) -> String, want_levels
         for e in &root.entries {
             let b = &blocks[e.block as usize];
             let node = htree::DxNode::decode(b).unwrap();
-            let used = 8 + 8 * node.entries.len();
             let mut enc = b.clone();
             node.encode_into(&mut enc);
-            assert_eq!(enc[..used], b[..used], "dx_node round trip");
+            assert_eq!(&enc, b, "dx_node round trip");
             assert!(dirent::is_dx_node_block(b));
         }
     }

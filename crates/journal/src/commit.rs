@@ -19,9 +19,35 @@ use crate::transaction::{Transaction, TxState};
 pub(crate) fn commit_thread(j: Arc<JournalInner>) {
     set_low_timer_slack();
     while let Some(tx) = next_to_commit(&j) {
+        let _g = j.commit_lock.lock();
+        // An inline committer may have taken it meanwhile.
+        if tx.state() != TxState::Running {
+            continue;
+        }
         if let Err(e) = commit_one(&j, &tx) {
             j.abort(format!("commit of transaction {} failed: {e}", tx.tid));
             return;
+        }
+    }
+}
+
+/// Serial modes: commit `tid` in the caller's thread if it is the running transaction and
+/// no commit is in progress, saving the two thread wake-ups of a handoff. Returns whether
+/// it committed.
+pub(crate) fn commit_inline(j: &Arc<JournalInner>, tid: Tid) -> JResult<bool> {
+    let Some(_g) = j.commit_lock.try_lock() else { return Ok(false) };
+    let tx = {
+        let st = j.state.lock();
+        match &st.running {
+            Some(t) if t.tid == tid && t.state() == TxState::Running && st.committing.is_empty() => t.clone(),
+            _ => return Ok(false),
+        }
+    };
+    match commit_one(j, &tx) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            j.abort(format!("commit of transaction {} failed: {e}", tx.tid));
+            Err(e)
         }
     }
 }
@@ -114,10 +140,13 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     tx.set_state(TxState::Flushing);
     let job =
         FlushJob { tx: tx.clone(), tickets, commit, versions, had_data: !lists.ordered.is_empty(), t_lock };
-    j.flush_queue.lock().push_back(job);
-    j.flush_cv.notify_all();
-    if !j.config.dual_thread {
-        wait_previous_durable(j, tx.tid + 1)?;
+    if j.config.dual_thread {
+        j.flush_queue.lock().push_back(job);
+        j.flush_cv.notify_all();
+    } else {
+        // Serial commit: the commit thread runs the flush step itself, as JBD2's single
+        // kjournald thread does; no handoff to wait for.
+        crate::flush::complete(j, job)?;
     }
     Ok(())
 }

@@ -78,7 +78,7 @@ pub(crate) fn ensure_sb_start(j: &JournalInner) -> JResult<()> {
     Ok(())
 }
 
-fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
+pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
     if let Some(a) = j.aborted() {
         return Err(JournalError::Aborted(a));
     }

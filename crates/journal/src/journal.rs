@@ -67,6 +67,8 @@ pub(crate) struct JournalInner {
     pub sb_write: Mutex<()>,
     /// One checkpoint at a time.
     pub checkpoint_lock: Mutex<()>,
+    /// Held by whoever runs a commit in serial modes (commit thread or an inline committer).
+    pub commit_lock: Mutex<()>,
     /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
     /// Lock: itself.
     pub checkpoint_list: Mutex<Vec<Arc<crate::buffer::Buffer>>>,
@@ -121,7 +123,11 @@ impl JournalInner {
     }
 
     /// Commit `tid` (if not yet) and wait until it is durable.
-    pub fn commit_wait(&self, tid: Tid) -> JResult<()> {
+    pub fn commit_wait(self: &Arc<Self>, tid: Tid) -> JResult<()> {
+        if !self.config.dual_thread && self.state.lock().durable < tid && crate::commit::commit_inline(self, tid)? {
+            self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         self.request_commit(tid);
         self.wait(tid)
     }
@@ -249,6 +255,7 @@ impl Journal {
             log: Mutex::new(log),
             sb_write: Mutex::new(()),
             checkpoint_lock: Mutex::new(()),
+            commit_lock: Mutex::new(()),
             checkpoint_list: Mutex::new(Vec::new()),
             flush_queue: Mutex::new(VecDeque::new()),
             flush_cv: Condvar::new(),

@@ -257,10 +257,12 @@ impl ExtentNode {
         Ok(ExtentNode { max, depth, generation, entries })
     }
 
-    /// Encode into `out` (60 bytes for the root, a block otherwise): header, entries, and
-    /// zeros in the unused slots up to `eh_max`; bytes after those slots (e.g. a checksum
-    /// tail) are preserved. Entries that do not fit `out` are dropped (a caller bug: keep
-    /// `len() <= max` and `max` within the buffer, see [`max_entries_for`]).
+    /// Encode into `out` (60 bytes for the root, a block otherwise): the header and the
+    /// entries. Every byte after the last entry is left as it is (stale entries beyond
+    /// `eh_entries`, a checksum tail), like the kernel does, so decode → encode gives back
+    /// the exact bytes; start from a zeroed buffer for a new node. Entries that do not fit
+    /// `out` are dropped (a caller bug: keep `len() <= max` and `max` within the buffer, see
+    /// [`max_entries_for`]).
     pub fn encode_into(&self, out: &mut [u8]) {
         let max = self.max.max(self.len() as u16);
         let area = (ENTRY_SIZE * (max as usize + 1)).min(out.len() / ENTRY_SIZE * ENTRY_SIZE);
@@ -269,7 +271,6 @@ impl ExtentNode {
         }
         let fit = area / ENTRY_SIZE - 1;
         let b = &mut out[..area];
-        b.fill(0);
         put_u16(b, EH_MAGIC, EXTENT_MAGIC);
         put_u16(b, EH_ENTRIES, self.len().min(fit) as u16);
         put_u16(b, EH_MAX, self.max);

@@ -6,11 +6,18 @@
 //! - compat: `has_journal`, `ext_attr`, `dir_index`, `resize_inode` (its reserved GDT blocks
 //!   and inode 7 are left alone: cjfs never resizes);
 //! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`;
-//! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `uninit_bg` (crc16 group
-//!   descriptor checksums, see [`crate::ondisk::group_desc`]), `dir_nlink`, `extra_isize`.
+//! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`.
 //!
 //! Everything else (`metadata_csum`, `orphan_file`, `bigalloc`, `inline_data`, `meta_bg`,
 //! `casefold`, ...) is refused with [`FsError::Incompatible`].
+//!
+//! `uninit_bg` (`gdt_csum`) is refused too, although the on-disk side is ready: crc16
+//! descriptor checksums ([`crate::ondisk::group_desc::GroupDesc::update_checksum`]) and the
+//! bitmaps of uninitialised groups ([`crate::ondisk::bitmap::uninit_block_bitmap`]). To
+//! accept it, add [`RO_COMPAT_GDT_CSUM`] to [`SUPPORTED_RO_COMPAT`] once the allocator
+//! refreshes `bg_checksum` on every descriptor change, synthesizes the bitmaps of
+//! `BLOCK_UNINIT` / `INODE_UNINIT` groups instead of reading them, and keeps
+//! `bg_itable_unused` (inodes past it are not zeroed on disk).
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::superblock::Superblock;
@@ -122,11 +129,10 @@ pub const SUPPORTED_COMPAT: u32 =
 /// incompat bits cjfs supports.
 pub const SUPPORTED_INCOMPAT: u32 =
     INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG | INCOMPAT_RECOVER;
-/// ro_compat bits cjfs supports.
+/// ro_compat bits cjfs supports (not `uninit_bg`: see the module docs).
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
     | RO_COMPAT_HUGE_FILE
-    | RO_COMPAT_GDT_CSUM
     | RO_COMPAT_DIR_NLINK
     | RO_COMPAT_EXTRA_ISIZE;
 

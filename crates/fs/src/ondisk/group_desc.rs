@@ -2,9 +2,11 @@
 //!
 //! With `uninit_bg` (`gdt_csum`) every descriptor carries a crc16 checksum over the file
 //! system UUID, the little-endian group number and the descriptor bytes (minus the checksum
-//! field). Writers must call [`GroupDesc::update_checksum`] after every change (it is a no-op
-//! without the feature), and readers of a group flagged [`BG_BLOCK_UNINIT`] /
-//! [`BG_INODE_UNINIT`] must use the synthesized bitmaps from
+//! field). `uninit_bg` is currently refused by
+//! [`check_supported`](crate::ondisk::features::check_supported); the support here is ready
+//! for when the writers handle it: call [`GroupDesc::update_checksum`] after every change (a
+//! no-op without the feature), and for a group flagged [`BG_BLOCK_UNINIT`] /
+//! [`BG_INODE_UNINIT`] use the synthesized bitmaps from
 //! [`crate::ondisk::bitmap::uninit_block_bitmap`] / [`crate::ondisk::bitmap::uninit_inode_bitmap`]
 //! instead of the on-disk blocks. `mkfs` never sets these flags.
 
@@ -230,10 +232,12 @@ impl GroupDesc {
                 return bad(field, v, format!("(outside the file system of {blocks} blocks)"));
             }
             let g = sb.group_of_block(v);
-            let start = sb.group_first_block(g);
-            let meta = sb.group_super_overhead(g) as u64;
-            if v < start + meta {
-                return bad(field, v, format!("(overlaps the superblock/GDT copy of group {g})"));
+            for og in g..=sb.group_of_block(v + len - 1) {
+                let start = sb.group_first_block(og);
+                let meta = sb.group_super_overhead(og) as u64;
+                if v < start + meta && v + len > start {
+                    return bad(field, v, format!("(overlaps the superblock/GDT copy of group {og})"));
+                }
             }
             if !sb.has_flex_bg() && g != group {
                 return bad(field, v, format!("(outside group {group} without flex_bg)"));

@@ -457,14 +457,17 @@ impl DxNode {
         Ok(DxNode { limit, entries })
     }
 
-    /// Encode into `block` (the whole block is rewritten: fake record, count/limit,
-    /// entries, zeros).
+    /// Encode into `block`: the fake record (inode 0, rec_len = block size, no name),
+    /// count/limit and the entries. Bytes after the last entry are left as they are (start
+    /// from a zeroed block for a new node).
     pub fn encode_into(&self, block: &mut [u8]) {
         if block.len() < 16 {
             return;
         }
-        block.fill(0);
+        put_u32(block, 0, 0);
         put_u16(block, DE_REC_LEN, block.len() as u16);
+        block[DE_NAME_LEN] = 0;
+        block[DE_NAME_LEN + 1] = 0;
         encode_entries(block, DX_NODE_ENTRIES, self.limit, &self.entries);
     }
 }
@@ -556,16 +559,45 @@ mod tests {
 
     #[test]
     fn known_hashes() {
-        // Values computed with e2fsprogs' ext2fs_dirhash (debugfs "dx_hash"), default seed.
+        // Reference values from e2fsprogs 1.47 `debugfs -R "dx_hash -h ALG [-s SEED] NAME"`
+        // (signed-char variants; debugfs has no unsigned option).
         let zero = [0u32; 4];
-        let (h, _) = dirhash(DX_HASH_HALF_MD4, b"lost+found", &zero).unwrap();
-        let (h2, _) = dirhash(DX_HASH_HALF_MD4_UNSIGNED, b"lost+found", &zero).unwrap();
-        assert_eq!(h, h2, "ASCII names hash the same signed or unsigned");
-        assert_eq!(h & 1, 0);
-        let (t, _) = dirhash(DX_HASH_TEA, b"lost+found", &zero).unwrap();
-        assert_ne!(t, h);
-        let (l, m) = dirhash(DX_HASH_LEGACY, b"", &zero).unwrap();
-        assert_eq!((l, m), (0x12a3_fe2d << 1 & !1, 0));
+        // seed 01234567-89ab-cdef-0011-223344556677 as little-endian words
+        let seed = [0x6745_2301, 0xefcd_ab89, 0x3322_1100, 0x7766_5544];
+        let long = b"a-very-long-file-name-that-exceeds-thirty-two-bytes-for-sure.txt";
+        let high = b"caf\xc3\xa9\xff";
+        type Case<'a> = (u8, &'a [u8], &'a [u32; 4], u32, u32);
+        let cases: &[Case<'_>] = &[
+            (DX_HASH_LEGACY, b"lost+found", &zero, 0x5e2a_ba24, 0),
+            (DX_HASH_LEGACY, long, &zero, 0x5e28_9fa0, 0),
+            (DX_HASH_LEGACY, high, &zero, 0xeb53_fbce, 0),
+            (DX_HASH_HALF_MD4, b"lost+found", &zero, 0x591d_e422, 0x6ffc_56e0),
+            (DX_HASH_HALF_MD4, b"lost+found", &seed, 0x4714_4900, 0x7a35_8312),
+            (DX_HASH_HALF_MD4, long, &seed, 0x53e7_b8c4, 0x5f52_2997),
+            (DX_HASH_HALF_MD4, high, &seed, 0x6b8e_31cc, 0x3d58_96ec),
+            (DX_HASH_TEA, b"lost+found", &zero, 0x2dbf_9e80, 0xbfeb_ee4f),
+            (DX_HASH_TEA, long, &seed, 0x6cd6_723e, 0x1dc7_a4e9),
+            (DX_HASH_TEA, high, &seed, 0xae79_daba, 0x1179_3257),
+        ];
+        for &(v, name, sd, h, m) in cases {
+            assert_eq!(
+                dirhash(v, name, sd).unwrap(),
+                (h, m),
+                "version {v} name {:?}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        // ASCII names hash the same signed or unsigned; high bytes do not
+        for (s, u) in [
+            (DX_HASH_LEGACY, DX_HASH_LEGACY_UNSIGNED),
+            (DX_HASH_HALF_MD4, DX_HASH_HALF_MD4_UNSIGNED),
+            (DX_HASH_TEA, DX_HASH_TEA_UNSIGNED),
+        ] {
+            assert_eq!(dirhash(s, long, &seed).unwrap(), dirhash(u, long, &seed).unwrap());
+            assert_ne!(dirhash(s, high, &seed).unwrap(), dirhash(u, high, &seed).unwrap());
+        }
+        assert_eq!(effective_hash_version(DX_HASH_TEA, FLAGS_UNSIGNED_HASH), DX_HASH_TEA_UNSIGNED);
+        assert_eq!(effective_hash_version(DX_HASH_TEA, 1), DX_HASH_TEA);
         assert!(dirhash(DX_HASH_SIPHASH, b"x", &zero).is_err());
     }
 

@@ -878,11 +878,11 @@ impl Superblock {
     }
     /// Group containing block `b`.
     pub fn group_of_block(&self, b: u64) -> u32 {
-        (b.saturating_sub(self.first_data_block as u64) / self.blocks_per_group as u64) as u32
+        (b.saturating_sub(self.first_data_block as u64) / self.blocks_per_group.max(1) as u64) as u32
     }
     /// Offset of block `b` in its group.
     pub fn block_offset_in_group(&self, b: u64) -> u32 {
-        (b.saturating_sub(self.first_data_block as u64) % self.blocks_per_group as u64) as u32
+        (b.saturating_sub(self.first_data_block as u64) % self.blocks_per_group.max(1) as u64) as u32
     }
     /// Whether group `g` holds a superblock copy (and a GDT copy): every group without
     /// `sparse_super`, else groups 0, 1 and powers of 3, 5 and 7.
@@ -943,11 +943,11 @@ impl Superblock {
     }
     /// Group of inode `ino` (1-based inode numbers).
     pub fn inode_group(&self, ino: u32) -> u32 {
-        ino.saturating_sub(1) / self.inodes_per_group
+        ino.saturating_sub(1) / self.inodes_per_group.max(1)
     }
     /// Index of inode `ino` in its group.
     pub fn inode_index_in_group(&self, ino: u32) -> u32 {
-        ino.saturating_sub(1) % self.inodes_per_group
+        ino.saturating_sub(1) % self.inodes_per_group.max(1)
     }
     /// Where inode `ino` lives relative to its group's inode table: `(group, block offset
     /// from the table start, byte offset in that block)`.

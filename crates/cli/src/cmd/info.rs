@@ -1,0 +1,260 @@
+//! `cjfs info`: superblock and journal summary. Opens the image read-only and never writes.
+//!
+//! Prints everything it can read. When the image cannot be used by cjfs (unsupported
+//! features, truncated, damaged journal) it still prints what it found, then fails with
+//! the first problem as its one-line error.
+
+use cjfs_blockdev::{BLOCK_SIZE, Device};
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
+use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
+use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
+use cjfs_journal::superblock::{
+    COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3,
+    INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE, JournalSuperblock, read_superblock,
+};
+use cjfs_journal::{JournalArea, JournalError};
+
+use crate::error::{CliError, CliResult};
+use crate::fmt::{human_bytes, sb_time, uuid};
+use crate::image::{check_not_truncated, open_device, read_primary_superblock};
+
+/// Run `cjfs info`.
+pub fn run(image: &str) -> CliResult<()> {
+    let dev = open_device(image, true)?;
+    let sb = read_primary_superblock(image, &dev)?;
+    let mut problem: Option<CliError> = None;
+    let mut note = |e: CliError| {
+        if problem.is_none() {
+            problem = Some(e);
+        }
+    };
+    if let Err(e) = features::check_supported(&sb) {
+        note(CliError::fs(image, e));
+    }
+    if let Err(e) = check_not_truncated(image, &dev, &sb) {
+        note(e);
+    }
+    let desc_free = match read_layout(&*dev) {
+        Ok((_, descs)) => Some((
+            descs.iter().map(|d| u64::from(d.free_blocks_count)).sum::<u64>(),
+            descs.iter().map(|d| u64::from(d.free_inodes_count)).sum::<u64>(),
+        )),
+        Err(e) => {
+            note(CliError::fs(image, e));
+            None
+        }
+    };
+    print_superblock(image, &dev, &sb, desc_free);
+    if sb.has_journal() {
+        println!("Journal:");
+        if let Err(e) = print_journal(image, &dev, &sb) {
+            println!("  error:               {e}");
+            note(e);
+        }
+    } else {
+        println!("Journal:               none (has_journal is off)");
+    }
+    match problem {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn state_string(sb: &Superblock, journal_dirty: Option<bool>) -> String {
+    let mut parts = Vec::new();
+    let recover = sb.has_incompat(INCOMPAT_RECOVER) || journal_dirty == Some(true);
+    if recover {
+        parts.push("needs-recovery");
+    } else if sb.state & STATE_VALID != 0 {
+        parts.push("clean");
+    } else {
+        parts.push("not clean");
+    }
+    if sb.state & STATE_ERROR != 0 {
+        parts.push("errors");
+    }
+    if sb.state & STATE_ORPHAN != 0 {
+        parts.push("orphans being recovered");
+    }
+    parts.join(", ")
+}
+
+fn print_superblock(image: &str, dev: &Device, sb: &Superblock, desc_free: Option<(u64, u64)>) {
+    let bs = u64::from(sb.block_size());
+    let journal_dirty = cjfs_fs::fs::journal_area(dev, sb)
+        .ok()
+        .and_then(|a| read_superblock(&**dev, &a).ok())
+        .map(|j| j.needs_recovery());
+    let label = sb.label();
+    println!("Image:                 {image} ({} bytes on the device)", dev.num_blocks() * BLOCK_SIZE as u64);
+    println!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
+    println!("UUID:                  {}", uuid(&sb.uuid));
+    println!("State:                 {}", state_string(sb, journal_dirty));
+    println!("Features:              {}", features::feature_names(sb).join(" "));
+    let bad = features::unsupported_features(sb);
+    if !bad.is_empty() {
+        println!("Unsupported features:  {}", bad.join(" "));
+    }
+    println!("Revision:              {}.{}", sb.rev_level, sb.minor_rev_level);
+    println!("Block size:            {bs}");
+    println!("Size:                  {} ({} bytes)", human_bytes(sb.block_count() * bs), sb.block_count() * bs);
+    println!(
+        "Blocks:                {} total, {} free, {} reserved for root",
+        sb.block_count(),
+        sb.free_blocks(),
+        sb.reserved_blocks()
+    );
+    println!("Inodes:                {} total, {} free", sb.inodes_count, sb.free_inodes_count);
+    if let Some((fb, fi)) = desc_free {
+        println!("Free (group counts):   {fb} blocks, {fi} inodes");
+    }
+    println!(
+        "Groups:                {} ({} blocks, {} inodes per group; {} per flex group)",
+        sb.group_count(),
+        sb.blocks_per_group,
+        sb.inodes_per_group,
+        sb.groups_per_flex()
+    );
+    println!("Inode size:            {} (first inode {})", sb.inode_size(), sb.first_ino());
+    println!("Mount count:           {} (maximum {})", sb.mnt_count, sb.max_mnt_count);
+    println!("Created:               {}", sb_time(sb.mkfs_time));
+    println!("Last mounted:          {}", sb_time(sb.mtime));
+    println!("Last written:          {}", sb_time(sb.wtime));
+    println!("Last checked:          {}", sb_time(sb.lastcheck));
+    if sb.last_orphan != 0 {
+        println!("Orphan list head:      inode {}", sb.last_orphan);
+    }
+    if sb.error_count != 0 {
+        println!("Errors recorded:       {}", sb.error_count);
+    }
+}
+
+fn journal_feature_names(j: &JournalSuperblock) -> String {
+    let f = j.features();
+    let mut v = Vec::new();
+    if f.compat & COMPAT_CHECKSUM != 0 {
+        v.push("checksum".to_string());
+    }
+    for (bit, name) in [
+        (INCOMPAT_REVOKE, "revoke"),
+        (INCOMPAT_64BIT, "64bit"),
+        (INCOMPAT_ASYNC_COMMIT, "async_commit"),
+        (INCOMPAT_CSUM_V2, "csum_v2"),
+        (INCOMPAT_CSUM_V3, "csum_v3"),
+        (INCOMPAT_FAST_COMMIT, "fast_commit"),
+    ] {
+        if f.incompat & bit != 0 {
+            v.push(name.to_string());
+        }
+    }
+    let known = INCOMPAT_REVOKE
+        | INCOMPAT_64BIT
+        | INCOMPAT_ASYNC_COMMIT
+        | INCOMPAT_CSUM_V2
+        | INCOMPAT_CSUM_V3
+        | INCOMPAT_FAST_COMMIT;
+    if f.incompat & !known != 0 {
+        v.push(format!("incompat:0x{:x}", f.incompat & !known));
+    }
+    if f.compat & !COMPAT_CHECKSUM != 0 {
+        v.push(format!("compat:0x{:x}", f.compat & !COMPAT_CHECKSUM));
+    }
+    if f.ro_compat != 0 {
+        v.push(format!("ro_compat:0x{:x}", f.ro_compat));
+    }
+    if v.is_empty() { "(none)".to_string() } else { v.join(" ") }
+}
+
+fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
+    let area: JournalArea = cjfs_fs::fs::journal_area(dev, sb).map_err(|e| CliError::fs(image, e))?;
+    println!(
+        "  inode:               {} ({} blocks, {}, in {} extent(s))",
+        sb.journal_inum,
+        area.len(),
+        human_bytes(area.len() * BLOCK_SIZE as u64),
+        area.extents().len()
+    );
+    let jerr = |e: JournalError| CliError::Journal { image: image.to_string(), source: e };
+    let j = read_superblock(&**dev, &area).map_err(jerr)?;
+    let version = match j.blocktype {
+        3 => "v1".to_string(),
+        4 => "v2".to_string(),
+        t => format!("type {t}"),
+    };
+    println!("  superblock:          {version}, block size {}, {} blocks, log starts at block {}", j.s_blocksize, j.s_maxlen, j.s_first);
+    println!("  features:            {}", journal_feature_names(&j));
+    println!("  sequence:            {} (first transaction expected)", j.s_sequence);
+    println!(
+        "  start:               {}{}",
+        j.s_start,
+        if j.s_start == 0 { " (log empty)" } else { " (log holds transactions)" }
+    );
+    if j.s_errno != 0 {
+        println!("  errno:               {} (the journal was aborted)", j.s_errno);
+    }
+    println!("  uuid:                {}", uuid(&j.s_uuid));
+    println!("  users:               {}", j.s_nr_users);
+    println!("  needs recovery:      {}", if j.needs_recovery() { "yes" } else { "no" });
+    let s = scan(&**dev, &area).map_err(jerr)?;
+    print_scan(&s);
+    Ok(())
+}
+
+fn stop_string(s: &ScanStop) -> String {
+    match s {
+        ScanStop::Clean => "log is clean (nothing scanned)".into(),
+        ScanStop::NoMagic { log_block } => format!("end of log at block {log_block} (no journal magic)"),
+        ScanStop::SequenceMismatch { log_block, found, expected } => {
+            format!("end of log at block {log_block} (sequence {found}, expected {expected})")
+        }
+        ScanStop::UnknownBlockType { log_block, blocktype } => {
+            format!("unknown block type {blocktype} at block {log_block}")
+        }
+        ScanStop::FastCommitBlock { log_block } => format!("fast-commit block at block {log_block}"),
+        ScanStop::StaleTransaction { tid, log_block } => {
+            format!("stale transaction {tid} (commit block {log_block} fails its checksum)")
+        }
+        ScanStop::CommitChecksum { tid, log_block } => {
+            format!("transaction {tid}'s commit block fails its checksum (block {log_block})")
+        }
+        ScanStop::LogExhausted => "went once around the log without finding its end".into(),
+    }
+}
+
+fn print_scan(s: &ScanResult) {
+    if !s.needed {
+        println!("  scan:                nothing to replay");
+        return;
+    }
+    let n = s.transaction_count();
+    println!(
+        "  scan:                {n} transaction(s) to replay, tids {}..{} (end {}), log blocks {}..{}",
+        s.start_tid,
+        s.end_tid.wrapping_sub(1),
+        s.end_tid,
+        s.start_block,
+        s.head_block
+    );
+    println!("  scan stopped:        {}", stop_string(&s.stop));
+    if let Some(t) = s.failed_commit {
+        println!("  failed commit:       transaction {t} (replay stops before it)");
+    }
+    const SHOW: usize = 20;
+    for t in s.transactions.iter().take(SHOW) {
+        println!(
+            "    tid {:>10}: blocks {}..{}, {} logged block(s), {} descriptor(s), {} revoke record(s), \
+             committed {}",
+            t.tid,
+            t.first_block,
+            t.commit_block,
+            t.data_blocks,
+            t.descriptor_blocks,
+            t.revoke_records,
+            sb_time(t.commit_sec as i64)
+        );
+    }
+    if s.transactions.len() > SHOW {
+        println!("    ... and {} more", s.transactions.len() - SHOW);
+    }
+}

@@ -1,0 +1,59 @@
+//! `cjfs recover`: replay the journal of an image and report what was replayed.
+
+use cjfs_fs::{Fs, MountOptions, recover_device};
+
+use crate::error::{CliError, CliResult};
+use crate::image::{Ctx, open_device, probe};
+
+/// Run `cjfs recover`.
+pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
+    // Validate everything through a read-only device first: a refused image is not touched.
+    let p = probe(image)?;
+    if !p.needs_recovery {
+        println!("{image}: the journal is clean; nothing to replay");
+        return Ok(());
+    }
+    let dev = open_device(image, false)?;
+    let r = recover_device(&dev).map_err(|e| CliError::fs(image, e))?;
+    if r.needed {
+        println!(
+            "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
+             home, {} skipped as revoked ({} revoke record(s))",
+            r.transactions,
+            r.start_tid,
+            r.end_tid.wrapping_sub(1),
+            r.blocks_replayed,
+            r.blocks_written,
+            r.blocks_revoked,
+            r.revoke_records
+        );
+        println!("{image}: next transaction id {}", r.end_tid);
+    } else {
+        println!("{image}: the journal log was empty; cleared the needs_recovery flag");
+    }
+    drop(dev);
+    // Orphans left by the interrupted mount: a read-write mount releases them.
+    if p.sb.last_orphan != 0 || r.needed {
+        let dev = open_device(image, false)?;
+        let opts = MountOptions { journal: ctx.journal.clone(), data: ctx.data, ..MountOptions::default() };
+        let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
+        fs.unmount().map_err(|e| CliError::fs(image, e))?;
+        if report.orphans_cleaned > 0 {
+            println!("{image}: released {} orphan inode(s)", report.orphans_cleaned);
+        }
+    }
+    if r.damaged() {
+        let mut why = Vec::new();
+        if let Some(t) = r.failed_commit {
+            why.push(format!("transaction {t} failed its commit checksum and was not replayed"));
+        }
+        if !r.bad_blocks.is_empty() {
+            why.push(format!("{} logged block(s) could not be replayed", r.bad_blocks.len()));
+        }
+        return Err(CliError::Msg(format!(
+            "{image}: the journal was damaged: {}; run `cjfs check {image}`",
+            why.join(", ")
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! Opening images: devices, a read-only probe that validates an image before anything is
+//! written to it, and read-only / read-write mounts.
+//!
+//! Every command that writes first validates the image through a read-only device (the
+//! superblock, features, size, group descriptors, journal inode and journal superblock,
+//! and, when the journal is clean, a full read-only mount), so an image that is refused is
+//! never written to.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
+use cjfs_fs::ondisk::superblock::Superblock;
+use cjfs_fs::{DataMode, Fs, FsError, MountOptions, MountReport};
+use cjfs_journal::superblock::read_superblock;
+use cjfs_journal::JournalConfig;
+
+use crate::error::{CliError, CliResult};
+
+/// Mount settings from the global options.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// Journal preset.
+    pub journal: JournalConfig,
+    /// Data mode.
+    pub data: DataMode,
+    /// The command's name, for notes printed on stderr.
+    pub command: &'static str,
+}
+
+impl Ctx {
+    fn mount_options(&self, read_only: bool) -> MountOptions {
+        MountOptions { journal: self.journal.clone(), data: self.data, read_only, ..MountOptions::default() }
+    }
+}
+
+/// Open the image file or block device at `image`. A missing path gives a plain "no such
+/// file" error rather than the device layer's wording.
+pub fn open_device(image: &str, read_only: bool) -> CliResult<Device> {
+    if let Err(e) = std::fs::metadata(image) {
+        return Err(CliError::io(image, e));
+    }
+    let dev = FileDevice::open(image, FileDeviceOptions { direct: false, read_only, create_size: None })
+        .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
+    Ok(Arc::new(dev))
+}
+
+/// What [`probe`] found: a valid image, and whether its journal needs recovery.
+pub struct Probe {
+    /// The primary superblock.
+    pub sb: Superblock,
+    /// The journal holds transactions or the superblock says recovery is needed.
+    pub needs_recovery: bool,
+}
+
+/// Read the primary superblock of `dev`, reporting an image too small to hold one or
+/// shorter than the superblock says.
+pub fn read_primary_superblock(image: &str, dev: &Device) -> CliResult<Superblock> {
+    if dev.num_blocks() == 0 {
+        let bytes = std::fs::metadata(image).map(|m| m.len()).unwrap_or(0);
+        return Err(CliError::Msg(format!(
+            "{image}: not an ext2/3/4 file system: the image is only {bytes} bytes (less than one \
+             {BLOCK_SIZE}-byte block)"
+        )));
+    }
+    let b0 = dev.read_block(0).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
+    let sb = Superblock::decode_from_device_start(&b0[..]).map_err(|e| CliError::fs(image, e))?;
+    Ok(sb)
+}
+
+/// Check that the device holds the whole file system `sb` describes.
+pub fn check_not_truncated(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
+    if sb.block_count() > dev.num_blocks() {
+        return Err(CliError::Truncated {
+            image: image.to_string(),
+            want: sb.block_count(),
+            want_bytes: sb.block_count().saturating_mul(u64::from(sb.block_size())),
+            have: dev.num_blocks(),
+        });
+    }
+    Ok(())
+}
+
+/// Validate the image at `image` without writing anything (read-only device): superblock,
+/// features, size, group descriptors, journal inode and journal superblock.
+pub fn probe(image: &str) -> CliResult<Probe> {
+    let dev = open_device(image, true)?;
+    probe_device(image, &dev)
+}
+
+/// [`probe`] on an already open device.
+pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
+    let sb0 = read_primary_superblock(image, dev)?;
+    cjfs_fs::ondisk::features::check_supported(&sb0).map_err(|e| CliError::fs(image, e))?;
+    check_not_truncated(image, dev, &sb0)?;
+    let (sb, _descs) = read_layout(&**dev).map_err(|e| CliError::fs(image, e))?;
+    let area = cjfs_fs::fs::journal_area(dev, &sb).map_err(|e| CliError::fs(image, e))?;
+    let jsb = read_superblock(&**dev, &area)
+        .map_err(|e| CliError::Journal { image: image.to_string(), source: e })?;
+    let needs_recovery = jsb.needs_recovery() || sb.has_incompat(INCOMPAT_RECOVER);
+    Ok(Probe { sb, needs_recovery })
+}
+
+/// Mount `image` read-only after probing it; fails with [`CliError::NeedsRecovery`] when
+/// the journal must be replayed first.
+pub fn mount_ro(image: &str, ctx: &Ctx) -> CliResult<Fs> {
+    let p = probe(image)?;
+    if p.needs_recovery {
+        return Err(CliError::NeedsRecovery { image: image.to_string() });
+    }
+    mount_ro_unchecked(image, ctx)
+}
+
+fn mount_ro_unchecked(image: &str, ctx: &Ctx) -> CliResult<Fs> {
+    let dev = open_device(image, true)?;
+    Fs::open(dev, ctx.mount_options(true)).map_err(|e| CliError::fs(image, e))
+}
+
+/// Unmount, mapping the error to the image.
+pub fn unmount(image: &str, fs: Fs) -> CliResult<()> {
+    fs.unmount().map_err(|e| CliError::fs(image, e))
+}
+
+/// Run a read-only command: mount read-only, run `op`, unmount.
+pub fn with_ro<R>(image: &str, ctx: &Ctx, op: impl FnOnce(&Fs) -> CliResult<R>) -> CliResult<R> {
+    let fs = mount_ro(image, ctx)?;
+    let r = op(&fs);
+    let u = unmount(image, fs);
+    let r = r?;
+    u?;
+    Ok(r)
+}
+
+/// Run a writing command.
+///
+/// `pre` validates the request (paths exist, enough space, ...). When the journal is clean
+/// it runs on a read-only mount *before* anything is written, so a refused request leaves
+/// the image untouched. Then the image is mounted read-write (replaying the journal if
+/// needed; `pre` then runs on that mount), `op` runs with `pre`'s result, and the file
+/// system is unmounted cleanly whether `op` succeeded or not.
+pub fn with_rw<T, R>(
+    image: &str,
+    ctx: &Ctx,
+    pre: impl Fn(&Fs) -> CliResult<T>,
+    op: impl FnOnce(&Fs, T) -> CliResult<R>,
+) -> CliResult<R> {
+    let p = probe(image)?;
+    let checked = if p.needs_recovery {
+        None
+    } else {
+        let fs = mount_ro_unchecked(image, ctx)?;
+        let v = pre(&fs);
+        let u = unmount(image, fs);
+        let v = v?;
+        u?;
+        Some(v)
+    };
+    let dev = open_device(image, false)?;
+    let (fs, report) = Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
+    note_recovery(ctx, image, &report);
+    let v = match checked {
+        Some(v) => Ok(v),
+        None => pre(&fs),
+    };
+    let r = v.and_then(|v| op(&fs, v));
+    let u = unmount(image, fs);
+    let r = r?;
+    u?;
+    Ok(r)
+}
+
+fn note_recovery(ctx: &Ctx, image: &str, r: &MountReport) {
+    if r.replayed_transactions > 0 || r.orphans_cleaned > 0 {
+        eprintln!(
+            "cjfs: {}: note: {image}: replayed {} journal transaction(s) ({} blocks), cleaned {} orphan \
+             inode(s)",
+            ctx.command, r.replayed_transactions, r.replayed_blocks, r.orphans_cleaned
+        );
+    }
+}
+
+/// Whether the first bytes of `path` (a file or block device) hold an ext2/3/4 superblock
+/// magic. Reads only; a file too short to hold one has none.
+pub fn has_ext_magic(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = [0u8; 2048];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = f.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    if got < 1024 + 0x3A {
+        return Ok(false);
+    }
+    Ok(u16::from_le_bytes([buf[1024 + 0x38], buf[1024 + 0x39]]) == 0xEF53)
+}
+
+/// Parse a size: a number of bytes with an optional binary suffix `K`, `M`, `G`, `T`, `P`
+/// (also `KiB`, `KB`, ... and lower case), e.g. `512K`, `64M`, `4G`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("invalid size {s:?}: expected a number with an optional K/M/G/T suffix"));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        "p" | "pb" | "pib" => 50,
+        _ => return Err(format!("invalid size {s:?}: unknown suffix {suffix:?} (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4g"), Ok(4 << 30));
+        assert_eq!(parse_size("2TiB"), Ok(2 << 40));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("-1M").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000P").is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! `cjfs`: the command line tool of the cjfs file system engine.
+//!
+//! Makes ext4 images (`mkfs`), shows them (`info`), works on files inside them like
+//! `debugfs` does (`ls`, `cat`, `get`, `put`, `mkdir`, `rm`, `mv`, `ln`, `stat`), replays
+//! their journal (`recover`) and checks them (`check`).
+//!
+//! Every failure prints one line, `cjfs: <command>: <cause>`, on stderr and exits with
+//! status 1 (2 for usage errors). Images the tool refuses are never written to: commands
+//! that write validate the image through a read-only device first.
+
+mod cmd;
+mod error;
+mod fmt;
+mod image;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use cjfs_fs::DataMode;
+use cjfs_journal::JournalConfig;
+
+use crate::error::{CliError, CliResult};
+use crate::image::Ctx;
+
+/// cjfs: an ext4-compatible file system engine in user space.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cjfs",
+    version,
+    about = "cjfs: make, inspect, edit, recover and check ext4 images",
+    long_about = "cjfs: make, inspect, edit, recover and check ext4 images.\n\n\
+        Errors print one line `cjfs: <command>: <cause>` on stderr; the exit status is 1 \
+        for errors and 2 for usage errors. An image that is refused is never written to."
+)]
+struct Cli {
+    /// Journal preset for commands that mount the image.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PRESET",
+        default_value = "jbd2",
+        value_parser = clap::builder::PossibleValuesParser::new(JournalConfig::preset_names().iter().copied())
+    )]
+    journal: String,
+    /// Default data mode for commands that mount the image.
+    #[arg(
+        long,
+        global = true,
+        value_name = "MODE",
+        default_value = "ordered",
+        value_parser = clap::builder::PossibleValuesParser::new(["ordered", "journal"])
+    )]
+    data: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make a new ext4 file system on an image file (created if missing) or a block device.
+    Mkfs(MkfsArgs),
+    /// Show the superblock and journal of an image (reads only, never writes).
+    Info {
+        /// Image file or block device.
+        image: String,
+    },
+    /// List a directory (or show one file) inside the image.
+    Ls {
+        /// Image file or block device.
+        image: String,
+        /// Path inside the image.
+        #[arg(default_value = "/")]
+        path: String,
+        /// Long listing: type and mode, links, uid, gid, size, inode, name.
+        #[arg(short = 'l')]
+        long: bool,
+        /// Also list `.` and `..`.
+        #[arg(short = 'a')]
+        all: bool,
+    },
+    /// Write a file's contents to stdout.
+    Cat {
+        /// Image file or block device.
+        image: String,
+        /// Path inside the image (symbolic links are followed).
+        path: String,
+    },
+    /// Copy a local file into the image, creating or truncating the target.
+    Put {
+        /// Image file or block device.
+        image: String,
+        /// Local file to copy, or `-` for stdin.
+        local: String,
+        /// Target path inside the image; an existing directory receives the local file's name.
+        path: String,
+    },
+    /// Copy a file out of the image.
+    Get {
+        /// Image file or block device.
+        image: String,
+        /// Path inside the image (symbolic links are followed).
+        path: String,
+        /// Local file to write (created or truncated), or `-` for stdout.
+        local: String,
+    },
+    /// Make a directory inside the image.
+    Mkdir {
+        /// Image file or block device.
+        image: String,
+        /// Directory to make.
+        path: String,
+        /// Make missing parents too; an existing directory is not an error.
+        #[arg(short = 'p')]
+        parents: bool,
+    },
+    /// Remove a file or an empty directory inside the image.
+    Rm {
+        /// Image file or block device.
+        image: String,
+        /// Path to remove.
+        path: String,
+        /// Remove directories and their contents recursively.
+        #[arg(short = 'r')]
+        recursive: bool,
+    },
+    /// Rename or move a file or directory inside the image.
+    Mv {
+        /// Image file or block device.
+        image: String,
+        /// Existing path.
+        from: String,
+        /// New path; an existing directory receives the entry under its current name.
+        to: String,
+    },
+    /// Make a hard link (or with -s a symbolic link) inside the image.
+    Ln {
+        /// Image file or block device.
+        image: String,
+        /// Existing path (hard link) or link target text (symbolic link).
+        target: String,
+        /// The new link; an existing directory receives it under the target's name.
+        link: String,
+        /// Make a symbolic link.
+        #[arg(short = 's')]
+        symbolic: bool,
+    },
+    /// Show every attribute of a file inside the image (times, flags, extents, xattrs).
+    Stat {
+        /// Image file or block device.
+        image: String,
+        /// Path inside the image (a final symbolic link is not followed).
+        path: String,
+    },
+    /// Replay the image's journal and report what was replayed.
+    Recover {
+        /// Image file or block device.
+        image: String,
+    },
+    /// Check the image's structure (read-only), then run `e2fsck -fn` if installed.
+    Check {
+        /// Image file or block device.
+        image: String,
+        /// Do not run e2fsck after our own check.
+        #[arg(long)]
+        no_e2fsck: bool,
+    },
+    // ----------------------------------------------------------------------------------
+    // `cjfs bench ...` belongs here. It is owned by the benchmark work and deliberately not
+    // implemented in this file: add a `Bench(BenchArgs)` variant and its dispatch arm in
+    // `run` below.
+    // ----------------------------------------------------------------------------------
+}
+
+/// Arguments of `cjfs mkfs`.
+#[derive(Debug, Args)]
+struct MkfsArgs {
+    /// Image file (created if missing) or block device.
+    image: String,
+    /// Size, e.g. 64M, 1G, 4G, 512K (required to create a file; optional for a block
+    /// device, which is used whole by default; an existing file is resized to it).
+    #[arg(long, value_parser = image::parse_size)]
+    size: Option<u64>,
+    /// Volume label (at most 16 bytes).
+    #[arg(long, value_name = "L")]
+    label: Option<String>,
+    /// Journal size in 4 KiB blocks (default: like mke2fs for the file system size).
+    #[arg(long, value_name = "N")]
+    journal_blocks: Option<u32>,
+    /// Bytes per inode (default 16384; suffixes like 16K accepted).
+    #[arg(long, value_name = "BYTES", value_parser = image::parse_size)]
+    inode_ratio: Option<u64>,
+    /// Overwrite an existing ext2/3/4 file system.
+    #[arg(long)]
+    force: bool,
+}
+
+impl Command {
+    /// The subcommand's name, for error messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Mkfs(_) => "mkfs",
+            Command::Info { .. } => "info",
+            Command::Ls { .. } => "ls",
+            Command::Cat { .. } => "cat",
+            Command::Put { .. } => "put",
+            Command::Get { .. } => "get",
+            Command::Mkdir { .. } => "mkdir",
+            Command::Rm { .. } => "rm",
+            Command::Mv { .. } => "mv",
+            Command::Ln { .. } => "ln",
+            Command::Stat { .. } => "stat",
+            Command::Recover { .. } => "recover",
+            Command::Check { .. } => "check",
+        }
+    }
+}
+
+fn run(cli: Cli) -> CliResult<()> {
+    let command = cli.command.name();
+    let journal = JournalConfig::preset(&cli.journal)
+        .ok_or_else(|| CliError::Usage(format!("unknown journal preset {:?}", cli.journal)))?;
+    let data: DataMode = cli.data.parse().map_err(CliError::Usage)?;
+    let ctx = Ctx { journal, data, command };
+    match cli.command {
+        Command::Mkfs(a) => cmd::mkfs::run(&cmd::mkfs::MkfsRequest {
+            image: a.image,
+            size: a.size,
+            label: a.label,
+            journal_blocks: a.journal_blocks,
+            inode_ratio: a.inode_ratio,
+            force: a.force,
+        }),
+        Command::Info { image } => cmd::info::run(&image),
+        Command::Ls { image, path, long, all } => cmd::files::ls(&image, &ctx, &path, long, all),
+        Command::Cat { image, path } => cmd::files::cat(&image, &ctx, &path),
+        Command::Put { image, local, path } => cmd::files::put(&image, &ctx, &local, &path),
+        Command::Get { image, path, local } => cmd::files::get(&image, &ctx, &path, &local),
+        Command::Mkdir { image, path, parents } => cmd::files::mkdir(&image, &ctx, &path, parents),
+        Command::Rm { image, path, recursive } => cmd::files::rm(&image, &ctx, &path, recursive),
+        Command::Mv { image, from, to } => cmd::files::mv(&image, &ctx, &from, &to),
+        Command::Ln { image, target, link, symbolic } => cmd::files::ln(&image, &ctx, &target, &link, symbolic),
+        Command::Stat { image, path } => cmd::files::stat(&image, &ctx, &path),
+        Command::Recover { image } => cmd::recover::run(&image, &ctx),
+        Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
+    }
+}
+
+/// Flatten a message to one line.
+fn one_line(s: &str) -> String {
+    s.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; usage errors exit with 2.
+            let code = e.exit_code();
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(code).unwrap_or(2));
+        }
+    };
+    let command = cli.command.name();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cjfs: {command}: {}", one_line(&e.to_string()));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn one_line_flattens() {
+        assert_eq!(one_line("a\nb\r\n\nc"), "a; b; c");
+    }
+}

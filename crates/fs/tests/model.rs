@@ -1,0 +1,817 @@
+//! Model-based property test: random sequences of namespace, data and attribute operations
+//! run against cjfs and against an in-memory model; after every step the errors, the
+//! directory listings, the file contents and the attributes must agree. At the end of each
+//! case the image is remounted and compared again, then judged by `e2fsck -fn`.
+//!
+//! Cases: 64 by default; set `CJFS_PROPTEST_CASES` for a heavier run.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use cjfs_fs::{
+    FallocMode, FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags,
+};
+use common::{assert_fsck_clean, fresh_image, open_image};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+/// Directory paths operations act in (some nested; they exist only when made).
+const DIRS: &[&[&str]] = &[&[], &["d0"], &["d0", "d1"], &["d2"], &["d0", "d1", "d2"]];
+/// Names operations use (any of them may become a file, directory or symlink).
+const NAMES: &[&str] = &["d0", "d1", "d2", "f0", "f1", "f2"];
+/// Extended attribute names.
+const XNAMES: &[&str] = &["user.a", "user.bb", "user.ccc"];
+
+type Path = (usize, usize);
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(Path),
+    Mkdir(Path),
+    Write { t: Path, off: u64, len: usize, seed: u8 },
+    Truncate { t: Path, size: u64 },
+    Unlink(Path),
+    Rmdir(Path),
+    Rename { from: Path, to: Path, flags: u8 },
+    Link { t: Path, to: Path },
+    Symlink { at: Path, len: usize },
+    SetXattr { t: Path, k: usize, vlen: usize, flag: u8 },
+    RemoveXattr { t: Path, k: usize },
+    Fallocate { t: Path, mode: u8, off: u64, len: u64 },
+    Fsync { t: Path, datasync: bool },
+}
+
+/// A path: directories weighted toward the shallow ones (which exist more often).
+fn path_s() -> impl Strategy<Value = Path> {
+    (prop_oneof![3 => Just(0usize), 3 => Just(1), 2 => Just(2), 2 => Just(3), 1 => Just(4)], 0..NAMES.len())
+}
+
+/// A path whose name is most often a directory name (`dir`) or a file name.
+fn named_s(dir: bool) -> impl Strategy<Value = Path> {
+    let base: usize = if dir { 0 } else { 3 };
+    (path_s(), prop_oneof![4 => base..base + 3, 1 => 0..NAMES.len()]).prop_map(|((d, _), n)| (d, n))
+}
+
+/// Offsets biased to block boundaries, with some far past any end of file.
+fn off_s() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..10_000,
+        (0u64..48, -8i64..8).prop_map(|(k, d)| (k as i64 * 4096 + d).max(0) as u64),
+        0u64..200_000,
+    ]
+}
+
+fn len_s() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        0usize..64,
+        1usize..12_000,
+        (1usize..4, -3i64..3).prop_map(|(k, d)| (k as i64 * 4096 + d) as usize)
+    ]
+}
+
+fn op_s() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => named_s(false).prop_map(Op::Create),
+        4 => named_s(true).prop_map(Op::Mkdir),
+        6 => (named_s(false), off_s(), len_s(), any::<u8>()).prop_map(|(t, off, len, seed)| Op::Write { t, off, len, seed }),
+        2 => (named_s(false), off_s()).prop_map(|(t, size)| Op::Truncate { t, size }),
+        2 => named_s(false).prop_map(Op::Unlink),
+        2 => named_s(true).prop_map(Op::Rmdir),
+        5 => (path_s(), path_s(), 0u8..8).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
+        2 => (path_s(), path_s()).prop_map(|(t, to)| Op::Link { t, to }),
+        2 => (path_s(), prop_oneof![1usize..59, 59usize..300]).prop_map(|(at, len)| Op::Symlink { at, len }),
+        2 => (path_s(), 0..XNAMES.len(), prop_oneof![0usize..40, 0usize..1000], 0u8..3)
+            .prop_map(|(t, k, vlen, flag)| Op::SetXattr { t, k, vlen, flag }),
+        1 => (path_s(), 0..XNAMES.len()).prop_map(|(t, k)| Op::RemoveXattr { t, k }),
+        3 => (named_s(false), 0u8..5, off_s(), prop_oneof![Just(0u64), 1u64..20_000])
+            .prop_map(|(t, mode, off, len)| Op::Fallocate { t, mode, off, len }),
+        1 => (path_s(), any::<bool>()).prop_map(|(t, datasync)| Op::Fsync { t, datasync }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------
+// The model
+
+#[derive(Debug, Clone)]
+enum Kind {
+    File(Vec<u8>),
+    Dir { entries: BTreeMap<Vec<u8>, Ino>, parent: Ino },
+    Symlink(Vec<u8>),
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    kind: Kind,
+    /// Links (regular files and symlinks; directories derive theirs).
+    nlink: u32,
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Nodes keyed by their real inode number (stable across remounts).
+#[derive(Debug, Clone, Default)]
+struct Model {
+    nodes: HashMap<Ino, Node>,
+}
+
+type Errno = i32;
+use libc::{EEXIST, EINVAL, EISDIR, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, EOPNOTSUPP, EPERM};
+
+impl Model {
+    fn entries(&self, dir: Ino) -> &BTreeMap<Vec<u8>, Ino> {
+        match &self.nodes[&dir].kind {
+            Kind::Dir { entries, .. } => entries,
+            k => panic!("model: {dir} is not a directory: {k:?}"),
+        }
+    }
+    fn entries_mut(&mut self, dir: Ino) -> &mut BTreeMap<Vec<u8>, Ino> {
+        match &mut self.nodes.get_mut(&dir).expect("dir").kind {
+            Kind::Dir { entries, .. } => entries,
+            _ => panic!("model: {dir} is not a directory"),
+        }
+    }
+    fn is_dir(&self, ino: Ino) -> bool {
+        matches!(self.nodes[&ino].kind, Kind::Dir { .. })
+    }
+    fn parent(&self, dir: Ino) -> Ino {
+        match &self.nodes[&dir].kind {
+            Kind::Dir { parent, .. } => *parent,
+            _ => panic!("not a dir"),
+        }
+    }
+    fn nlink(&self, ino: Ino) -> u32 {
+        let n = &self.nodes[&ino];
+        match &n.kind {
+            Kind::Dir { entries, .. } => 2 + entries.values().filter(|i| self.is_dir(**i)).count() as u32,
+            _ => n.nlink,
+        }
+    }
+    /// Walk `comps` from the root: ENOENT for a missing component, ENOTDIR for a
+    /// non-directory in the middle.
+    fn resolve(&self, comps: &[&[u8]]) -> Result<Ino, Errno> {
+        let mut cur = ROOT_INO;
+        for c in comps {
+            if !self.is_dir(cur) {
+                return Err(ENOTDIR);
+            }
+            cur = *self.entries(cur).get(*c).ok_or(ENOENT)?;
+        }
+        Ok(cur)
+    }
+    /// Whether `anc` is `ino` or an ancestor of directory `ino`.
+    fn is_ancestor(&self, anc: Ino, mut ino: Ino) -> bool {
+        loop {
+            if ino == anc {
+                return true;
+            }
+            if ino == ROOT_INO {
+                return false;
+            }
+            ino = self.parent(ino);
+        }
+    }
+    /// Drop one link of `ino`; forget it at zero.
+    fn drop_link(&mut self, ino: Ino) {
+        if self.is_dir(ino) {
+            self.nodes.remove(&ino);
+            return;
+        }
+        let n = self.nodes.get_mut(&ino).expect("node");
+        n.nlink -= 1;
+        if n.nlink == 0 {
+            self.nodes.remove(&ino);
+        }
+    }
+    fn add(&mut self, parent: Ino, name: &[u8], ino: Ino, kind: Kind) {
+        assert!(!self.nodes.contains_key(&ino), "model: fs reused live inode {ino}");
+        self.nodes.insert(ino, Node { kind, nlink: 1, xattrs: BTreeMap::new() });
+        self.entries_mut(parent).insert(name.to_vec(), ino);
+    }
+    fn file_mut(&mut self, ino: Ino) -> &mut Vec<u8> {
+        match &mut self.nodes.get_mut(&ino).expect("file").kind {
+            Kind::File(d) => d,
+            _ => panic!("not a file"),
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| ((i * 131 + usize::from(seed) * 7) % 251 + 1) as u8).collect()
+}
+
+fn dir_comps(p: usize) -> Vec<&'static [u8]> {
+    DIRS[p].iter().map(|s| s.as_bytes()).collect()
+}
+
+fn show(p: Path) -> String {
+    let mut s: Vec<&str> = DIRS[p.0].to_vec();
+    s.push(NAMES[p.1]);
+    format!("/{}", s.join("/"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Running one case
+
+struct Case {
+    fs: Option<Fs>,
+    m: Model,
+    log: Vec<String>,
+}
+
+fn fail(msg: String) -> TestCaseError {
+    TestCaseError::fail(msg)
+}
+
+type R<T> = Result<T, TestCaseError>;
+
+impl Case {
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("mounted")
+    }
+
+    /// Resolve a directory path in both; they must agree. `Ok(None)` when both failed alike.
+    fn resolve_dir(&self, comps: &[&[u8]]) -> R<Option<Ino>> {
+        let want = self.m.resolve(comps);
+        let mut got: Result<Ino, Errno> = Ok(ROOT_INO);
+        for c in comps {
+            got = got.and_then(|i| self.fs().lookup(i, c).map(|a| a.ino).map_err(|e| e.errno()));
+        }
+        if let Ok(d) = want {
+            if !self.m.is_dir(d) {
+                // A final component that is not a directory: operations in it say ENOTDIR.
+                return match got {
+                    Ok(g) if g == d => Ok(None),
+                    other => Err(fail(format!("resolve {comps:?}: model {want:?}, fs {other:?}"))),
+                };
+            }
+        }
+        match (want, got) {
+            (Ok(a), Ok(b)) if a == b => Ok(Some(a)),
+            (Err(a), Err(b)) if a == b => Ok(None),
+            (a, b) => Err(fail(format!("resolve {comps:?}: model {a:?}, fs {b:?}"))),
+        }
+    }
+
+    /// Resolve the directory of `p` and its name: `Err(errno)` the model expects for
+    /// operating in it (the directory missing or not a directory).
+    fn dir_of(&self, p: Path) -> R<Result<(Ino, &'static [u8]), Errno>> {
+        let comps = dir_comps(p.0);
+        let name = NAMES[p.1].as_bytes();
+        match self.resolve_dir(&comps)? {
+            Some(d) => Ok(Ok((d, name))),
+            None => {
+                let e = match self.m.resolve(&comps) {
+                    Ok(_) => ENOTDIR,
+                    Err(e) => e,
+                };
+                Ok(Err(e))
+            }
+        }
+    }
+
+    /// Resolve the whole path `p` in both.
+    fn target(&self, p: Path) -> R<Result<Ino, Errno>> {
+        let (d, name) = match self.dir_of(p)? {
+            Ok(x) => x,
+            Err(e) => return Ok(Err(e)),
+        };
+        let want = self.m.entries(d).get(name).copied().ok_or(ENOENT);
+        let got = self.fs().lookup(d, name).map(|a| a.ino).map_err(|e| e.errno());
+        if want != got {
+            return Err(fail(format!("lookup {}: model {want:?}, fs {got:?}", show(p))));
+        }
+        Ok(want)
+    }
+
+    fn step(&mut self, op: &Op) -> R<()> {
+        self.log.push(format!("{op:?}"));
+        match *op {
+            Op::Create(p) | Op::Mkdir(p) => {
+                let mkdir = matches!(op, Op::Mkdir(_));
+                let (d, name) = match self.dir_of(p)? {
+                    Ok(x) => x,
+                    Err(_) => return Ok(()),
+                };
+                let exists = self.m.entries(d).contains_key(name);
+                let r = if mkdir {
+                    self.fs().mkdir(d, name, 0o755, 0, 0)
+                } else {
+                    self.fs().create(d, name, 0o644, 0, 0)
+                };
+                if exists {
+                    return self.expect_err(EEXIST, r.map(|_| ()));
+                }
+                let a = r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                let kind = if mkdir {
+                    Kind::Dir { entries: BTreeMap::new(), parent: d }
+                } else {
+                    Kind::File(Vec::new())
+                };
+                self.m.add(d, name, a.ino, kind);
+            }
+            Op::Symlink { at, len } => {
+                let target: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                let (d, name) = match self.dir_of(at)? {
+                    Ok(x) => x,
+                    Err(_) => return Ok(()),
+                };
+                let r = self.fs().symlink(d, name, &target, 0, 0);
+                if self.m.entries(d).contains_key(name) {
+                    return self.expect_err(EEXIST, r.map(|_| ()));
+                }
+                let a = r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                self.m.add(d, name, a.ino, Kind::Symlink(target));
+            }
+            Op::Write { t, off, len, seed } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let data = pattern(len, seed);
+                let r = self.fs().write(ino, off, &data);
+                match &self.m.nodes[&ino].kind {
+                    Kind::Dir { .. } => return self.expect_err(EISDIR, r.map(|_| ())),
+                    Kind::Symlink(_) => return self.expect_err(EINVAL, r.map(|_| ())),
+                    Kind::File(_) => {}
+                }
+                let n = r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                if n != len {
+                    return Err(fail(format!("{op:?}: wrote {n} of {len}")));
+                }
+                if len > 0 {
+                    let f = self.m.file_mut(ino);
+                    let end = off as usize + len;
+                    if f.len() < end {
+                        f.resize(end, 0);
+                    }
+                    f[off as usize..end].copy_from_slice(&data);
+                }
+            }
+            Op::Truncate { t, size } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let r = self.fs().setattr(ino, &SetAttr { size: Some(size), ..Default::default() });
+                match &self.m.nodes[&ino].kind {
+                    Kind::Dir { .. } => return self.expect_err(EISDIR, r.map(|_| ())),
+                    Kind::Symlink(_) => return self.expect_err(EINVAL, r.map(|_| ())),
+                    Kind::File(_) => {}
+                }
+                let a = r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                if a.size != size {
+                    return Err(fail(format!("{op:?}: setattr returned size {}", a.size)));
+                }
+                self.m.file_mut(ino).resize(size as usize, 0);
+            }
+            Op::Fallocate { t, mode, off, len } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let fm = match mode {
+                    0 => FallocMode::Allocate,
+                    1 => FallocMode::KeepSize,
+                    2 => FallocMode::PunchHole,
+                    3 => FallocMode::ZeroRange { keep_size: true },
+                    _ => FallocMode::ZeroRange { keep_size: false },
+                };
+                let r = self.fs().fallocate(ino, fm, off, len);
+                if !matches!(self.m.nodes[&ino].kind, Kind::File(_)) {
+                    return self.expect_err(EOPNOTSUPP, r);
+                }
+                if len == 0 {
+                    return self.expect_err(EINVAL, r);
+                }
+                r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                let f = self.m.file_mut(ino);
+                let end = (off + len) as usize;
+                let (zero, extend) = match fm {
+                    FallocMode::Allocate => (false, true),
+                    FallocMode::KeepSize => (false, false),
+                    FallocMode::PunchHole => (true, false),
+                    FallocMode::ZeroRange { keep_size } => (true, !keep_size),
+                };
+                if zero {
+                    let zend = end.min(f.len());
+                    if (off as usize) < zend {
+                        f[off as usize..zend].fill(0);
+                    }
+                }
+                if extend && f.len() < end {
+                    f.resize(end, 0);
+                }
+            }
+            Op::Unlink(p) | Op::Rmdir(p) => {
+                let rmdir = matches!(op, Op::Rmdir(_));
+                let (d, name) = match self.dir_of(p)? {
+                    Ok(x) => x,
+                    Err(_) => return Ok(()),
+                };
+                let r = if rmdir { self.fs().rmdir(d, name) } else { self.fs().unlink(d, name) };
+                let Some(&ino) = self.m.entries(d).get(name) else {
+                    return self.expect_err(ENOENT, r);
+                };
+                let is_dir = self.m.is_dir(ino);
+                if rmdir && !is_dir {
+                    return self.expect_err(ENOTDIR, r);
+                }
+                if !rmdir && is_dir {
+                    return self.expect_err(EISDIR, r);
+                }
+                if is_dir && !self.m.entries(ino).is_empty() {
+                    return self.expect_err(ENOTEMPTY, r);
+                }
+                r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                self.m.entries_mut(d).remove(name);
+                self.m.drop_link(ino);
+            }
+            Op::Link { t, to } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let (d, name) = match self.dir_of(to)? {
+                    Ok(x) => x,
+                    Err(_) => return Ok(()),
+                };
+                let r = self.fs().link(ino, d, name).map(|_| ());
+                let exists = self.m.entries(d).contains_key(name);
+                let is_dir = self.m.is_dir(ino);
+                // Both apply when linking a directory onto an existing name: POSIX allows
+                // either (Linux checks EEXIST first).
+                if is_dir && exists {
+                    return self.expect_one_of(&[EEXIST, EPERM], r);
+                }
+                if is_dir {
+                    return self.expect_err(EPERM, r);
+                }
+                if exists {
+                    return self.expect_err(EEXIST, r);
+                }
+                r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                self.m.entries_mut(d).insert(name.to_vec(), ino);
+                self.m.nodes.get_mut(&ino).expect("node").nlink += 1;
+            }
+            Op::Rename { from, to, flags } => return self.rename(from, to, flags),
+            Op::SetXattr { t, k, vlen, flag } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let name = XNAMES[k].as_bytes();
+                let value = pattern(vlen, k as u8 ^ vlen as u8);
+                let xf = match flag {
+                    0 => XattrFlags::Any,
+                    1 => XattrFlags::Create,
+                    _ => XattrFlags::Replace,
+                };
+                let r = self.fs().setxattr(ino, name, &value, xf);
+                let exists = self.m.nodes[&ino].xattrs.contains_key(name);
+                if exists && xf == XattrFlags::Create {
+                    return self.expect_err(EEXIST, r);
+                }
+                if !exists && xf == XattrFlags::Replace {
+                    return self.expect_err(ENODATA, r);
+                }
+                r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+                self.m.nodes.get_mut(&ino).expect("node").xattrs.insert(name.to_vec(), value);
+            }
+            Op::RemoveXattr { t, k } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                let name = XNAMES[k].as_bytes();
+                let r = self.fs().removexattr(ino, name);
+                if self.m.nodes.get_mut(&ino).expect("node").xattrs.remove(name).is_none() {
+                    return self.expect_err(ENODATA, r);
+                }
+                r.map_err(|e| fail(format!("{op:?}: {e}")))?;
+            }
+            Op::Fsync { t, datasync } => {
+                let ino = match self.target(t)? {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                self.fs().fsync(ino, datasync).map_err(|e| fail(format!("{op:?}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The model expects `errno`.
+    fn expect_err(&self, errno: Errno, r: Result<(), FsError>) -> R<()> {
+        self.expect_one_of(&[errno], r)
+    }
+
+    fn expect_one_of(&self, errnos: &[Errno], r: Result<(), FsError>) -> R<()> {
+        match r {
+            Ok(()) => Err(fail(format!("{}: expected errno {errnos:?}, got success", self.last()))),
+            Err(e) if errnos.contains(&e.errno()) => Ok(()),
+            Err(e) => {
+                Err(fail(format!("{}: expected errno {errnos:?}, got {} ({e})", self.last(), e.errno())))
+            }
+        }
+    }
+
+    fn last(&self) -> &str {
+        self.log.last().map(|s| s.as_str()).unwrap_or("")
+    }
+
+    fn rename(&mut self, from: Path, to: Path, flags: u8) -> R<()> {
+        let rf = RenameFlags { noreplace: flags & 1 != 0, exchange: flags & 2 != 0 };
+        if rf.noreplace && rf.exchange {
+            let r = self.with_dirs(from, to, |fs, (d1, n1), (d2, n2)| fs.rename(d1, n1, d2, n2, rf));
+            return match r? {
+                Some(r) => self.expect_err(EINVAL, r),
+                None => Ok(()),
+            };
+        }
+        let (d1, n1) = match self.dir_of(from)? {
+            Ok(x) => x,
+            Err(_) => return Ok(()),
+        };
+        let (d2, n2) = match self.dir_of(to)? {
+            Ok(x) => x,
+            Err(_) => return Ok(()),
+        };
+        let r = self.fs().rename(d1, n1, d2, n2, rf);
+        let m = &self.m;
+        let Some(&src) = m.entries(d1).get(n1) else {
+            return self.expect_err(ENOENT, r);
+        };
+        let dst = m.entries(d2).get(n2).copied();
+        if rf.noreplace && dst.is_some() {
+            return self.expect_err(EEXIST, r);
+        }
+        if rf.exchange && dst.is_none() {
+            return self.expect_err(ENOENT, r);
+        }
+        let src_dir = m.is_dir(src);
+        // Moving a directory into its own subtree.
+        if src_dir && d1 != d2 && m.is_ancestor(src, d2) {
+            return self.expect_err(EINVAL, r);
+        }
+        if let Some(dst) = dst {
+            // The target is an ancestor of the source: Linux says ENOTEMPTY (EINVAL when
+            // exchanging) before looking at types; POSIX allows the type error too.
+            if m.is_dir(dst) && d1 != d2 && m.is_ancestor(dst, d1) {
+                if rf.exchange {
+                    return self.expect_err(EINVAL, r);
+                }
+                return self.expect_one_of(&[ENOTEMPTY, EISDIR], r);
+            }
+            if dst == src {
+                r.map_err(|e| fail(format!("rename onto itself: {e}")))?;
+                return Ok(());
+            }
+            let dst_dir = m.is_dir(dst);
+            if !rf.exchange {
+                if src_dir && !dst_dir {
+                    return self.expect_err(ENOTDIR, r);
+                }
+                if !src_dir && dst_dir {
+                    return self.expect_err(EISDIR, r);
+                }
+                if dst_dir && !m.entries(dst).is_empty() {
+                    return self.expect_err(ENOTEMPTY, r);
+                }
+            }
+        }
+        r.map_err(|e| fail(format!("{}: {e}", self.last())))?;
+        // Apply.
+        if rf.exchange {
+            let dst = dst.expect("exchange target");
+            self.m.entries_mut(d1).insert(n1.to_vec(), dst);
+            self.m.entries_mut(d2).insert(n2.to_vec(), src);
+            self.set_parent(src, d2);
+            self.set_parent(dst, d1);
+        } else {
+            self.m.entries_mut(d1).remove(n1);
+            if let Some(dst) = self.m.entries_mut(d2).insert(n2.to_vec(), src) {
+                self.m.drop_link(dst);
+            }
+            self.set_parent(src, d2);
+        }
+        Ok(())
+    }
+
+    fn set_parent(&mut self, ino: Ino, p: Ino) {
+        if let Kind::Dir { parent, .. } = &mut self.m.nodes.get_mut(&ino).expect("node").kind {
+            *parent = p;
+        }
+    }
+
+    /// For the invalid-flags rename: resolve both directories; `None` if either fails
+    /// (alike in model and fs).
+    fn with_dirs(
+        &self,
+        from: Path,
+        to: Path,
+        f: impl FnOnce(&Fs, (Ino, &[u8]), (Ino, &[u8])) -> Result<(), FsError>,
+    ) -> R<Option<Result<(), FsError>>> {
+        let a = match self.dir_of(from)? {
+            Ok(x) => x,
+            Err(_) => return Ok(None),
+        };
+        let b = match self.dir_of(to)? {
+            Ok(x) => x,
+            Err(_) => return Ok(None),
+        };
+        Ok(Some(f(self.fs(), a, b)))
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Comparing the whole tree
+
+    fn check(&self) -> R<()> {
+        let mut seen_dirs = BTreeSet::new();
+        self.check_dir(ROOT_INO, &mut seen_dirs)
+    }
+
+    fn check_dir(&self, dir: Ino, seen: &mut BTreeSet<Ino>) -> R<()> {
+        if !seen.insert(dir) {
+            return Err(fail(format!("directory {dir} reached twice")));
+        }
+        let fs = self.fs();
+        self.check_node(dir)?;
+        // readdir in small pages.
+        let mut got: BTreeMap<Vec<u8>, (Ino, FileType)> = BTreeMap::new();
+        let (mut dot, mut dotdot) = (None, None);
+        let mut off = 0;
+        loop {
+            let page = fs.readdir(dir, off, 5).map_err(|e| fail(format!("readdir {dir}: {e}")))?;
+            if page.is_empty() {
+                break;
+            }
+            for e in page {
+                off = e.next_offset;
+                match e.name.as_slice() {
+                    b"." => dot = Some(e.ino),
+                    b".." => dotdot = Some(e.ino),
+                    n => {
+                        if got.insert(n.to_vec(), (e.ino, e.kind)).is_some() {
+                            return Err(fail(format!(
+                                "readdir {dir}: {:?} listed twice",
+                                String::from_utf8_lossy(n)
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        if dot != Some(dir) || dotdot != Some(self.m.parent(dir)) {
+            return Err(fail(format!(
+                "readdir {dir}: '.' = {dot:?}, '..' = {dotdot:?}, parent is {}",
+                self.m.parent(dir)
+            )));
+        }
+        let want: BTreeMap<Vec<u8>, (Ino, FileType)> = self
+            .m
+            .entries(dir)
+            .iter()
+            .map(|(n, i)| (n.clone(), (*i, kind_of(&self.m.nodes[i].kind))))
+            .collect();
+        if got != want {
+            return Err(fail(format!("readdir {dir}: fs {} vs model {}", names(&got), names(&want))));
+        }
+        for (name, (ino, _)) in &want {
+            let a = fs.lookup(dir, name).map_err(|e| fail(format!("lookup {dir}/{name:?}: {e}")))?;
+            if a.ino != *ino {
+                return Err(fail(format!("lookup {dir}/{name:?} = {}, want {ino}", a.ino)));
+            }
+            if self.m.is_dir(*ino) {
+                self.check_dir(*ino, seen)?;
+            } else {
+                self.check_node(*ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_node(&self, ino: Ino) -> R<()> {
+        let fs = self.fs();
+        let n = &self.m.nodes[&ino];
+        let a = fs.getattr(ino).map_err(|e| fail(format!("getattr {ino}: {e}")))?;
+        let want_kind = kind_of(&n.kind);
+        if a.kind != want_kind || a.nlink != self.m.nlink(ino) {
+            return Err(fail(format!(
+                "getattr {ino}: kind {:?} nlink {}, model kind {want_kind:?} nlink {}",
+                a.kind,
+                a.nlink,
+                self.m.nlink(ino)
+            )));
+        }
+        match &n.kind {
+            Kind::File(data) => {
+                if a.size != data.len() as u64 {
+                    return Err(fail(format!("file {ino}: size {} want {}", a.size, data.len())));
+                }
+                let mut buf = vec![0xEEu8; data.len() + 100];
+                let got = fs.read(ino, 0, &mut buf).map_err(|e| fail(format!("read {ino}: {e}")))?;
+                if got != data.len() || buf[..got] != data[..] {
+                    let first = buf.iter().zip(data.iter()).position(|(a, b)| a != b);
+                    return Err(fail(format!(
+                        "file {ino}: read {got} bytes of {}; first difference at {first:?}",
+                        data.len()
+                    )));
+                }
+            }
+            Kind::Symlink(t) => {
+                let got = fs.readlink(ino).map_err(|e| fail(format!("readlink {ino}: {e}")))?;
+                if &got != t || a.size != t.len() as u64 {
+                    return Err(fail(format!("symlink {ino}: {} bytes, want {}", got.len(), t.len())));
+                }
+            }
+            Kind::Dir { .. } => {}
+        }
+        let mut names = fs.listxattr(ino).map_err(|e| fail(format!("listxattr {ino}: {e}")))?;
+        names.sort();
+        let want: Vec<Vec<u8>> = n.xattrs.keys().cloned().collect();
+        if names != want {
+            return Err(fail(format!("listxattr {ino}: {names:?} want {want:?}")));
+        }
+        for (k, v) in &n.xattrs {
+            let got = fs.getxattr(ino, k).map_err(|e| fail(format!("getxattr {ino}: {e}")))?;
+            if &got != v {
+                return Err(fail(format!("getxattr {ino} {k:?}: {} bytes, want {}", got.len(), v.len())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn kind_of(k: &Kind) -> FileType {
+    match k {
+        Kind::File(_) => FileType::Regular,
+        Kind::Dir { .. } => FileType::Directory,
+        Kind::Symlink(_) => FileType::Symlink,
+    }
+}
+
+fn names(m: &BTreeMap<Vec<u8>, (Ino, FileType)>) -> String {
+    let v: Vec<String> =
+        m.iter().map(|(n, (i, k))| format!("{}={i}:{k:?}", String::from_utf8_lossy(n))).collect();
+    v.join(",")
+}
+
+fn run_case(ops: &[Op]) -> R<()> {
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let (path, dev) = fresh_image(dir.path(), "model.img", 48);
+    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    // The root as mkfs made it: lost+found is part of the namespace.
+    let mut m = Model::default();
+    m.nodes.insert(
+        ROOT_INO,
+        Node {
+            kind: Kind::Dir { entries: BTreeMap::new(), parent: ROOT_INO },
+            nlink: 2,
+            xattrs: BTreeMap::new(),
+        },
+    );
+    for e in fs.readdir(ROOT_INO, 0, 100).expect("readdir root") {
+        if e.name != b"." && e.name != b".." {
+            m.nodes.insert(
+                e.ino,
+                Node {
+                    kind: Kind::Dir { entries: BTreeMap::new(), parent: ROOT_INO },
+                    nlink: 2,
+                    xattrs: BTreeMap::new(),
+                },
+            );
+            m.entries_mut(ROOT_INO).insert(e.name.clone(), e.ino);
+        }
+    }
+    let mut c = Case { fs: Some(fs), m, log: Vec::new() };
+    c.check()?;
+    for op in ops {
+        c.step(op)?;
+        c.check().map_err(|e| fail(format!("after {op:?}: {e}")))?;
+    }
+    c.fs.take().expect("fs").unmount().map_err(|e| fail(format!("unmount: {e}")))?;
+    c.fs = Some(Fs::open(open_image(&path), MountOptions::default()).expect("remount"));
+    c.check().map_err(|e| fail(format!("after remount: {e}")))?;
+    c.fs.take().expect("fs").unmount().map_err(|e| fail(format!("second unmount: {e}")))?;
+    assert_fsck_clean(&path);
+    eprintln!("DEBUG ops {} nodes {}", ops.len(), c.m.nodes.len());
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("CJFS_PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        max_shrink_iters: 4000,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn model_matches_fs(ops in proptest::collection::vec(op_s(), 1..60)) {
+        run_case(&ops)?;
+    }
+}
