@@ -74,7 +74,10 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
     for (b, t) in done {
         let mut js = b.jstate();
         if js.checkpoint.as_ref().is_some_and(|(ct, _)| *ct == t) {
-            js.checkpoint = None;
+            if let Some((_, page)) = js.checkpoint.take() {
+                drop(js);
+                j.shadow.put(page);
+            }
         }
     }
     // The new tail must be durable in the superblock before its blocks can be reused,

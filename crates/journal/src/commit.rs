@@ -91,16 +91,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         wait_previous_durable(j, tx.tid)?;
     }
     let t_lock = Instant::now();
-    {
-        let _st = j.state.lock();
-        tx.set_state(TxState::Locked);
-    }
-    {
-        let mut g = j.updates_lock.lock();
-        while tx.updates.load(Ordering::Acquire) > 0 {
-            j.updates_cv.wait(&mut g);
-        }
-    }
+    crate::coalescing::lock_up(j, tx)?;
     let lists = std::mem::take(&mut *tx.lists.lock());
     let versions = take_versions(j, tx, lists.buffers)?;
     let in_flight = {
@@ -113,7 +104,6 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         st.committing.len() as u64
     };
     j.locked_cv.notify_all();
-    j.stats.locked_ns.fetch_add(t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
     j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
@@ -170,7 +160,7 @@ fn take_versions(
             }
             b.wait_jstate(&mut js);
         }
-        let v = b.snapshot();
+        let v = j.shadow.copy_of(&b);
         js.versions += 1;
         js.running = None;
         drop(js);

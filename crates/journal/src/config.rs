@@ -40,6 +40,18 @@ pub struct JournalConfig {
     /// Release a buffer's version when its log write completes (JBD2's shadow buffer) rather
     /// than when its transaction is durable.
     pub release_on_log_write: bool,
+    /// Opportunistic coalescing (CJFS Algorithm 1): a locked transaction that conflicts with
+    /// a committing one goes back to Running and keeps absorbing handles. When false the
+    /// lock-up blocks until the conflict clears (BarrierFS, JBD2).
+    pub coalescing: bool,
+    /// Compound flush: most transactions made durable by one flush (1 = a flush per
+    /// transaction). Later transactions already committing get a barrier instead of a flush.
+    pub compound_flush: u32,
+    /// Order log blocks before the commit block with a cache barrier (when the device has
+    /// one) instead of a flush.
+    pub use_barriers: bool,
+    /// Shadow pages pre-allocated for versions (returned when no longer needed).
+    pub shadow_pool: usize,
     /// Commit interval (the 5 s timer).
     pub commit_interval: Duration,
     /// Maximum blocks in one transaction; `None` = a quarter of the log, as JBD2.
@@ -64,6 +76,10 @@ impl JournalConfig {
             dual_thread: false,
             max_versions: 1,
             release_on_log_write: true,
+            coalescing: false,
+            compound_flush: 1,
+            use_barriers: false,
+            shadow_pool: 0,
             commit_interval: Duration::from_secs(5),
             max_tx_blocks: None,
             max_ordered_blocks: 16384,
@@ -78,18 +94,75 @@ impl JournalConfig {
         JournalConfig { name: "nojournal".into(), kind: JournalKind::None, ..Self::jbd2() }
     }
 
-    /// Names of every preset.
+    /// BarrierFS-style: dual-thread commit, one shadow version per buffer held until its
+    /// transaction is durable, non-preemptive lock-up, barrier-ordered commit block and one
+    /// flush per transaction.
+    pub fn barrierfs() -> Self {
+        JournalConfig {
+            name: "barrierfs".into(),
+            dual_thread: true,
+            max_versions: 1,
+            release_on_log_write: false,
+            use_barriers: true,
+            shadow_pool: 1024,
+            ..Self::jbd2()
+        }
+    }
+
+    /// CJFS: dual-thread journaling, multi-version shadow paging (5 versions), opportunistic
+    /// coalescing and compound flush (up to 16 transactions per flush).
+    pub fn cjfs() -> Self {
+        JournalConfig {
+            name: "cjfs".into(),
+            dual_thread: true,
+            max_versions: 5,
+            release_on_log_write: false,
+            coalescing: true,
+            compound_flush: 16,
+            use_barriers: true,
+            shadow_pool: 4096,
+            ..Self::jbd2()
+        }
+    }
+
+    /// Presets that are crash tested and may be named anywhere.
     pub fn preset_names() -> &'static [&'static str] {
         &["jbd2", "nojournal"]
     }
 
+    /// Every preset, including technique ablations.
+    pub fn all_preset_names() -> &'static [&'static str] {
+        &[
+            "jbd2",
+            "nojournal",
+            "barrierfs",
+            "cjfs",
+            "cjfs-v1",
+            "cjfs-v3",
+            "cjfs-no-coalescing",
+            "cjfs-no-compound",
+            "cjfs-no-dual",
+        ]
+    }
+
     /// A preset by name.
     pub fn preset(name: &str) -> Option<Self> {
-        match name {
-            "jbd2" => Some(Self::jbd2()),
-            "nojournal" => Some(Self::nojournal()),
-            _ => None,
-        }
+        let named = |mut c: JournalConfig| {
+            c.name = name.to_string();
+            c
+        };
+        Some(match name {
+            "jbd2" => Self::jbd2(),
+            "nojournal" => Self::nojournal(),
+            "barrierfs" => Self::barrierfs(),
+            "cjfs" => Self::cjfs(),
+            "cjfs-v1" => named(JournalConfig { max_versions: 1, ..Self::cjfs() }),
+            "cjfs-v3" => named(JournalConfig { max_versions: 3, ..Self::cjfs() }),
+            "cjfs-no-coalescing" => named(JournalConfig { coalescing: false, ..Self::cjfs() }),
+            "cjfs-no-compound" => named(JournalConfig { compound_flush: 1, ..Self::cjfs() }),
+            "cjfs-no-dual" => named(JournalConfig { dual_thread: false, ..Self::cjfs() }),
+            _ => return None,
+        })
     }
 }
 

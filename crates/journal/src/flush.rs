@@ -35,21 +35,9 @@ pub(crate) struct FlushJob {
 /// Body of the flush thread.
 pub(crate) fn flush_thread(j: Arc<JournalInner>) {
     set_low_timer_slack();
-    loop {
-        let job = {
-            let mut q = j.flush_queue.lock();
-            loop {
-                if let Some(job) = q.pop_front() {
-                    break job;
-                }
-                if j.state.lock().shutdown {
-                    return;
-                }
-                j.flush_cv.wait(&mut q);
-            }
-        };
-        let tid = job.tx.tid;
-        if let Err(e) = complete(&j, job) {
+    while let Some(group) = crate::compound_flush::next_group(&j) {
+        let tid = group.first().map(|g| g.tx.tid).unwrap_or(0);
+        if let Err(e) = complete_group(&j, group) {
             j.abort(format!("flush of transaction {tid} failed: {e}"));
         }
     }
@@ -78,31 +66,85 @@ pub(crate) fn ensure_sb_start(j: &JournalInner) -> JResult<()> {
     Ok(())
 }
 
+/// Make one transaction durable (serial commit path).
 pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
+    complete_group(j, vec![job])
+}
+
+/// Make a group of transactions durable, in order, with one flush after their commit
+/// blocks (compound flush when the group has more than one).
+///
+/// Ordering of each transaction's log blocks before its commit block, and of commit blocks
+/// among themselves, is by cache barrier when the device has one and the mode uses them;
+/// otherwise one flush before the commit blocks makes every log block of the group durable
+/// first (so a crash can only lose a suffix of unacknowledged transactions).
+pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResult<()> {
     if let Some(a) = j.aborted() {
         return Err(JournalError::Aborted(a));
     }
-    cjfs_blockdev::wait_all(job.tickets)?;
-    let tid = job.tx.tid;
-    if j.config.release_on_log_write {
-        release_versions(&job.versions);
+    for job in &mut jobs {
+        cjfs_blockdev::wait_all(std::mem::take(&mut job.tickets))?;
+        if j.config.release_on_log_write {
+            release_versions(&job.versions);
+        }
     }
-    if let Some((lblk, img)) = &job.commit {
+    let bugs = j.config.bugs;
+    let commits: Vec<(u64, BlockBuf, u64)> = jobs
+        .iter()
+        .filter_map(|jb| jb.commit.as_ref().map(|(l, img)| (*l, img.clone(), jb.tx.tid)))
+        .collect();
+    if !commits.is_empty() {
         ensure_sb_start(j)?;
-        if !j.config.bugs.skip_preflush && !j.config.bugs.commit_before_data {
-            flush(j)?;
-        }
-        if !j.config.bugs.commit_before_data {
-            let dev_blk = j.area.map(*lblk)?;
-            j.dev
-                .submit(WriteRequest::one(dev_blk, img.clone(), WriteTag::tx(BlockKind::JournalCommit, tid)))?
-                .wait()?;
+        let barriers = j.config.use_barriers && j.dev.caps().barrier;
+        if bugs.commit_before_data {
+            // Planted bug: the commit records were already written before their blocks.
+        } else if barriers {
+            let mut tickets = Vec::with_capacity(commits.len());
+            for (lblk, img, tid) in &commits {
+                if !bugs.skip_preflush {
+                    barrier(j)?;
+                }
+                let dev_blk = j.area.map(*lblk)?;
+                tickets.push(j.dev.submit(WriteRequest::one(
+                    dev_blk,
+                    img.clone(),
+                    WriteTag::tx(BlockKind::JournalCommit, *tid),
+                ))?);
+            }
+            cjfs_blockdev::wait_all(tickets)?;
+        } else {
+            if !bugs.skip_preflush {
+                flush(j)?;
+            }
+            let mut tickets = Vec::with_capacity(commits.len());
+            for (lblk, img, tid) in &commits {
+                let dev_blk = j.area.map(*lblk)?;
+                tickets.push(j.dev.submit(WriteRequest::one(
+                    dev_blk,
+                    img.clone(),
+                    WriteTag::tx(BlockKind::JournalCommit, *tid),
+                ))?);
+            }
+            cjfs_blockdev::wait_all(tickets)?;
         }
         flush(j)?;
-    } else if job.had_data || (j.config.kind == JournalKind::None && !job.versions.is_empty()) {
+    } else if jobs
+        .iter()
+        .any(|jb| jb.had_data || (j.config.kind == JournalKind::None && !jb.versions.is_empty()))
+    {
         flush(j)?;
     }
-    // Durable: hand versions to the checkpoint, release their slots.
+    j.stats.compound_groups.fetch_add(1, Ordering::Relaxed);
+    for job in jobs {
+        mark_durable(j, job);
+    }
+    Ok(())
+}
+
+/// Hand a durable transaction's versions to the checkpoint, release their slots and wake
+/// its waiters.
+fn mark_durable(j: &JournalInner, job: FlushJob) {
+    let tid = job.tx.tid;
     let ckpt = j.config.kind == JournalKind::Jbd2;
     for (b, v) in &job.versions {
         let mut js = b.jstate();
@@ -110,13 +152,20 @@ pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
             js.versions = js.versions.saturating_sub(1);
         }
         if ckpt && js.checkpoint.as_ref().is_none_or(|(t, _)| *t < tid) {
-            js.checkpoint = Some((tid, v.clone()));
+            if let Some((_, old)) = js.checkpoint.replace((tid, v.clone())) {
+                j.shadow.put(old);
+            }
         }
         drop(js);
         b.notify();
     }
     if ckpt && !job.versions.is_empty() {
         j.checkpoint_list.lock().extend(job.versions.iter().map(|(b, _)| b.clone()));
+    }
+    if !ckpt {
+        for (_, v) in job.versions {
+            j.shadow.put(v);
+        }
     }
     let fill = {
         let mut l = j.log.lock();
@@ -138,7 +187,12 @@ pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
     if fill > j.config.checkpoint_high_water {
         j.checkpoint_cv.notify_all();
     }
-    Ok(())
+}
+
+/// Issue a cache barrier, counting it.
+pub(crate) fn barrier(j: &JournalInner) -> JResult<()> {
+    j.stats.barriers.fetch_add(1, Ordering::Relaxed);
+    j.dev.barrier().map_err(JournalError::from)
 }
 
 fn release_versions(versions: &[(Arc<Buffer>, BlockBuf)]) {

@@ -80,6 +80,8 @@ pub(crate) struct JournalInner {
     pub checkpoint_cv: Condvar,
     /// Largest transaction, in blocks.
     pub max_tx_blocks: u32,
+    /// Shadow pages for versions.
+    pub shadow: crate::shadow::ShadowPool,
 }
 
 impl JournalInner {
@@ -124,7 +126,10 @@ impl JournalInner {
 
     /// Commit `tid` (if not yet) and wait until it is durable.
     pub fn commit_wait(self: &Arc<Self>, tid: Tid) -> JResult<()> {
-        if !self.config.dual_thread && self.state.lock().durable < tid && crate::commit::commit_inline(self, tid)? {
+        if !self.config.dual_thread
+            && self.state.lock().durable < tid
+            && crate::commit::commit_inline(self, tid)?
+        {
             self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -232,6 +237,7 @@ impl Journal {
             None => (log.capacity() / 4) as u32,
         }
         .max(16);
+        let config_shadow = config.shadow_pool;
         let inner = Arc::new(JournalInner {
             dev,
             area,
@@ -261,6 +267,7 @@ impl Journal {
             flush_cv: Condvar::new(),
             checkpoint_cv: Condvar::new(),
             max_tx_blocks,
+            shadow: crate::shadow::ShadowPool::new(config_shadow),
         });
         let mut threads = Vec::new();
         for (name, f) in [

@@ -22,6 +22,8 @@ pub struct JournalStats {
     pub(crate) checkpoint_blocks: AtomicU64,
     pub(crate) max_in_flight: AtomicU64,
     pub(crate) in_flight_sum: AtomicU64,
+    pub(crate) coalesce_retries: AtomicU64,
+    pub(crate) compound_groups: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -61,6 +63,10 @@ pub struct StatsSnapshot {
     pub max_in_flight: u64,
     /// Sum over commits of transactions in flight when each started (mean = / transactions).
     pub in_flight_sum: u64,
+    /// Lock-ups undone by opportunistic coalescing (the transaction went back to Running).
+    pub coalesce_retries: u64,
+    /// Flushes that made a group of transactions durable (compound flush).
+    pub compound_groups: u64,
 }
 
 impl JournalStats {
@@ -84,6 +90,8 @@ impl JournalStats {
             checkpoint_blocks: self.checkpoint_blocks.load(Relaxed),
             max_in_flight: self.max_in_flight.load(Relaxed),
             in_flight_sum: self.in_flight_sum.load(Relaxed),
+            coalesce_retries: self.coalesce_retries.load(Relaxed),
+            compound_groups: self.compound_groups.load(Relaxed),
         }
     }
 }
@@ -109,6 +117,8 @@ impl StatsSnapshot {
             checkpoint_blocks: self.checkpoint_blocks - earlier.checkpoint_blocks,
             max_in_flight: self.max_in_flight,
             in_flight_sum: self.in_flight_sum - earlier.in_flight_sum,
+            coalesce_retries: self.coalesce_retries - earlier.coalesce_retries,
+            compound_groups: self.compound_groups - earlier.compound_groups,
         }
     }
 
@@ -138,6 +148,10 @@ impl StatsSnapshot {
     /// Flushes per waiting caller (fsync).
     pub fn flushes_per_fsync(&self) -> f64 {
         if self.fsync_waits == 0 { 0.0 } else { self.flushes as f64 / self.fsync_waits as f64 }
+    }
+    /// Transactions made durable per flush-group.
+    pub fn tx_per_flush_group(&self) -> f64 {
+        if self.compound_groups == 0 { 0.0 } else { self.transactions as f64 / self.compound_groups as f64 }
     }
     /// Mean committing transactions in flight when a commit started.
     pub fn mean_in_flight(&self) -> f64 {

@@ -35,9 +35,23 @@ fn home(dev: &dyn BlockDevice, blk: u64) -> u8 {
     dev.read_block(blk).expect("read")[100]
 }
 
+fn presets() -> Vec<JournalConfig> {
+    JournalConfig::all_preset_names()
+        .iter()
+        .filter(|n| **n != "nojournal")
+        .filter_map(|n| JournalConfig::preset(n))
+        .collect()
+}
+
 #[test]
 fn committed_blocks_replay_after_crash() {
-    let (ssd, j) = setup(JournalConfig::jbd2());
+    for cfg in presets() {
+        committed_blocks_replay_after_crash_in(cfg);
+    }
+}
+
+fn committed_blocks_replay_after_crash_in(cfg: JournalConfig) {
+    let (ssd, j) = setup(cfg);
     for i in 0..50u64 {
         let tid = write_pattern(&j, 100 + i, (i + 1) as u8);
         j.commit_wait(tid).expect("commit");
@@ -62,7 +76,12 @@ fn committed_blocks_replay_after_crash() {
 
 #[test]
 fn log_wraps_with_checkpoints_and_revokes() {
-    let mut cfg = JournalConfig::jbd2();
+    for cfg in presets() {
+        log_wraps_in(cfg);
+    }
+}
+
+fn log_wraps_in(mut cfg: JournalConfig) {
     cfg.commit_interval = Duration::from_millis(20);
     let (ssd, j) = setup(cfg);
     // 3000 single-block commits over a 1024-block log force many wraps and checkpoints.
@@ -93,7 +112,13 @@ fn log_wraps_with_checkpoints_and_revokes() {
 
 #[test]
 fn concurrent_handles_share_transactions() {
-    let (_ssd, j) = setup(JournalConfig::jbd2());
+    for cfg in presets() {
+        concurrent_in(cfg);
+    }
+}
+
+fn concurrent_in(cfg: JournalConfig) {
+    let (_ssd, j) = setup(cfg);
     let j = Arc::new(j);
     let mut ts = Vec::new();
     for t in 0..8u64 {
@@ -119,7 +144,13 @@ fn concurrent_handles_share_transactions() {
 
 #[test]
 fn failed_flush_reaches_every_waiter() {
-    let (ssd, j) = setup(JournalConfig::jbd2());
+    for cfg in presets() {
+        failed_flush_in(cfg);
+    }
+}
+
+fn failed_flush_in(cfg: JournalConfig) {
+    let (ssd, j) = setup(cfg);
     let tid = write_pattern(&j, 10, 1);
     ssd.inject_flush_failure();
     let err = j.commit_wait(tid).expect_err("flush failure must be reported");
