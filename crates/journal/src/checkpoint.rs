@@ -73,11 +73,11 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
     flush(j)?;
     for (b, t) in done {
         let mut js = b.jstate();
-        if js.checkpoint.as_ref().is_some_and(|(ct, _)| *ct == t) {
-            if let Some((_, page)) = js.checkpoint.take() {
-                drop(js);
-                j.shadow.put(page);
-            }
+        if js.checkpoint.as_ref().is_some_and(|(ct, _)| *ct == t)
+            && let Some((_, page)) = js.checkpoint.take()
+        {
+            drop(js);
+            j.shadow.put(page);
         }
     }
     // The new tail must be durable in the superblock before its blocks can be reused,

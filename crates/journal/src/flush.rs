@@ -151,10 +151,11 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
         if !j.config.release_on_log_write {
             js.versions = js.versions.saturating_sub(1);
         }
-        if ckpt && js.checkpoint.as_ref().is_none_or(|(t, _)| *t < tid) {
-            if let Some((_, old)) = js.checkpoint.replace((tid, v.clone())) {
-                j.shadow.put(old);
-            }
+        if ckpt
+            && js.checkpoint.as_ref().is_none_or(|(t, _)| *t < tid)
+            && let Some((_, old)) = js.checkpoint.replace((tid, v.clone()))
+        {
+            j.shadow.put(old);
         }
         drop(js);
         b.notify();
