@@ -129,7 +129,8 @@ mod tests {
 
     #[test]
     fn messages_are_one_line_and_name_the_image() {
-        let e = CliError::fs("a.img", FsError::Corrupt("not an ext2/3/4 file system: bad magic 0x0000".into()));
+        let e =
+            CliError::fs("a.img", FsError::Corrupt("not an ext2/3/4 file system: bad magic 0x0000".into()));
         assert_eq!(e.to_string(), "a.img: not an ext2/3/4 file system: bad magic 0x0000");
         let e = CliError::fs_path("a.img", "/x", FsError::NotFound("x".into()));
         assert_eq!(e.to_string(), "a.img: /x: no such file or directory: x");

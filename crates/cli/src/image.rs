@@ -14,8 +14,8 @@ use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::ondisk::superblock::Superblock;
 use cjfs_fs::{DataMode, Fs, FsError, MountOptions, MountReport};
-use cjfs_journal::superblock::read_superblock;
 use cjfs_journal::JournalConfig;
+use cjfs_journal::superblock::read_superblock;
 
 use crate::error::{CliError, CliResult};
 
@@ -158,7 +158,8 @@ pub fn with_rw<T, R>(
         Some(v)
     };
     let dev = open_device(image, false)?;
-    let (fs, report) = Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
+    let (fs, report) =
+        Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
     note_recovery(ctx, image, &report);
     let v = match checked {
         Some(v) => Ok(v),

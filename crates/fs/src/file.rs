@@ -100,20 +100,27 @@ fn data_buffer(fs: &FsInner, pblk: u64, fresh: bool, full: bool) -> FsResult<Arc
 
 /// Map `lblk` for writing: allocate (and insert) when unmapped, convert when unwritten.
 /// Returns the physical block and whether its buffer must start zeroed.
+///
+/// `cur` caches the last mapping and whether this write allocated it: every block of a
+/// fresh allocation starts zeroed, not just the first (a later block read from disk would
+/// show whatever a previous owner of the block left there).
 fn map_for_write(
     tx: &mut Tx<'_>,
     ino: Ino,
     st: &mut InodeState,
     lblk: u32,
     last_lblk: u32,
-    cur: &mut Option<Mapping>,
+    cur: &mut Option<(Mapping, bool)>,
 ) -> FsResult<(u64, bool)> {
-    if !cur.is_some_and(|m| m.contains(lblk)) {
-        *cur = extent_tree::lookup(&st.d.block, tx, lblk)?;
+    if !cur.is_some_and(|(m, _)| m.contains(lblk)) {
+        *cur = extent_tree::lookup(&st.d.block, tx, lblk)?.map(|m| (m, false));
     }
-    if let Some(m) = *cur
+    if let Some((m, allocated)) = *cur
         && let Some(p) = m.pblk_of(lblk)
     {
+        if allocated {
+            return Ok((p, true));
+        }
         if m.unwritten {
             let d = extent_tree::mark_written(&mut st.d.block, tx, lblk, 1)?;
             charge_blocks(tx.fs, st, i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
@@ -137,7 +144,7 @@ fn map_for_write(
     let d = extent_tree::insert(&mut st.d.block, tx, m, goal)?;
     charge_blocks(tx.fs, st, i64::from(len) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
     st.datasync_tid = tx.h.tid();
-    *cur = Some(m);
+    *cur = Some((m, true));
     Ok((pblk, true))
 }
 

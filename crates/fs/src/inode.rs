@@ -87,9 +87,20 @@ impl InodeCache {
         node
     }
 
-    /// Forget a freed inode.
-    pub fn remove(&self, ino: Ino) {
-        self.shard(ino).lock().remove(&ino);
+    /// Forget a freed inode, if `node` is still the cached object for its number.
+    ///
+    /// The number can already belong to a new inode: eviction frees the inode (clearing its
+    /// bitmap bit) before calling this, and a concurrent create may have allocated the same
+    /// number and installed its object with [`InodeCache::insert_new`] in between. Removing
+    /// that entry left two objects for one inode (the creator's, and one loaded from disk by
+    /// the next lookup), whose diverging copies overwrote each other's records: e2fsck then
+    /// found "unattached" inodes and deleted inodes with a zero dtime after 16 threads
+    /// unlinked and re-created the same names through FUSE.
+    pub fn remove(&self, node: &Arc<Inode>) {
+        let mut shard = self.shard(node.ino).lock();
+        if shard.get(&node.ino).is_some_and(|cur| Arc::ptr_eq(cur, node)) {
+            shard.remove(&node.ino);
+        }
     }
 }
 

@@ -211,6 +211,13 @@ pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> Fs
     dir::check_name(newname)?;
     let pnode = fs.inodes.get(fs, newparent)?;
     let node = fs.inodes.get(fs, ino)?;
+    // Refuse directories before taking any lock: `ino` may be `newparent` itself (locking it
+    // twice would self-deadlock) or another directory (parent-then-child would lock two
+    // directories in an order rmdir/rename may take the other way round). An inode's type
+    // never changes, so the check stays valid once the locks are held.
+    if node.state.read().d.is_dir() {
+        return Err(FsError::Perm("hard links to directories are not allowed".into()));
+    }
     let mut ps = dir_guard(&pnode)?;
     let mut st = node.state.write();
     if st.freed || st.d.links_count == 0 {
@@ -326,14 +333,15 @@ fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
     Ok(e.inode)
 }
 
-/// Whether `anc` is `ino` or one of its ancestors (walks `..`; needs `rename_lock`).
-fn is_ancestor(fs: &FsInner, anc: Ino, mut ino: Ino) -> FsResult<bool> {
+/// Directory `ino` and its ancestors up to the root, walking `..` (needs `rename_lock`, so
+/// no directory moves meanwhile). Takes each directory's lock briefly: call it before
+/// locking any directory, or it self-deadlocks on one this thread already holds.
+fn ancestors(fs: &FsInner, mut ino: Ino) -> FsResult<Vec<Ino>> {
+    let mut chain = Vec::new();
     for _ in 0..4096 {
-        if ino == anc {
-            return Ok(true);
-        }
+        chain.push(ino);
         if ino == crate::types::ROOT_INO {
-            return Ok(false);
+            return Ok(chain);
         }
         ino = parent_of(fs, ino)?;
     }
@@ -360,10 +368,14 @@ pub(crate) fn rename(
     let p1 = fs.inodes.get(fs, parent)?;
     let p2 = fs.inodes.get(fs, newparent)?;
     let same = parent == newparent;
+    // Both parents' ancestor chains, read before any directory is locked (walking `..`
+    // locks each directory on the way; it used to run under the parents' locks and
+    // self-deadlocked when a directory moved into a directory other than the root).
+    let (old_chain, new_chain) =
+        if same { (Vec::new(), Vec::new()) } else { (ancestors(fs, parent)?, ancestors(fs, newparent)?) };
     // Parents: ancestor first, else lower inode number first.
     let p2_first = !same
-        && (is_ancestor(fs, newparent, parent)?
-            || (!is_ancestor(fs, parent, newparent)? && newparent < parent));
+        && (old_chain.contains(&newparent) || (!new_chain.contains(&parent) && newparent < parent));
     let (mut g1, mut g2) = if same {
         (dir_guard(&p1)?, None)
     } else if p2_first {
@@ -395,15 +407,21 @@ pub(crate) fn rename(
     }
     let src_is_dir = src.ftype == crate::ondisk::dirent::FT_DIR;
     // A directory may not move into its own subtree.
-    if src_is_dir && !same && is_ancestor(fs, src.ino, newparent)? {
+    if src_is_dir && !same && new_chain.contains(&src.ino) {
         return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
     }
-    if flags.exchange
-        && dst.is_some_and(|d| d.ftype == crate::ondisk::dirent::FT_DIR)
+    // The target is an ancestor of the source (its parent is locked already: locking it
+    // again as a child would self-deadlock). Linux's order: EINVAL when exchanging (it would
+    // move into itself), else ENOTEMPTY (it holds the source).
+    if let Some(d) = dst
+        && d.ftype == crate::ondisk::dirent::FT_DIR
         && !same
-        && is_ancestor(fs, dst.map(|d| d.ino).unwrap_or(0), parent)?
+        && old_chain.contains(&d.ino)
     {
-        return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
+        if flags.exchange {
+            return Err(FsError::InvalidRename("a directory cannot move into itself".into()));
+        }
+        return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
     }
     // Children in inode order.
     let sn = fs.inodes.get(fs, src.ino)?;

@@ -274,7 +274,30 @@ impl Fs {
         if !st.d.is_reg() {
             return Err(FsError::Invalid(format!("inode {ino} is not a regular file")));
         }
-        crate::file::write(&self.inner, ino, &mut st, off, data)
+        // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
+        // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
+        self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data))
+    }
+
+    /// Run an allocating operation; on ENOSPC while blocks freed by transactions that are
+    /// not yet durable exist (the allocator may not reuse them before then), force a commit
+    /// and try once more, as ext4 does (`ext4_should_retry_alloc`). Without this a file
+    /// deleted just before a write on a nearly full file system made the write fail with
+    /// ENOSPC although its blocks were free once committed. The caller may hold inode locks
+    /// but no journal handle (inode locks come before handles, so no handle holder waits on
+    /// them and the commit can finish).
+    fn retry_nospc<T>(&self, mut op: impl FnMut() -> FsResult<T>) -> FsResult<T> {
+        match op() {
+            Err(FsError::NoSpace(m)) => {
+                let busy = self.inner.groups.iter().any(|g| !g.lock().busy.map.is_empty());
+                if !busy {
+                    return Err(FsError::NoSpace(m));
+                }
+                self.inner.journal.force()?;
+                op()
+            }
+            r => r,
+        }
     }
 
     /// Allocate, punch or zero a range.
@@ -285,7 +308,7 @@ impl Fs {
         if !st.d.is_reg() {
             return Err(FsError::NotSupported("fallocate on a non-regular file".into()));
         }
-        crate::file::fallocate(&self.inner, ino, &mut st, mode, off, len)
+        self.retry_nospc(|| crate::file::fallocate(&self.inner, ino, &mut st, mode, off, len))
     }
 
     /// Offset of the next data (`data`) or hole at or after `off` (lseek SEEK_DATA/HOLE);

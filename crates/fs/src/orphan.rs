@@ -108,7 +108,7 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     tx.stop()?;
     st.freed = true;
     st.dir = None;
-    fs.inodes.remove(node.ino);
+    fs.inodes.remove(node);
     Ok(())
 }
 

@@ -8,6 +8,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Once, OnceLock};
+use std::time::{Duration, Instant};
 
 use cjfs_fs::{
     FallocMode, FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags,
@@ -23,7 +26,27 @@ const NAMES: &[&str] = &["d0", "d1", "d2", "f0", "f1", "f2"];
 /// Extended attribute names.
 const XNAMES: &[&str] = &["user.a", "user.bb", "user.ccc"];
 
-type Path = (usize, usize);
+/// Which existing entries a [`Loc::Pick`] prefers.
+#[derive(Debug, Clone, Copy)]
+enum Pref {
+    File,
+    Dir,
+    Any,
+}
+
+/// Where an operation acts, resolved against the model when it runs (so most operations
+/// hit something that exists).
+#[derive(Debug, Clone, Copy)]
+enum Loc {
+    /// An existing entry: index (modulo) into those of the preferred kind.
+    Pick(u16, Pref),
+    /// Name `NAMES[.1]` in an existing directory: index (modulo) into all directories.
+    In(u16, usize),
+    /// A fixed path (`DIRS[.0]` / `NAMES[.1]`), which may well not exist.
+    Fixed(usize, usize),
+}
+
+type Path = Loc;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -42,15 +65,22 @@ enum Op {
     Fsync { t: Path, datasync: bool },
 }
 
-/// A path: directories weighted toward the shallow ones (which exist more often).
-fn path_s() -> impl Strategy<Value = Path> {
-    (prop_oneof![3 => Just(0usize), 3 => Just(1), 2 => Just(2), 2 => Just(3), 1 => Just(4)], 0..NAMES.len())
+fn fixed_s() -> impl Strategy<Value = Loc> {
+    (0..DIRS.len(), 0..NAMES.len()).prop_map(|(d, n)| Loc::Fixed(d, n))
 }
 
-/// A path whose name is most often a directory name (`dir`) or a file name.
-fn named_s(dir: bool) -> impl Strategy<Value = Path> {
+/// An existing entry, preferably of kind `pref` (sometimes a fixed path instead).
+fn pick_s(pref: Pref) -> impl Strategy<Value = Loc> {
+    prop_oneof![8 => any::<u16>().prop_map(move |i| Loc::Pick(i, pref)), 1 => fixed_s()]
+}
+
+/// A new name in an existing directory, most often a directory name (`dir`) or a file name.
+fn new_s(dir: bool) -> impl Strategy<Value = Loc> {
     let base: usize = if dir { 0 } else { 3 };
-    (path_s(), prop_oneof![4 => base..base + 3, 1 => 0..NAMES.len()]).prop_map(|((d, _), n)| (d, n))
+    prop_oneof![
+        8 => (any::<u16>(), prop_oneof![3 => base..base + 3, 1 => 0..NAMES.len()]).prop_map(|(d, n)| Loc::In(d, n)),
+        1 => fixed_s(),
+    ]
 }
 
 /// Offsets biased to block boundaries, with some far past any end of file.
@@ -72,21 +102,23 @@ fn len_s() -> impl Strategy<Value = usize> {
 
 fn op_s() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => named_s(false).prop_map(Op::Create),
-        4 => named_s(true).prop_map(Op::Mkdir),
-        6 => (named_s(false), off_s(), len_s(), any::<u8>()).prop_map(|(t, off, len, seed)| Op::Write { t, off, len, seed }),
-        2 => (named_s(false), off_s()).prop_map(|(t, size)| Op::Truncate { t, size }),
-        2 => named_s(false).prop_map(Op::Unlink),
-        2 => named_s(true).prop_map(Op::Rmdir),
-        5 => (path_s(), path_s(), 0u8..8).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
-        2 => (path_s(), path_s()).prop_map(|(t, to)| Op::Link { t, to }),
-        2 => (path_s(), prop_oneof![1usize..59, 59usize..300]).prop_map(|(at, len)| Op::Symlink { at, len }),
-        2 => (path_s(), 0..XNAMES.len(), prop_oneof![0usize..40, 0usize..1000], 0u8..3)
+        5 => new_s(false).prop_map(Op::Create),
+        4 => new_s(true).prop_map(Op::Mkdir),
+        8 => (pick_s(Pref::File), off_s(), len_s(), any::<u8>()).prop_map(|(t, off, len, seed)| Op::Write { t, off, len, seed }),
+        3 => (pick_s(Pref::File), off_s()).prop_map(|(t, size)| Op::Truncate { t, size }),
+        2 => pick_s(Pref::File).prop_map(Op::Unlink),
+        2 => pick_s(Pref::Dir).prop_map(Op::Rmdir),
+        3 => (pick_s(Pref::Any), new_s(false), 0u8..8).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
+        3 => (pick_s(Pref::Any), pick_s(Pref::Any), 0u8..8).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
+        2 => (pick_s(Pref::Dir), pick_s(Pref::Dir), 0u8..4).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
+        2 => (pick_s(Pref::Any), new_s(false)).prop_map(|(t, to)| Op::Link { t, to }),
+        2 => (new_s(false), prop_oneof![1usize..59, 59usize..300]).prop_map(|(at, len)| Op::Symlink { at, len }),
+        3 => (pick_s(Pref::Any), 0..XNAMES.len(), prop_oneof![0usize..40, 0usize..1000], 0u8..3)
             .prop_map(|(t, k, vlen, flag)| Op::SetXattr { t, k, vlen, flag }),
-        1 => (path_s(), 0..XNAMES.len()).prop_map(|(t, k)| Op::RemoveXattr { t, k }),
-        3 => (named_s(false), 0u8..5, off_s(), prop_oneof![Just(0u64), 1u64..20_000])
+        1 => (pick_s(Pref::Any), 0..XNAMES.len()).prop_map(|(t, k)| Op::RemoveXattr { t, k }),
+        4 => (pick_s(Pref::File), 0u8..5, off_s(), prop_oneof![Just(0u64), 1u64..20_000])
             .prop_map(|(t, mode, off, len)| Op::Fallocate { t, mode, off, len }),
-        1 => (path_s(), any::<bool>()).prop_map(|(t, datasync)| Op::Fsync { t, datasync }),
+        1 => (pick_s(Pref::Any), any::<bool>()).prop_map(|(t, datasync)| Op::Fsync { t, datasync }),
     ]
 }
 
@@ -199,13 +231,80 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| ((i * 131 + usize::from(seed) * 7) % 251 + 1) as u8).collect()
 }
 
-fn dir_comps(p: usize) -> Vec<&'static [u8]> {
-    DIRS[p].iter().map(|s| s.as_bytes()).collect()
+fn static_name(n: &[u8]) -> &'static [u8] {
+    NAMES.iter().find(|s| s.as_bytes() == n).map(|s| s.as_bytes()).expect("names come from NAMES")
 }
 
-fn show(p: Path) -> String {
-    let mut s: Vec<&str> = DIRS[p.0].to_vec();
-    s.push(NAMES[p.1]);
+impl Model {
+    /// Every directory (as a path from the root), in a stable order; lost+found excluded.
+    fn all_dirs(&self) -> Vec<Vec<&'static [u8]>> {
+        let mut out = vec![Vec::new()];
+        let mut i = 0;
+        while i < out.len() {
+            let path = out[i].clone();
+            let ino = self.resolve(&path).expect("listed dir resolves");
+            for (n, c) in self.entries(ino) {
+                if self.is_dir(*c) && !(ino == ROOT_INO && n == b"lost+found") {
+                    let mut p = path.clone();
+                    p.push(static_name(n));
+                    out.push(p);
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Every entry (directory path, name) of the preferred kind, in a stable order.
+    fn all_entries(&self, pref: Pref) -> Vec<(Vec<&'static [u8]>, &'static [u8])> {
+        let mut out = Vec::new();
+        for d in self.all_dirs() {
+            let ino = self.resolve(&d).expect("dir");
+            for (n, c) in self.entries(ino) {
+                if ino == ROOT_INO && n == b"lost+found" {
+                    continue;
+                }
+                let ok = match pref {
+                    Pref::Any => true,
+                    Pref::Dir => self.is_dir(*c),
+                    Pref::File => matches!(self.nodes[c].kind, Kind::File(_)),
+                };
+                if ok {
+                    out.push((d.clone(), static_name(n)));
+                }
+            }
+        }
+        out
+    }
+
+    /// A concrete path for `loc` in the current state.
+    fn concrete(&self, loc: Loc) -> (Vec<&'static [u8]>, &'static [u8]) {
+        let fixed = |d: usize, n: usize| {
+            (DIRS[d].iter().map(|s| s.as_bytes()).collect::<Vec<_>>(), NAMES[n].as_bytes())
+        };
+        match loc {
+            Loc::Fixed(d, n) => fixed(d, n),
+            Loc::In(i, n) => {
+                let dirs = self.all_dirs();
+                (dirs[usize::from(i) % dirs.len()].clone(), NAMES[n].as_bytes())
+            }
+            Loc::Pick(i, pref) => {
+                let mut c = self.all_entries(pref);
+                if c.is_empty() {
+                    c = self.all_entries(Pref::Any);
+                }
+                if c.is_empty() {
+                    return fixed(0, 3);
+                }
+                c[usize::from(i) % c.len()].clone()
+            }
+        }
+    }
+}
+
+fn show(comps: &[&[u8]], name: &[u8]) -> String {
+    let mut s: Vec<String> = comps.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+    s.push(String::from_utf8_lossy(name).into_owned());
     format!("/{}", s.join("/"))
 }
 
@@ -255,8 +354,10 @@ impl Case {
     /// Resolve the directory of `p` and its name: `Err(errno)` the model expects for
     /// operating in it (the directory missing or not a directory).
     fn dir_of(&self, p: Path) -> R<Result<(Ino, &'static [u8]), Errno>> {
-        let comps = dir_comps(p.0);
-        let name = NAMES[p.1].as_bytes();
+        let (comps, name) = self.m.concrete(p);
+        if trace() {
+            eprintln!("    {p:?} = {}", show(&comps, name));
+        }
         match self.resolve_dir(&comps)? {
             Some(d) => Ok(Ok((d, name))),
             None => {
@@ -278,13 +379,17 @@ impl Case {
         let want = self.m.entries(d).get(name).copied().ok_or(ENOENT);
         let got = self.fs().lookup(d, name).map(|a| a.ino).map_err(|e| e.errno());
         if want != got {
-            return Err(fail(format!("lookup {}: model {want:?}, fs {got:?}", show(p))));
+            let (comps, name) = self.m.concrete(p);
+            return Err(fail(format!("lookup {}: model {want:?}, fs {got:?}", show(&comps, name))));
         }
         Ok(want)
     }
 
     fn step(&mut self, op: &Op) -> R<()> {
         self.log.push(format!("{op:?}"));
+        if trace() {
+            eprintln!("{op:?}");
+        }
         match *op {
             Op::Create(p) | Op::Mkdir(p) => {
                 let mkdir = matches!(op, Op::Mkdir(_));
@@ -555,12 +660,9 @@ impl Case {
         }
         if let Some(dst) = dst {
             // The target is an ancestor of the source: Linux says ENOTEMPTY (EINVAL when
-            // exchanging) before looking at types; POSIX allows the type error too.
+            // exchanging) before looking at types.
             if m.is_dir(dst) && d1 != d2 && m.is_ancestor(dst, d1) {
-                if rf.exchange {
-                    return self.expect_err(EINVAL, r);
-                }
-                return self.expect_one_of(&[ENOTEMPTY, EISDIR], r);
+                return self.expect_err(if rf.exchange { EINVAL } else { ENOTEMPTY }, r);
             }
             if dst == src {
                 r.map_err(|e| fail(format!("rename onto itself: {e}")))?;
@@ -756,7 +858,44 @@ fn names(m: &BTreeMap<Vec<u8>, (Ino, FileType)>) -> String {
     v.join(",")
 }
 
+/// Seconds (since the watchdog started) at the last step; the watchdog aborts the process
+/// when no step finishes for [`STALL_SECS`], so a deadlock fails instead of hanging.
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+const STALL_SECS: u64 = 120;
+
+fn watchdog() {
+    static START: Once = Once::new();
+    START.call_once(|| {
+        let t0 = Instant::now();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let now = t0.elapsed().as_secs();
+                let last = PROGRESS.load(Ordering::Relaxed);
+                if last != 0 && now > last + STALL_SECS {
+                    eprintln!("model test: no progress for {STALL_SECS} s: deadlock in the file system?");
+                    std::process::abort();
+                }
+                if last == 0 {
+                    PROGRESS.store(now.max(1), Ordering::Relaxed);
+                }
+            }
+        });
+        WATCH_T0.get_or_init(|| t0);
+    });
+}
+
+static WATCH_T0: OnceLock<Instant> = OnceLock::new();
+
+fn progress() {
+    if let Some(t0) = WATCH_T0.get() {
+        PROGRESS.store(t0.elapsed().as_secs().max(1), Ordering::Relaxed);
+    }
+}
+
 fn run_case(ops: &[Op]) -> R<()> {
+    watchdog();
+    progress();
     let dir = tempfile::tempdir().expect("tmpdir");
     let (path, dev) = fresh_image(dir.path(), "model.img", 48);
     let fs = Fs::open(dev, MountOptions::default()).expect("mount");
@@ -786,7 +925,16 @@ fn run_case(ops: &[Op]) -> R<()> {
     let mut c = Case { fs: Some(fs), m, log: Vec::new() };
     c.check()?;
     for op in ops {
+        progress();
+        let before = c.m.clone();
         c.step(op)?;
+        if std::env::var("CJFS_MODEL_STATS").is_ok() {
+            let name = format!("{op:?}");
+            let name = name.split(|ch: char| !ch.is_alphanumeric()).next().unwrap_or("").to_string();
+            let changed = format!("{:?}", before.nodes.len()) != format!("{:?}", c.m.nodes.len())
+                || format!("{:?}", sorted(&before)) != format!("{:?}", sorted(&c.m));
+            eprintln!("STAT {name} {}", if changed { "changed" } else { "same" });
+        }
         c.check().map_err(|e| fail(format!("after {op:?}: {e}")))?;
     }
     c.fs.take().expect("fs").unmount().map_err(|e| fail(format!("unmount: {e}")))?;
@@ -796,6 +944,15 @@ fn run_case(ops: &[Op]) -> R<()> {
     assert_fsck_clean(&path);
     eprintln!("DEBUG ops {} nodes {}", ops.len(), c.m.nodes.len());
     Ok(())
+}
+
+fn sorted(m: &Model) -> BTreeMap<Ino, String> {
+    m.nodes.iter().map(|(k, v)| (*k, format!("{v:?}"))).collect()
+}
+
+/// `CJFS_MODEL_TRACE=1` prints every operation with its concrete paths.
+fn trace() -> bool {
+    std::env::var_os("CJFS_MODEL_TRACE").is_some()
 }
 
 fn cases() -> u32 {
@@ -814,4 +971,26 @@ proptest! {
     fn model_matches_fs(ops in proptest::collection::vec(op_s(), 1..60)) {
         run_case(&ops)?;
     }
+}
+
+#[test]
+fn zz_replay() {
+    use Loc::*;
+    use Op::*;
+    let ops = vec![Mkdir(In(0,0,),),
+Write{t:Pick(0,Pref::File,),off:0,len:0,seed:0,},
+Mkdir(In(0,1,),),
+Mkdir(In(1660,0,),),
+Create(In(6132,3,),),
+Rename{from:Pick(27163,Pref::Dir,),to:Pick(686,Pref::Dir,),flags:2,},
+Create(In(1287,3,),),
+Rename{from:Pick(2810,Pref::Dir,),to:Pick(50617,Pref::Dir,),flags:0,},
+Create(In(2153,3,),),
+Truncate{t:Pick(1327,Pref::File,),size:0,},
+Create(In(0,4,),),
+Fsync{t:Pick(20923,Pref::Any,),datasync:false,},
+Write{t:Pick(0,Pref::File,),off:0,len:1,seed:71,},
+Symlink{at:In(14807,5,),len:9,},
+Rename{from:Pick(2337,Pref::Any,),to:In(31409,4,),flags:4,},];
+    run_case(&ops).unwrap();
 }

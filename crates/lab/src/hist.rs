@@ -53,6 +53,16 @@ impl Latency {
     pub fn merge(&mut self, o: &Latency) {
         let _ = self.h.add(&o.h);
     }
+    /// Cumulative distribution as `[µs, fraction]` points (100 quantiles plus the tail);
+    /// empty when nothing was recorded.
+    pub fn cdf(&self) -> Vec<[f64; 2]> {
+        if self.h.is_empty() {
+            return Vec::new();
+        }
+        let mut qs: Vec<f64> = (1..100).map(|i| f64::from(i) / 100.0).collect();
+        qs.extend([0.995, 0.999, 0.9999, 1.0]);
+        qs.into_iter().map(|q| [self.h.value_at_quantile(q) as f64, q]).collect()
+    }
     /// Summary.
     pub fn percentiles(&self) -> Percentiles {
         Percentiles {

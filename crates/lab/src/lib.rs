@@ -1,11 +1,21 @@
 //! The cjfs lab: the journaling papers' workloads, runnable in-process on any device or on
 //! any mounted directory through one generator, and the benchmarks built on them.
+//!
+//! * [`workloads`]: varmail, fileserver, dbench, OLTP-insert, FxMark, sysbench, the fsync
+//!   tester and SQLite-like patterns, written once against [`Target`];
+//! * [`bench`]: sweeps over workloads, threads, targets and journal modes with interleaved
+//!   repetitions; [`report`] and [`charts`] turn them into tables, JSON/CSV and figures;
+//! * [`device`]: the device sanity check; [`smoke`]: the quickest look at this machine.
 
+pub mod bench;
+pub mod charts;
+pub mod device;
 pub mod hist;
 pub mod machine;
+pub mod report;
 pub mod smoke;
 pub mod target;
 pub mod workloads;
 
 pub use machine::Machine;
-pub use target::{CjfsTarget, DirTarget, Fh, Target};
+pub use target::{CjfsTarget, DirTarget, Fh, Stat, Target};

@@ -10,12 +10,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cjfs_blockdev::DeviceStats;
-use cjfs_fs::{Fs, FsError, ROOT_INO, RenameFlags, SetAttr};
+use cjfs_fs::{FileType, Fs, FsError, ROOT_INO, RenameFlags, SetAttr};
 use cjfs_journal::StatsSnapshot;
 use parking_lot::Mutex;
 
 /// An open file of a target.
 pub type Fh = u64;
+
+/// What [`Target::stat`] reports about a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// It is a directory.
+    pub is_dir: bool,
+    /// Size in bytes.
+    pub size: u64,
+}
 
 /// A file system a workload can drive. Paths are relative to the target's root and use `/`.
 pub trait Target: Send + Sync {
@@ -49,6 +58,26 @@ pub trait Target: Send + Sync {
     fn fsync_dir(&self, path: &str) -> io::Result<()>;
     /// Whether a path exists.
     fn exists(&self, path: &str) -> bool;
+    /// Attributes of a path (`stat`, following nothing special).
+    fn stat(&self, _path: &str) -> io::Result<Stat> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "stat not supported by this target"))
+    }
+    /// Names in a directory, without `.` and `..`.
+    fn list_dir(&self, _path: &str) -> io::Result<Vec<String>> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "list_dir not supported by this target"))
+    }
+    /// Set an open file's access and modification times (dbench's SET_FILE_INFORMATION).
+    fn touch(&self, _fh: Fh) -> io::Result<()> {
+        Ok(())
+    }
+    /// File system statistics (`statvfs`); the result is discarded, the call is the work.
+    fn statfs(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Make everything durable (`syncfs`), used between a workload's setup and its run.
+    fn sync_all(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Journal statistics, for cjfs targets.
     fn journal_stats(&self) -> Option<StatsSnapshot> {
         None
@@ -194,6 +223,41 @@ impl Target for CjfsTarget {
     fn exists(&self, path: &str) -> bool {
         self.ino(path).is_ok()
     }
+    fn stat(&self, path: &str) -> io::Result<Stat> {
+        let p = path.trim_matches('/');
+        let ino = if p.is_empty() { ROOT_INO } else { self.ino(p)? };
+        let a = self.fs.getattr(ino).map_err(io_err)?;
+        Ok(Stat { is_dir: a.kind == FileType::Directory, size: a.size })
+    }
+    fn list_dir(&self, path: &str) -> io::Result<Vec<String>> {
+        let ino = self.dir_ino(path.trim_matches('/'))?;
+        let mut out = Vec::new();
+        let mut off = 0;
+        loop {
+            let ents = self.fs.readdir(ino, off, 256).map_err(io_err)?;
+            let Some(last) = ents.last() else { break };
+            off = last.next_offset;
+            out.extend(
+                ents.iter()
+                    .filter(|e| e.name != b"." && e.name != b"..")
+                    .map(|e| String::from_utf8_lossy(&e.name).into_owned()),
+            );
+        }
+        Ok(out)
+    }
+    fn touch(&self, fh: Fh) -> io::Result<()> {
+        let a = self.fs.getattr(fh as u32).map_err(io_err)?;
+        let set = SetAttr { atime: Some(a.atime), mtime: Some(a.mtime), ..Default::default() };
+        self.fs.setattr(fh as u32, &set).map_err(io_err)?;
+        Ok(())
+    }
+    fn statfs(&self) -> io::Result<()> {
+        let _ = self.fs.statfs();
+        Ok(())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.fs.sync().map_err(io_err)
+    }
     fn journal_stats(&self) -> Option<StatsSnapshot> {
         Some(self.fs.journal().stats())
     }
@@ -213,6 +277,11 @@ impl DirTarget {
     /// Drive the directory `root`.
     pub fn new(root: impl Into<PathBuf>, label: impl Into<String>) -> Self {
         DirTarget { root: root.into(), label: label.into(), opened: AtomicU64::new(0) }
+    }
+
+    /// The directory driven.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
     }
 
     fn cpath(&self, path: &str) -> io::Result<CString> {
@@ -318,5 +387,32 @@ impl Target for DirTarget {
     }
     fn exists(&self, path: &str) -> bool {
         self.root.join(path.trim_start_matches('/')).exists()
+    }
+    fn stat(&self, path: &str) -> io::Result<Stat> {
+        let m = std::fs::metadata(self.root.join(path.trim_start_matches('/')))?;
+        Ok(Stat { is_dir: m.is_dir(), size: m.len() })
+    }
+    fn list_dir(&self, path: &str) -> io::Result<Vec<String>> {
+        std::fs::read_dir(self.root.join(path.trim_start_matches('/')))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+    fn touch(&self, fh: Fh) -> io::Result<()> {
+        // SAFETY: fd from open_flags; a null times pointer means "now" for both.
+        cvt(unsafe { libc::futimens(fh as i32, std::ptr::null()) })
+    }
+    fn statfs(&self) -> io::Result<()> {
+        let c = self.cpath("")?;
+        // SAFETY: zeroed statvfs is a valid out-parameter; `c` is a valid C string.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        cvt(unsafe { libc::statvfs(c.as_ptr(), &mut st) })
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        let fh = self.open_flags("", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // SAFETY: fd from open_flags.
+        let r = cvt(unsafe { libc::syncfs(fh as i32) });
+        self.close(fh)?;
+        r
     }
 }

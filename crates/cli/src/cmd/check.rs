@@ -18,6 +18,7 @@ use std::process::Command;
 use cjfs_fs::check::InodeCheck;
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::bitmap;
+use cjfs_fs::ondisk::features::COMPAT_RESIZE_INODE;
 use cjfs_fs::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
 use cjfs_fs::ondisk::superblock::Superblock;
 use cjfs_fs::{FileType, Fs, Ino, ROOT_INO};
@@ -114,7 +115,8 @@ impl<'a> Walker<'a> {
         }
         if let Some(b) = first_dup {
             self.dup_blocks += dups;
-            self.report.error(format!("{what}: {dups} block(s) from block {b} are also owned by something else"));
+            self.report
+                .error(format!("{what}: {dups} block(s) from block {b} are also owned by something else"));
         }
     }
 
@@ -144,7 +146,11 @@ impl<'a> Walker<'a> {
         let sb = self.sb.clone();
         for g in 0..sb.group_count() {
             if sb.has_super_in_group(g) {
-                self.claim(sb.group_first_block(g), u64::from(sb.group_super_overhead(g)), &format!("group {g} superblock/descriptors"));
+                self.claim(
+                    sb.group_first_block(g),
+                    u64::from(sb.group_super_overhead(g)),
+                    &format!("group {g} superblock/descriptors"),
+                );
             }
         }
         for (g, d) in descs.iter().enumerate() {
@@ -234,7 +240,8 @@ impl<'a> Walker<'a> {
                 } else if e.name == b".." {
                     dotdot = true;
                     if e.ino != parent {
-                        self.report.error(format!("{path}: '..' points to inode {} instead of {parent}", e.ino));
+                        self.report
+                            .error(format!("{path}: '..' points to inode {} instead of {parent}", e.ino));
                     }
                 }
                 if let Some(s) = self.seen.get_mut(&e.ino) {
@@ -253,7 +260,11 @@ impl<'a> Walker<'a> {
                     // Counted on the inode's own visit (it is always visited first).
                     continue;
                 }
-                let child = if path == "/" { format!("/{}", lossy(&e.name)) } else { format!("{path}/{}", lossy(&e.name)) };
+                let child = if path == "/" {
+                    format!("/{}", lossy(&e.name))
+                } else {
+                    format!("{path}/{}", lossy(&e.name))
+                };
                 if e.ino == 0 || e.ino > self.sb.inodes_count {
                     self.report.error(format!("{child}: entry points to invalid inode {}", e.ino));
                     continue;
@@ -279,7 +290,8 @@ impl<'a> Walker<'a> {
             // Every visit counted 1 for the entry that found the inode; the root has no
             // such entry but its '..' points to itself, counted by the walk.
             let refs = if *ino == ROOT_INO { s.refs - 1 } else { s.refs };
-            let ok = u32::from(s.links) == refs || (dir_nlink && s.kind == Some(FileType::Directory) && s.links == 1);
+            let ok = u32::from(s.links) == refs
+                || (dir_nlink && s.kind == Some(FileType::Directory) && s.links == 1);
             if !ok {
                 problems.push(format!(
                     "{} (inode {ino}): link count {} but {} reference(s) found",
@@ -349,7 +361,8 @@ impl<'a> Walker<'a> {
                 Ok(bm) => {
                     let mut free = 0u64;
                     for i in 0..sb.inodes_per_group as usize {
-                        let ino = g32 * sb.inodes_per_group + i as u32 + 1;
+                        let ino = (u64::from(g32) * u64::from(sb.inodes_per_group) + i as u64 + 1)
+                            .min(u64::from(u32::MAX)) as u32;
                         let marked = bitmap::test(&bm, i);
                         let used = ino < first_ino || self.seen.contains_key(&ino);
                         if !marked {
@@ -361,7 +374,8 @@ impl<'a> Walker<'a> {
                                 unreached_list.push(ino.to_string());
                             }
                         } else if !marked && used {
-                            self.report.error(format!("inode {ino} is in use but marked free in the inode bitmap"));
+                            self.report
+                                .error(format!("inode {ino} is in use but marked free in the inode bitmap"));
                         }
                     }
                     sum_free_inodes += free;
@@ -382,7 +396,14 @@ impl<'a> Walker<'a> {
             ));
         }
         if leaked_blocks > 0 {
-            self.report.warn(format!("{leaked_blocks} block(s) are marked in use but owned by nothing reachable"));
+            let note = if sb.has_compat(COMPAT_RESIZE_INODE) {
+                " (the resize inode's indirect blocks are not counted)"
+            } else {
+                ""
+            };
+            self.report.warn(format!(
+                "{leaked_blocks} block(s) are marked in use but owned by nothing reachable{note}"
+            ));
         }
         if unreached_inodes > 0 {
             self.report.warn(format!(
@@ -414,11 +435,12 @@ impl<'a> Walker<'a> {
             ));
         }
         let used_inodes = u64::from(sb.inodes_count).saturating_sub(sum_free_inodes);
-        let found_inodes = self.seen.len() as u64 + u64::from(first_ino - 1) - u64::from(self.seen.contains_key(&ROOT_INO));
+        let reserved = u64::from(first_ino.saturating_sub(1));
+        let found_inodes =
+            (self.seen.len() as u64 + reserved).saturating_sub(u64::from(self.seen.contains_key(&ROOT_INO)));
         if used_inodes != found_inodes {
             self.report.warn(format!(
-                "{found_inodes} inode(s) found in use (including {} reserved), the bitmaps mark {used_inodes}",
-                first_ino - 1
+                "{found_inodes} inode(s) found in use (including {reserved} reserved), the bitmaps mark {used_inodes}"
             ));
         }
     }
@@ -533,15 +555,15 @@ fn e2fsck_status(code: i32) -> String {
 
 /// Run `e2fsck -fn`; returns whether it found the image clean.
 fn run_e2fsck(tool: &Path, image: &str) -> CliResult<bool> {
-    let out = Command::new(tool)
-        .args(["-fn", image])
-        .output()
-        .map_err(|e| CliError::io(tool.display(), e))?;
+    let out =
+        Command::new(tool).args(["-fn", image]).output().map_err(|e| CliError::io(tool.display(), e))?;
     let code = out.status.code().unwrap_or(-1);
     let clean = code == 0;
     println!("e2fsck -fn {image}: exit status {code} ({})", e2fsck_status(code));
     if !clean {
-        for l in String::from_utf8_lossy(&out.stdout).lines().chain(String::from_utf8_lossy(&out.stderr).lines()) {
+        for l in
+            String::from_utf8_lossy(&out.stdout).lines().chain(String::from_utf8_lossy(&out.stderr).lines())
+        {
             println!("  | {l}");
         }
     }
@@ -562,6 +584,8 @@ pub fn run(image: &str, ctx: &Ctx, e2fsck: bool) -> CliResult<()> {
         (0, false) => Ok(()),
         (0, true) => Err(CliError::Msg(format!("{image}: e2fsck -fn found problems"))),
         (n, false) => Err(CliError::Msg(format!("{image}: {n} error(s) found"))),
-        (n, true) => Err(CliError::Msg(format!("{image}: {n} error(s) found, and e2fsck -fn found problems"))),
+        (n, true) => {
+            Err(CliError::Msg(format!("{image}: {n} error(s) found, and e2fsck -fn found problems")))
+        }
     }
 }

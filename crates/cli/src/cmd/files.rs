@@ -7,7 +7,9 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use cjfs_fs::{Attr, DirEntry, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp};
+use cjfs_fs::{
+    Attr, DirEntry, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp,
+};
 
 use crate::error::{CliError, CliResult};
 use crate::fmt::{inode_flag_names, lossy, perm_string, timestamp, type_char, type_name};
@@ -258,7 +260,13 @@ struct PutTarget {
 }
 
 /// Decide where `put` writes and check that the data fits, before anything is written.
-fn plan_put(fs: &Fs, image: &str, path: &str, local_name: Option<&str>, size: Option<u64>) -> CliResult<PutTarget> {
+fn plan_put(
+    fs: &Fs,
+    image: &str,
+    path: &str,
+    local_name: Option<&str>,
+    size: Option<u64>,
+) -> CliResult<PutTarget> {
     let err = |e| CliError::fs_path(image, path, e);
     let (parent, name) = match walk(fs, path, true) {
         Ok(ino) if fs.getattr(ino).map_err(err)?.kind == FileType::Directory => match local_name {
@@ -279,7 +287,9 @@ fn plan_put(fs: &Fs, image: &str, path: &str, local_name: Option<&str>, size: Op
     let existing = match fs.lookup(parent, name.as_bytes()) {
         Ok(a) => match a.kind {
             FileType::Regular => Some(a),
-            FileType::Directory => return Err(CliError::fs_path(image, &shown, FsError::IsDir(shown.clone()))),
+            FileType::Directory => {
+                return Err(CliError::fs_path(image, &shown, FsError::IsDir(shown.clone())));
+            }
             FileType::Symlink => {
                 // A symbolic link to a regular file is written through.
                 let t = walk(fs, &shown, true).and_then(|i| fs.getattr(i)).map_err(err)?;
@@ -545,7 +555,9 @@ pub fn ln(image: &str, ctx: &Ctx, target: &str, link: &str, symbolic: bool) -> C
         } else {
             let ino = walk(fs, target, false).map_err(|e| CliError::fs_path(image, target, e))?;
             if fs.getattr(ino).map_err(lerr)?.kind == FileType::Directory {
-                return Err(CliError::Msg(format!("{image}: {target}: hard links to directories are not allowed")));
+                return Err(CliError::Msg(format!(
+                    "{image}: {target}: hard links to directories are not allowed"
+                )));
             }
             Some(ino)
         };

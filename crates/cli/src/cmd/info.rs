@@ -98,7 +98,11 @@ fn print_superblock(image: &str, dev: &Device, sb: &Superblock, desc_free: Optio
     }
     println!("Revision:              {}.{}", sb.rev_level, sb.minor_rev_level);
     println!("Block size:            {bs}");
-    println!("Size:                  {} ({} bytes)", human_bytes(sb.block_count() * bs), sb.block_count() * bs);
+    println!(
+        "Size:                  {} ({} bytes)",
+        human_bytes(sb.block_count() * bs),
+        sb.block_count() * bs
+    );
     println!(
         "Blocks:                {} total, {} free, {} reserved for root",
         sb.block_count(),
@@ -182,7 +186,10 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
         4 => "v2".to_string(),
         t => format!("type {t}"),
     };
-    println!("  superblock:          {version}, block size {}, {} blocks, log starts at block {}", j.s_blocksize, j.s_maxlen, j.s_first);
+    println!(
+        "  superblock:          {version}, block size {}, {} blocks, log starts at block {}",
+        j.s_blocksize, j.s_maxlen, j.s_first
+    );
     println!("  features:            {}", journal_feature_names(&j));
     println!("  sequence:            {} (first transaction expected)", j.s_sequence);
     println!(

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use cjfs_blockdev::{
     BLOCK_SIZE, BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
 };
-use cjfs_fs::mkfs::{MAX_JOURNAL_BLOCKS, MIN_DEVICE_BYTES, MIN_JOURNAL_BLOCKS, MkfsOptions, MkfsReport};
 use cjfs_fs::mkfs;
+use cjfs_fs::mkfs::{MAX_JOURNAL_BLOCKS, MIN_DEVICE_BYTES, MIN_JOURNAL_BLOCKS, MkfsOptions, MkfsReport};
 
 use crate::error::{CliError, CliResult};
 use crate::fmt::{human_bytes, uuid};
@@ -87,7 +87,9 @@ fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
     }
     if let Some(r) = req.inode_ratio {
         if !(1024..=64 << 20).contains(&r) {
-            return Err(CliError::Usage(format!("--inode-ratio {r}: must be 1024..=67108864 bytes per inode")));
+            return Err(CliError::Usage(format!(
+                "--inode-ratio {r}: must be 1024..=67108864 bytes per inode"
+            )));
         }
         o.inode_ratio = r as u32;
     }
@@ -158,7 +160,8 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
                 match req.size {
                     Some(size) => {
                         // Start from zeros: truncate, then extend (sparse).
-                        let f = OpenOptions::new().write(true).open(path).map_err(|e| CliError::io(image, e))?;
+                        let f =
+                            OpenOptions::new().write(true).open(path).map_err(|e| CliError::io(image, e))?;
                         f.set_len(0).and_then(|()| f.set_len(size)).map_err(|e| CliError::io(image, e))?;
                         opts.assume_zeroed = true;
                     }
@@ -213,7 +216,10 @@ fn print_summary(image: &str, r: &MkfsReport) {
     let bytes = r.block_count * BLOCK_SIZE as u64;
     println!("Made an ext4 file system on {image}");
     println!("  size:        {} ({} blocks of {BLOCK_SIZE} bytes)", human_bytes(bytes), r.block_count);
-    println!("  groups:      {} ({} inodes and {} inode table blocks each)", r.group_count, r.inodes_per_group, r.inode_table_blocks);
+    println!(
+        "  groups:      {} ({} inodes and {} inode table blocks each)",
+        r.group_count, r.inodes_per_group, r.inode_table_blocks
+    );
     println!(
         "  inodes:      {} ({} free)",
         u64::from(r.inodes_per_group) * u64::from(r.group_count),

@@ -1,14 +1,115 @@
 //! Workloads from the journaling papers, written once against [`crate::Target`].
+//!
+//! Every workload runs in two phases: a *setup* that builds its file set, followed by a
+//! `sync_all` of the target so the measured phase starts from a clean state, and a timed
+//! *run* on `threads` worker threads driven by [`run_workers`]. [`Workload`] names every
+//! workload and [`run`] performs both phases.
 
+pub mod dbench;
+pub mod fileserver;
+pub mod fsync_tester;
+pub mod fxmark;
+pub mod oltp;
+pub mod sqlite;
+pub mod sysbench;
 pub mod varmail;
 
-use std::time::Duration;
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use cjfs_blockdev::DeviceStats;
 use cjfs_journal::StatsSnapshot;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use serde::Serialize;
 
-use crate::hist::Percentiles;
+use crate::hist::{Latency, Percentiles};
+use crate::target::Target;
+
+/// Journal figures of one run (cjfs targets), the statistics of DESIGN.md.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct JournalSummary {
+    /// Committed transactions.
+    pub transactions: u64,
+    /// Handles per transaction (coalescing degree).
+    pub handles_per_tx: f64,
+    /// Logged blocks per transaction.
+    pub blocks_per_tx: f64,
+    /// Conflicts per transaction (a writer found its buffer's versions all in flight).
+    pub conflicts_per_tx: f64,
+    /// Mean time a transaction spent Locked, µs.
+    pub locked_us: f64,
+    /// Mean commit latency (lock to durable), µs.
+    pub commit_us: f64,
+    /// Device flushes issued by the journal.
+    pub flushes: u64,
+    /// Device barriers issued by the journal.
+    pub barriers: u64,
+    /// Callers that waited for durability (fsync and friends).
+    pub fsync_waits: u64,
+    /// Flushes per waiting caller.
+    pub flushes_per_fsync: f64,
+    /// Mean transactions committing at once when a commit started.
+    pub mean_in_flight: f64,
+    /// Most transactions committing at once.
+    pub max_in_flight: u64,
+    /// Shadow copies (buffer versions) made.
+    pub shadow_copies: u64,
+}
+
+impl From<&StatsSnapshot> for JournalSummary {
+    fn from(j: &StatsSnapshot) -> Self {
+        JournalSummary {
+            transactions: j.transactions,
+            handles_per_tx: j.handles_per_tx(),
+            blocks_per_tx: j.blocks_per_tx(),
+            conflicts_per_tx: j.conflicts_per_tx(),
+            locked_us: j.locked_us_per_tx(),
+            commit_us: j.commit_us_per_tx(),
+            flushes: j.flushes,
+            barriers: j.barriers,
+            fsync_waits: j.fsync_waits,
+            flushes_per_fsync: j.flushes_per_fsync(),
+            mean_in_flight: j.mean_in_flight(),
+            max_in_flight: j.max_in_flight,
+            shadow_copies: j.shadow_copies,
+        }
+    }
+}
+
+/// Device figures of one run (cjfs targets).
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct DeviceSummary {
+    /// Write requests.
+    pub writes: u64,
+    /// Blocks written.
+    pub blocks_written: u64,
+    /// Flushes.
+    pub flushes: u64,
+    /// Barriers.
+    pub barriers: u64,
+    /// Mean queue depth seen by an arriving write.
+    pub qd_mean: f64,
+    /// Largest queue depth (since the device was created; each run gets a fresh device).
+    pub qd_max: u64,
+}
+
+impl From<&DeviceStats> for DeviceSummary {
+    fn from(d: &DeviceStats) -> Self {
+        DeviceSummary {
+            writes: d.writes,
+            blocks_written: d.blocks_written,
+            flushes: d.flushes,
+            barriers: d.barriers,
+            qd_mean: d.inflight_mean,
+            qd_max: d.inflight_max,
+        }
+    }
+}
 
 /// What one run of a workload measured.
 #[derive(Debug, Clone, Serialize)]
@@ -17,16 +118,24 @@ pub struct RunResult {
     pub workload: String,
     /// Threads.
     pub threads: usize,
-    /// Operations completed (filebench-style flowops).
+    /// Operations completed (filebench-style flowops, dbench loadfile lines, transactions).
     pub ops: u64,
-    /// Wall time.
+    /// Wall time of the measured phase.
     pub secs: f64,
     /// Operations per second.
     pub ops_per_sec: f64,
-    /// Latency of every operation.
+    /// Bytes read and written by the workload.
+    pub bytes: u64,
+    /// `bytes` per second in MB/s (10^6), dbench's throughput figure.
+    pub mb_per_sec: f64,
+    /// Latency of every operation, µs.
     pub op_latency: Percentiles,
-    /// Latency of fsync calls.
+    /// Latency of fsync (and fdatasync, directory fsync) calls, µs.
     pub fsync_latency: Percentiles,
+    /// Operation latency CDF: `[µs, cumulative fraction]` points.
+    pub op_cdf: Vec<[f64; 2]>,
+    /// fsync latency CDF: `[µs, cumulative fraction]` points (empty without fsyncs).
+    pub fsync_cdf: Vec<[f64; 2]>,
     /// CPU time (user + system) of the process during the run, seconds.
     pub cpu_secs: f64,
     /// Journal statistics over the run (cjfs targets).
@@ -35,10 +144,17 @@ pub struct RunResult {
     /// Device statistics over the run (cjfs targets).
     #[serde(skip)]
     pub device: Option<DeviceStats>,
+    /// Journal figures (cjfs targets).
+    pub journal_summary: Option<JournalSummary>,
+    /// Device figures (cjfs targets).
+    pub device_summary: Option<DeviceSummary>,
+    /// Workload-specific figures (name, value).
+    pub extra: Vec<(String, f64)>,
 }
 
 /// Process CPU time (user + system).
 pub fn cpu_time() -> Duration {
+    // SAFETY: a zeroed rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
@@ -62,4 +178,328 @@ pub fn data_pool() -> &'static [u8] {
             })
             .collect()
     })
+}
+
+/// Write `len` bytes from the data pool at `off`, in pieces of at most 1 MiB.
+pub fn write_pool(t: &dyn Target, fh: u64, off: u64, len: u64) -> io::Result<()> {
+    let pool = data_pool();
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(1 << 20) as usize;
+        let start = ((off + done) % 4096) as usize;
+        t.write_at(fh, off + done, &pool[start..start + n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Read a whole open file with `buf`-sized reads; returns bytes read.
+pub fn read_whole(t: &dyn Target, fh: u64, buf: &mut [u8]) -> io::Result<u64> {
+    let mut off = 0u64;
+    loop {
+        let n = t.read_at(fh, off, buf)?;
+        if n == 0 {
+            return Ok(off);
+        }
+        off += n as u64;
+    }
+}
+
+/// One worker thread's state: its id, its RNG, and what it measured.
+pub struct Worker {
+    /// Thread index, `0..threads`.
+    pub id: usize,
+    /// Per-thread RNG seeded from the run's seed and the id.
+    pub rng: StdRng,
+    /// Latency of every operation.
+    pub lat: Latency,
+    /// Latency of fsync-like calls.
+    pub fsync: Latency,
+    /// Operations done.
+    pub ops: u64,
+    /// Bytes read and written.
+    pub bytes: u64,
+    /// Time spent on untimed housekeeping (refilling a file pool), left out of the rate.
+    pub excluded: Duration,
+    stop: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Whether the run is still on.
+    pub fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed)
+    }
+    /// Run and time one operation.
+    pub fn op<T>(&mut self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let s = Instant::now();
+        let r = f()?;
+        self.lat.record(s.elapsed());
+        self.ops += 1;
+        Ok(r)
+    }
+    /// Run and time one fsync-like operation (recorded in both histograms).
+    pub fn fsync_op<T>(&mut self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let s = Instant::now();
+        let r = f()?;
+        let d = s.elapsed();
+        self.lat.record(d);
+        self.fsync.record(d);
+        self.ops += 1;
+        Ok(r)
+    }
+    /// Time an fsync inside a larger operation (fsync histogram only, no op counted).
+    pub fn inner_fsync<T>(&mut self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let s = Instant::now();
+        let r = f()?;
+        self.fsync.record(s.elapsed());
+        Ok(r)
+    }
+    /// Run `f` without counting its time towards the rate.
+    pub fn untimed<T>(&mut self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let s = Instant::now();
+        let r = f();
+        self.excluded += s.elapsed();
+        r
+    }
+}
+
+/// Latency CDF points of a histogram.
+fn cdf(l: &Latency) -> Vec<[f64; 2]> {
+    l.cdf()
+}
+
+/// Run `body` on `threads` scoped threads for `duration` and gather a [`RunResult`].
+/// `body` loops while [`Worker::running`]; `extra` may add workload figures afterwards.
+pub fn run_workers<F>(
+    t: &dyn Target,
+    name: &str,
+    threads: usize,
+    duration: Duration,
+    seed: u64,
+    body: F,
+) -> io::Result<RunResult>
+where
+    F: Fn(&mut Worker) -> io::Result<()> + Sync,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let j0 = t.journal_stats();
+    let d0 = t.device_stats();
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    let results: Vec<io::Result<Worker>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|id| {
+                let stop = stop.clone();
+                let body = &body;
+                s.spawn(move || -> io::Result<Worker> {
+                    let mut w = Worker {
+                        id,
+                        rng: StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64 * 7919)),
+                        lat: Latency::new(),
+                        fsync: Latency::new(),
+                        ops: 0,
+                        bytes: 0,
+                        excluded: Duration::ZERO,
+                        stop,
+                    };
+                    body(&mut w)?;
+                    Ok(w)
+                })
+            })
+            .collect();
+        let deadline = start + duration;
+        // Sleep in slices so an early failure of every worker does not wait the full time.
+        while Instant::now() < deadline && !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(20)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other(format!("{name} worker panicked")))))
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = (cpu_time() - cpu0).as_secs_f64();
+    let (mut lat, mut flat) = (Latency::new(), Latency::new());
+    let (mut ops, mut bytes, mut excluded) = (0u64, 0u64, 0f64);
+    for r in results {
+        let w = r?;
+        lat.merge(&w.lat);
+        flat.merge(&w.fsync);
+        ops += w.ops;
+        bytes += w.bytes;
+        excluded += w.excluded.as_secs_f64();
+    }
+    let journal = match (j0, t.journal_stats()) {
+        (Some(a), Some(b)) => Some(b.delta(&a)),
+        _ => None,
+    };
+    let device = match (d0, t.device_stats()) {
+        (Some(a), Some(b)) => Some(b.delta(&a)),
+        _ => None,
+    };
+    // Housekeeping time is per thread; take the mean off the wall time.
+    let eff = (secs - excluded / threads.max(1) as f64).max(secs * 0.05);
+    Ok(RunResult {
+        workload: name.to_string(),
+        threads,
+        ops,
+        secs,
+        ops_per_sec: ops as f64 / eff,
+        bytes,
+        mb_per_sec: bytes as f64 / eff / 1e6,
+        op_latency: lat.percentiles(),
+        fsync_latency: flat.percentiles(),
+        op_cdf: cdf(&lat),
+        fsync_cdf: cdf(&flat),
+        cpu_secs,
+        journal_summary: journal.as_ref().map(JournalSummary::from),
+        device_summary: device.as_ref().map(DeviceSummary::from),
+        journal,
+        device,
+        extra: Vec::new(),
+    })
+}
+
+/// Parameters common to every workload.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Worker threads (clients, cores).
+    pub threads: usize,
+    /// Length of the measured phase.
+    pub duration: Duration,
+    /// RNG seed.
+    pub seed: u64,
+    /// File-set scale: 1.0 is the papers' size; smaller runs quicker (CI smoke tests).
+    pub scale: f64,
+    /// dbench loadfile.
+    pub dbench_loadfile: std::path::PathBuf,
+    /// Background writer bandwidth of the fsync tester, MB/s.
+    pub bg_mb_s: f64,
+}
+
+impl Params {
+    /// Defaults for `threads` threads and `duration`.
+    pub fn new(threads: usize, duration: Duration, seed: u64) -> Self {
+        Params {
+            threads,
+            duration,
+            seed,
+            scale: 1.0,
+            dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
+            bg_mb_s: 100.0,
+        }
+    }
+    /// `n` scaled, at least `min`.
+    pub fn scaled(&self, n: usize, min: usize) -> usize {
+        ((n as f64 * self.scale).round() as usize).max(min)
+    }
+}
+
+/// Every workload the lab runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Workload {
+    /// filebench varmail, one shared directory of 1000 files.
+    VarmailShared,
+    /// varmail with a directory of 100 files per thread.
+    VarmailSplit,
+    /// filebench fileserver defaults (no fsync).
+    Fileserver,
+    /// dbench loadfile replay with `--sync-dir`.
+    Dbench,
+    /// OLTP-insert-like table writes and fsync.
+    OltpInsert,
+    /// An FxMark write microbenchmark.
+    Fxmark(fxmark::Fx),
+    /// sysbench-like 4 KiB random write + fsync over 128 files per thread.
+    Sysbench,
+    /// iJournaling's fsync tester with a background sequential writer.
+    FsyncTester,
+    /// SQLite-like transactions.
+    Sqlite(sqlite::Journal, u32),
+}
+
+impl Workload {
+    /// Every workload, in report order.
+    pub fn all() -> Vec<Workload> {
+        let mut v = vec![
+            Workload::VarmailShared,
+            Workload::VarmailSplit,
+            Workload::Fileserver,
+            Workload::Dbench,
+            Workload::OltpInsert,
+        ];
+        v.extend(fxmark::Fx::ALL.iter().map(|f| Workload::Fxmark(*f)));
+        v.extend([Workload::Sysbench, Workload::FsyncTester]);
+        for j in [sqlite::Journal::Rollback, sqlite::Journal::Wal] {
+            for n in [1, 1000] {
+                v.push(Workload::Sqlite(j, n));
+            }
+        }
+        v
+    }
+
+    /// Device size (4 KiB blocks) an in-process run of this workload needs.
+    pub fn device_blocks(&self, p: &Params) -> u64 {
+        let gib = 1u64 << 18;
+        let t = p.threads as u64;
+        match self {
+            Workload::Fileserver => (8.0 * p.scale.max(0.05)).ceil() as u64 * gib + 2 * gib,
+            Workload::Sysbench => 2 * gib + t * 128 * sysbench::FILE_BYTES / 4096,
+            Workload::Dbench => 2 * gib + t * gib / 16,
+            Workload::FsyncTester => 4 * gib,
+            _ => 4 * gib,
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::VarmailShared => write!(f, "varmail-shared"),
+            Workload::VarmailSplit => write!(f, "varmail-split"),
+            Workload::Fileserver => write!(f, "fileserver"),
+            Workload::Dbench => write!(f, "dbench"),
+            Workload::OltpInsert => write!(f, "oltp-insert"),
+            Workload::Fxmark(x) => write!(f, "{}", x.name()),
+            Workload::Sysbench => write!(f, "sysbench"),
+            Workload::FsyncTester => write!(f, "fsync-tester"),
+            Workload::Sqlite(j, n) => write!(f, "sqlite-{}-{n}", j.name()),
+        }
+    }
+}
+
+impl FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let want = s.trim().to_ascii_lowercase();
+        Workload::all().into_iter().find(|w| w.to_string().to_ascii_lowercase() == want).ok_or_else(|| {
+            let names: Vec<String> = Workload::all().iter().map(|w| w.to_string()).collect();
+            format!("unknown workload {s:?} (known: {})", names.join(", "))
+        })
+    }
+}
+
+/// Set up and run `w` on `t`: setup, `sync_all`, measured run.
+pub fn run(w: Workload, t: &Arc<dyn Target>, p: &Params) -> io::Result<RunResult> {
+    let t: &dyn Target = &**t;
+    match w {
+        Workload::VarmailShared | Workload::VarmailSplit => {
+            let cfg = if w == Workload::VarmailShared {
+                varmail::VarmailConfig::shared(p.threads, p.duration, p.seed)
+            } else {
+                varmail::VarmailConfig::split(p.threads, p.duration, p.seed)
+            };
+            varmail::setup(t, &cfg)?;
+            t.sync_all()?;
+            varmail::run_on(t, &cfg)
+        }
+        Workload::Fileserver => fileserver::run(t, p),
+        Workload::Dbench => dbench::run(t, p, &dbench::DbenchOptions::default()),
+        Workload::OltpInsert => oltp::run(t, p),
+        Workload::Fxmark(x) => fxmark::run(t, p, x),
+        Workload::Sysbench => sysbench::run(t, p),
+        Workload::FsyncTester => fsync_tester::run(t, p),
+        Workload::Sqlite(j, n) => sqlite::run(t, p, j, n),
+    }
 }

@@ -7,16 +7,15 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
 use rand_distr::{Distribution, Gamma};
 
-use super::{RunResult, cpu_time, data_pool};
-use crate::hist::Latency;
+use super::{RunResult, data_pool, read_whole, run_workers};
 use crate::target::Target;
 
 /// Parameters (filebench varmail defaults).
@@ -102,17 +101,6 @@ pub fn setup(t: &dyn Target, cfg: &VarmailConfig) -> io::Result<()> {
     Ok(())
 }
 
-fn read_whole(t: &dyn Target, fh: u64, buf: &mut [u8]) -> io::Result<()> {
-    let mut off = 0u64;
-    loop {
-        let n = t.read_at(fh, off, buf)?;
-        if n == 0 {
-            return Ok(());
-        }
-        off += n as u64;
-    }
-}
-
 /// Pick a slot whose `exists` equals `want`, lock it.
 fn pick<'a>(
     set: &'a FileSet,
@@ -132,129 +120,57 @@ fn pick<'a>(
 
 /// Run the flow on `threads` threads for the configured time.
 pub fn run(t: Arc<dyn Target>, cfg: &VarmailConfig) -> io::Result<RunResult> {
-    let sets: Vec<Arc<FileSet>> = (0..if cfg.split { cfg.threads } else { 1 })
-        .map(|s| {
-            Arc::new(FileSet {
-                dir: format!("varmail/d{s}"),
-                slots: (0..cfg.files).map(|_| Mutex::new(Slot { exists: true })).collect(),
-            })
+    run_on(&*t, cfg)
+}
+
+/// [`run`] on a borrowed target.
+pub fn run_on(t: &dyn Target, cfg: &VarmailConfig) -> io::Result<RunResult> {
+    let sets: Vec<FileSet> = (0..if cfg.split { cfg.threads } else { 1 })
+        .map(|s| FileSet {
+            dir: format!("varmail/d{s}"),
+            slots: (0..cfg.files).map(|_| Mutex::new(Slot { exists: true })).collect(),
         })
         .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicU64::new(0));
-    let j0 = t.journal_stats();
-    let d0 = t.device_stats();
-    let cpu0 = cpu_time();
-    let start = Instant::now();
-    let mut handles = Vec::new();
-    for k in 0..cfg.threads {
-        let t = t.clone();
-        let set = sets[if cfg.split { k } else { 0 }].clone();
-        let stop = stop.clone();
-        let ops = ops.clone();
-        let cfg = cfg.clone();
-        handles.push(std::thread::spawn(move || -> io::Result<(Latency, Latency)> {
-            let mut rng = StdRng::seed_from_u64(cfg.seed.wrapping_add(k as u64 * 7919));
-            let g = gamma(cfg.mean_append);
-            let mut buf = vec![0u8; 1 << 20];
-            let mut lat = Latency::new();
-            let mut flat = Latency::new();
-            let timed = |lat: &mut Latency, f: &mut dyn FnMut() -> io::Result<()>| -> io::Result<()> {
-                let s = Instant::now();
-                f()?;
-                lat.record(s.elapsed());
-                ops.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            };
-            while !stop.load(Ordering::Relaxed) {
-                // deletefile
-                if let Some((i, mut s)) = pick(&set, &mut rng, true) {
-                    timed(&mut lat, &mut || t.unlink(&set.path(i)))?;
-                    s.exists = false;
-                }
-                // createfile, append, fsync, close
-                if let Some((i, mut s)) = pick(&set, &mut rng, false) {
-                    let mut fh = 0;
-                    timed(&mut lat, &mut || {
-                        fh = t.create(&set.path(i))?;
-                        Ok(())
-                    })?;
-                    s.exists = true;
-                    let n = write_size(&mut rng, &g);
-                    timed(&mut lat, &mut || t.write_at(fh, 0, &data_pool()[..n]))?;
-                    let st = Instant::now();
-                    timed(&mut lat, &mut || t.fsync(fh, false))?;
-                    flat.record(st.elapsed());
-                    timed(&mut lat, &mut || t.close(fh))?;
-                }
-                // open, read whole, append, fsync, close
-                if let Some((i, _s)) = pick(&set, &mut rng, true) {
-                    let mut fh = 0;
-                    timed(&mut lat, &mut || {
-                        fh = t.open(&set.path(i))?;
-                        Ok(())
-                    })?;
-                    timed(&mut lat, &mut || read_whole(&*t, fh, &mut buf))?;
-                    let n = write_size(&mut rng, &g);
-                    let size = t.size(fh)?;
-                    timed(&mut lat, &mut || t.write_at(fh, size, &data_pool()[..n]))?;
-                    let st = Instant::now();
-                    timed(&mut lat, &mut || t.fsync(fh, false))?;
-                    flat.record(st.elapsed());
-                    timed(&mut lat, &mut || t.close(fh))?;
-                }
-                // open, read whole, close
-                if let Some((i, _s)) = pick(&set, &mut rng, true) {
-                    let mut fh = 0;
-                    timed(&mut lat, &mut || {
-                        fh = t.open(&set.path(i))?;
-                        Ok(())
-                    })?;
-                    timed(&mut lat, &mut || read_whole(&*t, fh, &mut buf))?;
-                    timed(&mut lat, &mut || t.close(fh))?;
-                }
+    let name = if cfg.split { "varmail-split" } else { "varmail-shared" };
+    let g = gamma(cfg.mean_append);
+    run_workers(t, name, cfg.threads, cfg.duration, cfg.seed, |w| {
+        let set = &sets[if cfg.split { w.id } else { 0 }];
+        let mut buf = vec![0u8; 1 << 20];
+        while w.running() {
+            // deletefile
+            if let Some((i, mut s)) = pick(set, &mut w.rng, true) {
+                w.op(|| t.unlink(&set.path(i)))?;
+                s.exists = false;
             }
-            Ok((lat, flat))
-        }));
-    }
-    std::thread::sleep(cfg.duration);
-    stop.store(true, Ordering::Relaxed);
-    let mut lat = Latency::new();
-    let mut flat = Latency::new();
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok((l, f))) => {
-                lat.merge(&l);
-                flat.merge(&f);
+            // createfile, append, fsync, close
+            if let Some((i, mut s)) = pick(set, &mut w.rng, false) {
+                let fh = w.op(|| t.create(&set.path(i)))?;
+                s.exists = true;
+                let n = write_size(&mut w.rng, &g);
+                w.op(|| t.write_at(fh, 0, &data_pool()[..n]))?;
+                w.bytes += n as u64;
+                w.fsync_op(|| t.fsync(fh, false))?;
+                w.op(|| t.close(fh))?;
             }
-            Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(io::Error::other("varmail worker panicked"))),
+            // open, read whole, append, fsync, close
+            if let Some((i, _s)) = pick(set, &mut w.rng, true) {
+                let fh = w.op(|| t.open(&set.path(i)))?;
+                let r = w.op(|| read_whole(t, fh, &mut buf))?;
+                let n = write_size(&mut w.rng, &g);
+                let size = t.size(fh)?;
+                w.op(|| t.write_at(fh, size, &data_pool()[..n]))?;
+                w.bytes += r + n as u64;
+                w.fsync_op(|| t.fsync(fh, false))?;
+                w.op(|| t.close(fh))?;
+            }
+            // open, read whole, close
+            if let Some((i, _s)) = pick(set, &mut w.rng, true) {
+                let fh = w.op(|| t.open(&set.path(i)))?;
+                let r = w.op(|| read_whole(t, fh, &mut buf))?;
+                w.bytes += r;
+                w.op(|| t.close(fh))?;
+            }
         }
-    }
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-    let secs = start.elapsed().as_secs_f64();
-    let n = ops.load(Ordering::Relaxed);
-    let journal = match (j0, t.journal_stats()) {
-        (Some(a), Some(b)) => Some(b.delta(&a)),
-        _ => None,
-    };
-    let device = match (d0, t.device_stats()) {
-        (Some(a), Some(b)) => Some(b.delta(&a)),
-        _ => None,
-    };
-    Ok(RunResult {
-        workload: if cfg.split { "varmail-split".into() } else { "varmail-shared".into() },
-        threads: cfg.threads,
-        ops: n,
-        secs,
-        ops_per_sec: n as f64 / secs,
-        op_latency: lat.percentiles(),
-        fsync_latency: flat.percentiles(),
-        cpu_secs: (cpu_time() - cpu0).as_secs_f64(),
-        journal,
-        device,
+        Ok(())
     })
 }

@@ -1,0 +1,204 @@
+//! `cjfs bench`: the benchmark lab (crate `cjfs-lab`) on the command line.
+//!
+//! * `cjfs bench smoke` — single-thread fsync latency against the raw disk, and 16-thread
+//!   varmail-shared, on the file device in a directory;
+//! * `cjfs bench device --target cjfs:PRESET|cjfs:file:PATH` — measured 4 KiB QD1 write,
+//!   flush and write + flush latency;
+//! * `cjfs bench run --target ... --workload ... --threads 1,2,4 --mode jbd2 --mode
+//!   nojournal --reps 3 --out DIR` — sweeps with interleaved repetitions, printed as a table
+//!   and written as JSON, CSV, markdown and charts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cjfs_journal::JournalConfig;
+use cjfs_lab::bench::{self, BenchError, SweepConfig, TargetSpec};
+use cjfs_lab::workloads::{Workload, dbench};
+use clap::{Args, Subcommand};
+
+use crate::error::{CliError, CliResult};
+
+/// Arguments of `cjfs bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    cmd: BenchCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// Quick look: cjfs fsync latency vs the raw disk, and 16-thread varmail-shared.
+    Smoke(SmokeArgs),
+    /// Measure a device: 4 KiB QD1 write, flush, and write + flush latency.
+    Device(DeviceArgs),
+    /// Run a sweep: workloads × threads × targets × journal modes, with repetitions.
+    Run(RunArgs),
+}
+
+fn mode_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(JournalConfig::preset_names().iter().copied())
+}
+
+fn secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("bad duration {s:?} (seconds)"))?;
+    if !(v > 0.0 && v < 86_400.0) {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+#[derive(Debug, Args)]
+struct SmokeArgs {
+    /// Directory on the disk to measure (default: the system temp directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// fsync samples per side.
+    #[arg(long, default_value_t = 200)]
+    iterations: usize,
+    /// varmail threads.
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
+    /// varmail run time in seconds.
+    #[arg(long, default_value = "5", value_parser = secs)]
+    duration: Duration,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Journal mode.
+    #[arg(long, default_value = "jbd2", value_parser = mode_parser())]
+    mode: String,
+}
+
+#[derive(Debug, Args)]
+struct DeviceArgs {
+    /// `cjfs:PRESET` (emulated) or `cjfs:file:PATH` (image in directory PATH, or file PATH).
+    #[arg(long)]
+    target: String,
+    /// Samples of each figure.
+    #[arg(long, default_value_t = 500)]
+    iterations: usize,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Target, repeatable: `cjfs:PRESET`, `cjfs:file:PATH` or `dir:PATH`, optionally
+    /// `LABEL=...`. The first target's series is the baseline of the ratio column.
+    #[arg(long = "target", required = true)]
+    targets: Vec<String>,
+    /// Workloads, comma-separated or repeated (`all` for every one).
+    #[arg(long = "workload", default_value = "varmail-shared", value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Thread counts, e.g. `1,2,4,8,16,32,64`.
+    #[arg(long, default_value = "1,2,4,8,16")]
+    threads: String,
+    /// Journal mode for cjfs targets, repeatable (each makes a series).
+    #[arg(long = "mode", value_parser = mode_parser())]
+    modes: Vec<String>,
+    /// Measured seconds per run.
+    #[arg(long, default_value = "3", value_parser = secs)]
+    duration: Duration,
+    /// Interleaved repetitions per point (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// File-set scale (1.0 = the papers' sizes).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// dbench loadfile.
+    #[arg(long, default_value = dbench::DEFAULT_LOADFILE)]
+    dbench_loadfile: PathBuf,
+    /// Background writer bandwidth of the fsync tester, MB/s.
+    #[arg(long, default_value_t = 100.0)]
+    bg_mb_s: f64,
+    /// Write results.json, results.csv, README.md and charts here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn usage(e: BenchError) -> CliError {
+    match e {
+        BenchError::Usage(m) => CliError::Usage(m),
+        BenchError::Io { what, source } => CliError::Io { path: what, source },
+    }
+}
+
+/// Run `cjfs bench ...`.
+pub fn run(a: BenchArgs) -> CliResult<()> {
+    match a.cmd {
+        BenchCmd::Smoke(s) => {
+            let journal = JournalConfig::preset(&s.mode)
+                .ok_or_else(|| CliError::Usage(format!("unknown journal mode {:?}", s.mode)))?;
+            let cfg = cjfs_lab::smoke::SmokeConfig {
+                dir: s.dir.unwrap_or_else(std::env::temp_dir),
+                iterations: s.iterations,
+                threads: s.threads,
+                duration: s.duration,
+                seed: s.seed,
+                journal,
+            };
+            let r = cjfs_lab::smoke::run(&cfg)
+                .map_err(|e| CliError::Io { path: cfg.dir.display().to_string(), source: e })?;
+            cjfs_lab::smoke::print(&r, &cfg);
+            Ok(())
+        }
+        BenchCmd::Device(d) => {
+            let t: TargetSpec = d.target.parse().map_err(usage)?;
+            let r = cjfs_lab::device::run(&t, d.iterations.max(1)).map_err(|e| match e {
+                cjfs_lab::device::DeviceError::NotDevice(_) => CliError::Usage(e.to_string()),
+                e => CliError::Io { path: d.target.clone(), source: std::io::Error::other(e.to_string()) },
+            })?;
+            cjfs_lab::device::print(&r);
+            Ok(())
+        }
+        BenchCmd::Run(r) => {
+            let targets =
+                r.targets.iter().map(|t| t.parse()).collect::<Result<Vec<TargetSpec>, _>>().map_err(usage)?;
+            let mut workloads = Vec::new();
+            for w in r.workloads.iter().map(|w| w.trim()).filter(|w| !w.is_empty()) {
+                if w == "all" {
+                    workloads.extend(Workload::all());
+                } else {
+                    workloads.push(w.parse::<Workload>().map_err(CliError::Usage)?);
+                }
+            }
+            if !(r.scale > 0.0 && r.scale <= 100.0) {
+                return Err(CliError::Usage(format!("--scale {} out of range (0, 100]", r.scale)));
+            }
+            let cfg = SweepConfig {
+                targets,
+                modes: r.modes,
+                workloads,
+                threads: bench::parse_threads(&r.threads).map_err(usage)?,
+                duration: r.duration,
+                reps: r.reps,
+                seed: r.seed,
+                scale: r.scale,
+                dbench_loadfile: r.dbench_loadfile,
+                bg_mb_s: r.bg_mb_s,
+                progress: !r.quiet,
+                command: std::env::args().collect::<Vec<_>>().join(" "),
+            };
+            let rep = bench::run(&cfg).map_err(usage)?;
+            print!("{}", cjfs_lab::report::table(&rep));
+            if let Some(out) = &r.out {
+                let io = |e: std::io::Error| CliError::Io { path: out.display().to_string(), source: e };
+                std::fs::create_dir_all(out).map_err(io)?;
+                let charts = match cjfs_lab::charts::draw_all(&rep, out) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("cjfs: bench: charts not drawn: {e}");
+                        Vec::new()
+                    }
+                };
+                cjfs_lab::report::write_all(&rep, out, &charts).map_err(io)?;
+                println!("\nresults written to {}", out.display());
+            }
+            Ok(())
+        }
+    }
+}

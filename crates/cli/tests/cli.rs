@@ -1,0 +1,532 @@
+//! End-to-end tests of the `cjfs` binary: each test runs the built binary on images in a
+//! temporary directory. Checks that need e2fsprogs (`e2fsck`, `debugfs`, `mke2fs`) print
+//! `SKIP` and pass when the tools are missing.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cjfs_blockdev::{FileDevice, FileDeviceOptions};
+use cjfs_fs::{Fs, MountOptions, ROOT_INO};
+
+/// Longest a single command may run before the test fails (a hang is a bug).
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cjfs")
+}
+
+/// Run `cjfs args...` with `stdin` as its standard input; fails the test on a timeout.
+fn cjfs_in(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cjfs");
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out_pipe = child.stdout.take().expect("stdout");
+    let err_pipe = child.stderr.take().expect("stderr");
+    let reader = |mut p: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = p.read_to_end(&mut v);
+            v
+        })
+    };
+    let out_t = reader(Box::new(out_pipe));
+    let err_t = reader(Box::new(err_pipe));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cjfs {args:?} did not finish within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = feeder.join();
+    Output { status, stdout: out_t.join().expect("stdout"), stderr: err_t.join().expect("stderr") }
+}
+
+fn cjfs(args: &[&str]) -> Output {
+    cjfs_in(args, b"")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run and require success.
+fn ok(args: &[&str]) -> Output {
+    let o = cjfs(args);
+    assert!(
+        o.status.success(),
+        "cjfs {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    o
+}
+
+/// Run and require a clean failure: exit status 1, exactly one stderr line starting
+/// with `cjfs: <command>: ` and containing `needle`, and no panic.
+fn fails(args: &[&str], needle: &str) -> String {
+    let o = cjfs(args);
+    let err = text(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "cjfs {args:?}: expected exit 1, got {:?}; stderr: {err}",
+        o.status.code()
+    );
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "cjfs {args:?} panicked: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "cjfs {args:?}: expected one stderr line, got: {err:?}");
+    assert!(lines[0].starts_with(&format!("cjfs: {}: ", args[0])), "cjfs {args:?}: bad prefix: {err}");
+    assert!(
+        lines[0].to_lowercase().contains(&needle.to_lowercase()),
+        "cjfs {args:?}: stderr {err:?} does not mention {needle:?}"
+    );
+    err
+}
+
+fn hash_file(p: &Path) -> u64 {
+    let mut h = DefaultHasher::new();
+    std::fs::read(p).expect("read image").hash(&mut h);
+    h.finish()
+}
+
+/// A system tool, searched in PATH and the sbin directories.
+fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].iter().map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `e2fsck -fn img` must pass (SKIP when e2fsck is missing).
+fn assert_e2fsck_clean(img: &Path) {
+    let Some(e2fsck) = tool("e2fsck") else {
+        println!("SKIP: e2fsck not installed; not checking {}", img.display());
+        return;
+    };
+    let o = Command::new(e2fsck).arg("-fn").arg(img).output().expect("run e2fsck");
+    assert!(
+        o.status.success(),
+        "e2fsck -fn {} failed ({:?}):\n{}\n{}",
+        img.display(),
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// A fresh image of `size` made by `cjfs mkfs`.
+fn make_image(dir: &Path, name: &str, size: &str) -> PathBuf {
+    let p = dir.join(name);
+    ok(&["mkfs", s(&p), "--size", size]);
+    p
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    use rand::{RngCore, SeedableRng};
+    let mut v = vec![0u8; n];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+#[test]
+fn mkfs_makes_an_image_e2fsck_accepts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("a.img");
+    let o = ok(&["mkfs", s(&img), "--size", "64M", "--label", "test", "--journal-blocks", "2048"]);
+    let out = text(&o.stdout);
+    for want in ["16384 blocks", "groups:", "inodes:", "journal:     2048 blocks", "label:       test"] {
+        assert!(out.contains(want), "mkfs summary lacks {want:?}:\n{out}");
+    }
+    assert_eq!(std::fs::metadata(&img).expect("stat").len(), 64 << 20);
+    assert_e2fsck_clean(&img);
+    let info = text(&ok(&["info", s(&img)]).stdout);
+    for want in [
+        "State:                 clean",
+        "has_journal",
+        "extent",
+        "Label:                 test",
+        "nothing to replay",
+    ] {
+        assert!(info.contains(want), "info lacks {want:?}:\n{info}");
+    }
+    // A larger one with a custom inode ratio.
+    let big = dir.path().join("b.img");
+    ok(&["mkfs", s(&big), "--size", "1G", "--inode-ratio", "64K"]);
+    assert_e2fsck_clean(&big);
+    ok(&["check", s(&big)]);
+}
+
+#[test]
+fn files_and_directories_are_visible_to_e2fsprogs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let local = dir.path().join("hello.txt");
+    std::fs::write(&local, b"hello, world\n").expect("write local");
+    ok(&["mkdir", s(&img), "/docs"]);
+    ok(&["mkdir", s(&img), "/deep/er/still", "-p"]);
+    ok(&["put", s(&img), s(&local), "/docs/hello.txt"]);
+    ok(&["put", s(&img), s(&local), "/"]); // into a directory: keeps the name
+    let o = cjfs_in(&["put", s(&img), "-", "/from-stdin"], b"piped data");
+    assert!(o.status.success(), "put from stdin: {}", text(&o.stderr));
+    assert_e2fsck_clean(&img);
+    let Some(debugfs) = tool("debugfs") else {
+        println!("SKIP: debugfs not installed");
+        return;
+    };
+    let o = Command::new(debugfs).args(["-R", "ls -l /"]).arg(&img).output().expect("debugfs");
+    let listing = text(&o.stdout);
+    for name in ["docs", "deep", "hello.txt", "from-stdin", "lost+found"] {
+        assert!(listing.contains(name), "debugfs ls -l / lacks {name}:\n{listing}");
+    }
+    let o = Command::new(tool("debugfs").expect("debugfs"))
+        .args(["-R", "cat /from-stdin"])
+        .arg(&img)
+        .output()
+        .expect("cat");
+    assert_eq!(o.stdout, b"piped data");
+}
+
+#[test]
+fn put_get_cat_round_trip_3mib() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let data = random_bytes(3 << 20, 7);
+    let local = dir.path().join("r.bin");
+    std::fs::write(&local, &data).expect("write");
+    ok(&["mkdir", s(&img), "/d"]);
+    ok(&["put", s(&img), s(&local), "/d/r.bin"]);
+    let back = dir.path().join("back.bin");
+    ok(&["get", s(&img), "/d/r.bin", s(&back)]);
+    assert!(std::fs::read(&back).expect("read back") == data, "get returned different bytes");
+    let o = ok(&["cat", s(&img), "d/r.bin"]);
+    assert!(o.stdout == data, "cat returned different bytes ({} bytes)", o.stdout.len());
+    // Overwrite with a shorter file through stdin: the target is truncated.
+    let o = cjfs_in(&["put", s(&img), "-", "/d/r.bin"], b"short");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(ok(&["cat", s(&img), "/d/r.bin"]).stdout, b"short");
+    // And back to the big one; get to stdout.
+    ok(&["put", s(&img), s(&local), "/d/r.bin"]);
+    assert!(ok(&["get", s(&img), "/d/r.bin", "-"]).stdout == data);
+    assert_e2fsck_clean(&img);
+    ok(&["check", s(&img)]);
+}
+
+#[test]
+fn ls_stat_mv_rm_ln() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let local = dir.path().join("f");
+    std::fs::write(&local, b"12345").expect("write");
+    ok(&["mkdir", s(&img), "/a/b", "-p"]);
+    ok(&["put", s(&img), s(&local), "/a/f"]);
+    let o = text(&ok(&["ls", s(&img)]).stdout);
+    assert_eq!(o, "a\nlost+found\n");
+    let o = text(&ok(&["ls", s(&img), "/a", "-l"]).stdout);
+    let f_line = o.lines().find(|l| l.ends_with(" f")).expect("f listed");
+    let cols: Vec<&str> = f_line.split_whitespace().collect();
+    assert_eq!(cols[0], "-rw-r--r--", "{f_line}");
+    assert_eq!(cols[1], "1", "links: {f_line}");
+    assert_eq!(cols[4], "5", "size: {f_line}");
+    assert!(o.lines().any(|l| l.starts_with('d') && l.ends_with(" b")), "{o}");
+    let st = text(&ok(&["stat", s(&img), "/a/f"]).stdout);
+    for want in [
+        "Type: regular file",
+        "Size: 5",
+        "Links: 1",
+        "Modify:",
+        "Change:",
+        "Birth:",
+        "Flags: 0x00080000 (extents)",
+        "Extents (1)",
+    ] {
+        assert!(st.contains(want), "stat lacks {want:?}:\n{st}");
+    }
+    ok(&["mv", s(&img), "/a/f", "/a/b"]);
+    assert_eq!(text(&ok(&["ls", s(&img), "/a/b"]).stdout), "f\n");
+    ok(&["mv", s(&img), "/a/b/f", "/g"]);
+    assert_eq!(ok(&["cat", s(&img), "/g"]).stdout, b"12345");
+    ok(&["ln", s(&img), "/g", "/h"]);
+    ok(&["ln", s(&img), "-s", "/g", "/sym"]);
+    assert_eq!(ok(&["cat", s(&img), "/sym"]).stdout, b"12345");
+    assert!(text(&ok(&["stat", s(&img), "/g"]).stdout).contains("Links: 2"));
+    assert!(text(&ok(&["ls", s(&img), "-l", "/sym"]).stdout).contains("/sym -> /g"));
+    fails(&["rm", s(&img), "/a"], "not empty");
+    fails(&["rm", s(&img), "/nope"], "no such file");
+    fails(&["cat", s(&img), "/a"], "is a directory");
+    fails(&["mkdir", s(&img), "/a"], "exists");
+    ok(&["rm", s(&img), "/a", "-r"]);
+    ok(&["rm", s(&img), "/h"]);
+    ok(&["rm", s(&img), "/sym"]);
+    ok(&["mkdir", s(&img), "/empty"]);
+    ok(&["rm", s(&img), "/empty"]);
+    assert_eq!(text(&ok(&["ls", s(&img)]).stdout), "g\nlost+found\n");
+    assert_e2fsck_clean(&img);
+    ok(&["check", s(&img)]);
+}
+
+/// Every refused image: one clean error line and not a byte changed, for every command.
+fn refused_everywhere(img: &Path, needle: &str) {
+    let before = hash_file(img);
+    let local = img.with_extension("local");
+    std::fs::write(&local, b"x").expect("write local");
+    let i = s(img);
+    let l = s(&local);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["info", i],
+        vec!["ls", i],
+        vec!["cat", i, "/x"],
+        vec!["stat", i, "/"],
+        vec!["get", i, "/x", l],
+        vec!["put", i, l, "/x"],
+        vec!["mkdir", i, "/d"],
+        vec!["rm", i, "/x"],
+        vec!["mv", i, "/x", "/y"],
+        vec!["ln", i, "-s", "t", "/l"],
+        vec!["recover", i],
+        vec!["check", i, "--no-e2fsck"],
+    ];
+    for c in cases {
+        fails(&c, needle);
+        assert_eq!(hash_file(img), before, "cjfs {c:?} changed the refused image");
+    }
+}
+
+#[test]
+fn missing_image() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("nope.img");
+    for c in
+        [vec!["info", s(&img)], vec!["ls", s(&img)], vec!["mkdir", s(&img), "/d"], vec!["recover", s(&img)]]
+    {
+        fails(&c, "no such file");
+    }
+    assert!(!img.exists());
+    // mkfs without --size cannot create it: a usage error.
+    let o = cjfs(&["mkfs", s(&img)]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(!img.exists());
+}
+
+#[test]
+fn not_ext4() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("zeros.img");
+    std::fs::write(&img, vec![0u8; 20 << 20]).expect("write");
+    refused_everywhere(&img, "not an ext2/3/4 file system");
+    let tiny = dir.path().join("tiny.img");
+    std::fs::write(&tiny, b"tiny").expect("write");
+    refused_everywhere(&tiny, "not an ext2/3/4 file system");
+}
+
+#[test]
+fn truncated_image() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "t.img", "64M");
+    let f = std::fs::OpenOptions::new().write(true).open(&img).expect("open");
+    f.set_len(30 << 20).expect("truncate");
+    drop(f);
+    refused_everywhere(&img, "truncated");
+}
+
+#[test]
+fn corrupt_journal_superblock() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "j.img", "64M");
+    // Find the journal's first block with the library, then smash its magic.
+    let dev =
+        FileDevice::open(&img, FileDeviceOptions { read_only: true, ..Default::default() }).expect("open");
+    let dev: cjfs_blockdev::Device = Arc::new(dev);
+    let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
+    let area = cjfs_fs::fs::journal_area(&dev, &sb).expect("journal area");
+    let jblk = area.map(0).expect("journal block 0");
+    drop(dev);
+    let mut bytes = std::fs::read(&img).expect("read");
+    let off = (jblk * 4096) as usize;
+    bytes[off..off + 4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    std::fs::write(&img, &bytes).expect("write");
+    refused_everywhere(&img, "journal superblock");
+}
+
+#[test]
+fn unsupported_feature_metadata_csum() {
+    let Some(mke2fs) = tool("mke2fs") else {
+        println!("SKIP: mke2fs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("csum.img");
+    let o = Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum"])
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .expect("mke2fs");
+    assert!(o.status.success(), "mke2fs: {}", text(&o.stderr));
+    refused_everywhere(&img, "metadata_csum");
+    // mkfs refuses to overwrite it without --force and leaves it alone.
+    let before = hash_file(&img);
+    fails(&["mkfs", s(&img), "--size", "64M"], "--force");
+    assert_eq!(hash_file(&img), before);
+    ok(&["mkfs", s(&img), "--size", "64M", "--force"]);
+    ok(&["ls", s(&img)]);
+    assert_e2fsck_clean(&img);
+}
+
+#[test]
+fn mkfs_refuses_existing_ext4_without_force() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    ok(&["mkdir", s(&img), "/keep"]);
+    let before = hash_file(&img);
+    fails(&["mkfs", s(&img), "--size", "64M"], "--force");
+    fails(&["mkfs", s(&img)], "--force");
+    assert_eq!(hash_file(&img), before);
+    ok(&["mkfs", s(&img), "--force"]);
+    assert_eq!(text(&ok(&["ls", s(&img)]).stdout), "lost+found\n");
+    assert_e2fsck_clean(&img);
+}
+
+#[test]
+fn full_device() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "small.img", "20M");
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, random_bytes(30 << 20, 3)).expect("write");
+    let before = hash_file(&img);
+    fails(&["put", s(&img), s(&big), "/big"], "no space left on device");
+    assert_eq!(hash_file(&img), before, "a refused put changed the image");
+    // Through stdin the size is not known in advance: the write fails midway, the partial
+    // file is removed and the file system is left consistent.
+    let o = cjfs_in(&["put", s(&img), "-", "/big"], &random_bytes(30 << 20, 4));
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("cjfs: put: ") && err.contains("no space left on device"), "{err}");
+    assert!(!err.contains("panicked"));
+    assert_eq!(text(&ok(&["ls", s(&img)]).stdout), "lost+found\n");
+    assert_e2fsck_clean(&img);
+    ok(&["check", s(&img), "--no-e2fsck"]);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["frobnicate"],
+        vec!["mkfs"],
+        vec!["mkfs", "x.img", "--size", "4X"],
+        vec!["ls", "x.img", "--journal", "nosuch"],
+        vec!["ls", "x.img", "--data", "writeback"],
+    ] {
+        let o = cjfs(&args);
+        assert_eq!(o.status.code(), Some(2), "cjfs {args:?}: {}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("panicked"));
+    }
+    let o = ok(&["--help"]);
+    let help = text(&o.stdout);
+    for c in ["mkfs", "info", "ls", "cat", "put", "get", "mkdir", "rm", "mv", "stat", "recover", "check"] {
+        assert!(help.contains(c), "--help lacks {c}");
+    }
+    for c in
+        ["mkfs", "info", "ls", "cat", "put", "get", "mkdir", "rm", "mv", "ln", "stat", "recover", "check"]
+    {
+        ok(&[c, "--help"]);
+    }
+}
+
+#[test]
+fn global_options_are_accepted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let o = cjfs_in(&["--journal", "nojournal", "put", s(&img), "-", "/nj"], b"no journal");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = cjfs_in(&["put", "--data", "journal", s(&img), "-", "/dj"], b"data journal");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(ok(&["cat", s(&img), "/nj"]).stdout, b"no journal");
+    assert_eq!(ok(&["cat", "--data", "journal", s(&img), "/dj"]).stdout, b"data journal");
+    assert_e2fsck_clean(&img);
+}
+
+#[test]
+fn recover_an_image_copied_while_mounted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "live.img", "64M");
+    let copy = dir.path().join("copy.img");
+    let payload = random_bytes(200_000, 11);
+    {
+        let dev = FileDevice::open(&img, FileDeviceOptions::default()).expect("open");
+        let fs = Fs::open(Arc::new(dev), MountOptions::default()).expect("mount");
+        let d = fs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).expect("mkdir");
+        let f = fs.create(d.ino, b"file", 0o644, 0, 0).expect("create");
+        let mut off = 0;
+        while off < payload.len() {
+            off += fs.write(f.ino, off as u64, &payload[off..]).expect("write");
+        }
+        fs.journal().force().expect("force");
+        std::fs::copy(&img, &copy).expect("copy while mounted");
+        fs.unmount().expect("unmount");
+    }
+    // Read-only commands refuse it and ask for recovery; nothing is written.
+    let before = hash_file(&copy);
+    fails(&["ls", s(&copy)], "cjfs recover");
+    fails(&["cat", s(&copy), "/dir/file"], "needs recovery");
+    fails(&["check", s(&copy)], "needs recovery");
+    assert_eq!(hash_file(&copy), before);
+    let info = text(&ok(&["info", s(&copy)]).stdout);
+    assert!(info.contains("needs-recovery"), "{info}");
+    assert!(info.contains("transaction(s) to replay"), "{info}");
+    let out = text(&ok(&["recover", s(&copy)]).stdout);
+    assert!(out.contains("replayed"), "{out}");
+    assert!(ok(&["cat", s(&copy), "/dir/file"]).stdout == payload, "recovered data differs");
+    assert!(text(&ok(&["recover", s(&copy)]).stdout).contains("clean"));
+    assert_e2fsck_clean(&copy);
+    ok(&["check", s(&copy)]);
+    // The original, unmounted cleanly, is fine too.
+    assert!(ok(&["cat", s(&img), "/dir/file"]).stdout == payload);
+}
+
+#[test]
+fn check_finds_a_damaged_extent_tree() {
+    let Some(debugfs) = tool("debugfs") else {
+        println!("SKIP: debugfs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let o = cjfs_in(&["put", s(&img), "-", "/f"], &random_bytes(100_000, 5));
+    assert!(o.status.success());
+    ok(&["check", s(&img)]);
+    // Break the extent header magic in the inode's i_block.
+    let o =
+        Command::new(debugfs).args(["-w", "-R", "sif /f block[0] 0"]).arg(&img).output().expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = cjfs(&["check", s(&img), "--no-e2fsck"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("extent"), "{}", text(&o.stdout));
+    assert!(text(&o.stderr).starts_with("cjfs: check: "), "{}", text(&o.stderr));
+}

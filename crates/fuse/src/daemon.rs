@@ -1,0 +1,376 @@
+//! The mount daemon: checks, daemonizing, the image lock, the FUSE session, and a clean
+//! unmount on `fusermount3 -u`, `umount`, SIGINT, SIGTERM and SIGHUP.
+//!
+//! Order of events:
+//! 1. in the calling process (no threads yet): resolve the image and the mount point, check
+//!    `/dev/fuse`;
+//! 2. unless `foreground`, fork: the parent waits on a pipe until the child reports the
+//!    mount ready (exit 0) or an error (its message, exit 1); the child starts a new session;
+//! 3. block SIGINT/SIGTERM/SIGHUP in the main thread, so every thread started later
+//!    inherits the mask and one dedicated thread receives them with `sigwait`;
+//! 4. lock the image (`flock(LOCK_EX | LOCK_NB)` on a descriptor held for the daemon's life),
+//!    open it (journal recovery and orphan cleanup run here), mount through fuser;
+//! 5. report ready, serve until the kernel ends the session (after any unmount), then
+//!    [`cjfs_fs::Fs::unmount`] commits, checkpoints and marks the image clean.
+//!
+//! A signal unmounts the directory (lazily if it is busy, so open files keep working until
+//! closed); the session then ends as for any other unmount.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::{DataMode, Fs, FsError};
+use cjfs_journal::JournalConfig;
+use fuser::{Config, MountOption, Session, SessionACL};
+use parking_lot::Mutex;
+
+use crate::error::{MountError, MountResult};
+use crate::filesystem::CjfsFuse;
+use crate::options::MountConfig;
+
+/// The FUSE device.
+const DEV_FUSE: &str = "/dev/fuse";
+
+/// Everything `cjfs mount` needs.
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    /// Image file or block device.
+    pub image: PathBuf,
+    /// Mount point (an existing directory).
+    pub mountpoint: PathBuf,
+    /// `-o` options.
+    pub config: MountConfig,
+    /// Journal preset when `-o journal=` is not given.
+    pub journal: JournalConfig,
+    /// Data mode when `-o data=` is not given.
+    pub data: DataMode,
+    /// Stay in the foreground (otherwise daemonize once the mount is ready).
+    pub foreground: bool,
+    /// FUSE worker threads (default: [`default_threads`]).
+    pub threads: Option<usize>,
+}
+
+impl MountRequest {
+    /// A request with default settings.
+    pub fn new(image: impl Into<PathBuf>, mountpoint: impl Into<PathBuf>) -> Self {
+        MountRequest {
+            image: image.into(),
+            mountpoint: mountpoint.into(),
+            config: MountConfig::default(),
+            journal: JournalConfig::jbd2(),
+            data: DataMode::Ordered,
+            foreground: false,
+            threads: None,
+        }
+    }
+}
+
+/// Default number of FUSE worker threads: four per core, at least 16. A worker blocks for
+/// the whole of an fsync, so more workers than cores let concurrent fsyncs share commits.
+pub fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (cores * 4).max(16)
+}
+
+/// Mount and serve until unmounted. With `foreground == false` this returns in the calling
+/// process as soon as the mount is ready (or failed), while a daemon child serves it.
+pub fn mount(req: &MountRequest) -> MountResult<()> {
+    let image = std::fs::canonicalize(&req.image)
+        .map_err(|source| MountError::Image { path: req.image.clone(), source })?;
+    let mountpoint = match std::fs::canonicalize(&req.mountpoint) {
+        Ok(p) => p,
+        Err(e) => {
+            let why = if e.kind() == std::io::ErrorKind::NotFound {
+                "does not exist".to_string()
+            } else {
+                format!("cannot be resolved: {e}")
+            };
+            return Err(MountError::Mountpoint { path: req.mountpoint.clone(), why });
+        }
+    };
+    match std::fs::metadata(&mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(MountError::Mountpoint {
+                path: req.mountpoint.clone(),
+                why: "is not a directory".into(),
+            });
+        }
+        Err(e) => return Err(MountError::Mountpoint { path: req.mountpoint.clone(), why: e.to_string() }),
+    }
+    if let Err(e) = std::fs::metadata(DEV_FUSE) {
+        return Err(MountError::NoFuse(e.to_string()));
+    }
+    if req.foreground { serve(req, &image, &mountpoint, None) } else { daemonize(req, &image, &mountpoint) }
+}
+
+/// The child's end of the readiness pipe.
+struct Ready(File);
+
+impl Ready {
+    fn ok(mut self) {
+        let _ = self.0.write_all(b"OK\n");
+    }
+    fn fail(mut self, e: &MountError) {
+        let _ = write!(self.0, "ERR {}\n{e}", e.exit_code());
+    }
+}
+
+fn last_os_error(what: &str) -> MountError {
+    MountError::Daemon(format!("{what}: {}", std::io::Error::last_os_error()))
+}
+
+fn daemonize(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<()> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(last_os_error("pipe"));
+    }
+    // SAFETY: both descriptors were just created by pipe2 and are owned here only.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the calling process has not started any thread of ours (the caller's contract:
+    // `mount` is called before any); the child only continues in Rust code it owns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(last_os_error("fork"));
+    }
+    if pid > 0 {
+        drop(wr);
+        let mut msg = String::new();
+        let _ = File::from(rd).read_to_string(&mut msg);
+        if msg.starts_with("OK") {
+            return Ok(());
+        }
+        if let Some(rest) = msg.strip_prefix("ERR ") {
+            let (code, text) = rest.split_once('\n').unwrap_or(("1", rest));
+            return Err(MountError::Reported {
+                code: code.trim().parse().unwrap_or(1),
+                message: text.to_string(),
+            });
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(MountError::Daemon(format!(
+            "the mount daemon exited before the mount was ready (wait status {status:#x})"
+        )));
+    }
+    // The child.
+    drop(rd);
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        libc::setsid();
+    }
+    let _ = std::env::set_current_dir("/");
+    let ready = Ready(File::from(wr));
+    let r = serve(req, image, mountpoint, Some(ready));
+    let code = match &r {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Point stdin, stdout and stderr at /dev/null (a daemon has no terminal).
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors, which this process owns.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
+/// Unmount `dir`: a plain unmount, lazily if busy, through `fusermount3` if we may not.
+pub fn unmount_dir(dir: &Path) -> std::io::Result<()> {
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // SAFETY: as above.
+        Some(libc::EBUSY) if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 => Ok(()),
+        Some(libc::EPERM) | Some(libc::EBUSY) => {
+            let st =
+                std::process::Command::new("fusermount3").arg("-u").arg("-z").arg("--").arg(dir).status()?;
+            if st.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!("fusermount3 -u -z failed: {st}")))
+            }
+        }
+        _ => Err(e),
+    }
+}
+
+fn lock_image(image: &Path) -> MountResult<File> {
+    let f = File::open(image).map_err(|source| MountError::Image { path: image.to_path_buf(), source })?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(MountError::Locked { path: image.to_path_buf() });
+        }
+        return Err(MountError::Image { path: image.to_path_buf(), source: e });
+    }
+    Ok(f)
+}
+
+fn kernel_flag(flag: &str) -> Option<MountOption> {
+    Some(match flag {
+        "noatime" => MountOption::NoAtime,
+        "atime" => MountOption::Atime,
+        "nodev" => MountOption::NoDev,
+        "dev" => MountOption::Dev,
+        "nosuid" => MountOption::NoSuid,
+        "suid" => MountOption::Suid,
+        "noexec" => MountOption::NoExec,
+        "exec" => MountOption::Exec,
+        "sync" => MountOption::Sync,
+        "dirsync" => MountOption::DirSync,
+        // relatime, nodiratime, ...: the kernel's defaults for FUSE are fine.
+        _ => return None,
+    })
+}
+
+fn session_config(req: &MountRequest, image: &Path, threads: usize) -> Config {
+    let c = &req.config;
+    let mut opts = vec![
+        MountOption::FSName(c.fsname.clone().unwrap_or_else(|| image.display().to_string())),
+        MountOption::Subtype("cjfs".into()),
+        // The library does not check permissions: the kernel does, from our attributes.
+        MountOption::DefaultPermissions,
+        if c.read_only { MountOption::RO } else { MountOption::RW },
+    ];
+    for f in &c.kernel_flags {
+        if let Some(o) = kernel_flag(f)
+            && !opts.contains(&o)
+        {
+            opts.push(o);
+        }
+    }
+    let mut cfg = Config::default();
+    cfg.mount_options = opts;
+    cfg.acl = if c.allow_other {
+        SessionACL::All
+    } else if c.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(threads.max(1));
+    cfg.clone_fd = true;
+    cfg
+}
+
+/// Open the image and serve it at `mountpoint` until unmounted.
+fn serve(req: &MountRequest, image: &Path, mountpoint: &Path, ready: Option<Ready>) -> MountResult<()> {
+    let set = signal_set();
+    // SAFETY: blocking signals in the calling thread; threads started later inherit the mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let r = start(req, image, mountpoint);
+    let (session, _lock) = match r {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(ready) = ready {
+                ready.fail(&e);
+            }
+            return Err(e);
+        }
+    };
+    let outcome = session.1.clone();
+    let mut session = session.0;
+    let dir = mountpoint.to_path_buf();
+    // The signal thread: the first SIGINT/SIGTERM/SIGHUP unmounts; the session then ends.
+    std::thread::Builder::new()
+        .name("cjfs-signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            // SAFETY: `set` is initialised and blocked in every thread.
+            while unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                log::info!("signal {sig}: unmounting {}", dir.display());
+                if let Err(e) = unmount_dir(&dir) {
+                    log::error!("unmounting {} after signal {sig}: {e}", dir.display());
+                }
+            }
+        })
+        .map_err(|e| MountError::Daemon(format!("signal thread: {e}")))?;
+    let daemon = ready.is_some();
+    if let Some(ready) = ready {
+        ready.ok();
+    }
+    if daemon {
+        detach_stdio();
+    }
+    // fuser unmounts on its own only when the session is dropped; keep its handle so a
+    // failed run still leaves no dead mount behind.
+    let mut unmounter = session.unmount_callable();
+    let run = session.run();
+    let _ = unmounter.unmount();
+    let unmounted = outcome.lock().take();
+    match (run, unmounted) {
+        (_, Some(Err(source))) => Err(MountError::Unmount { path: image.to_path_buf(), source }),
+        (Err(source), _) => Err(MountError::Mount { path: mountpoint.to_path_buf(), source }),
+        (Ok(()), Some(Ok(()))) => Ok(()),
+        (Ok(()), None) => Err(MountError::Unmount {
+            path: image.to_path_buf(),
+            source: FsError::Invalid("the FUSE session ended without unmounting the image".into()),
+        }),
+    }
+}
+
+type Started = ((Session<CjfsFuse>, crate::filesystem::UnmountOutcome), File);
+
+fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Started> {
+    let lock = lock_image(image)?;
+    let opts = req.config.fs_options(&req.journal, req.data);
+    let dev: Device = Arc::new(
+        FileDevice::open(
+            image,
+            FileDeviceOptions { read_only: opts.read_only, ..FileDeviceOptions::default() },
+        )
+        .map_err(|e| MountError::Fs { path: image.to_path_buf(), source: FsError::Device(e) })?,
+    );
+    let (fs, report) = Fs::open_with_report(dev, opts)
+        .map_err(|source| MountError::Fs { path: image.to_path_buf(), source })?;
+    if report.replayed_transactions > 0 || report.orphans_cleaned > 0 {
+        eprintln!(
+            "cjfs: {}: recovered: {} journal transactions ({} blocks) replayed, {} orphan inodes cleaned",
+            image.display(),
+            report.replayed_transactions,
+            report.replayed_blocks,
+            report.orphans_cleaned
+        );
+    }
+    let outcome: crate::filesystem::UnmountOutcome = Arc::new(Mutex::new(None));
+    let threads = req.threads.unwrap_or_else(default_threads);
+    let fuse = CjfsFuse::new(fs, &req.config, outcome.clone());
+    let cfg = session_config(req, image, threads);
+    // On failure fuser drops the file system, whose `destroy` unmounts the image cleanly.
+    let session = Session::new(fuse, mountpoint, &cfg)
+        .map_err(|source| MountError::Mount { path: mountpoint.to_path_buf(), source })?;
+    Ok(((session, outcome), lock))
+}

@@ -1,0 +1,950 @@
+//! The `fuser::Filesystem` implementation: every FUSE request mapped onto one library
+//! operation, with inode lifetime per the lookup/forget protocol (see [`crate::lookups`]).
+//!
+//! Requests arrive on several session threads at once (fuser's `n_threads`, one cloned
+//! `/dev/fuse` descriptor each); every method here is reentrant and takes no lock of its own
+//! besides the lookup table's shards. Errors are the library's [`FsError::errno`].
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use cjfs_fs::{Attr, FallocMode, FileType, Fs, FsError, FsResult, Ino, RenameFlags, SetAttr, XattrFlags};
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+
+use crate::convert::{entry_kind, errno, ext4_ino, file_attr, fuse_ino, time_or_now, timestamp};
+use crate::lookups::LookupTable;
+use crate::options::MountConfig;
+
+/// The virtual extended attribute that switches a file's data journalling:
+/// `setfattr -n user.cjfs.journal -v data|ordered FILE`.
+pub const JOURNAL_XATTR: &[u8] = b"user.cjfs.journal";
+
+/// ext4's per-file data journalling flag (`chattr +j`, `FS_JOURNAL_DATA_FL`).
+const JOURNAL_DATA_FL: u32 = 0x0000_4000;
+/// Flags `lsattr` may see (ext4's `EXT4_FL_USER_VISIBLE`).
+const FL_USER_VISIBLE: u32 = 0x725B_DFFF;
+/// Flags `chattr` may change (ext4's `EXT4_FL_USER_MODIFIABLE`); changes to other bits are
+/// ignored, as ext4 does.
+const FL_USER_MODIFIABLE: u32 = 0x604B_C0FF;
+
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (and their 32-bit forms, which the kernel's
+/// fileattr code uses for FUSE).
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes): the kernel reads
+/// these around every `chattr`.
+const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
+const FS_IOC_FSSETXATTR: u32 = 0x401C_5820;
+const FSXATTR_SIZE: usize = 28;
+
+/// ext4 inode flags and their `FS_XFLAG_*` equivalents (ext4's `ext4_iflags_to_xflags`).
+const XFLAG_MAP: [(u32, u32); 6] = [
+    (0x0000_0008, 0x0000_0020), // SYNC
+    (0x0000_0010, 0x0000_0008), // IMMUTABLE
+    (0x0000_0020, 0x0000_0010), // APPEND
+    (0x0000_0040, 0x0000_0080), // NODUMP
+    (0x0000_0080, 0x0000_0040), // NOATIME
+    (0x2000_0000, 0x0000_0200), // PROJINHERIT
+];
+
+fn xflags_of(flags: u32) -> u32 {
+    XFLAG_MAP.iter().filter(|(f, _)| flags & f != 0).fold(0, |x, (_, xf)| x | xf)
+}
+
+/// Largest write (and read) request asked of the kernel.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// How many times a lookup is retried when the inode it found was freed under it.
+const LOOKUP_RETRIES: usize = 16;
+
+/// Directory entries fetched from the library per batch while filling a readdir reply.
+const READDIR_BATCH: usize = 128;
+
+/// What unmounting the library returned, filled in by `destroy`.
+pub type UnmountOutcome = Arc<Mutex<Option<FsResult<()>>>>;
+
+/// A mounted cjfs file system served over FUSE.
+pub struct CjfsFuse {
+    fs: Fs,
+    lookups: LookupTable,
+    attr_ttl: Duration,
+    entry_ttl: Duration,
+    writeback_cache: bool,
+    outcome: UnmountOutcome,
+    destroyed: bool,
+    /// When the session started (for `last_remove`).
+    epoch: Instant,
+    /// Milliseconds after `epoch` of the last unlink, rmdir or rename.
+    last_remove: AtomicU64,
+    /// Forget and release requests being handled right now.
+    frees_in_flight: AtomicUsize,
+}
+
+/// How long after a removal an ENOSPC is retried (see [`CjfsFuse::retry_nospc`]).
+const NOSPC_GRACE: Duration = Duration::from_secs(2);
+/// Retries of an ENOSPC while space may still be coming back, and the pause between them.
+const NOSPC_RETRIES: u32 = 10;
+const NOSPC_PAUSE: Duration = Duration::from_millis(20);
+
+impl std::fmt::Debug for CjfsFuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CjfsFuse")
+            .field("fs", &self.fs)
+            .field("writeback_cache", &self.writeback_cache)
+            .finish()
+    }
+}
+
+fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+macro_rules! ino_or_reply {
+    ($n:expr, $reply:expr) => {
+        match ext4_ino($n) {
+            Ok(i) => i,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
+macro_rules! try_reply {
+    ($r:expr, $reply:expr) => {
+        match $r {
+            Ok(v) => v,
+            Err(e) => return $reply.error(errno(&e)),
+        }
+    };
+}
+
+impl CjfsFuse {
+    /// Serve `fs` with the caching settings of `cfg`. `outcome` receives the result of
+    /// [`Fs::unmount`] when the session ends.
+    pub fn new(fs: Fs, cfg: &MountConfig, outcome: UnmountOutcome) -> Self {
+        CjfsFuse {
+            fs,
+            lookups: LookupTable::new(),
+            attr_ttl: cfg.attr_timeout,
+            entry_ttl: cfg.entry_timeout,
+            writeback_cache: cfg.writeback_cache && !cfg.read_only,
+            outcome,
+            destroyed: false,
+            epoch: Instant::now(),
+            last_remove: AtomicU64::new(0),
+            frees_in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn note_remove(&self) {
+        self.last_remove.store(self.epoch.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+    }
+
+    /// Run an allocating operation, retrying an ENOSPC for a short while when space may be
+    /// on its way back: the kernel sends the release of a closed file and the forget of an
+    /// unlinked inode asynchronously, so a program that deletes a file and then writes can
+    /// find the daemon still holding the deleted file's blocks (ext4 frees them before
+    /// `unlink` returns). Only right after a removal, or while a release or forget is being
+    /// handled; otherwise ENOSPC is returned at once.
+    fn retry_nospc<T>(&self, mut op: impl FnMut() -> FsResult<T>) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            let r = op();
+            let Err(FsError::NoSpace(_)) = &r else { return r };
+            let last = self.last_remove.load(Ordering::Relaxed);
+            let recent =
+                last != 0 && self.epoch.elapsed().as_millis() as u64 <= last + NOSPC_GRACE.as_millis() as u64;
+            if tries >= NOSPC_RETRIES || !(recent || self.frees_in_flight.load(Ordering::Relaxed) > 0) {
+                return r;
+            }
+            tries += 1;
+            std::thread::sleep(NOSPC_PAUSE);
+        }
+    }
+
+    /// Release a library open (a file handle or the kernel's last reference).
+    fn release_counted(&self, ino: Ino) -> FsResult<()> {
+        self.frees_in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = self.fs.release(ino);
+        self.frees_in_flight.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, a: &Attr) {
+        reply.entry_with_ttls(
+            &self.attr_ttl,
+            &self.entry_ttl,
+            &file_attr(a),
+            Generation(u64::from(a.generation)),
+        );
+    }
+
+    /// Reply to a request that made a new name for an inode (create, mknod, mkdir, symlink,
+    /// link): the kernel now holds one more reference.
+    fn reply_new(&self, reply: ReplyEntry, made: FsResult<Attr>) {
+        let a = try_reply!(made, reply);
+        let a = try_reply!(self.lookups.acquire(&self.fs, a), reply);
+        self.reply_entry(reply, &a);
+    }
+
+    /// Look `name` up and count the kernel's reference, retrying when the inode found was
+    /// freed (and perhaps reused) before it could be held.
+    fn lookup_acquire(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        let mut last = None;
+        for _ in 0..LOOKUP_RETRIES {
+            let a = self.fs.lookup(parent, name)?;
+            match self.lookups.acquire(&self.fs, a) {
+                Ok(a) => return Ok(a),
+                Err(e @ (FsError::NotFound(_) | FsError::Stale(_))) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned())))
+    }
+
+    /// Owner of a new inode in `parent`: the caller, with the group of a set-group-ID
+    /// directory (whose subdirectories inherit the bit).
+    fn owner(&self, req: &Request, parent: Ino) -> FsResult<(u32, u32, bool)> {
+        let p = self.fs.getattr(parent)?;
+        if p.perm & 0o2000 != 0 { Ok((req.uid(), p.gid, true)) } else { Ok((req.uid(), req.gid(), false)) }
+    }
+
+    /// Open an inode the kernel already holds (a file handle's library open).
+    fn open_handle(&self, ino: Ino, flags: i32) -> FsResult<Attr> {
+        let a = self.fs.open_file(ino)?;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if flags & libc::O_TRUNC != 0 && writable && a.kind == FileType::Regular && a.size > 0 {
+            let set = SetAttr { size: Some(0), ..SetAttr::default() };
+            if let Err(e) = self.fs.setattr(ino, &set) {
+                let _ = self.fs.release(ino);
+                return Err(e);
+            }
+        }
+        Ok(a)
+    }
+
+    fn file_open_flags(&self) -> FopenFlags {
+        // One writer (this daemon) and every change goes through the kernel, so its page cache
+        // stays valid across opens.
+        FopenFlags::FOPEN_KEEP_CACHE
+    }
+
+    fn set_journal_mode(&self, ino: Ino, value: &[u8]) -> FsResult<()> {
+        let v = value.strip_suffix(b"\0").unwrap_or(value);
+        let v = v.strip_suffix(b"\n").unwrap_or(v);
+        match v {
+            b"data" | b"journal" => self.fs.set_journal_data(ino, true),
+            b"ordered" => self.fs.set_journal_data(ino, false),
+            _ => Err(FsError::Invalid(format!(
+                "{}: value must be \"data\" or \"ordered\", not {:?}",
+                String::from_utf8_lossy(JOURNAL_XATTR),
+                String::from_utf8_lossy(v)
+            ))),
+        }
+    }
+
+    fn kill_suid_sgid(&self, ino: Ino) -> FsResult<()> {
+        let a = self.fs.getattr(ino)?;
+        let mut perm = u32::from(a.perm);
+        let mut clear = 0o4000;
+        // As the kernel does: setgid without group execute means mandatory locking, kept.
+        if perm & 0o2010 == 0o2010 {
+            clear |= 0o2000;
+        }
+        if perm & clear != 0 {
+            perm &= !clear;
+            self.fs.setattr(ino, &SetAttr { mode: Some(perm), ..SetAttr::default() })?;
+        }
+        Ok(())
+    }
+}
+
+/// Reply to an xattr request with `size` probing semantics: size 0 asks for the length,
+/// a buffer too small is `ERANGE`.
+fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
+    }
+}
+
+impl Filesystem for CjfsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        if self.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let supported = want & config.capabilities();
+        if !supported.contains(InitFlags::FUSE_WRITEBACK_CACHE) && self.writeback_cache {
+            log::warn!("the kernel does not offer the writeback cache; writing through");
+            self.writeback_cache = false;
+        }
+        let _ = config.add_capabilities(supported);
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(MAX_WRITE) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        self.destroyed = true;
+        let r = self.fs.clone().unmount();
+        if let Err(e) = &r {
+            log::error!("unmount: {e}");
+        }
+        *self.outcome.lock() = Some(r);
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = ino_or_reply!(parent, reply);
+        match self.lookup_acquire(parent, name_bytes(name)) {
+            Ok(a) => self.reply_entry(reply, &a),
+            Err(FsError::NotFound(_)) => {
+                // A negative entry the kernel may cache: every change goes through it.
+                let mut none = file_attr(&self.fs.getattr(parent).unwrap_or_else(|_| dummy_attr(parent)));
+                none.ino = INodeNo(0);
+                reply.entry_with_ttls(&Duration::ZERO, &self.entry_ttl, &none, Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Ok(ino) = ext4_ino(ino) {
+            self.frees_in_flight.fetch_add(1, Ordering::Relaxed);
+            self.lookups.forget(&self.fs, ino, nlookup);
+            self.frees_in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino_or_reply!(ino, reply);
+        let a = try_reply!(self.fs.getattr(ino), reply);
+        reply.attr(&self.attr_ttl, &file_attr(&a));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing set-user/group-ID to us (fuser
+        // does not pass FATTR_KILL_SUIDGID): chown always clears them on non-directories, a
+        // truncate by an unprivileged caller too, as the VFS does for ext4.
+        if mode.is_none() && (uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0)) {
+            let a = try_reply!(self.fs.getattr(ino), reply);
+            if a.kind != FileType::Directory {
+                try_reply!(self.kill_suid_sgid(ino), reply);
+            }
+        }
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(timestamp),
+        };
+        let a = if set == SetAttr::default() { self.fs.getattr(ino) } else { self.fs.setattr(ino, &set) };
+        let a = try_reply!(a, reply);
+        reply.attr(&self.attr_ttl, &file_attr(&a));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = ino_or_reply!(ino, reply);
+        let t = try_reply!(self.fs.readlink(ino), reply);
+        reply.data(&t);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino_or_reply!(parent, reply);
+        let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
+        let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
+        self.reply_new(
+            reply,
+            self.retry_nospc(|| self.fs.mknod(parent, name_bytes(name), mode, rdev, uid, gid)),
+        );
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let parent = ino_or_reply!(parent, reply);
+        let (uid, gid, sgid) = try_reply!(self.owner(req, parent), reply);
+        let mut perm = mode & 0o7777 & !umask;
+        if sgid {
+            perm |= 0o2000;
+        }
+        self.reply_new(reply, self.retry_nospc(|| self.fs.mkdir(parent, name_bytes(name), perm, uid, gid)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino_or_reply!(parent, reply);
+        try_reply!(self.fs.unlink(parent, name_bytes(name)), reply);
+        self.note_remove();
+        reply.ok();
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino_or_reply!(parent, reply);
+        try_reply!(self.fs.rmdir(parent, name_bytes(name)), reply);
+        self.note_remove();
+        reply.ok();
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let parent = ino_or_reply!(parent, reply);
+        let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
+        let target = target.as_os_str().as_bytes();
+        let made = self.retry_nospc(|| self.fs.symlink(parent, name_bytes(link_name), target, uid, gid));
+        self.reply_new(reply, made);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let parent = ino_or_reply!(parent, reply);
+        let newparent = ino_or_reply!(newparent, reply);
+        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let f = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        if f.noreplace && f.exchange {
+            return reply.error(Errno::EINVAL);
+        }
+        try_reply!(self.fs.rename(parent, name_bytes(name), newparent, name_bytes(newname), f), reply);
+        self.note_remove();
+        reply.ok();
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let ino = ino_or_reply!(ino, reply);
+        let newparent = ino_or_reply!(newparent, reply);
+        self.reply_new(reply, self.retry_nospc(|| self.fs.link(ino, newparent, name_bytes(newname))));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino_or_reply!(ino, reply);
+        let a = try_reply!(self.open_handle(ino, flags.0), reply);
+        if flags.0 & libc::O_TRUNC != 0
+            && req.uid() != 0
+            && a.kind == FileType::Regular
+            && let Err(e) = self.kill_suid_sgid(ino)
+        {
+            let _ = self.fs.release(ino);
+            return reply.error(errno(&e));
+        }
+        reply.opened(FileHandle(0), self.file_open_flags());
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        let mut buf = vec![0u8; size as usize];
+        let n = try_reply!(self.fs.read(ino, offset, &mut buf), reply);
+        reply.data(&buf[..n]);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            try_reply!(self.kill_suid_sgid(ino), reply);
+        }
+        let n = try_reply!(self.retry_nospc(|| self.fs.write(ino, offset, data)), reply);
+        reply.written(n as u32);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is buffered here: data reaches the library on every write request.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        try_reply!(self.release_counted(ino), reply);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let ino = ino_or_reply!(ino, reply);
+        try_reply!(self.fs.fsync(ino, datasync), reply);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino_or_reply!(ino, reply);
+        let a = try_reply!(self.fs.open_file(ino), reply);
+        if a.kind != FileType::Directory {
+            let _ = self.fs.release(ino);
+            return reply.error(Errno::ENOTDIR);
+        }
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let ino = ino_or_reply!(ino, reply);
+        let mut off = offset;
+        loop {
+            let ents = try_reply!(self.fs.readdir(ino, off, READDIR_BATCH), reply);
+            if ents.is_empty() {
+                break;
+            }
+            for e in ents {
+                let full =
+                    reply.add(fuse_ino(e.ino), e.next_offset, entry_kind(e.kind), OsStr::from_bytes(&e.name));
+                if full {
+                    return reply.ok();
+                }
+                off = e.next_offset;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = ino_or_reply!(ino, reply);
+        let mut off = offset;
+        loop {
+            let ents = try_reply!(self.fs.readdir(dir, off, READDIR_BATCH), reply);
+            if ents.is_empty() {
+                break;
+            }
+            for e in ents {
+                let name = OsStr::from_bytes(&e.name);
+                off = e.next_offset;
+                if e.name == b"." || e.name == b".." {
+                    // The kernel neither links nor counts these.
+                    let a = self.fs.getattr(e.ino).unwrap_or_else(|_| dummy_attr(e.ino));
+                    let full = reply.add(
+                        fuse_ino(e.ino),
+                        e.next_offset,
+                        name,
+                        &self.entry_ttl,
+                        &file_attr(&a),
+                        Generation(0),
+                    );
+                    if full {
+                        return reply.ok();
+                    }
+                    continue;
+                }
+                // Hold the inode before handing it out; skip entries removed meanwhile.
+                let Ok(a) = self.fs.getattr(e.ino).and_then(|a| self.lookups.acquire(&self.fs, a)) else {
+                    continue;
+                };
+                let full = reply.add(
+                    fuse_ino(e.ino),
+                    e.next_offset,
+                    name,
+                    &self.entry_ttl,
+                    &file_attr(&a),
+                    Generation(u64::from(a.generation)),
+                );
+                if full {
+                    // Not sent: the kernel will not count it.
+                    self.lookups.forget(&self.fs, a.ino, 1);
+                    return reply.ok();
+                }
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        try_reply!(self.release_counted(ino), reply);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let ino = ino_or_reply!(ino, reply);
+        try_reply!(self.fs.fsync(ino, datasync), reply);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        let name = name_bytes(name);
+        if name == JOURNAL_XATTR {
+            try_reply!(self.set_journal_mode(ino, value), reply);
+            return reply.ok();
+        }
+        let flags = match flags {
+            0 => XattrFlags::Any,
+            libc::XATTR_CREATE => XattrFlags::Create,
+            libc::XATTR_REPLACE => XattrFlags::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        try_reply!(self.retry_nospc(|| self.fs.setxattr(ino, name, value, flags)), reply);
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ino = ino_or_reply!(ino, reply);
+        let name = name_bytes(name);
+        if name == JOURNAL_XATTR {
+            let a = try_reply!(self.fs.getattr(ino), reply);
+            let v: &[u8] = if a.flags & JOURNAL_DATA_FL != 0 { b"data" } else { b"ordered" };
+            return reply_xattr(reply, size, v);
+        }
+        let v = try_reply!(self.fs.getxattr(ino, name), reply);
+        reply_xattr(reply, size, &v);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ino = ino_or_reply!(ino, reply);
+        let names = try_reply!(self.fs.listxattr(ino), reply);
+        let mut buf = Vec::new();
+        for n in names {
+            buf.extend_from_slice(&n);
+            buf.push(0);
+        }
+        reply_xattr(reply, size, &buf);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ino = ino_or_reply!(ino, reply);
+        let name = name_bytes(name);
+        if name == JOURNAL_XATTR {
+            try_reply!(self.fs.set_journal_data(ino, false), reply);
+            return reply.ok();
+        }
+        try_reply!(self.fs.removexattr(ino, name), reply);
+        reply.ok();
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ino = ino_or_reply!(ino, reply);
+        let a = try_reply!(self.fs.getattr(ino), reply);
+        let want = mask.bits() & 0o7;
+        if want == 0 {
+            return reply.ok();
+        }
+        let perm = u32::from(a.perm);
+        let ok = if req.uid() == 0 {
+            // Root may do anything but execute a file nobody may execute.
+            want & libc::X_OK == 0 || a.kind == FileType::Directory || perm & 0o111 != 0
+        } else {
+            let bits = if req.uid() == a.uid {
+                perm >> 6
+            } else if req.gid() == a.gid {
+                perm >> 3
+            } else {
+                perm
+            } & 0o7;
+            bits & want as u32 == want as u32
+        };
+        if ok { reply.ok() } else { reply.error(Errno::EACCES) }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let parent = ino_or_reply!(parent, reply);
+        let name = name_bytes(name);
+        let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
+        let perm = mode & 0o7777 & !umask;
+        let mut last = FsError::NotFound(String::from_utf8_lossy(name).into_owned());
+        for _ in 0..LOOKUP_RETRIES {
+            let (held, fresh) = match self.retry_nospc(|| self.fs.create(parent, name, perm, uid, gid)) {
+                Ok(a) => (try_reply!(self.lookups.acquire(&self.fs, a), reply), true),
+                // The kernel thought the name free; without O_EXCL open what is there now.
+                Err(FsError::Exists(_)) if flags & libc::O_EXCL == 0 => {
+                    match self.lookup_acquire(parent, name) {
+                        Ok(a) => (a, false),
+                        Err(e @ FsError::NotFound(_)) => {
+                            last = e;
+                            continue;
+                        }
+                        Err(e) => return reply.error(errno(&e)),
+                    }
+                }
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if held.kind == FileType::Directory {
+                self.lookups.forget(&self.fs, held.ino, 1);
+                return reply.error(Errno::EISDIR);
+            }
+            let open_flags = if fresh { flags & !libc::O_TRUNC } else { flags };
+            let a = match self.open_handle(held.ino, open_flags) {
+                Ok(_) => self.fs.getattr(held.ino).unwrap_or(held.clone()),
+                Err(e) => {
+                    self.lookups.forget(&self.fs, held.ino, 1);
+                    return reply.error(errno(&e));
+                }
+            };
+            return reply.created(
+                &self.entry_ttl,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(0),
+                self.file_open_flags(),
+            );
+        }
+        reply.error(errno(&last));
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
+                let a = try_reply!(self.fs.getattr(ino), reply);
+                let flags = a.flags & FL_USER_VISIBLE;
+                let n = (out_size as usize).min(4);
+                reply.ioctl(0, &flags.to_ne_bytes()[..n]);
+            }
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                let Some(raw) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let new = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
+                let a = try_reply!(self.fs.getattr(ino), reply);
+                let changed = (new ^ a.flags) & FL_USER_MODIFIABLE;
+                if changed & !JOURNAL_DATA_FL != 0 {
+                    // Only data journalling is implemented among the chattr flags.
+                    return reply.error(Errno::EOPNOTSUPP);
+                }
+                if changed & JOURNAL_DATA_FL != 0 {
+                    try_reply!(self.fs.set_journal_data(ino, new & JOURNAL_DATA_FL != 0), reply);
+                }
+                reply.ioctl(0, &[]);
+            }
+            FS_IOC_FSGETXATTR => {
+                let a = try_reply!(self.fs.getattr(ino), reply);
+                let mut out = [0u8; FSXATTR_SIZE];
+                out[..4].copy_from_slice(&xflags_of(a.flags).to_ne_bytes());
+                let n = (out_size as usize).min(FSXATTR_SIZE);
+                reply.ioctl(0, &out[..n]);
+            }
+            FS_IOC_FSSETXATTR => {
+                let Some(raw) = in_data.get(..FSXATTR_SIZE) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let a = try_reply!(self.fs.getattr(ino), reply);
+                let word = |i: usize| u32::from_ne_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+                // Extent size hints and project ids are not supported; flags only as they are.
+                if word(0) != xflags_of(a.flags) || word(4) != 0 || word(12) != 0 {
+                    return reply.error(Errno::EOPNOTSUPP);
+                }
+                reply.ioctl(0, &[]);
+            }
+            _ => reply.error(Errno::ENOTTY),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let m = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 if keep => FallocMode::KeepSize,
+            0 => FallocMode::Allocate,
+            libc::FALLOC_FL_PUNCH_HOLE if keep => FallocMode::PunchHole,
+            libc::FALLOC_FL_PUNCH_HOLE => return reply.error(Errno::EINVAL),
+            libc::FALLOC_FL_ZERO_RANGE => FallocMode::ZeroRange { keep_size: keep },
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        try_reply!(self.retry_nospc(|| self.fs.fallocate(ino, m, offset, length)), reply);
+        reply.ok();
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let ino = ino_or_reply!(ino, reply);
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            // The kernel resolves SEEK_SET/CUR/END itself.
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match try_reply!(self.fs.seek_data_hole(ino, off, data), reply) {
+            Some(o) => reply.offset(o as i64),
+            None => reply.error(Errno::ENXIO),
+        }
+    }
+}
+
+/// Attributes for an entry whose inode cannot be read (only its number and type matter).
+fn dummy_attr(ino: Ino) -> Attr {
+    let t = cjfs_fs::Timestamp::new(0, 0);
+    Attr {
+        ino,
+        kind: FileType::Directory,
+        perm: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        blocks: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        rdev: 0,
+        flags: 0,
+        generation: 0,
+    }
+}

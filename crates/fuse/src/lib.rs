@@ -1,0 +1,63 @@
+//! FUSE front end of cjfs: `cjfs mount IMG DIR` serves an ext4 image through the kernel, so
+//! ordinary programs (databases, mail servers, git, compilers, test suites) use it like any
+//! other file system, with cjfs's journal keeping their data safe across a crash.
+//!
+//! * [`daemon::mount`] does the whole job: checks, daemonizing, the image lock, recovery,
+//!   the FUSE session, a clean unmount (commit, checkpoint, image marked clean) on
+//!   `fusermount3 -u`, `umount`, SIGINT, SIGTERM or SIGHUP.
+//! * [`CjfsFuse`] maps every FUSE request onto one library operation; a lookup table keeps the
+//!   kernel's inode references (the lookup/forget protocol, module `lookups`), so an unlinked file stays usable
+//!   while the kernel still holds it and sits on the on-disk orphan list meanwhile.
+//! * [`MountConfig`] parses `-o` options.
+//!
+//! The session is multithreaded: fuser's `n_threads` workers, each reading its own cloned
+//! `/dev/fuse` descriptor (`clone_fd`), by default four per core and at least 16 (a worker
+//! blocks for a whole fsync, so more workers than cores let concurrent fsyncs share one
+//! journal commit). fuser mounts without libfuse: the `mount` system call as root, the
+//! `fusermount3` helper otherwise.
+//!
+//! # Caching, and why it keeps fsync semantics
+//!
+//! * **Writeback cache on** (`-o nowriteback` turns it off). The kernel keeps written pages
+//!   in its page cache and sends them in large batches; `fsync`/`fdatasync` first write back
+//!   and wait for every dirty page of the file, then send FUSE_FSYNC, which commits (and
+//!   flushes) cjfs's journal before replying. So a returned fsync means durable, exactly as
+//!   on ext4. The price, also as on a kernel file system with delayed allocation: an error
+//!   found while writing back (ENOSPC on a full image, EIO) is reported by the next `fsync`
+//!   or `close` of the file, not by the `write` call that buffered the data. `O_SYNC`/
+//!   `O_DSYNC` writes are synced before `write` returns.
+//! * **Attribute and entry timeouts of 1 s** (`-o attr_timeout=`, `entry_timeout=`), and
+//!   negative entries cached for the entry timeout. The daemon is the image's only user
+//!   (the image is locked) and every change goes through the kernel, which invalidates its
+//!   own caches as it makes them, so longer timeouts would also be safe; 1 s keeps `stat`
+//!   output fresh if the image is ever changed underneath.
+//! * **`FOPEN_KEEP_CACHE`**: cached pages survive close and reopen, for the same reason.
+//! * **Big requests**: `max_write` and `max_readahead` of 1 MiB (with `FUSE_MAX_PAGES`),
+//!   64 background requests, parallel directory operations (`FUSE_PARALLEL_DIROPS`: lookups
+//!   and readdirs in one directory run concurrently; the library has per-inode locks),
+//!   readdirplus, cached symlinks.
+//! * **`FUSE_HANDLE_KILLPRIV_V2`**: the daemon clears set-user/group-ID bits on write,
+//!   truncate and chown, so the kernel does not send a `security.capability` getxattr before
+//!   every write.
+//!
+//! Permissions are checked by the kernel (`default_permissions`) from the attributes the
+//! daemon returns; `access` is still answered for completeness.
+//!
+//! # Per-file data journalling
+//!
+//! `chattr +j FILE` (the kernel passes FS_IOC_SETFLAGS to the daemon) and
+//! `setfattr -n user.cjfs.journal -v data|ordered FILE` (works everywhere) switch a file
+//! between data journalling and ordered mode; `getfattr -n user.cjfs.journal` and `lsattr`
+//! show the mode. The attribute is virtual: it is not stored or listed.
+
+mod convert;
+pub mod daemon;
+pub mod error;
+pub mod filesystem;
+mod lookups;
+pub mod options;
+
+pub use daemon::{MountRequest, default_threads, mount, unmount_dir};
+pub use error::{MountError, MountResult};
+pub use filesystem::{CjfsFuse, JOURNAL_XATTR, MAX_WRITE};
+pub use options::MountConfig;

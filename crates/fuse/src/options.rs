@@ -1,0 +1,240 @@
+//! `-o` mount options: the file system's own (`data=`, `journal=`, `commit=`, caching) and
+//! the generic ones `mount(8)` and fstab pass to a helper (`rw`, `nosuid`, `noauto`, ...).
+
+use std::time::Duration;
+
+use cjfs_fs::{DataMode, MountOptions};
+use cjfs_journal::JournalConfig;
+
+use crate::error::{MountError, MountResult};
+
+/// Default attribute and entry cache timeout.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
+
+/// Everything a mount is configured with, parsed from `-o a,b=c,...`.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Mount read-only (nothing is written to the image, not even recovery).
+    pub read_only: bool,
+    /// Default data mode (`data=ordered|journal`).
+    pub data: Option<DataMode>,
+    /// Journal preset (`journal=PRESET`); `None` keeps the caller's default.
+    pub journal: Option<JournalConfig>,
+    /// Commit interval (`commit=SECS`).
+    pub commit: Option<Duration>,
+    /// Buffer cache size in 4 KiB blocks (`cache_blocks=N`).
+    pub cache_blocks: Option<usize>,
+    /// Let other users access the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Let root access the mount (`allow_root`).
+    pub allow_root: bool,
+    /// Kernel page cache in writeback mode (`writeback` / `nowriteback`).
+    pub writeback_cache: bool,
+    /// Attribute cache timeout (`attr_timeout=SECS`).
+    pub attr_timeout: Duration,
+    /// Directory entry cache timeout (`entry_timeout=SECS`).
+    pub entry_timeout: Duration,
+    /// Generic kernel mount flags that are passed on (`noatime`, `nosuid`, `dirsync`, ...).
+    pub kernel_flags: Vec<String>,
+    /// Source name shown in `/proc/mounts` (`fsname=`), the image path by default.
+    pub fsname: Option<String>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            read_only: false,
+            data: None,
+            journal: None,
+            commit: None,
+            cache_blocks: None,
+            allow_other: false,
+            allow_root: false,
+            writeback_cache: true,
+            attr_timeout: DEFAULT_TTL,
+            entry_timeout: DEFAULT_TTL,
+            kernel_flags: Vec::new(),
+            fsname: None,
+        }
+    }
+}
+
+/// Options that only matter to `mount(8)`/fstab and are accepted and ignored.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "nofail",
+    "_netdev",
+    "owner",
+    "group",
+    "default_permissions",
+    "async",
+];
+
+/// Generic flags handed to the kernel as they are.
+const KERNEL_FLAGS: &[&str] = &[
+    "atime",
+    "noatime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "sync",
+    "dirsync",
+];
+
+fn parse_secs(key: &str, v: &str) -> MountResult<Duration> {
+    let secs: f64 =
+        v.parse().map_err(|_| MountError::BadOption(format!("{key}={v}: expected a number of seconds")))?;
+    if !(0.0..=86_400.0 * 365.0).contains(&secs) {
+        return Err(MountError::BadOption(format!("{key}={v}: out of range")));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl MountConfig {
+    /// Parse a comma-separated option list (several `-o` lists may be parsed into one
+    /// config, later options win).
+    pub fn parse_into(&mut self, list: &str) -> MountResult<()> {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            fn need<'a>(key: &str, v: Option<&'a str>) -> MountResult<&'a str> {
+                v.filter(|v| !v.is_empty())
+                    .ok_or_else(|| MountError::BadOption(format!("{key} needs a value ({key}=...)")))
+            }
+            match key {
+                "ro" => self.read_only = true,
+                "rw" => self.read_only = false,
+                "data" => {
+                    let v = need(key, val)?;
+                    self.data =
+                        Some(v.parse().map_err(|e: String| MountError::BadOption(format!("data={v}: {e}")))?);
+                }
+                "journal" => {
+                    let v = need(key, val)?;
+                    self.journal = Some(JournalConfig::preset(v).ok_or_else(|| {
+                        MountError::BadOption(format!(
+                            "journal={v}: unknown preset (one of {})",
+                            JournalConfig::all_preset_names().join(", ")
+                        ))
+                    })?);
+                }
+                "commit" => {
+                    let d = parse_secs(key, need(key, val)?)?;
+                    if d.is_zero() {
+                        return Err(MountError::BadOption("commit=0: the interval must be positive".into()));
+                    }
+                    self.commit = Some(d);
+                }
+                "cache_blocks" => {
+                    let v = need(key, val)?;
+                    self.cache_blocks = Some(v.parse().map_err(|_| {
+                        MountError::BadOption(format!("cache_blocks={v}: expected a number of 4 KiB blocks"))
+                    })?);
+                }
+                "allow_other" => self.allow_other = true,
+                "allow_root" => self.allow_root = true,
+                "writeback" | "writeback_cache" => self.writeback_cache = true,
+                "nowriteback" | "no_writeback_cache" => self.writeback_cache = false,
+                "attr_timeout" => self.attr_timeout = parse_secs(key, need(key, val)?)?,
+                "entry_timeout" => self.entry_timeout = parse_secs(key, need(key, val)?)?,
+                "fsname" => self.fsname = Some(need(key, val)?.to_string()),
+                "subtype" => {}
+                k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
+                k if KERNEL_FLAGS.contains(&k) => {
+                    if val.is_some() {
+                        return Err(MountError::BadOption(format!("{opt}: {k} takes no value")));
+                    }
+                    self.kernel_flags.push(k.to_string());
+                }
+                _ => {
+                    return Err(MountError::BadOption(format!(
+                        "unknown option {opt:?} (known: ro, rw, data=ordered|journal, journal=PRESET, \
+                         commit=SECS, cache_blocks=N, allow_other, allow_root, writeback, nowriteback, \
+                         attr_timeout=SECS, entry_timeout=SECS, fsname=NAME, and generic mount flags)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Parse one comma-separated option list.
+    pub fn parse(list: &str) -> MountResult<MountConfig> {
+        let mut c = MountConfig::default();
+        c.parse_into(list)?;
+        Ok(c)
+    }
+
+    /// The library's mount options: these settings over the caller's defaults.
+    pub fn fs_options(&self, default_journal: &JournalConfig, default_data: DataMode) -> MountOptions {
+        let mut journal = self.journal.clone().unwrap_or_else(|| default_journal.clone());
+        if let Some(c) = self.commit {
+            journal.commit_interval = c;
+        }
+        let mut o = MountOptions {
+            journal,
+            data: self.data.unwrap_or(default_data),
+            read_only: self.read_only,
+            ..MountOptions::default()
+        };
+        if let Some(n) = self.cache_blocks {
+            o.cache_blocks = n;
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fs_options() {
+        let c =
+            MountConfig::parse("ro,data=journal,journal=jbd2,commit=2.5,allow_other,nowriteback").unwrap();
+        assert!(c.read_only && c.allow_other && !c.writeback_cache);
+        assert_eq!(c.data, Some(DataMode::Journal));
+        assert_eq!(c.commit, Some(Duration::from_millis(2500)));
+        let o = c.fs_options(&JournalConfig::jbd2(), DataMode::Ordered);
+        assert_eq!(o.journal.commit_interval, Duration::from_millis(2500));
+        assert!(o.read_only);
+    }
+
+    #[test]
+    fn accepts_fstab_noise_and_passes_kernel_flags() {
+        let c =
+            MountConfig::parse("defaults,noauto,user,x-systemd.automount,noatime,nosuid,_netdev").unwrap();
+        assert_eq!(c.kernel_flags, vec!["noatime".to_string(), "nosuid".to_string()]);
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        for bad in ["data=fast", "journal=nope", "commit=0", "commit=x", "bogus", "data", "noatime=1"] {
+            let e = MountConfig::parse(bad).unwrap_err();
+            assert!(matches!(e, MountError::BadOption(_)), "{bad}: {e}");
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn later_options_win() {
+        let mut c = MountConfig::parse("ro").unwrap();
+        c.parse_into("rw,writeback").unwrap();
+        assert!(!c.read_only && c.writeback_cache);
+    }
+}

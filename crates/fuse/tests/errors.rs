@@ -1,0 +1,131 @@
+//! Failures give a clear one-line message and a non-zero exit: a corrupt image, a missing
+//! mount point, an image already mounted (the lock), no `/dev/fuse`, bad options; a full
+//! image gives the writer ENOSPC while the daemon keeps serving.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::process::Command;
+
+use common::*;
+
+fn mount_fails(args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let out = Command::new(CJFS_MOUNT).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn clear_errors_and_nonzero_exit() {
+    if skip("clear_errors_and_nonzero_exit", &[]) {
+        return;
+    }
+    let s = Scratch::new(128 << 20);
+    // A missing mount point.
+    let missing = s.dir.path().join("nope");
+    let (code, err) = mount_fails(&[s.image.as_os_str(), missing.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("mount point does not exist"), "{err}");
+    // A missing image.
+    let (code, err) = mount_fails(&[missing.as_os_str(), s.mnt.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot open the image"), "{err}");
+    // Bad options are usage errors.
+    let (code, err) =
+        mount_fails(&[s.image.as_os_str(), s.mnt.as_os_str(), "-o".as_ref(), "data=fast".as_ref()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("data=fast"), "{err}");
+    // A corrupt image (superblock magic destroyed).
+    let bad = s.dir.path().join("bad.img");
+    fs::copy(&s.image, &bad).unwrap();
+    let mut f = OpenOptions::new().write(true).open(&bad).unwrap();
+    f.seek(SeekFrom::Start(1024 + 0x38)).unwrap();
+    f.write_all(&[0, 0]).unwrap();
+    drop(f);
+    let (code, err) = mount_fails(&[bad.as_os_str(), s.mnt.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("bad.img") && err.contains("magic"), "{err}");
+    assert!(!is_mounted(&s.mnt));
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    // Already mounted: the second mount of the image fails on the lock, daemon or not.
+    let m = s.mount("");
+    let other = s.dir.path().join("mnt2");
+    fs::create_dir(&other).unwrap();
+    for extra in [&[][..], &["--foreground".as_ref()][..]] {
+        let mut args = vec![s.image.as_os_str(), other.as_os_str()];
+        args.extend_from_slice(extra);
+        let (code, err) = mount_fails(&args);
+        assert_eq!(code, 1);
+        assert!(err.contains("already in use"), "{err}");
+        assert!(!is_mounted(&other));
+    }
+    m.unmount();
+    e2fsck_clean(&s.image);
+}
+
+#[test]
+fn no_dev_fuse() {
+    if skip("no_dev_fuse", &["unshare"]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    // A private mount namespace whose /dev has no fuse device.
+    let script =
+        format!("mount -t tmpfs none /dev && exec {} {} {}", CJFS_MOUNT, s.image.display(), s.mnt.display());
+    let out = Command::new("unshare")
+        .arg("-m")
+        .arg("--propagation")
+        .arg("private")
+        .arg("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("unshare failed") || err.contains("Operation not permitted") {
+        println!("SKIP: no_dev_fuse: cannot make a mount namespace here: {err}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("/dev/fuse is not available"), "{err}");
+    assert!(!image_locked(&s.image));
+}
+
+#[test]
+fn full_device_gives_enospc_and_daemon_survives() {
+    if skip("full_device_gives_enospc_and_daemon_survives", &[]) {
+        return;
+    }
+    for opts in ["", "nowriteback"] {
+        let s = Scratch::new(64 << 20);
+        let m = s.mount(opts);
+        let chunk = vec![0x5Au8; 1 << 20];
+        let mut f = File::create(s.p("fill")).unwrap();
+        let mut written = 0u64;
+        let mut saw = None;
+        for _ in 0..200 {
+            if let Err(e) = f.write_all(&chunk) {
+                saw = Some(e);
+                break;
+            }
+            written += chunk.len() as u64;
+        }
+        // With the writeback cache the error may only show at fsync (as with delayed
+        // allocation on ext4); either way the writer is told ENOSPC.
+        let e = match saw {
+            Some(e) => e,
+            None => f.sync_all().expect_err("a 200 MiB file fitted in a 64 MiB image"),
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{opts:?}: {e}");
+        drop(f);
+        assert!(written > 20 << 20, "{opts:?}: only {written} bytes written");
+        // The daemon still serves: delete, write again, read back.
+        fs::remove_file(s.p("fill")).unwrap();
+        fs::write(s.p("after"), b"still alive").unwrap();
+        assert_eq!(fs::read(s.p("after")).unwrap(), b"still alive");
+        File::open(s.p("after")).unwrap().sync_all().unwrap();
+        m.unmount();
+        e2fsck_clean(&s.image);
+    }
+}

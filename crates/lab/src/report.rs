@@ -1,0 +1,259 @@
+//! Sweep outputs: a terminal table, JSON, CSV and a markdown report, each carrying the
+//! machine, the device figures of every series, the seed and the command.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use crate::bench::{Point, SweepReport};
+
+/// One row of the table/CSV.
+struct Row<'a> {
+    p: &'a Point,
+    ratio: Option<f64>,
+}
+
+fn rows(r: &SweepReport) -> Vec<Row<'_>> {
+    let base = r.series.first().map(|s| s.name.as_str()).unwrap_or("");
+    r.points
+        .iter()
+        .map(|p| {
+            let b = r.point(&p.workload, p.threads, base).map(|b| b.ops_per_sec).unwrap_or(0.0);
+            Row { p, ratio: if b > 0.0 && p.error.is_none() { Some(p.ops_per_sec / b) } else { None } }
+        })
+        .collect()
+}
+
+/// The header lines every output starts with.
+pub fn header(r: &SweepReport) -> Vec<String> {
+    let mut v = vec![
+        r.machine.line(),
+        format!(
+            "seed {} | {:.1} s per run | {} interleaved repetitions, medians shown | file-set scale {}",
+            r.seed, r.duration_secs, r.reps, r.scale
+        ),
+        format!("command: {}", r.command),
+        "series:".to_string(),
+    ];
+    for s in &r.series {
+        v.push(format!("  {:<28} {} — {}", s.name, s.target, s.device));
+    }
+    v
+}
+
+fn f0(x: f64) -> String {
+    if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") }
+}
+
+const COLUMNS: [&str; 21] = [
+    "workload",
+    "threads",
+    "series",
+    "ops_per_sec",
+    "vs_first",
+    "mb_per_sec",
+    "reps_ops_per_sec",
+    "op_p50_us",
+    "op_p99_us",
+    "op_p999_us",
+    "fsync_p50_us",
+    "fsync_p95_us",
+    "fsync_p99_us",
+    "cpu_s",
+    "tx",
+    "handles_per_tx",
+    "blocks_per_tx",
+    "conflicts_per_tx",
+    "locked_us",
+    "commit_us",
+    "flushes_per_fsync",
+];
+
+fn cells(row: &Row<'_>) -> Vec<String> {
+    let p = row.p;
+    let mut c = vec![
+        p.workload.clone(),
+        p.threads.to_string(),
+        p.series.clone(),
+        f0(p.ops_per_sec),
+        row.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+        f0(p.mb_per_sec),
+        p.reps_ops_per_sec.iter().map(|x| f0(*x)).collect::<Vec<_>>().join("/"),
+    ];
+    match &p.median_run {
+        Some(m) => {
+            c.extend([m.op_latency.p50, m.op_latency.p99, m.op_latency.p999].map(f0));
+            if m.fsync_latency.count > 0 {
+                c.extend([m.fsync_latency.p50, m.fsync_latency.p95, m.fsync_latency.p99].map(f0));
+            } else {
+                c.extend(["-", "-", "-"].map(String::from));
+            }
+            c.push(format!("{:.2}", m.cpu_secs));
+            match &m.journal_summary {
+                Some(j) => c.extend([
+                    j.transactions.to_string(),
+                    format!("{:.1}", j.handles_per_tx),
+                    format!("{:.1}", j.blocks_per_tx),
+                    format!("{:.3}", j.conflicts_per_tx),
+                    f0(j.locked_us),
+                    f0(j.commit_us),
+                    format!("{:.2}", j.flushes_per_fsync),
+                ]),
+                None => c.extend(std::iter::repeat_n("-".to_string(), 7)),
+            }
+        }
+        None => c.extend(std::iter::repeat_n("-".to_string(), 14)),
+    }
+    c
+}
+
+fn device_cells(p: &Point) -> (String, String, String) {
+    match p.median_run.as_ref().and_then(|m| m.device_summary) {
+        Some(d) => (format!("{:.2}", d.qd_mean), d.qd_max.to_string(), d.flushes.to_string()),
+        None => ("-".into(), "-".into(), "-".into()),
+    }
+}
+
+/// The terminal table.
+pub fn table(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for l in header(r) {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = writeln!(out);
+    let head = [
+        "workload", "thr", "series", "ops/s", "vs 1st", "MB/s", "op p50", "op p99", "fsync p50", "fsync p99", "cpu s",
+        "tx", "h/tx", "blk/tx", "conf/tx", "lock µs", "commit µs", "fl/fsync", "qd mean", "qd max",
+    ];
+    let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for row in rows(r) {
+        let c = cells(&row);
+        let (qm, qx, _) = device_cells(row.p);
+        let mut l = vec![
+            c[0].clone(),
+            c[1].clone(),
+            c[2].clone(),
+            c[3].clone(),
+            c[4].clone(),
+            c[5].clone(),
+            c[7].clone(),
+            c[8].clone(),
+            c[10].clone(),
+            c[12].clone(),
+            c[13].clone(),
+        ];
+        l.extend(c[14..21].iter().cloned());
+        l.extend([qm, qx]);
+        if let Some(e) = &row.p.error {
+            l.push(format!("ERROR: {e}"));
+        }
+        lines.push(l);
+    }
+    let ncols = head.len();
+    let widths: Vec<usize> =
+        (0..ncols).map(|i| lines.iter().map(|l| l.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
+    for l in &lines {
+        let mut s = String::new();
+        for (i, c) in l.iter().enumerate() {
+            let w = widths.get(i).copied().unwrap_or(0);
+            if i < 3 || i >= ncols {
+                let _ = write!(s, "{c:<w$}  ");
+            } else {
+                let _ = write!(s, "{c:>w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", s.trim_end());
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+}
+
+/// CSV: one row per point, with the machine and command as `#` comment lines first.
+pub fn csv(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for l in header(r) {
+        let _ = writeln!(out, "# {l}");
+    }
+    let mut head: Vec<&str> = COLUMNS.to_vec();
+    head.extend(["qd_mean", "qd_max", "device_flushes", "error"]);
+    let _ = writeln!(out, "{}", head.join(","));
+    for row in rows(r) {
+        let mut c = cells(&row);
+        let (qm, qx, fl) = device_cells(row.p);
+        c.extend([qm, qx, fl, row.p.error.clone().unwrap_or_default()]);
+        let _ = writeln!(out, "{}", c.iter().map(|s| csv_field(s)).collect::<Vec<_>>().join(","));
+    }
+    out
+}
+
+/// Markdown: the headline table per workload (ops/s by threads × series) and the details.
+pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# cjfs benchmark results\n");
+    let _ = writeln!(out, "Command:\n\n```\n{}\n```\n", r.command);
+    for l in header(r).iter().filter(|l| !l.starts_with("command:")) {
+        let _ = writeln!(out, "    {l}");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", headline(r));
+    if !charts.is_empty() {
+        let _ = writeln!(out, "## Charts\n");
+        for c in charts {
+            let _ = writeln!(out, "![{c}]({c})\n");
+        }
+    }
+    let _ = writeln!(out, "## All figures (medians; `vs 1st` = ops/s relative to the first series)\n");
+    let _ = writeln!(out, "| {} | qd_mean | qd_max |", COLUMNS.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len() + 2));
+    for row in rows(r) {
+        let c = cells(&row);
+        let (qm, qx, _) = device_cells(row.p);
+        let _ = writeln!(out, "| {} | {qm} | {qx} |", c.join(" | "));
+    }
+    let errs: Vec<&Point> = r.points.iter().filter(|p| p.error.is_some()).collect();
+    if !errs.is_empty() {
+        let _ = writeln!(out, "\n## Errors\n");
+        for p in errs {
+            let _ = writeln!(out, "- {} t={} {}: {}", p.workload, p.threads, p.series, p.error.as_deref().unwrap_or(""));
+        }
+    }
+    out
+}
+
+/// Markdown tables of median ops/s: one per workload, threads down, series across.
+pub fn headline(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for w in &r.workloads {
+        let _ = writeln!(out, "### {w} (ops/s, median of {})\n", r.reps);
+        let _ = writeln!(out, "| threads | {} |", r.series.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(out, "|---:|{}", "---:|".repeat(r.series.len()));
+        for &t in &r.threads {
+            let cells: Vec<String> = r
+                .series
+                .iter()
+                .map(|s| match r.point(w, t, &s.name) {
+                    Some(p) if p.error.is_none() => f0(p.ops_per_sec),
+                    Some(_) => "error".into(),
+                    None => "-".into(),
+                })
+                .collect();
+            let _ = writeln!(out, "| {t} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+/// Write `results.json`, `results.csv`, `README.md` (markdown) and print nothing.
+pub fn write_all(r: &SweepReport, dir: &Path, charts: &[String]) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(r).map_err(io::Error::other)?;
+    std::fs::write(dir.join("results.json"), json)?;
+    std::fs::write(dir.join("results.csv"), csv(r))?;
+    std::fs::write(dir.join("README.md"), markdown(r, charts))?;
+    std::fs::write(dir.join("command.txt"), format!("{}\n", r.command))?;
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! Every workload runs for about a second on an emulated preset and produces sane figures.
+//! Not a timed assertion: it checks the generators work end to end on cjfs, not how fast.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cjfs_blockdev::{Device, EmulatedSsd, SsdPreset};
+use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs};
+use cjfs_lab::target::{CjfsTarget, Target};
+use cjfs_lab::workloads::{self, Params, Workload, dbench};
+
+/// A small loadfile in dbench's format, used when the dbench package is not installed.
+const MINI_LOADFILE: &str = r#"Deltree "\clients\client1" NT_STATUS_OK
+Mkdir "\clients" NT_STATUS_OK
+NTCreateX "\clients\client1" 0x1 0x2 16385 NT_STATUS_OK
+Close 16385 NT_STATUS_OK
+NTCreateX "\clients\client1\~dmtmp" 0x1 0x2 9937 NT_STATUS_OK
+Close 9937 NT_STATUS_OK
+NTCreateX "\clients\client1\~dmtmp\A.DOC" 0x40 0x5 9938 NT_STATUS_OK
+WriteX 9938 0 65536 65536 NT_STATUS_OK
+WriteX 9938 65536 4096 4096 NT_STATUS_OK
+Flush 9938 NT_STATUS_OK
+QUERY_FILE_INFORMATION 9938 258 NT_STATUS_OK
+SET_FILE_INFORMATION 9938 1004 NT_STATUS_OK
+Close 9938 NT_STATUS_OK
+NTCreateX "\clients\client1\~dmtmp\A.DOC" 0x40 0x1 9939 NT_STATUS_OK
+ReadX 9939 0 4096 4096 NT_STATUS_OK
+Close 9939 NT_STATUS_OK
+QUERY_PATH_INFORMATION "\clients\client1\~dmtmp\NONE.TMP" 1004 NT_STATUS_OBJECT_NAME_NOT_FOUND
+FIND_FIRST "\clients\client1\~dmtmp\*" 260 1366 3 NT_STATUS_OK
+QUERY_FS_INFORMATION 1 NT_STATUS_OK
+Rename "\clients\client1\~dmtmp\A.DOC" "\clients\client1\~dmtmp\B.DOC" NT_STATUS_OK
+Unlink "\clients\client1\~dmtmp\B.DOC" 0x6 NT_STATUS_OK
+Unlink "\clients\client1\~dmtmp\B.DOC" 0x6 NT_STATUS_NO_SUCH_FILE
+"#;
+
+#[test]
+fn every_workload_runs_on_an_emulated_preset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut loadfile = std::path::PathBuf::from(dbench::DEFAULT_LOADFILE);
+    if !dbench::available(&loadfile) {
+        loadfile = tmp.path().join("client.txt");
+        std::fs::write(&loadfile, MINI_LOADFILE).unwrap();
+    }
+    let preset = SsdPreset::by_name("nvme-consumer").unwrap();
+    for w in Workload::all() {
+        let p = Params {
+            scale: 0.02,
+            dbench_loadfile: loadfile.clone(),
+            bg_mb_s: 20.0,
+            ..Params::new(2, Duration::from_millis(900), 7)
+        };
+        let dev: Device = Arc::new(EmulatedSsd::new(preset, w.device_blocks(&p).min(1 << 20)));
+        mkfs(&*dev, &MkfsOptions { assume_zeroed: true, ..Default::default() }).unwrap();
+        let fs = Fs::open(dev, MountOptions::default()).unwrap();
+        let t: Arc<dyn Target> = Arc::new(CjfsTarget::new(fs, "test"));
+        let r = workloads::run(w, &t, &p).unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(r.workload, w.to_string());
+        assert!(r.ops > 0, "{w}: no operations");
+        assert!(r.ops_per_sec > 0.0 && r.ops_per_sec.is_finite(), "{w}: ops/s {}", r.ops_per_sec);
+        assert!(r.secs > 0.5, "{w}: ran {} s", r.secs);
+        assert!(r.op_latency.count > 0 && r.op_latency.p50 > 0.0, "{w}: no latencies");
+        assert!(r.op_latency.p50 <= r.op_latency.p99 && r.op_latency.p99 <= r.op_latency.max, "{w}: percentiles");
+        assert!(!r.op_cdf.is_empty(), "{w}: no CDF");
+        let j = r.journal_summary.unwrap_or_else(|| panic!("{w}: no journal figures"));
+        let d = r.device_summary.unwrap_or_else(|| panic!("{w}: no device figures"));
+        if r.fsync_latency.count > 0 {
+            assert!(j.transactions > 0, "{w}: fsyncs but no transaction");
+            assert!(d.flushes > 0, "{w}: fsyncs but no device flush");
+        }
+        drop(t);
+    }
+}

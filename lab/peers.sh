@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# cjfs side by side with the kernel's file systems, in one run on one machine.
+#
+# As root: makes loop images in $WORKDIR and mounts kernel ext4 (data=ordered,
+# data=journal, fast_commit), XFS and fuse2fs; runs the same `cjfs bench run` sweep on all of
+# them plus cjfs in-process (jbd2 and nojournal, on the emulated $PRESET and on the file
+# device in $WORKDIR, next to the loop images); validates the lab's dbench replay against the
+# real dbench binary on the ext4 (data=ordered) mount; tears everything down (trap).
+# Without root: says so and runs only the in-process targets.
+#
+# Usage: lab/peers.sh [extra `cjfs bench run` arguments...]
+# Settings (environment): OUT WORKDIR WORKLOADS THREADS DURATION REPS SEED PRESET IMAGE_SIZE_MB
+#                         VALIDATE_CLIENTS (empty: skip the dbench validation) VALIDATE_SECS
+#
+# Loop devices use direct I/O (`losetup --direct-io=on`): no double caching, and a flush of
+# the loop device is an fsync of the backing file, as a flush of cjfs's file device is an
+# fdatasync of its image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-docs/results/baseline}
+WORKDIR=${WORKDIR:-/var/tmp/cjfs-peers}
+WORKLOADS=${WORKLOADS:-varmail-shared,varmail-split,dbench}
+THREADS=${THREADS:-1,2,4,8,16,32}
+DURATION=${DURATION:-3}
+REPS=${REPS:-3}
+SEED=${SEED:-1}
+PRESET=${PRESET:-nvme-consumer}
+IMAGE_SIZE_MB=${IMAGE_SIZE_MB:-4096}
+VALIDATE_CLIENTS=${VALIDATE_CLIENTS-1 4 16}
+VALIDATE_SECS=${VALIDATE_SECS:-10}
+
+log() { echo "peers: $*" >&2; }
+
+cargo build --release -q -p cjfs-cli
+cjfs=$PWD/target/release/cjfs
+mkdir -p "$WORKDIR" "$OUT"
+
+common=(--workload "$WORKLOADS" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --seed "$SEED"
+        --mode jbd2 --mode nojournal --out "$OUT")
+
+if [ "$(id -u)" != 0 ]; then
+  log "not root: loop devices and mounts need root, so the kernel peers (ext4, XFS, fuse2fs) are skipped;"
+  log "running only the in-process cjfs targets"
+  exec "$cjfs" bench run --target "cjfs-file=cjfs:file:$WORKDIR" --target "cjfs-$PRESET=cjfs:$PRESET" \
+    "${common[@]}" "$@"
+fi
+
+# Tools: install what is missing (apt-get update first).
+need=()
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
+command -v fuse2fs >/dev/null || need+=(fuse2fs)
+{ command -v dbench >/dev/null && [ -r /usr/share/dbench/client.txt ]; } || need+=(dbench)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+mounts=()
+loops=()
+cleanup() {
+  set +e
+  for m in "${mounts[@]}"; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null; done
+  rm -rf "${WORKDIR:?}/img" "${WORKDIR:?}/mnt"
+}
+trap cleanup EXIT INT TERM
+
+mkdir -p "$WORKDIR/img" "$WORKDIR/mnt"
+
+# A fully written (not sparse) image, so no run pays the host file system's block
+# allocation; the cjfs image in $WORKDIR is preallocated the same way by the lab.
+image() {
+  local img=$WORKDIR/img/$1.img
+  dd if=/dev/zero of="$img" bs=1M count="$IMAGE_SIZE_MB" conv=fsync status=none
+  echo "$img"
+}
+
+# kernel NAME MKFS_CMD MOUNT_OPTS
+kernel() {
+  local name=$1 mkfs=$2 opts=$3 img dev mnt
+  img=$(image "$name")
+  dev=$(losetup -f --show --direct-io=on "$img")
+  loops+=("$dev")
+  $mkfs "$dev" >/dev/null
+  mnt=$WORKDIR/mnt/$name
+  mkdir -p "$mnt"
+  mount -o "$opts" "$dev" "$mnt"
+  mounts+=("$mnt")
+  log "$name: $(findmnt -no SOURCE,FSTYPE,OPTIONS "$mnt")"
+}
+
+log "making loop images of ${IMAGE_SIZE_MB} MiB in $WORKDIR/img"
+kernel ext4-ordered "mkfs.ext4 -q -F" data=ordered
+kernel ext4-journal "mkfs.ext4 -q -F" data=journal
+kernel ext4-fc "mkfs.ext4 -q -F -O fast_commit" data=ordered
+kernel xfs "mkfs.xfs -q -f" defaults
+img=$(image fuse2fs)
+mkfs.ext4 -q -F "$img"
+mkdir -p "$WORKDIR/mnt/fuse2fs"
+fuse2fs "$img" "$WORKDIR/mnt/fuse2fs" -o rw
+mounts+=("$WORKDIR/mnt/fuse2fs")
+log "fuse2fs: $(findmnt -no SOURCE,FSTYPE,OPTIONS "$WORKDIR/mnt/fuse2fs")"
+
+m=$WORKDIR/mnt
+"$cjfs" bench run \
+  --target "ext4-ordered=dir:$m/ext4-ordered" \
+  --target "ext4-journal=dir:$m/ext4-journal" \
+  --target "ext4-fc=dir:$m/ext4-fc" \
+  --target "xfs=dir:$m/xfs" \
+  --target "fuse2fs=dir:$m/fuse2fs" \
+  --target "cjfs-file=cjfs:file:$WORKDIR" \
+  --target "cjfs-$PRESET=cjfs:$PRESET" \
+  "${common[@]}" "$@"
+
+# Validation of the dbench generator: the lab's replay and the real dbench, same clients,
+# --sync-dir, same mount, alternating, two rounds each; MB/s.
+if [ -n "$VALIDATE_CLIENTS" ]; then
+  v=$OUT/dbench-validation.md
+  {
+    echo "# dbench generator validation"
+    echo
+    echo "Kernel ext4 (data=ordered) on a loop image in \`$WORKDIR\`; \`dbench -t $VALIDATE_SECS --sync-dir N\`"
+    echo "(loadfile /usr/share/dbench/client.txt) against \`cjfs bench run --target dir:... --workload dbench\`"
+    echo "(same loadfile, --sync-dir semantics), alternating, two rounds each, mean MB/s."
+    echo
+    echo "| clients | real dbench MB/s | lab replay MB/s | lab / real |"
+    echo "|---:|---:|---:|---:|"
+  } >"$v"
+  for n in $VALIDATE_CLIENTS; do
+    real=()
+    lab=()
+    for _ in 1 2; do
+      d=$m/ext4-ordered/dbench-real
+      mkdir -p "$d"
+      r=$(dbench -D "$d" -t "$VALIDATE_SECS" --sync-dir -c /usr/share/dbench/client.txt "$n" 2>&1 |
+        awk '/^Throughput/ {print $2}')
+      rm -rf "$d"
+      real+=("${r:-0}")
+      tmp=$(mktemp -d)
+      "$cjfs" bench run --target "dir:$m/ext4-ordered" --workload dbench --threads "$n" \
+        --duration "$VALIDATE_SECS" --reps 1 --seed "$SEED" --quiet --out "$tmp" >/dev/null
+      l=$(awk -F, '!/^#/ && $1 == "dbench" {print $6}' "$tmp/results.csv")
+      rm -rf "$tmp"
+      lab+=("${l:-0}")
+    done
+    row=$(awk -v a="${real[0]}" -v b="${real[1]}" -v c="${lab[0]}" -v d="${lab[1]}" -v n="$n" \
+      'BEGIN { r = (a + b) / 2; l = (c + d) / 2; printf "| %d | %.1f (%.1f, %.1f) | %.1f (%.1f, %.1f) | %.2f |", n, r, a, b, l, c, d, (r > 0 ? l / r : 0) }')
+    echo "$row" >>"$v"
+    log "dbench validation: $row"
+  done
+fi
+log "results in $OUT"
