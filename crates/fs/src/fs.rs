@@ -266,6 +266,11 @@ impl Fs {
         let cache = Arc::new(BufferCache::new(dev.clone(), opts.cache_blocks.max(1024)));
         let free_blocks: i64 = descs.iter().map(|d| i64::from(d.free_blocks_count)).sum();
         let free_inodes: i64 = descs.iter().map(|d| i64::from(d.free_inodes_count)).sum();
+        // Refuse a broken image before writing anything to it.
+        let root = crate::inode::read_raw_inode(&*dev, &sb, ROOT_INO)?;
+        if !root.is_dir() || root.links_count == 0 {
+            return Err(FsError::Corrupt(format!("root inode is not a live directory (mode {:o})", root.mode)));
+        }
         if !opts.read_only {
             sb.feature_incompat |= INCOMPAT_RECOVER;
             sb.mnt_count = sb.mnt_count.wrapping_add(1);

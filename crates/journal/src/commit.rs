@@ -110,6 +110,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     let mut tickets = submit_ordered(j, &lists.ordered, tx.tid)?;
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
+    let revoked = revokes.clone();
     if j.config.bugs.drop_revokes {
         revokes.clear();
     }
@@ -128,8 +129,15 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         JournalKind::Jbd2 => {}
     }
     tx.set_state(TxState::Flushing);
-    let job =
-        FlushJob { tx: tx.clone(), tickets, commit, versions, had_data: !lists.ordered.is_empty(), t_lock };
+    let job = FlushJob {
+        tx: tx.clone(),
+        tickets,
+        commit,
+        versions,
+        had_data: !lists.ordered.is_empty(),
+        t_lock,
+        revoked,
+    };
     if j.config.dual_thread {
         j.flush_queue.lock().push_back(job);
         j.flush_cv.notify_all();

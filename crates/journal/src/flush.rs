@@ -28,6 +28,8 @@ pub(crate) struct FlushJob {
     pub versions: Vec<(Arc<Buffer>, BlockBuf)>,
     /// Ordered data was written (a flush is needed even with nothing logged).
     pub had_data: bool,
+    /// Blocks the transaction revoked (their older checkpoint copies die with it).
+    pub revoked: Vec<u64>,
     /// When the transaction was locked.
     pub t_lock: Instant,
 }
@@ -162,6 +164,24 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
     }
     if ckpt && !job.versions.is_empty() {
         j.checkpoint_list.lock().extend(job.versions.iter().map(|(b, _)| b.clone()));
+    }
+    // Blocks this transaction freed may be reused once it is durable (published below):
+    // drop their older committed copies still awaiting checkpoint, or the checkpoint would
+    // write stale metadata over the next owner's contents (seen as a file's new data block
+    // turning back into the directory block it once was). This must wait until now: a
+    // version committed before the revoke may become durable after the revoke was made
+    // (it is still needed home if this transaction never commits).
+    if ckpt {
+        for blk in &job.revoked {
+            if let Some(b) = j.cache.peek(*blk) {
+                let mut js = b.jstate();
+                if js.checkpoint.as_ref().is_some_and(|(t, _)| *t < tid)
+                    && let Some((_, old)) = js.checkpoint.take()
+                {
+                    j.shadow.put(old);
+                }
+            }
+        }
     }
     if !ckpt {
         for (_, v) in job.versions {

@@ -62,7 +62,9 @@ impl Handle {
                         tx.conflicts.fetch_add(1, Ordering::Relaxed);
                         self.j.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     }
+                    let t0 = std::time::Instant::now();
                     buf.wait_jstate(&mut js);
+                    self.j.stats.conflict_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     continue;
                 }
                 js.running = Some(tx.tid);
@@ -116,13 +118,13 @@ impl Handle {
     }
 
     /// Revoke `blocknr`: a freed metadata block whose logged copies must not be replayed.
-    /// Also forgets the buffer's pending checkpoint so stale metadata never overwrites the
-    /// block's next owner.
+    /// The buffer's pending checkpoint copy is dropped when this transaction becomes durable
+    /// (see `flush::mark_durable`), so stale metadata never overwrites the block's next
+    /// owner; until then a crash may still need that copy written home.
     pub fn revoke(&mut self, blocknr: u64) -> JResult<()> {
         let tx = self.tx()?.clone();
         if let Some(buf) = self.j.cache.peek(blocknr) {
             let mut js = buf.jstate();
-            js.checkpoint = None;
             if js.running == Some(tx.tid) {
                 js.running = None;
                 drop(js);

@@ -180,7 +180,9 @@ impl JournalInner {
                 None => continue,
             };
             if tx.state() != TxState::Running {
+                let t0 = Instant::now();
                 self.locked_cv.wait(&mut st);
+                self.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }
             let have = tx.credits.load(Ordering::Relaxed);
@@ -386,7 +388,14 @@ impl Journal {
             st.shutdown = true;
         }
         self.inner.commit_cv.notify_all();
-        self.inner.flush_cv.notify_all();
+        {
+            // The flush thread checks `shutdown` while holding `flush_queue` and then waits on
+            // `flush_cv` with no timeout: notify under that lock, or the wake-up can fall
+            // between its check and its wait and the join below hangs forever (found by the
+            // crash harness: an unmount that never returned).
+            let _q = self.inner.flush_queue.lock();
+            self.inner.flush_cv.notify_all();
+        }
         self.inner.checkpoint_cv.notify_all();
         self.inner.done_cv.notify_all();
         self.inner.locked_cv.notify_all();

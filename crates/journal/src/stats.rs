@@ -24,6 +24,8 @@ pub struct JournalStats {
     pub(crate) in_flight_sum: AtomicU64,
     pub(crate) coalesce_retries: AtomicU64,
     pub(crate) compound_groups: AtomicU64,
+    pub(crate) start_wait_ns: AtomicU64,
+    pub(crate) conflict_wait_ns: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -67,6 +69,10 @@ pub struct StatsSnapshot {
     pub coalesce_retries: u64,
     /// Flushes that made a group of transactions durable (compound flush).
     pub compound_groups: u64,
+    /// Nanoseconds handles waited in `start` for a locked transaction (lock-up cost).
+    pub start_wait_ns: u64,
+    /// Nanoseconds writers waited for a buffer version (conflict cost).
+    pub conflict_wait_ns: u64,
 }
 
 impl JournalStats {
@@ -92,6 +98,8 @@ impl JournalStats {
             in_flight_sum: self.in_flight_sum.load(Relaxed),
             coalesce_retries: self.coalesce_retries.load(Relaxed),
             compound_groups: self.compound_groups.load(Relaxed),
+            start_wait_ns: self.start_wait_ns.load(Relaxed),
+            conflict_wait_ns: self.conflict_wait_ns.load(Relaxed),
         }
     }
 }
@@ -119,6 +127,8 @@ impl StatsSnapshot {
             in_flight_sum: self.in_flight_sum - earlier.in_flight_sum,
             coalesce_retries: self.coalesce_retries - earlier.coalesce_retries,
             compound_groups: self.compound_groups - earlier.compound_groups,
+            start_wait_ns: self.start_wait_ns - earlier.start_wait_ns,
+            conflict_wait_ns: self.conflict_wait_ns - earlier.conflict_wait_ns,
         }
     }
 

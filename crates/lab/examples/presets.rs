@@ -18,7 +18,7 @@ fn main() {
         let r = cjfs_lab::workloads::varmail::run(t.clone(), &cfg).unwrap();
         let j = r.journal.unwrap();
         let d = r.device.unwrap();
-        println!("{p:>20} {threads}thr cpu {:.1}s: {:>8.0} ops/s fsync p50 {:>6.0}us | tx {} h/tx {:.1} confl/tx {:.3} fl/fsync {:.2} tx/flush {:.2} coalesce {} inflight {:.2} qd {:.1}/{}",
-            r.cpu_secs, r.ops_per_sec, r.fsync_latency.p50, j.transactions, j.handles_per_tx(), j.conflicts_per_tx(), j.flushes_per_fsync(), j.tx_per_flush_group(), j.coalesce_retries, j.mean_in_flight(), d.inflight_mean, d.inflight_max);
+        println!("{p:>20} {threads}thr cpu {:.1}s: {:>8.0} ops/s fsync p50 {:>6.0}us startwait {:.2}s confwait {:.2}s | tx {} h/tx {:.1} confl/tx {:.3} fl/fsync {:.2} tx/flush {:.2} coalesce {} inflight {:.2} qd {:.1}/{}",
+            r.cpu_secs, r.ops_per_sec, r.fsync_latency.p50, j.start_wait_ns as f64 / 1e9, j.conflict_wait_ns as f64 / 1e9, j.transactions, j.handles_per_tx(), j.conflicts_per_tx(), j.flushes_per_fsync(), j.tx_per_flush_group(), j.coalesce_retries, j.mean_in_flight(), d.inflight_mean, d.inflight_max);
     }
 }
