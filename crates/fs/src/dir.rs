@@ -194,8 +194,7 @@ pub(crate) fn add_entry(
         None => crate::alloc::inode_goal(tx.fs, dir_ino),
     };
     let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    let delta =
-        extent_tree::insert(&mut st.d.block, tx, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
+    let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
     let buf = tx.fs.cache.get_new(pblk);
     tx.h.get_create_access(&buf)?;
     let newfree = {

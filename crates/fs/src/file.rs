@@ -98,6 +98,22 @@ fn data_buffer(fs: &FsInner, pblk: u64, fresh: bool, full: bool) -> FsResult<Arc
     Ok(fs.cache.read(pblk)?)
 }
 
+/// Insert freshly allocated blocks into the extent tree. If that fails (ENOSPC for a new
+/// tree block on a full file system) the tree is unchanged: give the blocks back, or the
+/// transaction commits them as allocated but owned by no one (e2fsck: "Block bitmap
+/// differences").
+pub(crate) fn insert_or_free(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    m: Mapping,
+    goal: u64,
+) -> FsResult<extent_tree::TreeDelta> {
+    extent_tree::insert(&mut st.d.block, tx, m, goal).or_else(|e| {
+        crate::alloc::free_blocks(tx, m.pblk, m.len, false)?;
+        Err(e)
+    })
+}
+
 /// Map `lblk` for writing: allocate (and insert) when unmapped, convert when unwritten.
 /// Returns the physical block and whether its buffer must start zeroed.
 ///
@@ -141,7 +157,7 @@ fn map_for_write(
     };
     let (pblk, len) = crate::alloc::alloc_blocks(tx, goal, want.min(32768) as u32)?;
     let m = Mapping { lblk, pblk, len, unwritten: false };
-    let d = extent_tree::insert(&mut st.d.block, tx, m, goal)?;
+    let d = insert_or_free(tx, st, m, goal)?;
     charge_blocks(tx.fs, st, i64::from(len) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
     st.datasync_tid = tx.h.tid();
     *cur = Some((m, true));
@@ -175,11 +191,22 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
         let mut tx = Tx::start(fs, credits)?;
         let mut cur = None;
         let mut lblk = first;
+        // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are
+        // written and in the in-memory extent tree, so the inode must still be stored
+        // (else they leak: allocated in the bitmap, owned by no on-disk inode) and the size
+        // must cover them (else they are initialised blocks past EOF).
+        let mut failed = None;
         while lblk <= last {
             let pos = off + done as u64;
             let boff = (pos % BS) as usize;
             let take = (BLOCK_SIZE - boff).min(data.len() - done);
-            let (pblk, fresh) = map_for_write(&mut tx, ino, st, lblk as u32, last as u32, &mut cur)?;
+            let (pblk, fresh) = match map_for_write(&mut tx, ino, st, lblk as u32, last as u32, &mut cur) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             let buf = data_buffer(fs, pblk, fresh, take == BLOCK_SIZE)?;
             if jdata {
                 tx.h.get_write_access(&buf)?;
@@ -205,6 +232,11 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
         st.d.ctime = now;
         store_inode(&mut tx, ino, st)?;
         tx.stop()?;
+        if let Some(e) = failed {
+            prune_dirty(st);
+            // A short write when some data went in (as the kernel does on ENOSPC).
+            return if done > 0 { Ok(done) } else { Err(e) };
+        }
     }
     prune_dirty(st);
     Ok(done)
@@ -403,6 +435,9 @@ pub(crate) fn fallocate(
         while lblk <= last {
             let mut tx = Tx::start(fs, 64)?;
             let stop = (lblk + CHUNK_BLOCKS * 16 - 1).min(last);
+            // On failure (ENOSPC) keep what was allocated, as ext4 does, but store the inode:
+            // the in-memory tree already maps it (else the blocks leak).
+            let mut failed = None;
             while lblk <= stop {
                 match extent_tree::lookup(&st.d.block, &mut tx, lblk as u32)? {
                     Some(m) => lblk = m.end(),
@@ -418,9 +453,21 @@ pub(crate) fn fallocate(
                             None => crate::alloc::inode_goal(fs, ino),
                         };
                         let want = want.min(u64::from(Mapping::max_len(true))) as u32;
-                        let (pblk, got) = crate::alloc::alloc_blocks(&mut tx, goal, want)?;
+                        let (pblk, got) = match crate::alloc::alloc_blocks(&mut tx, goal, want) {
+                            Ok(v) => v,
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        };
                         let m = Mapping { lblk: lblk as u32, pblk, len: got, unwritten: true };
-                        let d = extent_tree::insert(&mut st.d.block, &mut tx, m, goal)?;
+                        let d = match insert_or_free(&mut tx, st, m, goal) {
+                            Ok(d) => d,
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        };
                         charge_blocks(
                             fs,
                             st,
@@ -437,6 +484,9 @@ pub(crate) fn fallocate(
             st.datasync_tid = tx.h.tid();
             store_inode(&mut tx, ino, st)?;
             tx.stop()?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
     }
     if !alloc && !keep_size && end > st.d.size {

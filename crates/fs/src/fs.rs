@@ -269,7 +269,10 @@ impl Fs {
         // Refuse a broken image before writing anything to it.
         let root = crate::inode::read_raw_inode(&*dev, &sb, ROOT_INO)?;
         if !root.is_dir() || root.links_count == 0 {
-            return Err(FsError::Corrupt(format!("root inode is not a live directory (mode {:o})", root.mode)));
+            return Err(FsError::Corrupt(format!(
+                "root inode is not a live directory (mode {:o})",
+                root.mode
+            )));
         }
         if !opts.read_only {
             sb.feature_incompat |= INCOMPAT_RECOVER;

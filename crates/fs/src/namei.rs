@@ -81,9 +81,20 @@ fn make_node(
     let d = new_disk_inode(fs, mode, uid, gid);
     let node = fs.inodes.insert_new(ino, d, tx.h.tid());
     let mut st = node.state.write();
-    init(&mut tx, ino, &mut st)?;
-    store_inode(&mut tx, ino, &mut st)?;
-    dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))?;
+    let made = (|| {
+        init(&mut tx, ino, &mut st)?;
+        store_inode(&mut tx, ino, &mut st)?;
+        dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))
+    })();
+    if let Err(e) = made {
+        // Typically ENOSPC for the new directory's or symlink's block or for a new block of
+        // the parent. The inode (and whatever `init` allocated) is already in this
+        // transaction: give it back, or the commit leaks it (e2fsck: "Inode bitmap
+        // differences", "Directories count wrong" after mkdir on a full file system).
+        discard_new(&mut tx, &node, &mut st, is_dir)?;
+        tx.stop()?;
+        return Err(e);
+    }
     if is_dir {
         ps.d.links_count =
             if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 { 1 } else { ps.d.links_count + 1 };
@@ -97,6 +108,21 @@ fn make_node(
     st.datasync_tid = tid;
     drop(st);
     Ok(node)
+}
+
+/// Undo a new inode inside the transaction that allocated it: free its blocks and the inode
+/// itself, and forget it.
+fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<()> {
+    crate::file::free_all(tx, st)?;
+    st.d.links_count = 0;
+    st.d.size = 0;
+    st.d.dtime = Timestamp::now().sec as u32;
+    store_inode(tx, node.ino, st)?;
+    crate::alloc::free_inode(tx, node.ino, is_dir)?;
+    st.freed = true;
+    st.dir = None;
+    tx.fs.inodes.remove(node);
+    Ok(())
 }
 
 /// Create a regular file, fifo, socket or device node.
@@ -323,6 +349,11 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
 fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
     let node = fs.inodes.get(fs, ino)?;
     let st = node.state.read();
+    // A directory removed by a racing rmdir (renames do not hold `rename_lock` against
+    // it) has no blocks left: that is ENOENT for the rename, not corruption.
+    if st.freed || st.d.links_count == 0 || !st.d.is_dir() {
+        return Err(FsError::NotFound(format!("directory inode {ino}")));
+    }
     let mut store = crate::tx::ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let m = extent_tree::lookup(&st.d.block, &mut store, 0)?
         .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
@@ -374,8 +405,8 @@ pub(crate) fn rename(
     let (old_chain, new_chain) =
         if same { (Vec::new(), Vec::new()) } else { (ancestors(fs, parent)?, ancestors(fs, newparent)?) };
     // Parents: ancestor first, else lower inode number first.
-    let p2_first = !same
-        && (old_chain.contains(&newparent) || (!new_chain.contains(&parent) && newparent < parent));
+    let p2_first =
+        !same && (old_chain.contains(&newparent) || (!new_chain.contains(&parent) && newparent < parent));
     let (mut g1, mut g2) = if same {
         (dir_guard(&p1)?, None)
     } else if p2_first {

@@ -11,7 +11,7 @@ use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::inode::EXT4_JOURNAL_DATA_FL;
 use crate::tx::Tx;
 use crate::types::{
-    Attr, DirEntry, FallocMode, FileType, Ino, ROOT_INO, RenameFlags, SetAttr, StatFs, Timestamp,
+    Attr, DataMode, DirEntry, FallocMode, FileType, Ino, ROOT_INO, RenameFlags, SetAttr, StatFs, Timestamp,
 };
 use crate::xattr::{self, XattrFlags};
 
@@ -409,6 +409,16 @@ impl Fs {
         drop(st);
         self.fsync(ino, false)?;
         st = self.write_state(&node)?;
+        if !on && st.d.flags & EXT4_JOURNAL_DATA_FL != 0 && self.inner.opts.data != DataMode::Journal {
+            // Journalled copies of this file's blocks may still await checkpoint. In ordered
+            // mode new data goes straight home, and freeing an ordered block revokes nothing,
+            // so a later checkpoint would write those stale copies over the file's new data
+            // or over the blocks' next owner. Commit and checkpoint everything first, as
+            // ext4 does (jbd2_journal_flush in ext4_change_inode_journal_flag). The inode
+            // lock keeps new journalled writes to this file out meanwhile.
+            self.inner.journal.force()?;
+            self.inner.journal.checkpoint()?;
+        }
         let mut tx = Tx::start(&self.inner, 4)?;
         if on {
             st.d.flags |= EXT4_JOURNAL_DATA_FL;

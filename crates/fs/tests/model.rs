@@ -8,8 +8,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use cjfs_fs::{
@@ -355,9 +356,11 @@ impl Case {
     /// operating in it (the directory missing or not a directory).
     fn dir_of(&self, p: Path) -> R<Result<(Ino, &'static [u8]), Errno>> {
         let (comps, name) = self.m.concrete(p);
+        let line = format!("    {p:?} = {}", show(&comps, name));
         if trace() {
-            eprintln!("    {p:?} = {}", show(&comps, name));
+            eprintln!("{line}");
         }
+        progress(Some(line));
         match self.resolve_dir(&comps)? {
             Some(d) => Ok(Ok((d, name))),
             None => {
@@ -858,45 +861,66 @@ fn names(m: &BTreeMap<Vec<u8>, (Ino, FileType)>) -> String {
     v.join(",")
 }
 
-/// Seconds (since the watchdog started) at the last step; the watchdog aborts the process
-/// when no step finishes for [`STALL_SECS`], so a deadlock fails instead of hanging.
+/// Last sign of life (milliseconds since [`T0`]) and the running case's operations so far:
+/// the watchdog prints them and aborts when no step finishes for [`STALL`], so a deadlock
+/// fails the test instead of hanging it. `CJFS_WATCHDOG_PAUSE=1` makes it wait instead of
+/// aborting, to attach a debugger.
 static PROGRESS: AtomicU64 = AtomicU64::new(0);
-const STALL_SECS: u64 = 120;
+static T0: OnceLock<Instant> = OnceLock::new();
+static CURRENT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+const STALL: Duration = Duration::from_secs(60);
+
+fn now_ms() -> u64 {
+    T0.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+fn progress(what: Option<String>) {
+    PROGRESS.store(now_ms(), Ordering::Relaxed);
+    let mut cur = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    match what {
+        Some(w) => cur.push(w),
+        None => cur.clear(),
+    }
+}
 
 fn watchdog() {
     static START: Once = Once::new();
     START.call_once(|| {
-        let t0 = Instant::now();
-        std::thread::spawn(move || {
+        progress(None);
+        std::thread::spawn(|| {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
-                let now = t0.elapsed().as_secs();
-                let last = PROGRESS.load(Ordering::Relaxed);
-                if last != 0 && now > last + STALL_SECS {
-                    eprintln!("model test: no progress for {STALL_SECS} s: deadlock in the file system?");
-                    std::process::abort();
+                if now_ms().saturating_sub(PROGRESS.load(Ordering::Relaxed)) < STALL.as_millis() as u64 {
+                    continue;
                 }
-                if last == 0 {
-                    PROGRESS.store(now.max(1), Ordering::Relaxed);
+                let ops = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).join("\n  ");
+                // Straight to stderr: the test harness's capture dies with the process.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "model test: no step finished for {STALL:?} (deadlock?); the case so far:\n  {ops}"
+                );
+                if std::env::var_os("CJFS_WATCHDOG_PAUSE").is_some() {
+                    std::thread::sleep(Duration::from_secs(3600));
                 }
+                std::process::abort();
             }
         });
-        WATCH_T0.get_or_init(|| t0);
     });
 }
 
-static WATCH_T0: OnceLock<Instant> = OnceLock::new();
-
-fn progress() {
-    if let Some(t0) = WATCH_T0.get() {
-        PROGRESS.store(t0.elapsed().as_secs().max(1), Ordering::Relaxed);
-    }
+/// A temporary directory in RAM when there is one (the image's flushes are then cheap).
+fn fast_tmpdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cjfs-model")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("tmpdir")
 }
 
 fn run_case(ops: &[Op]) -> R<()> {
     watchdog();
-    progress();
-    let dir = tempfile::tempdir().expect("tmpdir");
+    progress(None);
+    let dir = fast_tmpdir();
     let (path, dev) = fresh_image(dir.path(), "model.img", 48);
     let fs = Fs::open(dev, MountOptions::default()).expect("mount");
     // The root as mkfs made it: lost+found is part of the namespace.
@@ -925,7 +949,7 @@ fn run_case(ops: &[Op]) -> R<()> {
     let mut c = Case { fs: Some(fs), m, log: Vec::new() };
     c.check()?;
     for op in ops {
-        progress();
+        progress(Some(format!("{op:?}")));
         let before = c.m.clone();
         c.step(op)?;
         if std::env::var("CJFS_MODEL_STATS").is_ok() {
@@ -977,20 +1001,35 @@ proptest! {
 fn zz_replay() {
     use Loc::*;
     use Op::*;
-    let ops = vec![Mkdir(In(0,0,),),
-Write{t:Pick(0,Pref::File,),off:0,len:0,seed:0,},
-Mkdir(In(0,1,),),
-Mkdir(In(1660,0,),),
-Create(In(6132,3,),),
-Rename{from:Pick(27163,Pref::Dir,),to:Pick(686,Pref::Dir,),flags:2,},
-Create(In(1287,3,),),
-Rename{from:Pick(2810,Pref::Dir,),to:Pick(50617,Pref::Dir,),flags:0,},
-Create(In(2153,3,),),
-Truncate{t:Pick(1327,Pref::File,),size:0,},
-Create(In(0,4,),),
-Fsync{t:Pick(20923,Pref::Any,),datasync:false,},
-Write{t:Pick(0,Pref::File,),off:0,len:1,seed:71,},
-Symlink{at:In(14807,5,),len:9,},
-Rename{from:Pick(2337,Pref::Any,),to:In(31409,4,),flags:4,},];
-    run_case(&ops).unwrap();
+    let all = vec![
+        Mkdir(In(0, 0)),
+        Write { t: Pick(0, Pref::File), off: 0, len: 0, seed: 0 },
+        Mkdir(In(0, 1)),
+        Mkdir(In(1660, 0)),
+        Create(In(6132, 3)),
+        Rename { from: Pick(27163, Pref::Dir), to: Pick(686, Pref::Dir), flags: 2 },
+        Create(In(1287, 3)),
+        Rename { from: Pick(2810, Pref::Dir), to: Pick(50617, Pref::Dir), flags: 0 },
+        Create(In(2153, 3)),
+        Truncate { t: Pick(1327, Pref::File), size: 0 },
+        Create(In(0, 4)),
+        Fsync { t: Pick(20923, Pref::Any), datasync: false },
+        Write { t: Pick(0, Pref::File), off: 0, len: 1, seed: 71 },
+        Symlink { at: In(14807, 5), len: 9 },
+        Rename { from: Pick(2337, Pref::Any), to: In(31409, 4), flags: 4 },
+    ];
+    let _ = all;
+    let ops = vec![
+        Mkdir(In(0, 0)),
+        Mkdir(In(0, 1)),
+        Mkdir(In(1660, 0)),
+        Create(In(6132, 3)),
+        Rename { from: Pick(27163, Pref::Dir), to: Pick(686, Pref::Dir), flags: 2 },
+        Create(In(1287, 3)),
+        Rename { from: Pick(2810, Pref::Dir), to: Pick(50617, Pref::Dir), flags: 0 },
+        Create(In(0, 4)),
+        Fsync { t: Pick(20923, Pref::Any), datasync: false },
+        Write { t: Pick(0, Pref::File), off: 0, len: 1, seed: 71 },
+    ];
+    eprintln!("MIN {ops:?} -> {:?}", run_case(&ops));
 }

@@ -81,33 +81,62 @@ pub fn default_threads() -> usize {
 /// Mount and serve until unmounted. With `foreground == false` this returns in the calling
 /// process as soon as the mount is ready (or failed), while a daemon child serves it.
 pub fn mount(req: &MountRequest) -> MountResult<()> {
+    install_logger();
     let image = std::fs::canonicalize(&req.image)
         .map_err(|source| MountError::Image { path: req.image.clone(), source })?;
-    let mountpoint = match std::fs::canonicalize(&req.mountpoint) {
-        Ok(p) => p,
-        Err(e) => {
-            let why = if e.kind() == std::io::ErrorKind::NotFound {
-                "does not exist".to_string()
-            } else {
-                format!("cannot be resolved: {e}")
-            };
-            return Err(MountError::Mountpoint { path: req.mountpoint.clone(), why });
-        }
+    let bad_dir = |e: std::io::Error| {
+        let why = if e.kind() == std::io::ErrorKind::NotFound {
+            "does not exist".to_string()
+        } else if e.raw_os_error() == Some(libc::ENOTCONN) {
+            "is a dead FUSE mount (its daemon exited without unmounting); run `fusermount3 -u` on it first"
+                .to_string()
+        } else {
+            format!("cannot be used: {e}")
+        };
+        MountError::Mountpoint { path: req.mountpoint.clone(), why }
     };
-    match std::fs::metadata(&mountpoint) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(MountError::Mountpoint {
-                path: req.mountpoint.clone(),
-                why: "is not a directory".into(),
-            });
-        }
-        Err(e) => return Err(MountError::Mountpoint { path: req.mountpoint.clone(), why: e.to_string() }),
+    let mountpoint = std::fs::canonicalize(&req.mountpoint).map_err(bad_dir)?;
+    if !std::fs::metadata(&mountpoint).map_err(bad_dir)?.is_dir() {
+        return Err(MountError::Mountpoint {
+            path: req.mountpoint.clone(),
+            why: "is not a directory".into(),
+        });
     }
     if let Err(e) = std::fs::metadata(DEV_FUSE) {
         return Err(MountError::NoFuse(e.to_string()));
     }
     if req.foreground { serve(req, &image, &mountpoint, None) } else { daemonize(req, &image, &mountpoint) }
+}
+
+/// Warnings and errors (ours and fuser's) on stderr; `CJFS_LOG=debug|info|warn|error|off`
+/// chooses the level. A daemon's stderr is /dev/null once the mount is ready.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::max_level()
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("cjfs-fuse: {}: {}", r.level().as_str().to_ascii_lowercase(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn install_logger() {
+    static LOGGER: StderrLogger = StderrLogger;
+    let level = match std::env::var("CJFS_LOG").as_deref() {
+        Ok("off") => log::LevelFilter::Off,
+        Ok("error") => log::LevelFilter::Error,
+        Ok("info") => log::LevelFilter::Info,
+        Ok("debug") => log::LevelFilter::Debug,
+        Ok("trace") => log::LevelFilter::Trace,
+        _ => log::LevelFilter::Warn,
+    };
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(level);
+    }
 }
 
 /// The child's end of the readiness pipe.
@@ -170,14 +199,9 @@ fn daemonize(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult
     let _ = std::env::set_current_dir("/");
     let ready = Ready(File::from(wr));
     let r = serve(req, image, mountpoint, Some(ready));
-    let code = match &r {
-        Ok(()) => 0,
-        Err(e) => {
-            log::error!("{e}");
-            1
-        }
-    };
-    std::process::exit(code);
+    // Errors before the mount was ready went to the parent through the pipe; later ones
+    // have nowhere to go but the exit status (stderr is /dev/null by then).
+    std::process::exit(if r.is_ok() { 0 } else { 1 });
 }
 
 /// Point stdin, stdout and stderr at /dev/null (a daemon has no terminal).

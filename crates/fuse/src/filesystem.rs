@@ -333,7 +333,7 @@ impl Filesystem for CjfsFuse {
             Ok(a) => self.reply_entry(reply, &a),
             Err(FsError::NotFound(_)) => {
                 // A negative entry the kernel may cache: every change goes through it.
-                let mut none = file_attr(&self.fs.getattr(parent).unwrap_or_else(|_| dummy_attr(parent)));
+                let mut none = file_attr(&dummy_attr(parent));
                 none.ino = INodeNo(0);
                 reply.entry_with_ttls(&Duration::ZERO, &self.entry_ttl, &none, Generation(0));
             }

@@ -129,3 +129,26 @@ fn full_device_gives_enospc_and_daemon_survives() {
         e2fsck_clean(&s.image);
     }
 }
+
+#[test]
+fn dead_mount_is_explained_and_recovers() {
+    if skip("dead_mount_is_explained_and_recovers", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let mut m = s.mount("");
+    fs::write(s.p("before"), b"synced").unwrap();
+    File::open(s.p("before")).unwrap().sync_all().unwrap();
+    m.signal(libc::SIGKILL);
+    m.wait(std::time::Duration::from_secs(30));
+    let (code, err) = mount_fails(&[s.image.as_os_str(), s.mnt.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("dead FUSE mount") && err.contains("fusermount3 -u"), "{err}");
+    let st = Command::new("fusermount3").arg("-u").arg("-z").arg(&s.mnt).status().unwrap();
+    assert!(st.success());
+    let m = s.mount("");
+    assert!(m.log_text().contains("recovered"), "{}", m.log_text());
+    assert_eq!(fs::read(s.p("before")).unwrap(), b"synced");
+    m.unmount();
+    e2fsck_clean(&s.image);
+}

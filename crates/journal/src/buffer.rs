@@ -214,6 +214,14 @@ impl BufferCache {
     /// The buffer for a block about to be fully overwritten: zeroed and up to date, no read.
     pub fn get_new(&self, blocknr: u64) -> Arc<Buffer> {
         let b = self.get(blocknr);
+        // The block was just allocated: any committed version of its previous incarnation
+        // still awaiting checkpoint is dead and must never be written over the new contents.
+        // `Handle::revoke` clears it when the block is freed, but a commit of an older
+        // transaction that finishes after the revoke sets it again; by the time the block can
+        // be allocated again its freeing transaction is durable, so no such commit is left.
+        // (Found by the crash harness: a freed directory block reused as file data had the
+        // old directory written over the data by the checkpoint at unmount.)
+        b.jstate().checkpoint = None;
         {
             let mut g = b.data.write();
             g.fill(0);

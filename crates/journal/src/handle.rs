@@ -64,7 +64,10 @@ impl Handle {
                     }
                     let t0 = std::time::Instant::now();
                     buf.wait_jstate(&mut js);
-                    self.j.stats.conflict_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    self.j
+                        .stats
+                        .conflict_wait_ns
+                        .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     continue;
                 }
                 js.running = Some(tx.tid);

@@ -195,7 +195,9 @@ impl SweepConfig {
         let mut out = Vec::new();
         for t in &self.targets {
             match &t.kind {
-                TargetKind::Dir(_) => out.push(Series { name: t.to_string(), kind: t.kind.clone(), journal: None }),
+                TargetKind::Dir(_) => {
+                    out.push(Series { name: t.to_string(), kind: t.kind.clone(), journal: None })
+                }
                 _ => {
                     for j in &modes {
                         out.push(Series {
@@ -210,7 +212,10 @@ impl SweepConfig {
         let mut seen = std::collections::HashSet::new();
         for s in &out {
             if !seen.insert(s.name.clone()) {
-                return Err(BenchError::Usage(format!("two series named {:?}: label the targets (LABEL=...)", s.name)));
+                return Err(BenchError::Usage(format!(
+                    "two series named {:?}: label the targets (LABEL=...)",
+                    s.name
+                )));
             }
         }
         Ok(out)
@@ -306,9 +311,10 @@ pub fn mount_of(dir: &Path) -> String {
 fn info(s: &Series) -> SeriesInfo {
     let (target, device) = match &s.kind {
         TargetKind::Emulated(p) => (format!("cjfs in-process on emulated {}", p.name), preset_line(p)),
-        TargetKind::File(p) => {
-            (format!("cjfs in-process on image file in {}", p.display()), format!("file device; host: {}", disk_of(p)))
-        }
+        TargetKind::File(p) => (
+            format!("cjfs in-process on image file in {}", p.display()),
+            format!("file device; host: {}", disk_of(p)),
+        ),
         TargetKind::Dir(p) => (format!("directory {}", p.display()), mount_of(p)),
     };
     SeriesInfo { name: s.name.clone(), target, mode: s.journal.as_ref().map(|j| j.name.clone()), device }
@@ -361,7 +367,8 @@ fn fs_err(e: impl fmt::Display) -> io::Error {
 
 fn mount_cjfs(dev: Device, journal: &JournalConfig, zeroed: bool, label: String) -> io::Result<Instance> {
     mkfs(&*dev, &MkfsOptions { assume_zeroed: zeroed, ..Default::default() }).map_err(fs_err)?;
-    let fs = Fs::open(dev, MountOptions { journal: journal.clone(), ..Default::default() }).map_err(fs_err)?;
+    let fs =
+        Fs::open(dev, MountOptions { journal: journal.clone(), ..Default::default() }).map_err(fs_err)?;
     let t = Arc::new(CjfsTarget::new(fs, label));
     let t2 = t.clone();
     Ok(Instance {
@@ -382,7 +389,8 @@ fn instance(s: &Series, w: Workload, p: &Params, image: Option<&Image>, n: usize
         }
         TargetKind::File(_) => {
             let img = image.ok_or_else(|| io::Error::other("image not prepared"))?;
-            let dev: Device = Arc::new(FileDevice::open(&img.path, FileDeviceOptions::default()).map_err(fs_err)?);
+            let dev: Device =
+                Arc::new(FileDevice::open(&img.path, FileDeviceOptions::default()).map_err(fs_err)?);
             mount_cjfs(dev, &journal, false, s.name.clone())
         }
         TargetKind::Dir(root) => {
@@ -472,7 +480,9 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
     }
     let total = (cfg.workloads.len() * cfg.threads.len() * cfg.reps * series.len()) as u64;
     let pb = if cfg.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
-    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}")
+    {
         pb.set_style(style.progress_chars("=> "));
     }
     let mut points = Vec::new();

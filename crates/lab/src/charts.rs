@@ -64,7 +64,8 @@ where
 {
     root.fill(&WHITE)?;
     let n = r.threads.len();
-    let ymax = r.points.iter().filter(|p| p.workload == w).map(|p| p.ops_per_sec).fold(0.0, f64::max).max(1.0) * 1.1;
+    let ymax =
+        r.points.iter().filter(|p| p.workload == w).map(|p| p.ops_per_sec).fold(0.0, f64::max).max(1.0) * 1.1;
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{w}: throughput"), ("sans-serif", 22))
         .margin(12)
@@ -93,7 +94,9 @@ where
             .threads
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| r.point(w, *t, &s.name).filter(|p| p.error.is_none()).map(|p| (i as f64, p.ops_per_sec)))
+            .filter_map(|(i, t)| {
+                r.point(w, *t, &s.name).filter(|p| p.error.is_none()).map(|p| (i as f64, p.ops_per_sec))
+            })
             .collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
@@ -114,11 +117,18 @@ where
 /// The CDF to draw for a workload at `threads`: fsync latency when every series has one.
 fn cdf_kind(r: &SweepReport, w: &str, threads: usize) -> bool {
     r.series.iter().all(|s| {
-        r.point(w, threads, &s.name).and_then(|p| p.median_run.as_ref()).is_none_or(|m| !m.fsync_cdf.is_empty())
+        r.point(w, threads, &s.name)
+            .and_then(|p| p.median_run.as_ref())
+            .is_none_or(|m| !m.fsync_cdf.is_empty())
     })
 }
 
-fn latency<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, r: &SweepReport, w: &str, threads: usize) -> DrawResult
+fn latency<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    r: &SweepReport,
+    w: &str,
+    threads: usize,
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
@@ -171,18 +181,23 @@ fn both(
     let svg = format!("{stem}.svg");
     let png = format!("{stem}.png");
     draw_svg(SVGBackend::new(&dir.join(&svg), (900, 560)).into_drawing_area()).map_err(|e| err(&svg, e))?;
-    draw_png(BitMapBackend::new(&dir.join(&png), (900, 560)).into_drawing_area()).map_err(|e| err(&png, e))?;
+    draw_png(BitMapBackend::new(&dir.join(&png), (900, 560)).into_drawing_area())
+        .map_err(|e| err(&png, e))?;
     out.push(png);
     Ok(())
 }
 
 /// Draw every chart of a sweep into `dir` as PNG and SVG; returns the PNG files, in order.
 pub fn draw_all(r: &SweepReport, dir: &Path) -> Result<Vec<String>, ChartError> {
-    std::fs::create_dir_all(dir).map_err(|e| ChartError { file: dir.display().to_string(), msg: e.to_string() })?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ChartError { file: dir.display().to_string(), msg: e.to_string() })?;
     if !font_loaded() {
         return Err(ChartError {
             file: dir.display().to_string(),
-            msg: format!("no TrueType font at {} (apt-get install fonts-dejavu-core)", FONT_PATHS.join(" or ")),
+            msg: format!(
+                "no TrueType font at {} (apt-get install fonts-dejavu-core)",
+                FONT_PATHS.join(" or ")
+            ),
         });
     }
     let mut out = Vec::new();

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cjfs_blockdev::{BlockDevice, Device, EmulatedSsd, FileDevice, FileDeviceOptions, WriteTag, block_from_slice};
+use cjfs_blockdev::{
+    BlockDevice, Device, EmulatedSsd, FileDevice, FileDeviceOptions, WriteTag, block_from_slice,
+};
 use serde::Serialize;
 
 use crate::bench::{TargetKind, TargetSpec, preset_line};
@@ -54,7 +56,11 @@ pub fn run(target: &TargetSpec, iterations: usize) -> Result<DeviceReport, Devic
     let (dev, desc, claims, workdir): (Device, String, Option<(f64, f64)>, PathBuf) = match &target.kind {
         TargetKind::Emulated(p) => {
             let xfer = if p.bandwidth_mb_s == 0 { 0.0 } else { 4096.0 / p.bandwidth_mb_s as f64 };
-            let per_mb = if p.volatile_cache { p.flush_per_dirty_mb_us as f64 * 4096.0 / (1 << 20) as f64 } else { 0.0 };
+            let per_mb = if p.volatile_cache {
+                p.flush_per_dirty_mb_us as f64 * 4096.0 / (1 << 20) as f64
+            } else {
+                0.0
+            };
             (
                 Arc::new(EmulatedSsd::new(*p, blocks)),
                 preset_line(p),

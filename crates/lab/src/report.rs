@@ -122,8 +122,26 @@ pub fn table(r: &SweepReport) -> String {
     }
     let _ = writeln!(out);
     let head = [
-        "workload", "thr", "series", "ops/s", "vs 1st", "MB/s", "op p50", "op p99", "fsync p50", "fsync p99", "cpu s",
-        "tx", "h/tx", "blk/tx", "conf/tx", "lock µs", "commit µs", "fl/fsync", "qd mean", "qd max",
+        "workload",
+        "thr",
+        "series",
+        "ops/s",
+        "vs 1st",
+        "MB/s",
+        "op p50",
+        "op p99",
+        "fsync p50",
+        "fsync p99",
+        "cpu s",
+        "tx",
+        "h/tx",
+        "blk/tx",
+        "conf/tx",
+        "lock µs",
+        "commit µs",
+        "fl/fsync",
+        "qd mean",
+        "qd max",
     ];
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for row in rows(r) {
@@ -150,8 +168,9 @@ pub fn table(r: &SweepReport) -> String {
         lines.push(l);
     }
     let ncols = head.len();
-    let widths: Vec<usize> =
-        (0..ncols).map(|i| lines.iter().map(|l| l.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..ncols)
+        .map(|i| lines.iter().map(|l| l.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0))
+        .collect();
     for l in &lines {
         let mut s = String::new();
         for (i, c) in l.iter().enumerate() {
@@ -217,7 +236,14 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
     if !errs.is_empty() {
         let _ = writeln!(out, "\n## Errors\n");
         for p in errs {
-            let _ = writeln!(out, "- {} t={} {}: {}", p.workload, p.threads, p.series, p.error.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                out,
+                "- {} t={} {}: {}",
+                p.workload,
+                p.threads,
+                p.series,
+                p.error.as_deref().unwrap_or("")
+            );
         }
     }
     out
@@ -228,7 +254,11 @@ pub fn headline(r: &SweepReport) -> String {
     let mut out = String::new();
     for w in &r.workloads {
         let _ = writeln!(out, "### {w} (ops/s, median of {})\n", r.reps);
-        let _ = writeln!(out, "| threads | {} |", r.series.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(
+            out,
+            "| threads | {} |",
+            r.series.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" | ")
+        );
         let _ = writeln!(out, "|---:|{}", "---:|".repeat(r.series.len()));
         for &t in &r.threads {
             let cells: Vec<String> = r

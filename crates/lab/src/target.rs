@@ -89,7 +89,7 @@ pub trait Target: Send + Sync {
 }
 
 fn io_err(e: FsError) -> io::Error {
-    io::Error::new(io::ErrorKind::from(io::Error::from_raw_os_error(e.errno()).kind()), e.to_string())
+    io::Error::new(io::Error::from_raw_os_error(e.errno()).kind(), e.to_string())
 }
 
 fn split(path: &str) -> (&str, &str) {

@@ -60,7 +60,10 @@ fn every_workload_runs_on_an_emulated_preset() {
         assert!(r.ops_per_sec > 0.0 && r.ops_per_sec.is_finite(), "{w}: ops/s {}", r.ops_per_sec);
         assert!(r.secs > 0.5, "{w}: ran {} s", r.secs);
         assert!(r.op_latency.count > 0 && r.op_latency.p50 > 0.0, "{w}: no latencies");
-        assert!(r.op_latency.p50 <= r.op_latency.p99 && r.op_latency.p99 <= r.op_latency.max, "{w}: percentiles");
+        assert!(
+            r.op_latency.p50 <= r.op_latency.p99 && r.op_latency.p99 <= r.op_latency.max,
+            "{w}: percentiles"
+        );
         assert!(!r.op_cdf.is_empty(), "{w}: no CDF");
         let j = r.journal_summary.unwrap_or_else(|| panic!("{w}: no journal figures"));
         let d = r.device_summary.unwrap_or_else(|| panic!("{w}: no device figures"));

@@ -268,21 +268,16 @@ fn plan_put(
     size: Option<u64>,
 ) -> CliResult<PutTarget> {
     let err = |e| CliError::fs_path(image, path, e);
-    let (parent, name) = match walk(fs, path, true) {
+    let (parent, name, shown) = match walk(fs, path, true) {
         Ok(ino) if fs.getattr(ino).map_err(err)?.kind == FileType::Directory => match local_name {
-            Some(n) => (ino, n.to_string()),
+            Some(n) => (ino, n.to_string(), format!("{}/{n}", path.trim_end_matches('/'))),
             None => return Err(err(FsError::IsDir(path.to_string()))),
         },
         Ok(_) | Err(FsError::NotFound(_)) => {
             let (p, n) = parent_of(fs, path).map_err(err)?;
-            (p, n.to_string())
+            (p, n.to_string(), path.to_string())
         }
         Err(e) => return Err(err(e)),
-    };
-    let shown = if local_name.is_some() && !path.trim_end_matches('/').ends_with(&format!("/{name}")) {
-        format!("{}/{name}", path.trim_end_matches('/'))
-    } else {
-        path.to_string()
     };
     let existing = match fs.lookup(parent, name.as_bytes()) {
         Ok(a) => match a.kind {

@@ -584,11 +584,20 @@ impl Superblock {
             return Err(corrupt("s_log_block_size", self.log_block_size, "(block size above 64 KiB)"));
         }
         let bs = self.block_size();
-        if self.blocks_per_group == 0 || self.blocks_per_group > 8 * bs {
+        // With bigalloc the block bitmap counts clusters, so a group spans up to 8 * block
+        // size clusters of several blocks each. Accept that geometry here so the feature
+        // check can refuse the image by name instead of calling it corrupt.
+        let cluster_ratio = if self.feature_ro_compat & RO_COMPAT_BIGALLOC != 0 {
+            1u64 << self.log_cluster_size.saturating_sub(self.log_block_size).min(16)
+        } else {
+            1
+        };
+        let max_bpg = (u64::from(8 * bs) * cluster_ratio).min(u64::from(u32::MAX));
+        if self.blocks_per_group == 0 || u64::from(self.blocks_per_group) > max_bpg {
             return Err(corrupt(
                 "s_blocks_per_group",
                 self.blocks_per_group,
-                &format!("(must be 1..={})", 8 * bs),
+                &format!("(must be 1..={max_bpg})"),
             ));
         }
         if self.inodes_per_group == 0 || self.inodes_per_group > 8 * bs {

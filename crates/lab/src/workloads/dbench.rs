@@ -295,7 +295,13 @@ fn grow(buf: &mut Vec<u8>, n: usize) {
     }
 }
 
-fn step(c: &mut Client<'_>, w: &mut super::Worker, op: &Op, buf: &mut Vec<u8>, zeros: &[u8]) -> io::Result<()> {
+fn step(
+    c: &mut Client<'_>,
+    w: &mut super::Worker,
+    op: &Op,
+    buf: &mut Vec<u8>,
+    zeros: &[u8],
+) -> io::Result<()> {
     let t = c.t;
     match op {
         Op::Deltree(p) => {
@@ -471,6 +477,8 @@ mod tests {
             parse_line(r#"Unlink "\clients\client1\x" 0x6 NT_STATUS_NO_SUCH_FILE"#),
             Some(Op::Unlink(_, false))
         ));
-        assert!(matches!(parse_line(r#"Mkdir "\clients" NT_STATUS_OK"#), Some(Op::Mkdir(LPath::Root(r))) if r == "clients"));
+        assert!(
+            matches!(parse_line(r#"Mkdir "\clients" NT_STATUS_OK"#), Some(Op::Mkdir(LPath::Root(r))) if r == "clients")
+        );
     }
 }

@@ -68,10 +68,10 @@ pub fn run(t: &dyn Target, p: &Params) -> io::Result<RunResult> {
     let pick = |rng: &mut StdRng, want: bool| {
         for _ in 0..256 {
             let i = rng.gen_range(0..slots.len());
-            if let Some(g) = slots[i].try_lock() {
-                if *g == want {
-                    return Some((i, g));
-                }
+            if let Some(g) = slots[i].try_lock()
+                && *g == want
+            {
+                return Some((i, g));
             }
         }
         None

@@ -294,7 +294,9 @@ where
                 s.spawn(move || -> io::Result<Worker> {
                     let mut w = Worker {
                         id,
-                        rng: StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64 * 7919)),
+                        rng: StdRng::seed_from_u64(
+                            seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64 * 7919),
+                        ),
                         lat: Latency::new(),
                         fsync: Latency::new(),
                         ops: 0,

@@ -31,7 +31,8 @@ pub fn run(t: &dyn Target, p: &Params) -> io::Result<RunResult> {
     }
     t.sync_all()?;
     run_workers(t, "oltp-insert", p.threads, p.duration, p.seed, |w| {
-        let fhs: Vec<Fh> = (0..TABLES).map(|i| t.open(&format!("oltp/table{i}.ibd"))).collect::<io::Result<_>>()?;
+        let fhs: Vec<Fh> =
+            (0..TABLES).map(|i| t.open(&format!("oltp/table{i}.ibd"))).collect::<io::Result<_>>()?;
         let mut buf = vec![0u8; PAGE as usize];
         let mut last = None;
         let r = (|| -> io::Result<()> {

@@ -109,10 +109,10 @@ fn pick<'a>(
 ) -> Option<(usize, parking_lot::MutexGuard<'a, Slot>)> {
     for _ in 0..64 {
         let i = rng.gen_range(0..set.slots.len());
-        if let Some(g) = set.slots[i].try_lock() {
-            if g.exists == want {
-                return Some((i, g));
-            }
+        if let Some(g) = set.slots[i].try_lock()
+            && g.exists == want
+        {
+            return Some((i, g));
         }
     }
     None

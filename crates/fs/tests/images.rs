@@ -1,0 +1,350 @@
+//! Images made by e2fsprogs: `mke2fs` file systems populated with `debugfs` open
+//! read-write, read back, change, and stay `e2fsck -fn` clean; an htree directory indexed
+//! by `e2fsck -D` is readable and stays consistent after changes; unsupported features and
+//! block sizes are refused with an error that names them. Every test prints a message and
+//! passes when the tool it needs is missing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::{FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags};
+use common::{assert_fsck_clean, which};
+
+/// `EXT4_INDEX_FL`: the directory has an htree index.
+const INDEX_FL: u32 = 0x1000;
+
+fn tmpdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cjfs-images")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("tmpdir")
+}
+
+/// Run `mke2fs -q -t ext4 -b <bs> -O <features> img <size>`; `None` (after saying why)
+/// when mke2fs is missing or refuses the combination.
+fn mke2fs(img: &Path, block_size: u32, features: &str, size: &str) -> Option<()> {
+    let Some(mke2fs) = which("mke2fs") else {
+        eprintln!("SKIP: mke2fs not installed");
+        return None;
+    };
+    let out = Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext4", "-b", &block_size.to_string(), "-O", features])
+        .arg(img)
+        .arg(size)
+        .output()
+        .expect("run mke2fs");
+    if !out.status.success() {
+        eprintln!(
+            "SKIP: mke2fs -O {features} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    Some(())
+}
+
+/// The standard image of these tests.
+fn std_image(img: &Path) -> Option<()> {
+    mke2fs(img, 4096, "^metadata_csum,^resize_inode", "256M")
+}
+
+/// Run a debugfs command script against `img` (read-write).
+fn debugfs(img: &Path, cmds: &str) -> Option<String> {
+    let Some(debugfs) = which("debugfs") else {
+        eprintln!("SKIP: debugfs not installed");
+        return None;
+    };
+    let script = img.with_extension("cmds");
+    std::fs::write(&script, cmds).expect("write debugfs script");
+    let out = Command::new(debugfs).arg("-w").arg("-f").arg(&script).arg(img).output().expect("run debugfs");
+    assert!(out.status.success(), "debugfs failed: {}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Read-only debugfs request (`-R`).
+fn debugfs_r(img: &Path, req: &str) -> Option<String> {
+    let debugfs = which("debugfs")?;
+    let out = Command::new(debugfs).arg("-R").arg(req).arg(img).output().expect("run debugfs");
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn open(img: &Path) -> Device {
+    Arc::new(FileDevice::open(img, FileDeviceOptions::default()).expect("open image"))
+}
+
+fn mount(img: &Path) -> Fs {
+    Fs::open(open(img), MountOptions::default()).expect("mount e2fsprogs image")
+}
+
+fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).expect("getattr").size as usize;
+    let mut buf = vec![0u8; size + 1];
+    let n = fs.read(ino, 0, &mut buf).expect("read");
+    buf.truncate(n);
+    buf
+}
+
+fn names(fs: &Fs, dir: Ino) -> BTreeSet<Vec<u8>> {
+    let mut out = BTreeSet::new();
+    let mut off = 0;
+    loop {
+        let page = fs.readdir(dir, off, 500).expect("readdir");
+        let Some(last) = page.last() else { break };
+        off = last.next_offset;
+        for e in page {
+            if e.name != b"." && e.name != b".." {
+                assert!(out.insert(e.name.clone()), "{:?} listed twice", String::from_utf8_lossy(&e.name));
+            }
+        }
+    }
+    out
+}
+
+fn content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+}
+
+fn e2fsck_exit(img: &Path, args: &[&str]) -> Option<i32> {
+    let e2fsck = which("e2fsck")?;
+    let out = Command::new(e2fsck).args(args).arg(img).output().expect("run e2fsck");
+    Some(out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn debugfs_populated_image_reads_and_changes() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("std.img");
+    if std_image(&img).is_none() {
+        return;
+    }
+    // Host files for debugfs to copy in: tiny, several blocks, several MiB.
+    let small = content(5, 1);
+    let medium = content(100_000, 2);
+    let large = content(3 << 20, 3);
+    for (n, d) in [("small", &small), ("medium", &medium), ("large", &large)] {
+        std::fs::write(tmp.path().join(n), d).expect("host file");
+    }
+    let host = |n: &str| tmp.path().join(n).display().to_string();
+    let cmds = format!(
+        "mkdir dir1\nmkdir dir1/sub\nmkdir dir2\nwrite {} dir1/small\nwrite {} dir1/medium\nwrite {} dir1/sub/large\n\
+         write {} top\nsymlink link dir1/small\n",
+        host("small"),
+        host("medium"),
+        host("large"),
+        host("medium")
+    );
+    if debugfs(&img, &cmds).is_none() {
+        return;
+    }
+    assert_fsck_clean(&img);
+
+    let fs = mount(&img);
+    let dir1 = fs.resolve("/dir1").expect("dir1");
+    assert_eq!(names(&fs, dir1), BTreeSet::from([b"small".to_vec(), b"medium".to_vec(), b"sub".to_vec()]));
+    assert_eq!(read_all(&fs, fs.resolve("/dir1/small").expect("small")), small);
+    assert_eq!(read_all(&fs, fs.resolve("/dir1/medium").expect("medium")), medium);
+    let large_ino = fs.resolve("/dir1/sub/large").expect("large");
+    assert_eq!(read_all(&fs, large_ino), large);
+    assert_eq!(read_all(&fs, fs.resolve("/top").expect("top")), medium);
+    let link = fs.lookup(ROOT_INO, b"link").expect("link");
+    assert_eq!(link.kind, FileType::Symlink);
+    assert_eq!(fs.readlink(link.ino).expect("readlink"), b"dir1/small");
+    assert_eq!(fs.getattr(dir1).expect("getattr").nlink, 3);
+
+    // Change things: overwrite inside and past the end of a debugfs file, truncate, write
+    // new files, directories, renames, links, deletions, xattrs.
+    let mut large2 = large.clone();
+    let patch = content(50_000, 9);
+    fs.write(large_ino, 1_000_000, &patch).expect("overwrite");
+    large2[1_000_000..1_050_000].copy_from_slice(&patch);
+    fs.write(large_ino, large2.len() as u64 + 10_000, b"tail").expect("extend");
+    large2.resize(large2.len() + 10_000, 0);
+    large2.extend_from_slice(b"tail");
+    let medium_ino = fs.resolve("/dir1/medium").expect("medium");
+    fs.setattr(medium_ino, &SetAttr { size: Some(12_345), ..Default::default() }).expect("truncate");
+    let new = fs.create(fs.resolve("/dir2").expect("dir2"), b"new", 0o644, 0, 0).expect("create");
+    let newdata = content(200_000, 5);
+    fs.write(new.ino, 0, &newdata).expect("write new");
+    let nd = fs.mkdir(dir1, b"newdir", 0o755, 0, 0).expect("mkdir");
+    fs.rename(ROOT_INO, b"top", nd.ino, b"moved", RenameFlags::default()).expect("rename");
+    fs.link(large_ino, ROOT_INO, b"hardlink").expect("link");
+    fs.unlink(dir1, b"small").expect("unlink small");
+    fs.setxattr(new.ino, b"user.origin", b"cjfs", XattrFlags::Create).expect("setxattr");
+    let sub = fs.resolve("/dir1/sub").expect("sub");
+    fs.rename(dir1, b"sub", fs.resolve("/dir2").expect("dir2"), b"sub2", RenameFlags::default())
+        .expect("rename dir");
+    let _ = sub;
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+
+    // e2fsprogs sees our writes.
+    let dumped = tmp.path().join("dumped");
+    if debugfs_r(&img, &format!("dump /dir2/new {}", dumped.display())).is_some() {
+        assert_eq!(std::fs::read(&dumped).expect("dumped file"), newdata, "debugfs reads cjfs's file");
+        let d2 = tmp.path().join("dumped2");
+        debugfs_r(&img, &format!("dump /hardlink {}", d2.display()));
+        assert_eq!(std::fs::read(&d2).expect("dumped file"), large2, "debugfs reads the changed file");
+    }
+
+    // And so do we after a remount.
+    let fs = mount(&img);
+    assert_eq!(read_all(&fs, fs.resolve("/dir2/sub2/large").expect("large")), large2);
+    assert_eq!(read_all(&fs, fs.resolve("/hardlink").expect("hardlink")), large2);
+    assert_eq!(read_all(&fs, fs.resolve("/dir1/medium").expect("medium")), medium[..12_345]);
+    assert_eq!(read_all(&fs, fs.resolve("/dir1/newdir/moved").expect("moved")), medium);
+    assert!(matches!(fs.resolve("/dir1/small"), Err(FsError::NotFound(_))));
+    let new = fs.resolve("/dir2/new").expect("new");
+    assert_eq!(read_all(&fs, new), newdata);
+    assert_eq!(fs.getxattr(new, b"user.origin").expect("getxattr"), b"cjfs");
+    // Delete everything we can and check again.
+    fs.unlink(fs.resolve("/dir2/sub2").expect("sub2"), b"large").expect("unlink");
+    fs.unlink(ROOT_INO, b"hardlink").expect("unlink");
+    fs.rmdir(fs.resolve("/dir2").expect("dir2"), b"sub2").expect("rmdir");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn htree_directory_from_e2fsck_dash_d() {
+    const FILES: usize = 3000;
+    let tmp = tmpdir();
+    let img = tmp.path().join("htree.img");
+    if std_image(&img).is_none() {
+        return;
+    }
+    let empty = tmp.path().join("empty");
+    std::fs::write(&empty, b"").expect("host file");
+    let mut cmds = String::from("mkdir big\ncd big\n");
+    for i in 0..FILES {
+        cmds.push_str(&format!("write {} file-with-a-longish-name-{i:05}\n", empty.display()));
+    }
+    if debugfs(&img, &cmds).is_none() {
+        return;
+    }
+    // Index the directories; exit code 1 = "file system was modified".
+    match e2fsck_exit(&img, &["-fyD"]) {
+        None => {
+            eprintln!("SKIP: e2fsck not installed");
+            return;
+        }
+        Some(c) => assert!(c == 0 || c == 1, "e2fsck -fyD exited with {c}"),
+    }
+    assert_fsck_clean(&img);
+    let want: BTreeSet<Vec<u8>> =
+        (0..FILES).map(|i| format!("file-with-a-longish-name-{i:05}").into_bytes()).collect();
+
+    let fs = mount(&img);
+    let big = fs.lookup(ROOT_INO, b"big").expect("big");
+    assert!(
+        big.flags & INDEX_FL != 0,
+        "e2fsck -D should have indexed the directory (flags {:#x})",
+        big.flags
+    );
+    assert!(big.size > 4096 * 10, "a {FILES}-entry directory spans many blocks");
+    for n in &want {
+        fs.lookup(big.ino, n).unwrap_or_else(|e| panic!("lookup {:?}: {e}", String::from_utf8_lossy(n)));
+    }
+    assert_eq!(names(&fs, big.ino), want, "readdir of the htree directory");
+
+    // Change it through cjfs: add 300 names, remove every seventh.
+    let mut now = want.clone();
+    for i in 0..300 {
+        let n = format!("added-by-cjfs-{i:04}").into_bytes();
+        fs.create(big.ino, &n, 0o644, 0, 0).expect("create");
+        now.insert(n);
+    }
+    for (k, n) in want.iter().enumerate() {
+        if k % 7 == 0 {
+            fs.unlink(big.ino, n).expect("unlink");
+            now.remove(n);
+        }
+    }
+    assert_eq!(names(&fs, big.ino), now);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+
+    let fs = mount(&img);
+    let big = fs.lookup(ROOT_INO, b"big").expect("big").ino;
+    for n in &want {
+        let r = fs.lookup(big, n);
+        assert_eq!(
+            r.is_ok(),
+            now.contains(n),
+            "lookup {:?} after remount: {r:?}",
+            String::from_utf8_lossy(n)
+        );
+    }
+    for n in &now {
+        fs.lookup(big, n).unwrap_or_else(|e| panic!("lookup {:?}: {e}", String::from_utf8_lossy(n)));
+    }
+    assert_eq!(names(&fs, big), now);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+    let _ = std::fs::copy(&img, "/tmp/scratch/htree.img");
+    // e2fsprogs finds every name too.
+    if let Some(ls) = debugfs_r(&img, "ls -l /big") {
+        let listed = ls
+            .lines()
+            .filter(|l| l.contains("file-with-a-longish-name-") || l.contains("added-by-cjfs-"))
+            .count();
+        assert_eq!(listed, now.len(), "debugfs ls /big:\n{}", &ls[..ls.len().min(3000)]);
+    }
+}
+
+/// The error of mounting `img`, which must be `Incompatible` and name `what`.
+fn refused(img: &Path, what: &str) {
+    match Fs::open(open(img), MountOptions::default()) {
+        Err(FsError::Incompatible(m)) => {
+            assert!(m.contains(what), "refusal should name {what:?}: {m}");
+            eprintln!("refused as expected: {m}");
+        }
+        Err(e) => panic!("mounting an image with {what} failed with {e}, not Incompatible"),
+        Ok(fs) => {
+            let _ = fs.unmount();
+            panic!("an image with {what} mounted");
+        }
+    }
+}
+
+#[test]
+fn unsupported_features_are_refused_by_name() {
+    let tmp = tmpdir();
+    let mut tried = 0;
+    for (features, name) in [
+        ("metadata_csum,^resize_inode", "metadata_csum"),
+        ("^metadata_csum,^resize_inode,inline_data", "inline_data"),
+        ("^metadata_csum,^resize_inode,bigalloc", "bigalloc"),
+        ("^metadata_csum,^resize_inode,encrypt", "encrypt"),
+        ("^metadata_csum,^resize_inode,casefold", "casefold"),
+        ("^metadata_csum,^resize_inode,quota", "quota"),
+        ("^metadata_csum,^resize_inode,project", "project"),
+        ("^metadata_csum,^resize_inode,meta_bg", "meta_bg"),
+        ("^metadata_csum,^resize_inode,mmp", "mmp"),
+    ] {
+        let img: PathBuf = tmp.path().join(format!("{name}.img"));
+        if mke2fs(&img, 4096, features, "128M").is_none() {
+            continue;
+        }
+        tried += 1;
+        refused(&img, name);
+        let _ = std::fs::remove_file(&img);
+    }
+    eprintln!("{tried} feature images refused");
+}
+
+#[test]
+fn one_kib_blocks_are_refused_by_size() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("1k.img");
+    if mke2fs(&img, 1024, "^metadata_csum,^resize_inode", "64M").is_none() {
+        return;
+    }
+    refused(&img, "block size 1024");
+}
