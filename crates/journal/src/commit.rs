@@ -107,7 +107,8 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
     j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
-    let mut tickets = submit_ordered(j, &lists.ordered, tx.tid)?;
+    let data_tickets = submit_ordered(j, &lists.ordered, tx.tid)?;
+    let mut tickets = Vec::new();
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
     let revoked = revokes.clone();
@@ -132,6 +133,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     let job = FlushJob {
         tx: tx.clone(),
         tickets,
+        data_tickets,
         commit,
         versions,
         had_data: !lists.ordered.is_empty(),

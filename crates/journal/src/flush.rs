@@ -20,8 +20,10 @@ use crate::transaction::{Transaction, TxState};
 /// A transaction handed from the commit thread to the flush thread.
 pub(crate) struct FlushJob {
     pub tx: Arc<Transaction>,
-    /// Ordered data, home writes (no-journal) and log writes in flight.
+    /// Log writes (or, without a journal, home writes of metadata) in flight.
     pub tickets: Vec<IoTicket>,
+    /// Ordered data writes in flight (must complete before the commit record).
+    pub data_tickets: Vec<IoTicket>,
     /// Commit block and its log position (JBD2 format with something logged).
     pub commit: Option<(u64, BlockBuf)>,
     /// Versions written, to release and hand to the checkpoint.
@@ -85,10 +87,15 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
         return Err(JournalError::Aborted(a));
     }
     for job in &mut jobs {
+        // Versions are released as soon as their own log writes complete (JBD2 releases its
+        // shadow buffers at metadata I/O completion), not after the ordered data.
         cjfs_blockdev::wait_all(std::mem::take(&mut job.tickets))?;
         if j.config.release_on_log_write {
             release_versions(&job.versions);
         }
+    }
+    for job in &mut jobs {
+        cjfs_blockdev::wait_all(std::mem::take(&mut job.data_tickets))?;
     }
     let bugs = j.config.bugs;
     let commits: Vec<(u64, BlockBuf, u64)> = jobs
