@@ -287,14 +287,15 @@ fn htree_directory_from_e2fsck_dash_d() {
     assert_eq!(names(&fs, big), now);
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
-    let _ = std::fs::copy(&img, "/tmp/scratch/htree.img");
-    // e2fsprogs finds every name too.
+    // e2fsprogs finds every name too (`ls -l` also shows emptied records, the first of
+    // their block, with inode 0: skip those).
     if let Some(ls) = debugfs_r(&img, "ls -l /big") {
         let listed = ls
             .lines()
+            .filter(|l| l.split_whitespace().next() != Some("0"))
             .filter(|l| l.contains("file-with-a-longish-name-") || l.contains("added-by-cjfs-"))
             .count();
-        assert_eq!(listed, now.len(), "debugfs ls /big:\n{}", &ls[..ls.len().min(3000)]);
+        assert_eq!(listed, now.len(), "debugfs ls -l /big");
     }
 }
 

@@ -14,8 +14,10 @@ use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use cjfs_fs::{
-    FallocMode, FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags,
+    DataMode, FallocMode, FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr,
+    XattrFlags,
 };
+use cjfs_journal::JournalConfig;
 use common::{assert_fsck_clean, fresh_image, open_image};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -53,17 +55,53 @@ type Path = Loc;
 enum Op {
     Create(Path),
     Mkdir(Path),
-    Write { t: Path, off: u64, len: usize, seed: u8 },
-    Truncate { t: Path, size: u64 },
+    Write {
+        t: Path,
+        off: u64,
+        len: usize,
+        seed: u8,
+    },
+    Truncate {
+        t: Path,
+        size: u64,
+    },
     Unlink(Path),
     Rmdir(Path),
-    Rename { from: Path, to: Path, flags: u8 },
-    Link { t: Path, to: Path },
-    Symlink { at: Path, len: usize },
-    SetXattr { t: Path, k: usize, vlen: usize, flag: u8 },
-    RemoveXattr { t: Path, k: usize },
-    Fallocate { t: Path, mode: u8, off: u64, len: u64 },
-    Fsync { t: Path, datasync: bool },
+    Rename {
+        from: Path,
+        to: Path,
+        flags: u8,
+    },
+    Link {
+        t: Path,
+        to: Path,
+    },
+    Symlink {
+        at: Path,
+        len: usize,
+    },
+    SetXattr {
+        t: Path,
+        k: usize,
+        vlen: usize,
+        flag: u8,
+    },
+    RemoveXattr {
+        t: Path,
+        k: usize,
+    },
+    Fallocate {
+        t: Path,
+        mode: u8,
+        off: u64,
+        len: u64,
+    },
+    Fsync {
+        t: Path,
+        datasync: bool,
+    },
+    /// Unmount and mount again (directory indexes and inodes are then rebuilt from disk).
+    Remount,
 }
 
 fn fixed_s() -> impl Strategy<Value = Loc> {
@@ -120,6 +158,7 @@ fn op_s() -> impl Strategy<Value = Op> {
         4 => (pick_s(Pref::File), 0u8..5, off_s(), prop_oneof![Just(0u64), 1u64..20_000])
             .prop_map(|(t, mode, off, len)| Op::Fallocate { t, mode, off, len }),
         1 => (pick_s(Pref::Any), any::<bool>()).prop_map(|(t, datasync)| Op::Fsync { t, datasync }),
+        1 => Just(Op::Remount),
     ]
 }
 
@@ -316,6 +355,8 @@ struct Case {
     fs: Option<Fs>,
     m: Model,
     log: Vec<String>,
+    image: std::path::PathBuf,
+    opts: MountOptions,
 }
 
 fn fail(msg: String) -> TestCaseError {
@@ -336,14 +377,14 @@ impl Case {
         for c in comps {
             got = got.and_then(|i| self.fs().lookup(i, c).map(|a| a.ino).map_err(|e| e.errno()));
         }
-        if let Ok(d) = want {
-            if !self.m.is_dir(d) {
-                // A final component that is not a directory: operations in it say ENOTDIR.
-                return match got {
-                    Ok(g) if g == d => Ok(None),
-                    other => Err(fail(format!("resolve {comps:?}: model {want:?}, fs {other:?}"))),
-                };
-            }
+        if let Ok(d) = want
+            && !self.m.is_dir(d)
+        {
+            // A final component that is not a directory: operations in it say ENOTDIR.
+            return match got {
+                Ok(g) if g == d => Ok(None),
+                other => Err(fail(format!("resolve {comps:?}: model {want:?}, fs {other:?}"))),
+            };
         }
         match (want, got) {
             (Ok(a), Ok(b)) if a == b => Ok(Some(a)),
@@ -604,7 +645,16 @@ impl Case {
                 };
                 self.fs().fsync(ino, datasync).map_err(|e| fail(format!("{op:?}: {e}")))?;
             }
+            Op::Remount => self.remount()?,
         }
+        Ok(())
+    }
+
+    fn remount(&mut self) -> R<()> {
+        self.fs.take().expect("fs").unmount().map_err(|e| fail(format!("unmount: {e}")))?;
+        let fs = Fs::open(open_image(&self.image), self.opts.clone())
+            .map_err(|e| fail(format!("remount: {e}")))?;
+        self.fs = Some(fs);
         Ok(())
     }
 
@@ -917,12 +967,23 @@ fn fast_tmpdir() -> tempfile::TempDir {
         .expect("tmpdir")
 }
 
-fn run_case(ops: &[Op]) -> R<()> {
+/// Mount options of the case: data=ordered with the JBD2 journal, data=journal, or no
+/// journal.
+fn mount_options(mode: u8) -> MountOptions {
+    match mode {
+        0 => MountOptions::default(),
+        1 => MountOptions { data: DataMode::Journal, ..MountOptions::default() },
+        _ => MountOptions { journal: JournalConfig::nojournal(), ..MountOptions::default() },
+    }
+}
+
+fn run_case(ops: &[Op], mode: u8) -> R<()> {
     watchdog();
     progress(None);
     let dir = fast_tmpdir();
     let (path, dev) = fresh_image(dir.path(), "model.img", 48);
-    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    let opts = mount_options(mode);
+    let fs = Fs::open(dev, opts.clone()).expect("mount");
     // The root as mkfs made it: lost+found is part of the namespace.
     let mut m = Model::default();
     m.nodes.insert(
@@ -946,32 +1007,18 @@ fn run_case(ops: &[Op]) -> R<()> {
             m.entries_mut(ROOT_INO).insert(e.name.clone(), e.ino);
         }
     }
-    let mut c = Case { fs: Some(fs), m, log: Vec::new() };
+    let mut c = Case { fs: Some(fs), m, log: Vec::new(), image: path.clone(), opts };
     c.check()?;
     for op in ops {
         progress(Some(format!("{op:?}")));
-        let before = c.m.clone();
         c.step(op)?;
-        if std::env::var("CJFS_MODEL_STATS").is_ok() {
-            let name = format!("{op:?}");
-            let name = name.split(|ch: char| !ch.is_alphanumeric()).next().unwrap_or("").to_string();
-            let changed = format!("{:?}", before.nodes.len()) != format!("{:?}", c.m.nodes.len())
-                || format!("{:?}", sorted(&before)) != format!("{:?}", sorted(&c.m));
-            eprintln!("STAT {name} {}", if changed { "changed" } else { "same" });
-        }
         c.check().map_err(|e| fail(format!("after {op:?}: {e}")))?;
     }
-    c.fs.take().expect("fs").unmount().map_err(|e| fail(format!("unmount: {e}")))?;
-    c.fs = Some(Fs::open(open_image(&path), MountOptions::default()).expect("remount"));
+    c.remount()?;
     c.check().map_err(|e| fail(format!("after remount: {e}")))?;
     c.fs.take().expect("fs").unmount().map_err(|e| fail(format!("second unmount: {e}")))?;
     assert_fsck_clean(&path);
-    eprintln!("DEBUG ops {} nodes {}", ops.len(), c.m.nodes.len());
     Ok(())
-}
-
-fn sorted(m: &Model) -> BTreeMap<Ino, String> {
-    m.nodes.iter().map(|(k, v)| (*k, format!("{v:?}"))).collect()
 }
 
 /// `CJFS_MODEL_TRACE=1` prints every operation with its concrete paths.
@@ -992,44 +1039,7 @@ proptest! {
     })]
 
     #[test]
-    fn model_matches_fs(ops in proptest::collection::vec(op_s(), 1..60)) {
-        run_case(&ops)?;
+    fn model_matches_fs(ops in proptest::collection::vec(op_s(), 1..60), mode in prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)]) {
+        run_case(&ops, mode)?;
     }
-}
-
-#[test]
-fn zz_replay() {
-    use Loc::*;
-    use Op::*;
-    let all = vec![
-        Mkdir(In(0, 0)),
-        Write { t: Pick(0, Pref::File), off: 0, len: 0, seed: 0 },
-        Mkdir(In(0, 1)),
-        Mkdir(In(1660, 0)),
-        Create(In(6132, 3)),
-        Rename { from: Pick(27163, Pref::Dir), to: Pick(686, Pref::Dir), flags: 2 },
-        Create(In(1287, 3)),
-        Rename { from: Pick(2810, Pref::Dir), to: Pick(50617, Pref::Dir), flags: 0 },
-        Create(In(2153, 3)),
-        Truncate { t: Pick(1327, Pref::File), size: 0 },
-        Create(In(0, 4)),
-        Fsync { t: Pick(20923, Pref::Any), datasync: false },
-        Write { t: Pick(0, Pref::File), off: 0, len: 1, seed: 71 },
-        Symlink { at: In(14807, 5), len: 9 },
-        Rename { from: Pick(2337, Pref::Any), to: In(31409, 4), flags: 4 },
-    ];
-    let _ = all;
-    let ops = vec![
-        Mkdir(In(0, 0)),
-        Mkdir(In(0, 1)),
-        Mkdir(In(1660, 0)),
-        Create(In(6132, 3)),
-        Rename { from: Pick(27163, Pref::Dir), to: Pick(686, Pref::Dir), flags: 2 },
-        Create(In(1287, 3)),
-        Rename { from: Pick(2810, Pref::Dir), to: Pick(50617, Pref::Dir), flags: 0 },
-        Create(In(0, 4)),
-        Fsync { t: Pick(20923, Pref::Any), datasync: false },
-        Write { t: Pick(0, Pref::File), off: 0, len: 1, seed: 71 },
-    ];
-    eprintln!("MIN {ops:?} -> {:?}", run_case(&ops));
 }

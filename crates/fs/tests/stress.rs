@@ -132,6 +132,10 @@ impl Worker {
         let nb = name.as_bytes();
         let op = self.rng.gen_range(0..20);
         self.note(format!("shared op {op} in {d} on {name}"));
+        // Operations by inode number hold the inode open, as a FUSE client's lookup
+        // reference would: otherwise a racing unlink could free the number and another
+        // thread's create reuse it, and the write would land in that thread's file.
+        let grabbed = if matches!(op, 3..=7 | 12 | 14 | 15 | 17) { self.grab(d, nb)? } else { None };
         match op {
             0 | 1 => {
                 check("create", fs.create(d, nb, 0o644, 0, 0))?;
@@ -140,7 +144,7 @@ impl Worker {
                 check("mkdir", fs.mkdir(d, nb, 0o755, 0, 0))?;
             }
             3..=5 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let off = self.rng.gen_range(0..MAX_OFF);
                     let len = self.rng.gen_range(1..9000);
                     let data = pattern(&mut self.rng, len);
@@ -157,14 +161,14 @@ impl Worker {
                 }
             }
             6 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let mut buf = vec![0u8; self.rng.gen_range(1..20_000)];
                     let off = self.rng.gen_range(0..MAX_OFF);
                     check("read", fs.read(a.ino, off, &mut buf))?;
                 }
             }
             7 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let size = self.rng.gen_range(0..MAX_OFF);
                     check(
                         "truncate",
@@ -190,7 +194,7 @@ impl Worker {
                 check("rename", fs.rename(d, nb, d2, n2.as_bytes(), flags))?;
             }
             12 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let d2 = self.any_shared_dir();
                     let n2 = self.shared_name();
                     check("link", fs.link(a.ino, d2, n2.as_bytes()))?;
@@ -201,7 +205,7 @@ impl Worker {
                 check("symlink", fs.symlink(d, nb, &target, 0, 0))?;
             }
             14 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let v = vec![7u8; self.rng.gen_range(0..600)];
                     let key = format!("user.k{}", self.rng.gen_range(0..3));
                     if self.rng.gen_bool(0.7) {
@@ -213,7 +217,7 @@ impl Worker {
                 }
             }
             15 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     check("fsync", fs.fsync(a.ino, self.rng.gen_bool(0.5)))?;
                 }
             }
@@ -223,7 +227,7 @@ impl Worker {
                 }
             }
             17 => {
-                if let Some(a) = check("lookup", fs.lookup(d, nb))? {
+                if let Some(a) = grabbed.clone() {
                     let mode = match self.rng.gen_range(0..4) {
                         0 => FallocMode::KeepSize,
                         1 => FallocMode::PunchHole,
@@ -236,14 +240,28 @@ impl Worker {
             }
             _ => {
                 let mut off = 0;
-                loop {
-                    let Some(page) = check("readdir", fs.readdir(d, off, 16))? else { break };
+                while let Some(page) = check("readdir", fs.readdir(d, off, 16))? {
                     let Some(last) = page.last() else { break };
                     off = last.next_offset;
                 }
             }
         }
+        if let Some(a) = grabbed {
+            must("release", fs.release(a.ino))?;
+        }
         Ok(())
+    }
+
+    /// Look `d/name` up and open it; `None` if it is gone (or was replaced in between:
+    /// the generation tells).
+    fn grab(&mut self, d: Ino, name: &[u8]) -> Result<Option<cjfs_fs::Attr>, String> {
+        let Some(a) = check("lookup", self.fs.lookup(d, name))? else { return Ok(None) };
+        let Some(o) = check("open", self.fs.open_file(a.ino))? else { return Ok(None) };
+        if o.generation != a.generation {
+            must("release", self.fs.release(a.ino))?;
+            return Ok(None);
+        }
+        Ok(Some(a))
     }
 
     fn private_op(&mut self) -> Res {
@@ -386,7 +404,13 @@ impl Worker {
 }
 
 fn stress(label: &str, opts: MountOptions, seed: u64) {
-    let dir = tempfile::tempdir().expect("tmpdir");
+    // In RAM when there is a tmpfs: the image's flushes are then cheap and the threads
+    // spend their time in the file system, not waiting for a disk.
+    let dir = tempfile::Builder::new()
+        .prefix("cjfs-stress")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("tmpdir");
     let (path, dev) = fresh_image(dir.path(), "stress.img", 256);
     let fs = Fs::open(dev, opts.clone()).expect("mount");
     let shared: Vec<Ino> = (0..SHARED)

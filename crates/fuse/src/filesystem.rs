@@ -1,5 +1,5 @@
 //! The `fuser::Filesystem` implementation: every FUSE request mapped onto one library
-//! operation, with inode lifetime per the lookup/forget protocol (see [`crate::lookups`]).
+//! operation, with inode lifetime per the lookup/forget protocol (see the private module `lookups`).
 //!
 //! Requests arrive on several session threads at once (fuser's `n_threads`, one cloned
 //! `/dev/fuse` descriptor each); every method here is reentrant and takes no lock of its own
