@@ -10,6 +10,7 @@
 
 mod bench;
 mod cmd;
+mod crashtest;
 mod error;
 mod fmt;
 mod image;
@@ -169,6 +170,9 @@ enum Command {
     },
     /// Benchmarks: smoke test, device check and workload sweeps (see `cjfs bench --help`).
     Bench(bench::BenchArgs),
+    /// Crash-consistency harness: record workloads, cut them at every persistence point,
+    /// recover, check with e2fsck and a logical model, for every journal mode.
+    Crashtest(crashtest::CrashtestArgs),
     /// Mount an image through FUSE (daemonizes once the mount is ready; see `cjfs mount --help`).
     Mount(mount::MountArgs),
 }
@@ -215,6 +219,7 @@ impl Command {
             Command::Check { .. } => "check",
             Command::Bench(_) => "bench",
             Command::Mount(_) => "mount",
+            Command::Crashtest(_) => "crashtest",
         }
     }
 }
@@ -250,6 +255,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
         Command::Bench(a) => bench::run(a),
         Command::Mount(a) => mount::run(a, &ctx.journal, ctx.data),
+        Command::Crashtest(a) => crashtest::run(a, ctx.data),
     }
 }
 

@@ -223,6 +223,7 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
             lblk += 1;
         }
         let new_end = off + done as u64;
+        let old_size = st.d.size;
         if new_end > st.d.size {
             st.d.size = new_end;
             st.datasync_tid = tx.h.tid();
@@ -230,7 +231,16 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
         let now = Timestamp::now();
         st.d.mtime = now;
         st.d.ctime = now;
-        store_inode(&mut tx, ino, st)?;
+        if fs.opts.bugs.skip_size_update_journal && st.d.size != old_size {
+            // PLANTED BUG (test only, `FsBugs::skip_size_update_journal`): journal the inode
+            // with its old size, so the size update never becomes durable.
+            let new_size = std::mem::replace(&mut st.d.size, old_size);
+            let r = store_inode(&mut tx, ino, st);
+            st.d.size = new_size;
+            r?;
+        } else {
+            store_inode(&mut tx, ino, st)?;
+        }
         tx.stop()?;
         if let Some(e) = failed {
             prune_dirty(st);

@@ -217,9 +217,14 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
 
 /// Replay the journal of the image on `dev` if it needs it. Returns the recovery report.
 pub fn recover_device(dev: &Device) -> FsResult<cjfs_journal::recovery::RecoveryReport> {
-    let (mut sb, _) = read_layout(&**dev)?;
+    let (sb, _) = read_layout(&**dev)?;
     let area = journal_area(dev, &sb)?;
     let report = recover(&**dev, &area)?;
+    // Read the superblock again: replay may have rewritten it (it is journalled like any
+    // metadata: orphan list head, counts). Writing back the copy read before the replay
+    // undid those changes (found by the crash harness: recovering twice gave a different
+    // block 0 than recovering once).
+    let (mut sb, _) = read_layout(&**dev)?;
     if sb.has_incompat(INCOMPAT_RECOVER) {
         sb.feature_incompat &= !INCOMPAT_RECOVER;
         write_sb_direct(dev, &sb)?;

@@ -356,3 +356,37 @@ fn open_unlinked_file_at_a_crash_is_freed_by_recovery() {
     fs.unmount().expect("unmount");
     fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
 }
+
+/// A directory block committed by T1 and freed (revoked) by T2 while T1 was still being
+/// made durable, then reused for file data: T1's copy awaiting checkpoint must not be
+/// written home over the data. (A revoke used to forget the pending checkpoint copy at
+/// once, before T1 had set it; T1 then set it, and the unmount's checkpoint wrote the
+/// directory block over the file.)
+#[test]
+fn freed_metadata_block_is_not_checkpointed_over_its_next_owner() {
+    // Slow flushes keep T1 in flight while T2 runs.
+    let slow =
+        SsdPreset { flush_base_us: 300_000, volatile_cache: true, barrier: false, ..SsdPreset::ramdisk() };
+    let ssd = Arc::new(EmulatedSsd::new(slow, (64 << 20) / 4096));
+    mkfs(&*ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
+    let fs = Fs::open(dev_of(&ssd), MountOptions::default()).expect("mount");
+    fs.sync().expect("sync");
+    fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir"); // T1: allocates the block
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.sync().expect("commit T1"))
+    };
+    std::thread::sleep(Duration::from_millis(100)); // T1 is now waiting for its flush
+    fs.rmdir(ROOT_INO, b"d").expect("rmdir"); // T2: frees and revokes the block
+    committer.join().expect("committer");
+    fs.sync().expect("commit T2"); // the block is reusable now
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    let data = vec![b'Z'; 4096];
+    fs.write(f, 0, &data).expect("write"); // most likely gets the freed block
+    fs.unmount().expect("unmount"); // checkpoints everything
+    let fs = Fs::open(dev_of(&ssd), MountOptions::default()).expect("remount");
+    assert_eq!(read_all(&fs, f), data, "a stale checkpoint copy overwrote the file's data");
+    fs.unmount().expect("unmount");
+    let tmp = tmpdir();
+    fsck_bytes(tmp.path(), "reuse.img", &ssd.image_bytes());
+}

@@ -3,7 +3,15 @@
 //! directory listings, the file contents and the attributes must agree. At the end of each
 //! case the image is remounted and compared again, then judged by `e2fsck -fn`.
 //!
-//! Cases: 64 by default; set `CJFS_PROPTEST_CASES` for a heavier run.
+//! Each case runs data=ordered with the JBD2 journal, data=journal, or without a journal,
+//! and may remount midway. Operation targets are picked among existing entries when the
+//! operation runs, so most operations do something; some use fixed paths that may not
+//! exist, for the error cases.
+//!
+//! Cases: 64 by default; set `CJFS_PROPTEST_CASES` for a heavier run. `CJFS_MODEL_TRACE=1`
+//! prints each operation with its concrete paths; `CJFS_TEST_TMPDIR` moves the images off
+//! /dev/shm; `CJFS_WATCHDOG_PAUSE=1` makes the deadlock watchdog wait (to attach a
+//! debugger) instead of aborting.
 
 mod common;
 
@@ -49,55 +57,53 @@ enum Loc {
     Fixed(usize, usize),
 }
 
-type Path = Loc;
-
 #[derive(Debug, Clone)]
 enum Op {
-    Create(Path),
-    Mkdir(Path),
+    Create(Loc),
+    Mkdir(Loc),
     Write {
-        t: Path,
+        t: Loc,
         off: u64,
         len: usize,
         seed: u8,
     },
     Truncate {
-        t: Path,
+        t: Loc,
         size: u64,
     },
-    Unlink(Path),
-    Rmdir(Path),
+    Unlink(Loc),
+    Rmdir(Loc),
     Rename {
-        from: Path,
-        to: Path,
+        from: Loc,
+        to: Loc,
         flags: u8,
     },
     Link {
-        t: Path,
-        to: Path,
+        t: Loc,
+        to: Loc,
     },
     Symlink {
-        at: Path,
+        at: Loc,
         len: usize,
     },
     SetXattr {
-        t: Path,
+        t: Loc,
         k: usize,
         vlen: usize,
         flag: u8,
     },
     RemoveXattr {
-        t: Path,
+        t: Loc,
         k: usize,
     },
     Fallocate {
-        t: Path,
+        t: Loc,
         mode: u8,
         off: u64,
         len: u64,
     },
     Fsync {
-        t: Path,
+        t: Loc,
         datasync: bool,
     },
     /// Unmount and mount again (directory indexes and inodes are then rebuilt from disk).
@@ -395,7 +401,7 @@ impl Case {
 
     /// Resolve the directory of `p` and its name: `Err(errno)` the model expects for
     /// operating in it (the directory missing or not a directory).
-    fn dir_of(&self, p: Path) -> R<Result<(Ino, &'static [u8]), Errno>> {
+    fn dir_of(&self, p: Loc) -> R<Result<(Ino, &'static [u8]), Errno>> {
         let (comps, name) = self.m.concrete(p);
         let line = format!("    {p:?} = {}", show(&comps, name));
         if trace() {
@@ -415,7 +421,7 @@ impl Case {
     }
 
     /// Resolve the whole path `p` in both.
-    fn target(&self, p: Path) -> R<Result<Ino, Errno>> {
+    fn target(&self, p: Loc) -> R<Result<Ino, Errno>> {
         let (d, name) = match self.dir_of(p)? {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),
@@ -677,7 +683,7 @@ impl Case {
         self.log.last().map(|s| s.as_str()).unwrap_or("")
     }
 
-    fn rename(&mut self, from: Path, to: Path, flags: u8) -> R<()> {
+    fn rename(&mut self, from: Loc, to: Loc, flags: u8) -> R<()> {
         let rf = RenameFlags { noreplace: flags & 1 != 0, exchange: flags & 2 != 0 };
         if rf.noreplace && rf.exchange {
             let r = self.with_dirs(from, to, |fs, (d1, n1), (d2, n2)| fs.rename(d1, n1, d2, n2, rf));
@@ -762,8 +768,8 @@ impl Case {
     /// (alike in model and fs).
     fn with_dirs(
         &self,
-        from: Path,
-        to: Path,
+        from: Loc,
+        to: Loc,
         f: impl FnOnce(&Fs, (Ino, &[u8]), (Ino, &[u8])) -> Result<(), FsError>,
     ) -> R<Option<Result<(), FsError>>> {
         let a = match self.dir_of(from)? {
@@ -959,10 +965,12 @@ fn watchdog() {
 }
 
 /// A temporary directory in RAM when there is one (the image's flushes are then cheap).
+/// `CJFS_TEST_TMPDIR` puts the images elsewhere (e.g. on a real disk).
 fn fast_tmpdir() -> tempfile::TempDir {
+    let base = std::env::var("CJFS_TEST_TMPDIR").unwrap_or_else(|_| "/dev/shm".into());
     tempfile::Builder::new()
         .prefix("cjfs-model")
-        .tempdir_in("/dev/shm")
+        .tempdir_in(base)
         .or_else(|_| tempfile::tempdir())
         .expect("tmpdir")
 }
@@ -1042,4 +1050,72 @@ proptest! {
     fn model_matches_fs(ops in proptest::collection::vec(op_s(), 1..60), mode in prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)]) {
         run_case(&ops, mode)?;
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Regressions this test found, pinned down as plain tests.
+
+/// Run `f` on a fresh file system in another thread; fail (instead of hanging) if it does
+/// not finish in 20 s.
+fn with_fs(f: impl FnOnce(&Fs) + Send + 'static) {
+    let dir = fast_tmpdir();
+    let (path, dev) = fresh_image(dir.path(), "regress.img", 48);
+    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        f(&fs2);
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("operation hung (deadlock)"),
+        Err(e) => panic!("worker panicked: {e}"),
+    }
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
+
+#[test]
+fn regression_link_of_a_directory_into_itself_is_eperm() {
+    with_fs(|fs| {
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir").ino;
+        let e = fs.link(d, d, b"x").expect_err("hard link to a directory");
+        assert_eq!(e.errno(), EPERM);
+    });
+}
+
+#[test]
+fn regression_directory_moves_into_a_subdirectory() {
+    with_fs(|fs| {
+        let a = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).expect("mkdir").ino;
+        let b = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).expect("mkdir").ino;
+        let c = fs.mkdir(a, b"c", 0o755, 0, 0).expect("mkdir").ino;
+        fs.rename(ROOT_INO, b"b", c, b"b", RenameFlags::default()).expect("move b into a/c");
+        assert_eq!(fs.resolve("/a/c/b").expect("moved"), b);
+        let e = fs.rename(ROOT_INO, b"a", b, b"a", RenameFlags::default()).expect_err("into itself");
+        assert_eq!(e.errno(), EINVAL);
+        // A file renamed over its own grandparent directory.
+        fs.create(b, b"f", 0o644, 0, 0).expect("create");
+        let e = fs.rename(b, b"f", ROOT_INO, b"a", RenameFlags::default()).expect_err("over an ancestor");
+        assert_eq!(e.errno(), ENOTEMPTY);
+        let e = fs.rename(c, b"b", ROOT_INO, b"a", RenameFlags { exchange: true, noreplace: false });
+        assert_eq!(e.expect_err("exchange with an ancestor").errno(), EINVAL);
+    });
+}
+
+#[test]
+fn regression_reused_blocks_of_a_multi_block_allocation_start_zeroed() {
+    with_fs(|fs| {
+        let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+        fs.write(f, 61_440, &pattern(8721, 0)).expect("write");
+        fs.setattr(f, &SetAttr { size: Some(20_480), ..Default::default() }).expect("truncate");
+        fs.fsync(f, false).expect("fsync"); // the freed blocks become reusable
+        // Allocates two blocks at once (likely the freed ones); the second is written partly.
+        fs.write(f, 4096, &pattern(4097, 1)).expect("write");
+        let mut buf = vec![0u8; 20_480];
+        fs.read(f, 0, &mut buf).expect("read");
+        assert_eq!(buf[4096..8193], pattern(4097, 1)[..]);
+        assert!(buf[8193..].iter().all(|&b| b == 0), "stale bytes in a newly allocated block");
+    });
 }

@@ -80,6 +80,10 @@ pub fn default_threads() -> usize {
 
 /// Mount and serve until unmounted. With `foreground == false` this returns in the calling
 /// process as soon as the mount is ready (or failed), while a daemon child serves it.
+///
+/// Meant to be the process's main job: call it before starting any thread (it may fork),
+/// and note that it blocks SIGINT, SIGTERM and SIGHUP in the calling thread for good (the
+/// daemon receives them on a thread of its own and unmounts).
 pub fn mount(req: &MountRequest) -> MountResult<()> {
     install_logger();
     let image = std::fs::canonicalize(&req.image)
@@ -315,8 +319,7 @@ fn serve(req: &MountRequest, image: &Path, mountpoint: &Path, ready: Option<Read
     let set = signal_set();
     // SAFETY: blocking signals in the calling thread; threads started later inherit the mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let r = start(req, image, mountpoint);
-    let (session, _lock) = match r {
+    let Started { mut session, outcome, lock: _lock } = match start(req, image, mountpoint) {
         Ok(s) => s,
         Err(e) => {
             if let Some(ready) = ready {
@@ -325,8 +328,6 @@ fn serve(req: &MountRequest, image: &Path, mountpoint: &Path, ready: Option<Read
             return Err(e);
         }
     };
-    let outcome = session.1.clone();
-    let mut session = session.0;
     let dir = mountpoint.to_path_buf();
     // The signal thread: the first SIGINT/SIGTERM/SIGHUP unmounts; the session then ends.
     std::thread::Builder::new()
@@ -366,7 +367,14 @@ fn serve(req: &MountRequest, image: &Path, mountpoint: &Path, ready: Option<Read
     }
 }
 
-type Started = ((Session<CjfsFuse>, crate::filesystem::UnmountOutcome), File);
+/// A mounted, not yet running session.
+struct Started {
+    session: Session<CjfsFuse>,
+    /// Filled by the file system's `destroy` with the result of unmounting the image.
+    outcome: crate::filesystem::UnmountOutcome,
+    /// The image lock, held until the daemon is done with the image.
+    lock: File,
+}
 
 fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Started> {
     let lock = lock_image(image)?;
@@ -396,5 +404,5 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
     // On failure fuser drops the file system, whose `destroy` unmounts the image cleanly.
     let session = Session::new(fuse, mountpoint, &cfg)
         .map_err(|source| MountError::Mount { path: mountpoint.to_path_buf(), source })?;
-    Ok(((session, outcome), lock))
+    Ok(Started { session, outcome, lock })
 }

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod charts;
+pub mod crash;
 pub mod device;
 pub mod hist;
 pub mod machine;

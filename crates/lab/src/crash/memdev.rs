@@ -1,0 +1,128 @@
+//! [`CowDevice`]: an in-memory device made of a shared base image and a copy-on-write map of
+//! changed blocks. Building one for a crash state costs only its changed blocks (an
+//! [`cjfs_blockdev::EmulatedSsd`] would copy the whole 16 MiB image), and the changed blocks
+//! are exactly what must be written to refresh an `e2fsck` scratch file.
+//!
+//! Writes are applied at submission and complete at once; flushes and barriers do nothing
+//! (durability is the recorder's business, not this device's). It reports a volatile cache
+//! and barrier support so every journal mode issues the flushes and barriers it would on a
+//! real disk.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cjfs_blockdev::{
+    BLOCK_SIZE, BlockBuf, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
+};
+use parking_lot::RwLock;
+
+/// Base image plus changed blocks. See the module docs.
+pub struct CowDevice {
+    base: Arc<Vec<u8>>,
+    num_blocks: u64,
+    /// Changed blocks. Lock: itself.
+    blocks: RwLock<BTreeMap<u64, BlockBuf>>,
+}
+
+impl CowDevice {
+    /// A device holding `base` with `blocks` changed.
+    pub fn new(base: Arc<Vec<u8>>, blocks: BTreeMap<u64, BlockBuf>) -> CowDevice {
+        let num_blocks = (base.len() / BLOCK_SIZE) as u64;
+        CowDevice { base, num_blocks, blocks: RwLock::new(blocks) }
+    }
+
+    /// The base image.
+    pub fn base(&self) -> &Arc<Vec<u8>> {
+        &self.base
+    }
+
+    /// The changed blocks (those equal to the base are dropped).
+    pub fn changed(&self) -> BTreeMap<u64, BlockBuf> {
+        self.blocks
+            .read()
+            .iter()
+            .filter(|(b, buf)| {
+                let off = **b as usize * BLOCK_SIZE;
+                self.base.get(off..off + BLOCK_SIZE).is_none_or(|o| o != &buf[..])
+            })
+            .map(|(b, buf)| (*b, buf.clone()))
+            .collect()
+    }
+
+    /// The whole image.
+    pub fn image_bytes(&self) -> Vec<u8> {
+        let mut img = self.base.to_vec();
+        for (&b, buf) in self.blocks.read().iter() {
+            let off = b as usize * BLOCK_SIZE;
+            if let Some(dst) = img.get_mut(off..off + BLOCK_SIZE) {
+                dst.copy_from_slice(&buf[..]);
+            }
+        }
+        img
+    }
+
+    /// A new device with the same contents (base shared, changed blocks copied).
+    pub fn fork(&self) -> CowDevice {
+        CowDevice::new(self.base.clone(), self.blocks.read().clone())
+    }
+}
+
+impl BlockDevice for CowDevice {
+    fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps { barrier: true, volatile_cache: true, fua: true }
+    }
+
+    fn describe(&self) -> String {
+        format!("copy-on-write memory device ({} blocks)", self.num_blocks)
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
+        if !buf.len().is_multiple_of(BLOCK_SIZE) {
+            return Err(DevError::BadLength(buf.len()));
+        }
+        let count = (buf.len() / BLOCK_SIZE) as u64;
+        if block.checked_add(count).is_none_or(|e| e > self.num_blocks) {
+            return Err(DevError::OutOfRange { block, count, num_blocks: self.num_blocks });
+        }
+        let map = self.blocks.read();
+        for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+            let b = block + i as u64;
+            match map.get(&b) {
+                Some(src) => dst.copy_from_slice(&src[..]),
+                None => {
+                    let off = b as usize * BLOCK_SIZE;
+                    dst.copy_from_slice(&self.base[off..off + BLOCK_SIZE]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
+        let count = req.bufs.len() as u64;
+        if req.block.checked_add(count).is_none_or(|e| e > self.num_blocks) {
+            return Err(DevError::OutOfRange { block: req.block, count, num_blocks: self.num_blocks });
+        }
+        let mut map = self.blocks.write();
+        for (i, b) in req.bufs.into_iter().enumerate() {
+            map.insert(req.block + i as u64, b);
+        }
+        Ok(IoTicket::done(Ok(())))
+    }
+
+    fn flush(&self) -> DevResult<()> {
+        Ok(())
+    }
+
+    fn barrier(&self) -> DevResult<()> {
+        Ok(())
+    }
+
+    fn stats(&self) -> DeviceStats {
+        DeviceStats::default()
+    }
+}

@@ -1,0 +1,972 @@
+//! The oracle: a logical model of the file system, its history over a workload, the
+//! guarantees each persistence call creates, and the comparison of a recovered image
+//! against them.
+//!
+//! # What is compared
+//!
+//! The *logical state* of a file system is its names (path → inode number and type) and,
+//! for every reachable inode, its [`InodeView`]: type, permission bits, link count, size,
+//! content (one hash per 512-byte sector, so a torn 4 KiB block is still judged per
+//! sector), extended attributes (name → value hash) and symlink target. Times, block
+//! counts, directory sizes and `lost+found`'s contents are not compared.
+//!
+//! # States and windows
+//!
+//! State 0 is the base image (setup done, cleanly unmounted). Operation `i` (0-based, in
+//! model order) turns state `i` into state `i + 1`. For a crash at a point of the device log
+//! the harness knows which operations had *started* (`hi`: the last state any of them can
+//! have produced) and which persistence calls had *returned*. Every key — a path, or a field
+//! of an inode — may show the value it had in state `lo` or any value it took in states
+//! `lo + 1 ..= hi` ("the old or the new state and nothing else"), where `lo` is the last
+//! state made durable *for that key* by a returned persistence call (0 if none). This is
+//! checked per key: operations after the last persistence call may survive in any
+//! combination, as POSIX allows, but no key ever shows a value it never had (no garbage, no
+//! resurrected names) or one older than its durable state.
+//!
+//! # Guarantees (which `lo` a returned persistence call sets)
+//!
+//! POSIX is vague about metadata; where it is, ext4's documented and well-known behaviour is
+//! followed, as CrashMonkey does:
+//!
+//! * `sync`/`syncfs` after operation `i`, and the final clean unmount: every key, `lo = i+1`.
+//! * `fsync(f)` of a regular file or symlink target inode `X`: every field of `X` (type,
+//!   mode, link count, size, content, xattrs); every name that refers to `X` in state `i+1`
+//!   *and every ancestor directory entry on those paths* (ext4 commits a new file's
+//!   directory entry, and new parent directories' entries, with the file: a file fsynced
+//!   several new directories deep is reachable after a crash). `X` must be reachable.
+//! * `fsync(d)` of a directory: as for a file, plus every entry of `d` (every path whose
+//!   parent is `d`, existing or removed: creations, unlinks and renames in `d` are durable).
+//! * `fdatasync(f)`: `X`'s size and content (not its other attributes, not its names:
+//!   fdatasync does not persist a rename); `X` must be reachable under some name.
+//!
+//! Besides the per-key windows:
+//!
+//! * **never neither** — an inode that is linked in every state of its window must be
+//!   reachable (a rename never loses the file);
+//! * **never both** — a non-directory inode is never reachable under more names than its
+//!   largest link count in the window (a rename never leaves both names);
+//! * content is judged per 512-byte sector: each sector of the recovered file must equal
+//!   that sector in some allowed state that covered it (data=ordered/journal never expose
+//!   unwritten blocks or stale data past the durable size).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use cjfs_fs::{FileType, Fs, FsError, Ino, ROOT_INO};
+use serde::{Deserialize, Serialize};
+
+use super::workloads::{Op, pattern, split_path};
+
+/// Sector size content hashes are taken over.
+pub const SECTOR: usize = 512;
+
+/// 64-bit hash (FNV-1a over 8-byte words with a final mix). Stable across runs.
+pub fn hash64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ data.len() as u64;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+/// Kind of an inode, as far as the oracle cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Kind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Anything else.
+    Other,
+}
+
+impl Kind {
+    fn from_type(t: FileType) -> Kind {
+        match t {
+            FileType::Regular => Kind::File,
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// The compared attributes of one inode. See the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InodeView {
+    /// Type.
+    pub kind: Kind,
+    /// Permission bits.
+    pub perm: u16,
+    /// Link count.
+    pub nlink: u32,
+    /// Size (0 for directories: not compared).
+    pub size: u64,
+    /// One hash per 512-byte sector of the content (the last one over the bytes below the
+    /// size, zero padded); empty for directories.
+    pub sectors: Arc<Vec<u64>>,
+    /// The content itself (regular files), for sector comparisons at a different size.
+    pub data: Arc<Vec<u8>>,
+    /// Extended attributes: name → value hash.
+    pub xattrs: BTreeMap<String, u64>,
+    /// Symlink target.
+    pub target: Vec<u8>,
+}
+
+fn sector_hashes(data: &[u8]) -> Vec<u64> {
+    data.chunks(SECTOR)
+        .map(|c| {
+            if c.len() == SECTOR {
+                hash64(c)
+            } else {
+                let mut s = [0u8; SECTOR];
+                s[..c.len()].copy_from_slice(c);
+                hash64(&s)
+            }
+        })
+        .collect()
+}
+
+/// A logical state: names and reachable inodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogicalState {
+    /// Path → (inode, kind). The root is not listed.
+    pub names: BTreeMap<String, (Ino, Kind)>,
+    /// Reachable inodes (the root included).
+    pub inodes: BTreeMap<Ino, InodeView>,
+}
+
+impl LogicalState {
+    /// Read the logical state of a mounted file system by walking it from the root.
+    pub fn read(fs: &Fs) -> Result<LogicalState, FsError> {
+        let mut st = LogicalState::default();
+        let mut queue = vec![(String::new(), ROOT_INO)];
+        st.inodes.insert(ROOT_INO, view_of(fs, ROOT_INO)?);
+        while let Some((dir, dino)) = queue.pop() {
+            let mut off = 0;
+            loop {
+                let ents = fs.readdir(dino, off, 256)?;
+                if ents.is_empty() {
+                    break;
+                }
+                for e in &ents {
+                    off = e.next_offset;
+                    if e.name == b"." || e.name == b".." {
+                        continue;
+                    }
+                    let name = String::from_utf8_lossy(&e.name).into_owned();
+                    let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
+                    let kind = Kind::from_type(e.kind);
+                    if !st.inodes.contains_key(&e.ino) {
+                        let v = view_of(fs, e.ino)?;
+                        if v.kind != kind {
+                            return Err(FsError::Corrupt(format!(
+                                "entry {path} says {kind:?}, inode {} is {:?}",
+                                e.ino, v.kind
+                            )));
+                        }
+                        st.inodes.insert(e.ino, v);
+                        if kind == Kind::Dir {
+                            queue.push((path.clone(), e.ino));
+                        }
+                    } else if kind == Kind::Dir {
+                        return Err(FsError::Corrupt(format!("directory inode {} has two names", e.ino)));
+                    }
+                    st.names.insert(path, (e.ino, kind));
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    /// Field-by-field differences from `other` (for reports), at most `max`.
+    pub fn diff(&self, other: &LogicalState, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let paths: BTreeSet<&String> = self.names.keys().chain(other.names.keys()).collect();
+        for p in paths {
+            let (a, b) = (self.names.get(p), other.names.get(p));
+            if a != b {
+                out.push(format!("path {p}: {} vs {}", fmt_name(a.copied()), fmt_name(b.copied())));
+            }
+        }
+        let inos: BTreeSet<&Ino> = self.inodes.keys().chain(other.inodes.keys()).collect();
+        for i in inos {
+            match (self.inodes.get(i), other.inodes.get(i)) {
+                (Some(a), Some(b)) if a != b => {
+                    for f in view_field_diffs(a, b) {
+                        out.push(format!("inode {i}: {f}"));
+                    }
+                }
+                (Some(_), None) => out.push(format!("inode {i}: present vs absent")),
+                (None, Some(_)) => out.push(format!("inode {i}: absent vs present")),
+                _ => {}
+            }
+        }
+        out.truncate(max);
+        out
+    }
+}
+
+fn view_field_diffs(a: &InodeView, b: &InodeView) -> Vec<String> {
+    let mut v = Vec::new();
+    if a.kind != b.kind {
+        v.push(format!("kind {:?} vs {:?}", a.kind, b.kind));
+    }
+    if a.perm != b.perm {
+        v.push(format!("mode {:o} vs {:o}", a.perm, b.perm));
+    }
+    if a.nlink != b.nlink {
+        v.push(format!("nlink {} vs {}", a.nlink, b.nlink));
+    }
+    if a.size != b.size {
+        v.push(format!("size {} vs {}", a.size, b.size));
+    }
+    if a.sectors != b.sectors {
+        let n = a.sectors.iter().zip(b.sectors.iter()).filter(|(x, y)| x != y).count();
+        v.push(format!("content differs in {n} sector(s)"));
+    }
+    if a.xattrs != b.xattrs {
+        v.push(format!(
+            "xattrs {:?} vs {:?}",
+            a.xattrs.keys().collect::<Vec<_>>(),
+            b.xattrs.keys().collect::<Vec<_>>()
+        ));
+    }
+    if a.target != b.target {
+        v.push(format!(
+            "symlink target {:?} vs {:?}",
+            String::from_utf8_lossy(&a.target),
+            String::from_utf8_lossy(&b.target)
+        ));
+    }
+    v
+}
+
+fn fmt_name(v: Option<(Ino, Kind)>) -> String {
+    match v {
+        None => "absent".to_string(),
+        Some((i, k)) => format!("inode {i} ({k:?})"),
+    }
+}
+
+fn view_of(fs: &Fs, ino: Ino) -> Result<InodeView, FsError> {
+    let a = fs.getattr(ino)?;
+    let kind = Kind::from_type(a.kind);
+    let mut xattrs = BTreeMap::new();
+    for n in fs.listxattr(ino)? {
+        let v = fs.getxattr(ino, &n)?;
+        xattrs.insert(String::from_utf8_lossy(&n).into_owned(), hash64(&v));
+    }
+    let (size, sectors, target, data) = match kind {
+        Kind::File => {
+            if a.size > 1 << 30 {
+                return Err(FsError::Corrupt(format!("inode {ino}: implausible size {}", a.size)));
+            }
+            let mut data = vec![0u8; a.size as usize];
+            let mut done = 0;
+            while done < data.len() {
+                let n = fs.read(ino, done as u64, &mut data[done..])?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            (a.size, sector_hashes(&data), Vec::new(), data)
+        }
+        Kind::Symlink => (a.size, Vec::new(), fs.readlink(ino)?, Vec::new()),
+        _ => (0, Vec::new(), Vec::new(), Vec::new()),
+    };
+    Ok(InodeView {
+        kind,
+        perm: a.perm & 0o7777,
+        nlink: a.nlink,
+        size,
+        sectors: Arc::new(sectors),
+        data: Arc::new(data),
+        xattrs,
+        target,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The model
+// ---------------------------------------------------------------------------------------
+
+/// One modelled inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MInode {
+    /// Type.
+    pub kind: Kind,
+    /// Permission bits.
+    pub perm: u16,
+    /// File content.
+    pub data: Vec<u8>,
+    /// Extended attributes.
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    /// Symlink target.
+    pub target: Vec<u8>,
+}
+
+/// The logical model of the file system a workload runs on.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    /// Path → inode.
+    pub names: BTreeMap<String, Ino>,
+    /// Live inodes (root included).
+    pub inodes: BTreeMap<Ino, MInode>,
+    /// Paths naming each inode.
+    links: HashMap<Ino, BTreeSet<String>>,
+    /// Next inode number for predicted (generator-only) creations.
+    next_fake: Ino,
+}
+
+/// What one operation changed (for the history).
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Paths whose entry changed.
+    pub paths: BTreeSet<String>,
+    /// Inodes whose view may have changed (or which were freed).
+    pub inos: BTreeSet<Ino>,
+    /// Extra intermediate views an inode may show for this operation (see
+    /// [`Model::apply`] on truncate).
+    pub alt: Vec<(Ino, InodeView)>,
+}
+
+impl Model {
+    /// A fresh file system: the root and `lost+found` (generators only; inode numbers are
+    /// made up).
+    pub fn empty_fs() -> Model {
+        let mut m = Model { next_fake: 1_000_000, ..Model::default() };
+        m.inodes.insert(ROOT_INO, MInode::dir(0o755));
+        m.inodes.insert(11, MInode::dir(0o700));
+        m.names.insert("lost+found".into(), 11);
+        m.links.entry(11).or_default().insert("lost+found".into());
+        m
+    }
+
+    /// The model of a mounted file system, read from it.
+    pub fn from_fs(fs: &Fs) -> Result<Model, FsError> {
+        let ls = LogicalState::read(fs)?;
+        let mut m = Model { next_fake: 1_000_000, ..Model::default() };
+        for (&ino, v) in &ls.inodes {
+            let mut xattrs = BTreeMap::new();
+            for n in fs.listxattr(ino)? {
+                let val = fs.getxattr(ino, &n)?;
+                xattrs.insert(String::from_utf8_lossy(&n).into_owned(), val);
+            }
+            let data = if v.kind == Kind::File {
+                let mut d = vec![0u8; v.size as usize];
+                let mut done = 0;
+                while done < d.len() {
+                    let n = fs.read(ino, done as u64, &mut d[done..])?;
+                    if n == 0 {
+                        break;
+                    }
+                    done += n;
+                }
+                d
+            } else {
+                Vec::new()
+            };
+            m.inodes.insert(ino, MInode { kind: v.kind, perm: v.perm, data, xattrs, target: v.target.clone() });
+        }
+        for (p, (ino, _)) in &ls.names {
+            m.names.insert(p.clone(), *ino);
+            m.links.entry(*ino).or_default().insert(p.clone());
+        }
+        Ok(m)
+    }
+
+    /// Kind of the object at `path` (`""` is the root).
+    pub fn kind_of(&self, path: &str) -> Option<Kind> {
+        let ino = if path.is_empty() { ROOT_INO } else { *self.names.get(path)? };
+        self.inodes.get(&ino).map(|i| i.kind)
+    }
+
+    /// Inode at `path`.
+    pub fn ino_of(&self, path: &str) -> Option<Ino> {
+        if path.is_empty() { Some(ROOT_INO) } else { self.names.get(path).copied() }
+    }
+
+    /// Whether `path` is an existing directory.
+    pub fn exists_dir(&self, path: &str) -> bool {
+        self.kind_of(path) == Some(Kind::Dir)
+    }
+
+    /// Size of the file at `path` (0 if none).
+    pub fn size_of(&self, path: &str) -> u64 {
+        self.ino_of(path).and_then(|i| self.inodes.get(&i)).map_or(0, |i| i.data.len() as u64)
+    }
+
+    /// Whether the object at `path` has the attribute.
+    pub fn has_xattr(&self, path: &str, name: &str) -> bool {
+        self.ino_of(path).and_then(|i| self.inodes.get(&i)).is_some_and(|i| i.xattrs.contains_key(name))
+    }
+
+    /// Whether the directory at `path` has no entries.
+    pub fn dir_is_empty(&self, path: &str) -> bool {
+        self.children(path).next().is_none()
+    }
+
+    /// Paths of the entries of directory `dir`.
+    pub fn children<'a>(&'a self, dir: &str) -> impl Iterator<Item = &'a String> + 'a {
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let plen = prefix.len();
+        self.names.range(prefix.clone()..).take_while(move |(p, _)| p.starts_with(&prefix)).filter_map(
+            move |(p, _)| if p[plen..].contains('/') || p.len() == plen { None } else { Some(p) },
+        )
+    }
+
+    /// Every path naming `ino` now.
+    pub fn names_of(&self, ino: Ino) -> Vec<String> {
+        self.links.get(&ino).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The view of a live inode.
+    pub fn view(&self, ino: Ino) -> Option<InodeView> {
+        let i = self.inodes.get(&ino)?;
+        let nlink = if i.kind == Kind::Dir {
+            let path = if ino == ROOT_INO {
+                String::new()
+            } else {
+                self.links.get(&ino).and_then(|s| s.iter().next().cloned()).unwrap_or_default()
+            };
+            2 + self.children(&path).filter(|p| self.kind_of(p) == Some(Kind::Dir)).count() as u32
+        } else {
+            self.links.get(&ino).map_or(0, |s| s.len() as u32)
+        };
+        let (size, sectors) = match i.kind {
+            Kind::File => (i.data.len() as u64, sector_hashes(&i.data)),
+            Kind::Symlink => (i.target.len() as u64, Vec::new()),
+            _ => (0, Vec::new()),
+        };
+        Some(InodeView {
+            kind: i.kind,
+            perm: i.perm,
+            nlink,
+            size,
+            sectors: Arc::new(sectors),
+            data: Arc::new(if i.kind == Kind::File { i.data.clone() } else { Vec::new() }),
+            xattrs: i.xattrs.iter().map(|(k, v)| (k.clone(), hash64(v))).collect(),
+            target: i.target.clone(),
+        })
+    }
+
+    /// The view of the object named `path` as a name entry.
+    pub fn name_value(&self, path: &str) -> Option<(Ino, Kind)> {
+        let ino = *self.names.get(path)?;
+        Some((ino, self.inodes.get(&ino)?.kind))
+    }
+
+    /// Apply `op` as the generator predicts it (inode numbers made up).
+    pub fn apply_predicted(&mut self, op: &Op) -> Changes {
+        let fake = self.next_fake;
+        self.next_fake += 1;
+        self.apply(op, Some(fake))
+    }
+
+    fn parent_changed(&self, path: &str, ch: &mut Changes) {
+        let (d, _) = split_path(path);
+        if let Some(i) = self.ino_of(d) {
+            ch.inos.insert(i);
+        }
+    }
+
+    fn add_name(&mut self, path: &str, ino: Ino, ch: &mut Changes) {
+        self.names.insert(path.to_string(), ino);
+        self.links.entry(ino).or_default().insert(path.to_string());
+        ch.paths.insert(path.to_string());
+        ch.inos.insert(ino);
+        self.parent_changed(path, ch);
+    }
+
+    fn remove_name(&mut self, path: &str, ch: &mut Changes) -> Option<Ino> {
+        let ino = self.names.remove(path)?;
+        ch.paths.insert(path.to_string());
+        ch.inos.insert(ino);
+        self.parent_changed(path, ch);
+        let gone = match self.links.get_mut(&ino) {
+            Some(s) => {
+                s.remove(path);
+                s.is_empty()
+            }
+            None => true,
+        };
+        if gone {
+            self.links.remove(&ino);
+            self.inodes.remove(&ino);
+        }
+        Some(ino)
+    }
+
+    /// Apply `op` (which succeeded on the file system; `new_ino` is the inode it created, if
+    /// any). Returns what changed. Persistence calls change nothing.
+    pub fn apply(&mut self, op: &Op, new_ino: Option<Ino>) -> Changes {
+        let mut ch = Changes::default();
+        match op {
+            Op::Creat { path } | Op::Mkdir { path } | Op::Symlink { path, .. } => {
+                let ino = new_ino.unwrap_or(0);
+                let node = match op {
+                    Op::Creat { .. } => MInode::file(0o644),
+                    Op::Mkdir { .. } => MInode::dir(0o755),
+                    Op::Symlink { target, .. } => MInode {
+                        kind: Kind::Symlink,
+                        perm: 0o777,
+                        data: Vec::new(),
+                        xattrs: BTreeMap::new(),
+                        target: target.as_bytes().to_vec(),
+                    },
+                    _ => unreachable!("matched above"),
+                };
+                self.inodes.insert(ino, node);
+                self.add_name(path, ino, &mut ch);
+            }
+            Op::Write { path, off, len, seed } => {
+                if let Some(ino) = self.ino_of(path)
+                    && let Some(n) = self.inodes.get_mut(&ino)
+                {
+                    let end = (off + len) as usize;
+                    if n.data.len() < end {
+                        n.data.resize(end, 0);
+                    }
+                    n.data[*off as usize..end].copy_from_slice(&pattern(*seed, *off, *len));
+                    ch.inos.insert(ino);
+                }
+            }
+            Op::Truncate { path, size } => {
+                if let Some(ino) = self.ino_of(path) {
+                    // Shrinking to an unaligned size zeroes the rest of the new last block in
+                    // place before the size change commits (ext4's truncate does the same):
+                    // until then the old size may show those bytes as zeros. No stale data is
+                    // exposed, only zeros where the caller asked for the bytes to go.
+                    let cut = *size as usize;
+                    if let Some(mut v) = self.inodes.get(&ino).filter(|n| n.data.len() > cut).cloned()
+                        && !cut.is_multiple_of(4096)
+                    {
+                        let end = cut.next_multiple_of(4096).min(v.data.len());
+                        v.data[cut..end].fill(0);
+                        let saved = self.inodes.insert(ino, v);
+                        if let Some(view) = self.view(ino) {
+                            ch.alt.push((ino, view));
+                        }
+                        if let Some(orig) = saved {
+                            self.inodes.insert(ino, orig);
+                        }
+                    }
+                    if let Some(n) = self.inodes.get_mut(&ino) {
+                        n.data.resize(cut, 0);
+                        ch.inos.insert(ino);
+                    }
+                }
+            }
+            Op::Fallocate { path, mode, off, len } => {
+                if let Some(ino) = self.ino_of(path)
+                    && let Some(n) = self.inodes.get_mut(&ino)
+                {
+                    let end = (off + len) as usize;
+                    let size = n.data.len();
+                    match mode.as_str() {
+                        "alloc" | "zero" if end > size => n.data.resize(end, 0),
+                        _ => {}
+                    }
+                    if matches!(mode.as_str(), "punch" | "zero" | "zero_keep_size") {
+                        let stop = end.min(n.data.len());
+                        let start = (*off as usize).min(stop);
+                        n.data[start..stop].fill(0);
+                    }
+                    ch.inos.insert(ino);
+                }
+            }
+            Op::Link { from, to } => {
+                if let Some(ino) = self.ino_of(from) {
+                    self.add_name(to, ino, &mut ch);
+                }
+            }
+            Op::Unlink { path } | Op::Rmdir { path } => {
+                self.remove_name(path, &mut ch);
+            }
+            Op::Rename { from, to } => {
+                let (Some(src), dst) = (self.ino_of(from), self.ino_of(to)) else { return ch };
+                if dst == Some(src) {
+                    return ch;
+                }
+                if dst.is_some() {
+                    self.remove_name(to, &mut ch);
+                }
+                // Move the entry and, for a directory, every path below it.
+                let prefix = format!("{from}/");
+                let below: Vec<(String, Ino)> = self
+                    .names
+                    .range(prefix.clone()..)
+                    .take_while(|(p, _)| p.starts_with(&prefix))
+                    .map(|(p, i)| (p.clone(), *i))
+                    .collect();
+                self.names.remove(from);
+                if let Some(s) = self.links.get_mut(&src) {
+                    s.remove(from);
+                }
+                ch.paths.insert(from.clone());
+                self.parent_changed(from, &mut ch);
+                self.add_name(to, src, &mut ch);
+                for (p, i) in below {
+                    let np = format!("{to}/{}", &p[prefix.len()..]);
+                    self.names.remove(&p);
+                    if let Some(s) = self.links.get_mut(&i) {
+                        s.remove(&p);
+                        s.insert(np.clone());
+                    }
+                    self.names.insert(np.clone(), i);
+                    ch.paths.insert(p);
+                    ch.paths.insert(np);
+                    ch.inos.insert(i);
+                }
+            }
+            Op::SetXattr { path, name, len, seed } => {
+                if let Some(ino) = self.ino_of(path)
+                    && let Some(n) = self.inodes.get_mut(&ino)
+                {
+                    n.xattrs.insert(name.clone(), pattern(*seed, 0, u64::from(*len)));
+                    ch.inos.insert(ino);
+                }
+            }
+            Op::RemoveXattr { path, name } => {
+                if let Some(ino) = self.ino_of(path)
+                    && let Some(n) = self.inodes.get_mut(&ino)
+                {
+                    n.xattrs.remove(name);
+                    ch.inos.insert(ino);
+                }
+            }
+            Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount => {}
+        }
+        ch
+    }
+}
+
+impl MInode {
+    fn dir(perm: u16) -> MInode {
+        MInode { kind: Kind::Dir, perm, data: Vec::new(), xattrs: BTreeMap::new(), target: Vec::new() }
+    }
+    fn file(perm: u16) -> MInode {
+        MInode { kind: Kind::File, perm, data: Vec::new(), xattrs: BTreeMap::new(), target: Vec::new() }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// History and guarantees
+// ---------------------------------------------------------------------------------------
+
+/// Values one key took: `(state, value)`, increasing states; the first entry is state 0.
+type Timeline<V> = Vec<(u32, V)>;
+
+fn window<V>(t: &Timeline<V>, lo: u32, hi: u32) -> impl Iterator<Item = &V> {
+    // The value at `lo` is the last entry with state <= lo.
+    let first = t.iter().rposition(|(s, _)| *s <= lo).unwrap_or(0);
+    t[first..].iter().take_while(move |(s, _)| *s <= hi).map(|(_, v)| v)
+}
+
+/// What one returned persistence call made durable (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Guarantee {
+    /// The durable state (operation index + 1).
+    pub state: u32,
+    /// Everything (sync, unmount).
+    pub global: bool,
+    /// The fsynced inode.
+    pub ino: Option<Ino>,
+    /// Only size and content (fdatasync).
+    pub data_only: bool,
+    /// Paths whose entries became durable.
+    pub paths: Vec<String>,
+    /// Directory whose entries became durable (fsync of a directory).
+    pub dir: Option<String>,
+}
+
+/// The model's history over a recorded workload.
+#[derive(Debug, Default)]
+pub struct History {
+    names: HashMap<String, Timeline<Option<(Ino, Kind)>>>,
+    inodes: HashMap<Ino, Timeline<Option<InodeView>>>,
+    /// Per operation: the guarantee it creates when it returns (persistence calls only).
+    pub guarantees: Vec<Option<Guarantee>>,
+    /// Number of states recorded (operations + 1).
+    pub states: u32,
+    /// Every path ever seen, by parent directory path.
+    children: HashMap<String, BTreeSet<String>>,
+}
+
+impl History {
+    /// Start a history at state 0 = `m`.
+    pub fn new(m: &Model) -> History {
+        let mut h = History { states: 1, ..History::default() };
+        for p in m.names.keys() {
+            h.names.insert(p.clone(), vec![(0, m.name_value(p))]);
+            h.note_child(p);
+        }
+        for &ino in m.inodes.keys() {
+            h.inodes.insert(ino, vec![(0, m.view(ino))]);
+        }
+        h
+    }
+
+    fn note_child(&mut self, p: &str) {
+        self.children.entry(split_path(p).0.to_string()).or_default().insert(p.to_string());
+    }
+
+    /// Record operation `op` (index `states - 1`) which turned the model into `m` with
+    /// `changes`. `before` is the model before it (to resolve persistence targets).
+    pub fn push(&mut self, op: &Op, m: &Model, changes: &Changes) {
+        let state = self.states;
+        for p in &changes.paths {
+            let v = m.name_value(p);
+            let t = self.names.entry(p.clone()).or_insert_with(|| vec![(0, None)]);
+            if t.last().is_none_or(|(_, last)| *last != v) {
+                t.push((state, v));
+            }
+            self.note_child(p);
+        }
+        for (ino, v) in &changes.alt {
+            let t = self.inodes.entry(*ino).or_insert_with(|| vec![(0, None)]);
+            t.push((state, Some(v.clone())));
+        }
+        for &ino in &changes.inos {
+            let v = m.view(ino);
+            let t = self.inodes.entry(ino).or_insert_with(|| vec![(0, None)]);
+            if t.last().is_none_or(|(_, last)| *last != v) {
+                t.push((state, v));
+            }
+        }
+        let g = match op {
+            Op::Sync | Op::Unmount => {
+                Some(Guarantee { state, global: true, ino: None, data_only: false, paths: vec![], dir: None })
+            }
+            Op::Fsync { path } | Op::Fdatasync { path } => {
+                let data_only = matches!(op, Op::Fdatasync { .. });
+                let ino = m.ino_of(path);
+                let mut paths = BTreeSet::new();
+                if !data_only && let Some(i) = ino {
+                    for n in m.names_of(i) {
+                        let mut p = n.as_str();
+                        loop {
+                            paths.insert(p.to_string());
+                            let (d, _) = split_path(p);
+                            if d.is_empty() {
+                                break;
+                            }
+                            p = d;
+                        }
+                    }
+                    // A directory's ancestors too (its own name is among names_of).
+                }
+                let dir = (!data_only && m.kind_of(path) == Some(Kind::Dir)).then(|| path.clone());
+                Some(Guarantee { state, global: false, ino, data_only, paths: paths.into_iter().collect(), dir })
+            }
+            _ => None,
+        };
+        self.guarantees.push(g);
+        self.states += 1;
+    }
+
+    /// Compare a recovered logical state with the model for a crash where operations
+    /// `0..started` had started and the persistence calls in `returned` (operation indexes)
+    /// had returned. Returns the violations found (empty = consistent).
+    pub fn check(&self, r: &LogicalState, started: u32, returned: &[usize]) -> Vec<String> {
+        let hi = started;
+        let mut global_lo = 0u32;
+        let mut name_lo: HashMap<&str, u32> = HashMap::new();
+        let mut meta_lo: HashMap<Ino, u32> = HashMap::new();
+        let mut data_lo: HashMap<Ino, u32> = HashMap::new();
+        let mut must_exist: BTreeMap<Ino, u32> = BTreeMap::new();
+        for &i in returned {
+            let Some(Some(g)) = self.guarantees.get(i) else { continue };
+            if g.global {
+                global_lo = global_lo.max(g.state);
+                continue;
+            }
+            if let Some(ino) = g.ino {
+                let e = data_lo.entry(ino).or_default();
+                *e = (*e).max(g.state);
+                must_exist.insert(ino, g.state);
+                if !g.data_only {
+                    let e = meta_lo.entry(ino).or_default();
+                    *e = (*e).max(g.state);
+                }
+            }
+            for p in &g.paths {
+                let e = name_lo.entry(p.as_str()).or_default();
+                *e = (*e).max(g.state);
+            }
+            if let Some(d) = &g.dir
+                && let Some(kids) = self.children.get(d)
+            {
+                for p in kids {
+                    let e = name_lo.entry(p.as_str()).or_default();
+                    *e = (*e).max(g.state);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let lo_name = |p: &str| name_lo.get(p).copied().unwrap_or(0).max(global_lo).min(hi);
+        let lo_meta = |i: Ino| meta_lo.get(&i).copied().unwrap_or(0).max(global_lo).min(hi);
+        let lo_data = |i: Ino| data_lo.get(&i).copied().unwrap_or(0).max(lo_meta(i)).min(hi);
+
+        // Names.
+        let none_tl: Timeline<Option<(Ino, Kind)>> = vec![(0, None)];
+        let paths: BTreeSet<&String> = self.names.keys().chain(r.names.keys()).collect();
+        for p in paths {
+            let t = self.names.get(p).unwrap_or(&none_tl);
+            let lo = lo_name(p);
+            let found = r.names.get(p).copied();
+            let allowed: Vec<Option<(Ino, Kind)>> = window(t, lo, hi).copied().collect();
+            if !allowed.contains(&found) {
+                let exp: Vec<String> = allowed.iter().map(|v| fmt_name(*v)).collect();
+                out.push(format!(
+                    "path {p}: found {}, expected {} (durable from state {lo}, operations up to {hi} started)",
+                    fmt_name(found),
+                    exp.join(" or ")
+                ));
+            }
+        }
+
+        // Inodes.
+        let mut name_count: HashMap<Ino, u32> = HashMap::new();
+        for (ino, _) in r.names.values() {
+            *name_count.entry(*ino).or_default() += 1;
+        }
+        let none_it: Timeline<Option<InodeView>> = vec![(0, None)];
+        for (&ino, v) in &r.inodes {
+            let t = self.inodes.get(&ino).unwrap_or(&none_it);
+            let (lm, ld) = (lo_meta(ino), lo_data(ino));
+            let metas: Vec<&InodeView> = window(t, lm, hi).flatten().collect();
+            let datas: Vec<&InodeView> = window(t, ld, hi).flatten().collect();
+            if metas.is_empty() || datas.is_empty() {
+                out.push(format!("inode {ino}: reachable, but it is not live in any allowed state ({lm}..={hi})"));
+                continue;
+            }
+            let field = |name: &str, ok: bool, found: String, exp: Vec<String>, lo: u32| {
+                if ok {
+                    None
+                } else {
+                    let mut exp = exp;
+                    exp.dedup();
+                    Some(format!(
+                        "inode {ino}: {name} {found}, expected {} (durable from state {lo})",
+                        exp.join(" or ")
+                    ))
+                }
+            };
+            out.extend(field(
+                "kind",
+                metas.iter().any(|m| m.kind == v.kind),
+                format!("{:?}", v.kind),
+                metas.iter().map(|m| format!("{:?}", m.kind)).collect(),
+                lm,
+            ));
+            if v.kind != Kind::Dir || ino != ROOT_INO {
+                out.extend(field(
+                    "mode",
+                    metas.iter().any(|m| m.perm == v.perm),
+                    format!("{:o}", v.perm),
+                    metas.iter().map(|m| format!("{:o}", m.perm)).collect(),
+                    lm,
+                ));
+            }
+            out.extend(field(
+                "nlink",
+                metas.iter().any(|m| m.nlink == v.nlink),
+                v.nlink.to_string(),
+                metas.iter().map(|m| m.nlink.to_string()).collect(),
+                lm,
+            ));
+            out.extend(field(
+                "symlink target",
+                metas.iter().any(|m| m.target == v.target),
+                format!("{:?}", String::from_utf8_lossy(&v.target)),
+                metas.iter().map(|m| format!("{:?}", String::from_utf8_lossy(&m.target))).collect(),
+                lm,
+            ));
+            let xnames: BTreeSet<&String> =
+                v.xattrs.keys().chain(metas.iter().flat_map(|m| m.xattrs.keys())).collect();
+            for xn in xnames {
+                let f = v.xattrs.get(xn);
+                if !metas.iter().any(|m| m.xattrs.get(xn) == f) {
+                    out.push(format!(
+                        "inode {ino}: xattr {xn} {}, not a value it had in states {lm}..={hi}",
+                        if f.is_some() { "present with a value" } else { "missing" }
+                    ));
+                }
+            }
+            if v.kind == Kind::File {
+                out.extend(field(
+                    "size",
+                    datas.iter().any(|m| m.size == v.size),
+                    v.size.to_string(),
+                    datas.iter().map(|m| m.size.to_string()).collect(),
+                    ld,
+                ));
+                // Sector by sector, each candidate state's bytes cut at the recovered size (an
+                // in-place overwrite may reach the medium while the size stays old).
+                let mut bad = Vec::new();
+                let rsize = v.data.len();
+                for k in 0..rsize.div_ceil(SECTOR) {
+                    let (start, end) = (k * SECTOR, ((k + 1) * SECTOR).min(rsize));
+                    let got = &v.data[start..end];
+                    let ok = datas.iter().any(|m| {
+                        if m.size <= start as u64 {
+                            return false;
+                        }
+                        if m.sectors.get(k) == v.sectors.get(k) {
+                            return true;
+                        }
+                        let have = &m.data[start.min(m.data.len())..end.min(m.data.len())];
+                        got.starts_with(have) && got[have.len()..].iter().all(|&b| b == 0)
+                    });
+                    if !ok {
+                        bad.push(k);
+                    }
+                }
+                if !bad.is_empty() {
+                    out.push(format!(
+                        "inode {ino}: content of {} sector(s) (first at byte {}) matches no allowed state \
+                         (durable from state {ld})",
+                        bad.len(),
+                        bad[0] * SECTOR
+                    ));
+                }
+                let maxlink = metas.iter().map(|m| m.nlink).max().unwrap_or(0);
+                let n = name_count.get(&ino).copied().unwrap_or(0);
+                if n > maxlink {
+                    out.push(format!("inode {ino}: reachable under {n} names, but it never had more than {maxlink} links"));
+                }
+            }
+        }
+        // Never neither / durable inodes reachable.
+        for (&ino, t) in &self.inodes {
+            if r.inodes.contains_key(&ino) {
+                continue;
+            }
+            let lo = lo_meta(ino);
+            let always = window(t, lo, hi).all(|v| v.as_ref().is_some_and(|v| v.nlink > 0));
+            if always {
+                out.push(format!("inode {ino}: unreachable, but it is linked in every allowed state ({lo}..={hi})"));
+            } else if let Some(&s) = must_exist.get(&ino)
+                && s <= hi
+                && window(t, s, hi).all(|v| v.is_some())
+            {
+                out.push(format!("inode {ino}: unreachable after fsync/fdatasync at state {s}"));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,181 @@
+//! Recording a workload: a freshly made file system (with the workload's setup applied and
+//! cleanly unmounted) is the *base image*; the workload then runs on a [`Recorder`] over an
+//! in-memory device holding that image, so the recorded log applies to a known base.
+//!
+//! Between operations the recorder's log is drained into one vector, so every operation
+//! knows the log positions at which it started and returned ([`OpMark`]). Concurrent
+//! operations drain under one lock, which keeps the combined log in sequence order.
+
+use std::sync::Arc;
+
+use std::collections::BTreeMap;
+
+use cjfs_blockdev::{BLOCK_SIZE, Device, RecordedOp, Recorder};
+use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs};
+use parking_lot::Mutex;
+
+use super::CrashError;
+use super::memdev::CowDevice;
+use super::oracle::{History, Model};
+use super::workloads::{Op, Workload, exec};
+
+/// Size of the crash-test file system: 16 MiB (the smallest cjfs makes), 4 MiB journal.
+pub const IMAGE_BLOCKS: u64 = 4096;
+
+/// Log positions of one recorded operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpMark {
+    /// Log length when the operation started.
+    pub start: usize,
+    /// Log length when it returned.
+    pub end: usize,
+}
+
+/// A recorded workload.
+pub struct Recording {
+    /// The base image every crash state starts from.
+    pub base: Arc<Vec<u8>>,
+    /// Everything the device saw after the base image, in sequence order (the mount's own
+    /// writes included).
+    pub log: Vec<RecordedOp>,
+    /// The recorded operations in model order (ending with `Unmount`).
+    pub ops: Vec<Op>,
+    /// Their log positions, same order.
+    pub marks: Vec<OpMark>,
+    /// The model's history (state 0 = base image).
+    pub history: History,
+}
+
+impl Recording {
+    /// Operations that had started before log position `x` (the state index bound `hi`).
+    pub fn started_before(&self, x: usize) -> u32 {
+        self.marks.iter().rposition(|m| m.start < x).map_or(0, |i| i as u32 + 1)
+    }
+
+    /// Persistence calls that had returned by log position `x`.
+    pub fn returned_by(&self, x: usize) -> Vec<usize> {
+        self.marks
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| m.end <= x && self.ops[*i].is_persistence())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// A short fingerprint of the log's shape (operation kinds and blocks), to tell whether a
+    /// replay recorded the same log.
+    pub fn fingerprint(&self) -> u64 {
+        let mut v = Vec::with_capacity(self.log.len() * 9);
+        for op in &self.log {
+            match op {
+                RecordedOp::Write { block, bufs, fua, .. } => {
+                    v.push(1 + u8::from(*fua));
+                    v.extend_from_slice(&block.to_le_bytes());
+                    v.extend_from_slice(&(bufs.len() as u32).to_le_bytes());
+                }
+                RecordedOp::WriteDone { write_seq, .. } => {
+                    v.push(3);
+                    v.extend_from_slice(&write_seq.to_le_bytes());
+                }
+                RecordedOp::FlushStart { .. } => v.push(4),
+                RecordedOp::Flush { .. } => v.push(5),
+                RecordedOp::Barrier { .. } => v.push(6),
+            }
+        }
+        super::oracle::hash64(&v)
+    }
+}
+
+/// Make the base image: mkfs, mount with `opts`, run `setup`, unmount.
+pub fn make_base(opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, CrashError> {
+    let zero = Arc::new(vec![0u8; IMAGE_BLOCKS as usize * BLOCK_SIZE]);
+    let dev = Arc::new(CowDevice::new(zero, BTreeMap::new()));
+    let mk = MkfsOptions {
+        uuid: Some(*b"cjfs-crash-test!"),
+        hash_seed: Some(*b"cjfs-crash-seed!"),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&*dev, &mk)?;
+    let fs = Fs::open(dev.clone() as Device, opts.clone())?;
+    for op in setup {
+        exec(&fs, op).map_err(|e| CrashError::Workload(format!("setup `{}`: {e}", op.describe())))?;
+    }
+    fs.unmount()?;
+    Ok(Arc::new(dev.image_bytes()))
+}
+
+/// Run `wl` on a recorder over `base` and return the recording. The mount itself is not
+/// recorded: the recording's base image is `base` as mounted (its superblock marked in use),
+/// which is durable when the mount returns.
+pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<Recording, CrashError> {
+    let dev = Arc::new(CowDevice::new(base, BTreeMap::new()));
+    // The model starts from what the base image holds.
+    let model = {
+        let ro = MountOptions { read_only: true, ..opts.clone() };
+        let fs = Fs::open(dev.clone() as Device, ro)?;
+        let m = Model::from_fs(&fs)?;
+        drop(fs);
+        m
+    };
+    let rec = Arc::new(Recorder::new(dev.clone() as Device));
+    let log: Mutex<Vec<RecordedOp>> = Mutex::new(Vec::new());
+    let pos = || {
+        let mut l = log.lock();
+        l.extend(rec.take_log().ops);
+        l.len()
+    };
+    rec.set_enabled(false);
+    let fs = Fs::open(rec.clone() as Device, opts.clone())?;
+    let base = Arc::new(dev.image_bytes());
+    rec.set_enabled(true);
+    let mut model = model;
+    let mut history = History::new(&model);
+    let mut ops = Vec::new();
+    let mut marks = Vec::new();
+    let fail = |op: &Op, e: cjfs_fs::FsError| CrashError::Workload(format!("`{}` failed: {e}", op.describe()));
+    for round in &wl.rounds {
+        let results: Vec<(OpMark, Result<Option<u32>, cjfs_fs::FsError>)> = if round.len() == 1 {
+            let start = pos();
+            let r = exec(&fs, &round[0]);
+            vec![(OpMark { start, end: pos() }, r)]
+        } else {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = round
+                    .iter()
+                    .map(|op| {
+                        let fs = &fs;
+                        let pos = &pos;
+                        s.spawn(move || {
+                            let start = pos();
+                            let r = exec(fs, op);
+                            (OpMark { start, end: pos() }, r)
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (OpMark { start: 0, end: 0 }, Err(cjfs_fs::FsError::Invalid("thread panicked".into())))
+                        })
+                    })
+                    .collect()
+            })
+        };
+        for (op, (mark, r)) in round.iter().zip(results) {
+            let ino = r.map_err(|e| fail(op, e))?;
+            let ch = model.apply(op, ino);
+            history.push(op, &model, &ch);
+            ops.push(op.clone());
+            marks.push(mark);
+        }
+    }
+    let start = pos();
+    fs.unmount().map_err(|e| fail(&Op::Unmount, e))?;
+    let end = pos();
+    history.push(&Op::Unmount, &model, &Default::default());
+    ops.push(Op::Unmount);
+    marks.push(OpMark { start, end });
+    rec.set_enabled(false);
+    Ok(Recording { base, log: log.into_inner(), ops, marks, history })
+}

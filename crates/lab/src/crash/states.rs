@@ -1,0 +1,447 @@
+//! Crash state generation from a recorded log.
+//!
+//! # Durability model
+//!
+//! A write is **durable** once a flush that *started after the write completed* has
+//! completed, or, for a FUA write, once it completed. The recorder logs a completion when
+//! the writer waited for the write, so a write nobody waited for before a flush started is
+//! not made durable by that flush (the writer could not know it had completed). A write
+//! that is not durable at the crash may or may not be on the image. A **barrier** orders:
+//! no write submitted after it persists unless every write submitted before it did.
+//!
+//! # Crash points and states
+//!
+//! The crash points are the positions of every completed flush, of every FUA completion
+//! (the persistence points) and the end of the log; the crash is taken *just before* that
+//! event completes, which is the latest moment with the same durable set, so every
+//! persistence call that returned before it is held to its promise. At a crash point:
+//!
+//! * **epoch subsets**: the durable writes plus any subset of the writes in flight (every
+//!   subset when there are at most [`StateOptions::exhaustive_limit`], seeded random subsets
+//!   and every in-order prefix beyond), barrier order respected;
+//! * **torn writes**: the in-flight writes before one write `w`, plus `w` torn — only some
+//!   of its 512-byte sectors (single-block writes) or only a prefix of its blocks
+//!   (multi-block writes) reached the medium. Commit blocks, journal superblocks and file
+//!   system superblocks are always torn; other writes by seeded sample.
+//!
+//! States are described by [`StateDesc`] (serializable, refers to writes by their log
+//! position) and deduplicated by a hash of the resulting image.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::oracle::hash64;
+
+/// Sectors per block.
+const SECTORS: u8 = (BLOCK_SIZE / 512) as u8;
+
+/// One write of the log.
+#[derive(Debug, Clone)]
+pub struct LogWrite {
+    /// Log position of the submission.
+    pub pos: usize,
+    /// First block.
+    pub block: u64,
+    /// Contents.
+    pub bufs: Vec<BlockBuf>,
+    /// Block kind.
+    pub kind: BlockKind,
+    /// Journal transaction.
+    pub tid: Option<u64>,
+    /// FUA.
+    pub fua: bool,
+    /// Log position of its completion (if waited for).
+    pub done: Option<usize>,
+    /// Log position of the event that made it durable (flush or its own completion).
+    pub durable: Option<usize>,
+    /// Content hash of each block.
+    pub hashes: Vec<u64>,
+}
+
+/// A parsed log.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedLog {
+    /// Writes in submission order.
+    pub writes: Vec<LogWrite>,
+    /// Positions of completed barriers.
+    pub barriers: Vec<usize>,
+    /// Crash points (increasing).
+    pub points: Vec<usize>,
+    /// Log length.
+    pub len: usize,
+}
+
+impl ParsedLog {
+    /// Parse a recorder log.
+    pub fn parse(log: &[RecordedOp]) -> ParsedLog {
+        let mut p = ParsedLog { len: log.len(), ..ParsedLog::default() };
+        let mut by_seq: HashMap<u64, usize> = HashMap::new();
+        let mut flush_start: Option<usize> = None;
+        for (pos, op) in log.iter().enumerate() {
+            match op {
+                RecordedOp::Write { seq, block, bufs, tag, fua } => {
+                    by_seq.insert(*seq, p.writes.len());
+                    p.writes.push(LogWrite {
+                        pos,
+                        block: *block,
+                        bufs: bufs.clone(),
+                        kind: tag.kind,
+                        tid: tag.tid,
+                        fua: *fua,
+                        done: None,
+                        durable: None,
+                        hashes: bufs.iter().map(|b| hash64(&b[..])).collect(),
+                    });
+                }
+                RecordedOp::WriteDone { write_seq, ok, .. } => {
+                    if let Some(&i) = by_seq.get(write_seq)
+                        && *ok
+                    {
+                        let w = &mut p.writes[i];
+                        w.done = Some(pos);
+                        if w.fua {
+                            w.durable = Some(pos);
+                            p.points.push(pos);
+                        }
+                    }
+                }
+                RecordedOp::FlushStart { .. } => flush_start = Some(pos),
+                RecordedOp::Flush { ok, .. } => {
+                    if *ok && let Some(fs) = flush_start {
+                        for w in &mut p.writes {
+                            if w.durable.is_none() && w.done.is_some_and(|d| d < fs) {
+                                w.durable = Some(pos);
+                            }
+                        }
+                        p.points.push(pos);
+                    }
+                    flush_start = None;
+                }
+                RecordedOp::Barrier { .. } => p.barriers.push(pos),
+            }
+        }
+        p.points.push(p.len);
+        p.points.sort_unstable();
+        p.points.dedup();
+        p
+    }
+
+    /// Index of the write submitted at log position `pos`.
+    pub fn write_at(&self, pos: usize) -> Option<usize> {
+        self.writes.binary_search_by_key(&pos, |w| w.pos).ok()
+    }
+
+    /// Writes durable before crash point `x`, and writes in flight (submitted, not durable).
+    pub fn split(&self, x: usize) -> (Vec<usize>, Vec<usize>) {
+        let mut durable = Vec::new();
+        let mut pending = Vec::new();
+        for (i, w) in self.writes.iter().enumerate() {
+            if w.pos >= x {
+                break;
+            }
+            if w.durable.is_some_and(|d| d < x) {
+                durable.push(i);
+            } else {
+                pending.push(i);
+            }
+        }
+        (durable, pending)
+    }
+
+    /// Whether a subset of the in-flight writes respects barrier order.
+    fn barrier_ok(&self, pending: &[usize], chosen: &[bool]) -> bool {
+        for &b in &self.barriers {
+            let after = pending.iter().zip(chosen).any(|(&i, &c)| c && self.writes[i].pos > b);
+            if after && pending.iter().zip(chosen).any(|(&i, &c)| !c && self.writes[i].pos < b) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Close a subset under barrier order (add everything before the latest barrier that
+    /// precedes a chosen write).
+    fn barrier_close(&self, pending: &[usize], chosen: &mut [bool]) {
+        let last_chosen = pending.iter().zip(chosen.iter()).filter(|(_, c)| **c).map(|(&i, _)| self.writes[i].pos).max();
+        let Some(last) = last_chosen else { return };
+        if let Some(&b) = self.barriers.iter().rev().find(|&&b| b < last) {
+            for (k, &i) in pending.iter().enumerate() {
+                if self.writes[i].pos < b {
+                    chosen[k] = true;
+                }
+            }
+        }
+    }
+}
+
+/// How a write was torn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tear {
+    /// Log position of the torn write.
+    pub write: usize,
+    /// Blocks of it that reached the medium whole (a prefix).
+    pub blocks: u32,
+    /// Sectors of the next block that reached it (bit mask; 0 = none).
+    pub sectors: u8,
+}
+
+/// A crash state, reproducible from the same log.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StateDesc {
+    /// The crash point (log position; the crash is just before that event completes).
+    pub point: usize,
+    /// Log positions of the in-flight writes that reached the medium whole.
+    pub persisted: Vec<usize>,
+    /// A torn write, if any.
+    pub torn: Option<Tear>,
+    /// How the state was chosen: `persistence-point`, `subset`, `prefix`, `random`, `torn`.
+    pub how: String,
+}
+
+impl StateDesc {
+    /// One-line description.
+    pub fn describe(&self, log: &ParsedLog) -> String {
+        let name = |pos: usize| match log.write_at(pos) {
+            Some(i) => {
+                let w = &log.writes[i];
+                let tid = w.tid.map(|t| format!(" tx {t}")).unwrap_or_default();
+                format!("@{pos} {:?}{tid} block {}+{}", w.kind, w.block, w.bufs.len())
+            }
+            None => format!("@{pos} (not a write)"),
+        };
+        let (_, pending) = log.split(self.point);
+        let mut s = format!(
+            "crash before log event {} ({}); {} write(s) in flight, {} persisted",
+            self.point, self.how, pending.len(), self.persisted.len()
+        );
+        if !self.persisted.is_empty() && self.persisted.len() <= 8 {
+            let names: Vec<String> = self.persisted.iter().map(|&p| name(p)).collect();
+            s.push_str(&format!(": {}", names.join(", ")));
+        }
+        if let Some(t) = &self.torn {
+            s.push_str(&format!(
+                "; torn: {} ({} whole block(s), sectors {:08b} of the next)",
+                name(t.write),
+                t.blocks,
+                t.sectors
+            ));
+        }
+        s
+    }
+}
+
+/// Knobs for state generation.
+#[derive(Debug, Clone)]
+pub struct StateOptions {
+    /// Enumerate every subset of the in-flight writes up to this many (the 12).
+    pub exhaustive_limit: usize,
+    /// Random subsets per crash point beyond the limit.
+    pub random_subsets: usize,
+    /// Torn variants of ordinary (not commit/superblock) writes per crash point.
+    pub torn_sample: usize,
+    /// Cap on states per log (persistence points, torn commit/superblock states and
+    /// in-order prefixes are kept first; the rest is sampled). 0 = no cap.
+    pub max_states: usize,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for StateOptions {
+    fn default() -> Self {
+        StateOptions { exhaustive_limit: 12, random_subsets: 32, torn_sample: 2, max_states: 0, seed: 1 }
+    }
+}
+
+fn important(kind: BlockKind) -> bool {
+    matches!(kind, BlockKind::JournalCommit | BlockKind::JournalSuper | BlockKind::Superblock)
+}
+
+/// Every crash state of `log` (see the module docs). The first of each crash point is its
+/// persistence-point state (nothing in flight persisted).
+pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
+    let mut rng = StdRng::seed_from_u64(o.seed);
+    let mut prio: Vec<StateDesc> = Vec::new();
+    let mut rest: Vec<StateDesc> = Vec::new();
+    for &x in &log.points {
+        let (_, pending) = log.split(x);
+        let n = pending.len();
+        let mk = |chosen: &[bool], how: &str| StateDesc {
+            point: x,
+            persisted: pending.iter().zip(chosen).filter(|(_, c)| **c).map(|(&i, _)| log.writes[i].pos).collect(),
+            torn: None,
+            how: how.to_string(),
+        };
+        prio.push(mk(&vec![false; n], "persistence-point"));
+        if n == 0 {
+            continue;
+        }
+        // In-order prefixes (the most likely states) are priority states.
+        for k in 1..=n {
+            let chosen: Vec<bool> = (0..n).map(|j| j < k).collect();
+            prio.push(mk(&chosen, "prefix"));
+        }
+        if n <= o.exhaustive_limit {
+            for mask in 1u64..(1u64 << n) {
+                let chosen: Vec<bool> = (0..n).map(|j| mask >> j & 1 == 1).collect();
+                // Prefixes were added already.
+                let is_prefix = (mask + 1).is_power_of_two();
+                if !is_prefix && log.barrier_ok(&pending, &chosen) {
+                    rest.push(mk(&chosen, "subset"));
+                }
+            }
+        } else {
+            for _ in 0..o.random_subsets {
+                let p: f64 = rng.gen_range(0.2..0.9);
+                let mut chosen: Vec<bool> = (0..n).map(|_| rng.gen_bool(p)).collect();
+                log.barrier_close(&pending, &mut chosen);
+                rest.push(mk(&chosen, "random"));
+            }
+        }
+        // Torn writes.
+        let mut torn_targets: Vec<usize> =
+            (0..n).filter(|&k| important(log.writes[pending[k]].kind) || log.writes[pending[k]].bufs.len() > 1).collect();
+        let mut others: Vec<usize> = (0..n).filter(|k| !torn_targets.contains(k)).collect();
+        others.shuffle(&mut rng);
+        torn_targets.extend(others.into_iter().take(o.torn_sample));
+        for k in torn_targets {
+            let w = &log.writes[pending[k]];
+            let before: Vec<bool> = (0..n).map(|j| j < k).collect();
+            let base = mk(&before, "torn");
+            let nb = w.bufs.len() as u32;
+            let mut tears: Vec<(u32, u8)> = Vec::new();
+            if nb == 1 {
+                for s in [0b0000_0001u8, 0b0000_1111, 0b0111_1111, 0b1111_0000] {
+                    tears.push((0, s));
+                }
+            } else {
+                for b in [1, nb / 2, nb - 1] {
+                    tears.push((b, 0));
+                }
+                tears.push((nb / 2, 0b0000_1111));
+            }
+            tears.sort_unstable();
+            tears.dedup();
+            for (blocks, sectors) in tears {
+                let mut d = base.clone();
+                d.torn = Some(Tear { write: w.pos, blocks, sectors });
+                if important(w.kind) {
+                    prio.push(d);
+                } else {
+                    rest.push(d);
+                }
+            }
+        }
+    }
+    if o.max_states > 0 && prio.len() + rest.len() > o.max_states {
+        let keep = o.max_states.saturating_sub(prio.len());
+        rest.shuffle(&mut rng);
+        rest.truncate(keep);
+        if prio.len() > o.max_states {
+            // Keep the persistence points first, then sample the other priority states.
+            let (mut pp, mut other): (Vec<_>, Vec<_>) = prio.into_iter().partition(|d| d.how == "persistence-point");
+            other.shuffle(&mut rng);
+            pp.truncate(o.max_states);
+            let room = o.max_states - pp.len();
+            other.truncate(room);
+            pp.extend(other);
+            prio = pp;
+        }
+    }
+    prio.extend(rest);
+    prio
+}
+
+/// The image of a crash state, as block overrides of the base image.
+#[derive(Debug, Clone, Default)]
+pub struct Overlay {
+    /// Block → content (only blocks differing from the base).
+    pub blocks: BTreeMap<u64, BlockBuf>,
+    /// Hash of the resulting image (relative to the same base).
+    pub hash: u64,
+}
+
+/// Build the overlay of `d` over `base`. Fails if the description does not fit the log.
+pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, String> {
+    let (durable, _) = log.split(d.point);
+    let mut chosen: Vec<usize> = durable;
+    for &p in &d.persisted {
+        chosen.push(log.write_at(p).ok_or_else(|| format!("no write at log position {p}"))?);
+    }
+    let torn = match &d.torn {
+        Some(t) => Some((log.write_at(t.write).ok_or_else(|| format!("no write at log position {}", t.write))?, *t)),
+        None => None,
+    };
+    if let Some((i, _)) = torn {
+        chosen.push(i);
+    }
+    chosen.sort_unstable();
+    chosen.dedup();
+    let mut blocks: BTreeMap<u64, (BlockBuf, u64)> = BTreeMap::new();
+    let block_of = |blocks: &BTreeMap<u64, (BlockBuf, u64)>, b: u64| -> Vec<u8> {
+        match blocks.get(&b) {
+            Some((buf, _)) => buf.to_vec(),
+            None => {
+                let off = b as usize * BLOCK_SIZE;
+                base.get(off..off + BLOCK_SIZE).map_or_else(|| vec![0; BLOCK_SIZE], <[u8]>::to_vec)
+            }
+        }
+    };
+    for i in chosen {
+        let w = &log.writes[i];
+        let (whole, partial) = match torn {
+            Some((ti, t)) if ti == i => (t.blocks as usize, Some(t.sectors)),
+            _ => (w.bufs.len(), None),
+        };
+        for k in 0..whole.min(w.bufs.len()) {
+            blocks.insert(w.block + k as u64, (w.bufs[k].clone(), w.hashes[k]));
+        }
+        if let Some(mask) = partial
+            && mask != 0
+            && whole < w.bufs.len()
+        {
+            let b = w.block + whole as u64;
+            let mut cur = block_of(&blocks, b);
+            for s in 0..SECTORS {
+                if mask >> s & 1 == 1 {
+                    let r = s as usize * 512..(s as usize + 1) * 512;
+                    cur[r.clone()].copy_from_slice(&w.bufs[whole][r]);
+                }
+            }
+            let h = hash64(&cur);
+            blocks.insert(b, (cjfs_blockdev::block_from_slice(&cur), h));
+        }
+    }
+    // Drop blocks equal to the base and hash the rest.
+    let mut out = Overlay::default();
+    let mut hv = Vec::with_capacity(blocks.len() * 16);
+    for (b, (buf, h)) in blocks {
+        let off = b as usize * BLOCK_SIZE;
+        if let Some(orig) = base.get(off..off + BLOCK_SIZE)
+            && orig == &buf[..]
+        {
+            continue;
+        }
+        hv.extend_from_slice(&b.to_le_bytes());
+        hv.extend_from_slice(&h.to_le_bytes());
+        out.blocks.insert(b, buf);
+    }
+    out.hash = hash64(&hv);
+    Ok(out)
+}
+
+/// Apply an overlay to a copy of the base image (the copy-on-write device avoids this).
+pub fn materialize(base: &[u8], ov: &Overlay) -> Vec<u8> {
+    let mut img = base.to_vec();
+    for (&b, buf) in &ov.blocks {
+        let off = b as usize * BLOCK_SIZE;
+        if let Some(dst) = img.get_mut(off..off + BLOCK_SIZE) {
+            dst.copy_from_slice(&buf[..]);
+        }
+    }
+    img
+}

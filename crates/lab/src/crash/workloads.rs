@@ -1,0 +1,724 @@
+//! Crash workloads: the operations, how they run on cjfs, and the generators (ACE-style
+//! bounded sequences, the classics, the iJournaling scenarios, multi-threaded random work).
+//!
+//! A [`Workload`] is a *setup* (run and made durable before recording starts, so it is part
+//! of the base image, like CrashMonkey's setup phase) and a list of *rounds*; every round
+//! is a list of operations run concurrently, one thread each (a single-threaded workload
+//! has one operation per round). Operations in one round touch disjoint files, so the
+//! logical result does not depend on their interleaving.
+//!
+//! # The ACE file set
+//!
+//! Two directories, nested one level (`A` and `A/C`), with two files each (`foo`, `bar`),
+//! plus the same two names at the root. In the base image `foo`, `A/foo` and `A/C/foo` hold
+//! 16 KiB and an extended attribute `user.a`, and an empty directory `B` exists; every `bar`
+//! is absent (so it can be created, linked or renamed to). Operations are generated only
+//! where they are valid in the current (modelled) state.
+
+use std::collections::BTreeSet;
+
+use cjfs_fs::{FallocMode, Fs, FsError, Ino, RenameFlags, SetAttr, XattrFlags};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::oracle::{Kind, Model};
+
+/// One operation of a crash workload. Paths are relative to the root, `/`-separated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Create an empty regular file (mode 0644).
+    Creat {
+        /// Path.
+        path: String,
+    },
+    /// Make a directory (mode 0755).
+    Mkdir {
+        /// Path.
+        path: String,
+    },
+    /// Write `len` bytes of a pattern derived from `seed` at `off` (write, overwrite and
+    /// append are this with different offsets).
+    Write {
+        /// Path.
+        path: String,
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+        /// Pattern seed.
+        seed: u32,
+    },
+    /// Change the size.
+    Truncate {
+        /// Path.
+        path: String,
+        /// New size.
+        size: u64,
+    },
+    /// fallocate.
+    Fallocate {
+        /// Path.
+        path: String,
+        /// Mode: `alloc`, `keep_size`, `punch` or `zero`.
+        mode: String,
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Hard link `from` as `to`.
+    Link {
+        /// Existing path.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// Remove a non-directory.
+    Unlink {
+        /// Path.
+        path: String,
+    },
+    /// Rename (replacing an existing target).
+    Rename {
+        /// Existing path.
+        from: String,
+        /// New path.
+        to: String,
+    },
+    /// Make a symbolic link at `path` pointing at `target`.
+    Symlink {
+        /// Link text.
+        target: String,
+        /// Path of the link.
+        path: String,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Path.
+        path: String,
+    },
+    /// Set an extended attribute to `len` pattern bytes.
+    SetXattr {
+        /// Path.
+        path: String,
+        /// Attribute name (with its namespace, e.g. `user.a`).
+        name: String,
+        /// Value length.
+        len: u32,
+        /// Pattern seed.
+        seed: u32,
+    },
+    /// Remove an extended attribute.
+    RemoveXattr {
+        /// Path.
+        path: String,
+        /// Attribute name.
+        name: String,
+    },
+    /// fsync (a file or a directory).
+    Fsync {
+        /// Path.
+        path: String,
+    },
+    /// fdatasync.
+    Fdatasync {
+        /// Path.
+        path: String,
+    },
+    /// sync / syncfs.
+    Sync,
+    /// Clean unmount (every workload ends with it; a global persistence point).
+    Unmount,
+}
+
+impl Op {
+    /// Whether this is a persistence call (fsync, fdatasync, sync, unmount).
+    pub fn is_persistence(&self) -> bool {
+        matches!(self, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount)
+    }
+
+    /// One-line description, shell-like.
+    pub fn describe(&self) -> String {
+        match self {
+            Op::Creat { path } => format!("creat {path}"),
+            Op::Mkdir { path } => format!("mkdir {path}"),
+            Op::Write { path, off, len, seed } => format!("write {path} off={off} len={len} seed={seed}"),
+            Op::Truncate { path, size } => format!("truncate {path} {size}"),
+            Op::Fallocate { path, mode, off, len } => format!("fallocate {path} {mode} off={off} len={len}"),
+            Op::Link { from, to } => format!("link {from} {to}"),
+            Op::Unlink { path } => format!("unlink {path}"),
+            Op::Rename { from, to } => format!("rename {from} {to}"),
+            Op::Symlink { target, path } => format!("symlink {target} {path}"),
+            Op::Rmdir { path } => format!("rmdir {path}"),
+            Op::SetXattr { path, name, len, seed } => format!("setxattr {path} {name} len={len} seed={seed}"),
+            Op::RemoveXattr { path, name } => format!("removexattr {path} {name}"),
+            Op::Fsync { path } => format!("fsync {path}"),
+            Op::Fdatasync { path } => format!("fdatasync {path}"),
+            Op::Sync => "sync".to_string(),
+            Op::Unmount => "unmount".to_string(),
+        }
+    }
+}
+
+/// A crash workload. See the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Name (unique within a suite), e.g. `ace1-017` or `classic-rename`.
+    pub name: String,
+    /// Run and made durable before recording starts.
+    pub setup: Vec<Op>,
+    /// Recorded rounds; each round's operations run concurrently.
+    pub rounds: Vec<Vec<Op>>,
+}
+
+impl Workload {
+    /// A single-threaded workload.
+    pub fn sequential(name: impl Into<String>, setup: Vec<Op>, ops: Vec<Op>) -> Workload {
+        Workload { name: name.into(), setup, rounds: ops.into_iter().map(|o| vec![o]).collect() }
+    }
+
+    /// The recorded operations in model order (round by round, thread order), ending with
+    /// the unmount the recorder adds.
+    pub fn flat_ops(&self) -> Vec<Op> {
+        let mut v: Vec<Op> = self.rounds.iter().flatten().cloned().collect();
+        v.push(Op::Unmount);
+        v
+    }
+
+    /// Whether the recorded write log is deterministic (no concurrent round).
+    pub fn deterministic(&self) -> bool {
+        self.rounds.iter().all(|r| r.len() <= 1)
+    }
+}
+
+/// The bytes written by a `Write` with this seed at file offset `pos`.
+pub fn pattern_byte(seed: u32, pos: u64) -> u8 {
+    let x = (pos as u32).wrapping_mul(0x9E37_79B1) ^ seed.wrapping_mul(0x85EB_CA77) ^ ((pos >> 32) as u32);
+    let x = x ^ (x >> 15);
+    (x.wrapping_mul(0x2C1B_3C6D) >> 24) as u8 | 1
+}
+
+/// `len` pattern bytes for a write at `off`.
+pub fn pattern(seed: u32, off: u64, len: u64) -> Vec<u8> {
+    (0..len).map(|i| pattern_byte(seed, off + i)).collect()
+}
+
+/// Split a path into (parent path, name).
+pub fn split_path(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+fn falloc_mode(mode: &str) -> Result<FallocMode, FsError> {
+    Ok(match mode {
+        "alloc" => FallocMode::Allocate,
+        "keep_size" => FallocMode::KeepSize,
+        "punch" => FallocMode::PunchHole,
+        "zero" => FallocMode::ZeroRange { keep_size: false },
+        "zero_keep_size" => FallocMode::ZeroRange { keep_size: true },
+        m => return Err(FsError::Invalid(format!("unknown fallocate mode {m:?}"))),
+    })
+}
+
+/// Run `op` on `fs`. Returns the inode number of a newly created inode. `Unmount` is not
+/// handled here (the recorder unmounts).
+pub fn exec(fs: &Fs, op: &Op) -> Result<Option<Ino>, FsError> {
+    let parent_name = |p: &str| -> Result<(Ino, Vec<u8>), FsError> {
+        let (d, n) = split_path(p);
+        Ok((fs.resolve(d)?, n.as_bytes().to_vec()))
+    };
+    match op {
+        Op::Creat { path } => {
+            let (p, n) = parent_name(path)?;
+            Ok(Some(fs.create(p, &n, 0o644, 0, 0)?.ino))
+        }
+        Op::Mkdir { path } => {
+            let (p, n) = parent_name(path)?;
+            Ok(Some(fs.mkdir(p, &n, 0o755, 0, 0)?.ino))
+        }
+        Op::Write { path, off, len, seed } => {
+            let ino = fs.resolve(path)?;
+            let data = pattern(*seed, *off, *len);
+            let mut done = 0usize;
+            while done < data.len() {
+                let n = fs.write(ino, off + done as u64, &data[done..])?;
+                if n == 0 {
+                    return Err(FsError::Invalid("short write".into()));
+                }
+                done += n;
+            }
+            Ok(None)
+        }
+        Op::Truncate { path, size } => {
+            let ino = fs.resolve(path)?;
+            fs.setattr(ino, &SetAttr { size: Some(*size), ..SetAttr::default() })?;
+            Ok(None)
+        }
+        Op::Fallocate { path, mode, off, len } => {
+            let ino = fs.resolve(path)?;
+            fs.fallocate(ino, falloc_mode(mode)?, *off, *len)?;
+            Ok(None)
+        }
+        Op::Link { from, to } => {
+            let ino = fs.resolve(from)?;
+            let (p, n) = parent_name(to)?;
+            fs.link(ino, p, &n)?;
+            Ok(None)
+        }
+        Op::Unlink { path } => {
+            let (p, n) = parent_name(path)?;
+            fs.unlink(p, &n)?;
+            Ok(None)
+        }
+        Op::Rename { from, to } => {
+            let (p1, n1) = parent_name(from)?;
+            let (p2, n2) = parent_name(to)?;
+            fs.rename(p1, &n1, p2, &n2, RenameFlags::default())?;
+            Ok(None)
+        }
+        Op::Symlink { target, path } => {
+            let (p, n) = parent_name(path)?;
+            Ok(Some(fs.symlink(p, &n, target.as_bytes(), 0, 0)?.ino))
+        }
+        Op::Rmdir { path } => {
+            let (p, n) = parent_name(path)?;
+            fs.rmdir(p, &n)?;
+            Ok(None)
+        }
+        Op::SetXattr { path, name, len, seed } => {
+            let ino = fs.resolve(path)?;
+            fs.setxattr(ino, name.as_bytes(), &pattern(*seed, 0, u64::from(*len)), XattrFlags::Any)?;
+            Ok(None)
+        }
+        Op::RemoveXattr { path, name } => {
+            let ino = fs.resolve(path)?;
+            fs.removexattr(ino, name.as_bytes())?;
+            Ok(None)
+        }
+        Op::Fsync { path } => {
+            fs.fsync(fs.resolve(path)?, false)?;
+            Ok(None)
+        }
+        Op::Fdatasync { path } => {
+            fs.fsync(fs.resolve(path)?, true)?;
+            Ok(None)
+        }
+        Op::Sync => {
+            fs.sync()?;
+            Ok(None)
+        }
+        Op::Unmount => Err(FsError::Invalid("unmount is run by the recorder".into())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ACE-style generator
+// ---------------------------------------------------------------------------------------
+
+/// The directories of the ACE file set (root is `""`).
+const ACE_DIRS: [&str; 3] = ["", "A", "A/C"];
+/// File names used in every directory.
+const ACE_FILES: [&str; 2] = ["foo", "bar"];
+/// Names for new directories.
+const ACE_NEW_DIRS: [&str; 3] = ["D", "A/D", "A/C/D"];
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
+}
+
+/// The setup shared by every ACE workload (see the module docs).
+pub fn ace_setup() -> Vec<Op> {
+    let mut v = vec![Op::Mkdir { path: "A".into() }, Op::Mkdir { path: "A/C".into() }, Op::Mkdir { path: "B".into() }];
+    for (i, d) in ACE_DIRS.iter().enumerate() {
+        let p = join(d, "foo");
+        v.push(Op::Creat { path: p.clone() });
+        v.push(Op::Write { path: p.clone(), off: 0, len: 16384, seed: 100 + i as u32 });
+        v.push(Op::SetXattr { path: p, name: "user.a".into(), len: 16, seed: 200 + i as u32 });
+    }
+    v.push(Op::Sync);
+    v
+}
+
+/// Every core operation valid in `m` over the ACE file set, in a fixed order.
+pub fn ace_candidates(m: &Model) -> Vec<Op> {
+    let mut out = Vec::new();
+    let files: Vec<String> = ACE_DIRS
+        .iter()
+        .flat_map(|d| ACE_FILES.iter().map(move |f| join(d, f)))
+        .filter(|p| m.exists_dir(split_path(p).0))
+        .collect();
+    let regular: Vec<&String> = files.iter().filter(|p| m.kind_of(p) == Some(Kind::File)).collect();
+    let absent: Vec<&String> = files.iter().filter(|p| m.kind_of(p).is_none()).collect();
+    let mut seed = 1000u32;
+    let mut next_seed = || {
+        seed += 1;
+        seed
+    };
+    for p in &absent {
+        out.push(Op::Creat { path: (*p).clone() });
+    }
+    for d in ACE_NEW_DIRS {
+        if m.kind_of(d).is_none() && m.exists_dir(split_path(d).0) {
+            out.push(Op::Mkdir { path: d.to_string() });
+        }
+    }
+    for p in &regular {
+        let size = m.size_of(p);
+        let p = (*p).clone();
+        // write: past the end, leaving a hole; overwrite: aligned and unaligned; append.
+        out.push(Op::Write { path: p.clone(), off: size.max(4096) + 28672, len: 4096, seed: next_seed() });
+        if size > 0 {
+            out.push(Op::Write { path: p.clone(), off: 4096, len: 8192.min(size), seed: next_seed() });
+            out.push(Op::Write { path: p.clone(), off: 100, len: 5000, seed: next_seed() });
+        } else {
+            out.push(Op::Write { path: p.clone(), off: 0, len: 8192, seed: next_seed() });
+        }
+        out.push(Op::Write { path: p.clone(), off: size, len: 5000, seed: next_seed() });
+        out.push(Op::Truncate { path: p.clone(), size: 0 });
+        if size > 5000 {
+            out.push(Op::Truncate { path: p.clone(), size: 5000 });
+        }
+        out.push(Op::Truncate { path: p.clone(), size: size + 65536 });
+        out.push(Op::Fallocate { path: p.clone(), mode: "alloc".into(), off: size, len: 16384 });
+        out.push(Op::Fallocate { path: p.clone(), mode: "keep_size".into(), off: size, len: 32768 });
+        if size >= 8192 {
+            out.push(Op::Fallocate { path: p.clone(), mode: "punch".into(), off: 4096, len: 4096 });
+            out.push(Op::Fallocate { path: p.clone(), mode: "zero".into(), off: 1000, len: 8000 });
+        }
+        out.push(Op::SetXattr { path: p.clone(), name: "user.a".into(), len: 24, seed: next_seed() });
+        out.push(Op::SetXattr { path: p.clone(), name: "user.big".into(), len: 3000, seed: next_seed() });
+        if m.has_xattr(&p, "user.a") {
+            out.push(Op::RemoveXattr { path: p.clone(), name: "user.a".into() });
+        }
+    }
+    // Hard links and renames: same directory and across directories.
+    for from in &regular {
+        for to in &files {
+            if from == &to {
+                continue;
+            }
+            let same_dir = split_path(from).0 == split_path(to).0;
+            let (fname, tname) = (split_path(from).1, split_path(to).1);
+            // Keep the cross product small: same directory, or same file name across dirs.
+            if !same_dir && fname != tname && !(fname == "foo" && tname == "bar") {
+                continue;
+            }
+            if m.kind_of(to).is_none() {
+                out.push(Op::Link { from: (*from).clone(), to: to.clone() });
+            }
+            if m.kind_of(to).is_none_or(|k| k == Kind::File) {
+                out.push(Op::Rename { from: (*from).clone(), to: to.clone() });
+            }
+        }
+    }
+    for p in &regular {
+        out.push(Op::Unlink { path: (*p).clone() });
+    }
+    for p in &absent {
+        let (d, n) = split_path(p);
+        if n == "bar" {
+            out.push(Op::Symlink { target: "foo".into(), path: (*p).clone() });
+        }
+        let _ = d;
+    }
+    // Directory operations.
+    for d in ["B", "A/D", "D", "A/C/D"] {
+        if m.kind_of(d) == Some(Kind::Dir) && m.dir_is_empty(d) {
+            out.push(Op::Rmdir { path: d.into() });
+        }
+    }
+    if m.kind_of("A/C") == Some(Kind::Dir) && m.kind_of("C").is_none() {
+        out.push(Op::Rename { from: "A/C".into(), to: "C".into() });
+    }
+    if m.kind_of("B") == Some(Kind::Dir) && m.kind_of("A/B").is_none() && m.kind_of("A").is_some() {
+        out.push(Op::Rename { from: "B".into(), to: "A/B".into() });
+    }
+    if m.kind_of("A") == Some(Kind::Dir) {
+        out.push(Op::SetXattr { path: "A".into(), name: "user.d".into(), len: 40, seed: next_seed() });
+    }
+    out
+}
+
+/// The persistence call to follow `op` with: `which` is 0 = fsync of the object,
+/// 1 = fsync of its parent directory, 2 = fdatasync, 3 = sync. Returns `None` where the
+/// choice duplicates another (fdatasync of a directory) or has nothing to act on.
+pub fn ace_persist(m: &Model, op: &Op, which: u8) -> Option<Op> {
+    let (obj, parent) = match op {
+        Op::Creat { path }
+        | Op::Mkdir { path }
+        | Op::Write { path, .. }
+        | Op::Truncate { path, .. }
+        | Op::Fallocate { path, .. }
+        | Op::Symlink { path, .. }
+        | Op::SetXattr { path, .. }
+        | Op::RemoveXattr { path, .. } => (Some(path.clone()), split_path(path).0.to_string()),
+        Op::Link { to, .. } | Op::Rename { to, .. } => (Some(to.clone()), split_path(to).0.to_string()),
+        Op::Unlink { path } | Op::Rmdir { path } => (None, split_path(path).0.to_string()),
+        _ => (None, String::new()),
+    };
+    // A symlink cannot be opened for fsync: use its parent.
+    let obj = obj.filter(|p| matches!(m.kind_of(p), Some(Kind::File) | Some(Kind::Dir)));
+    match which {
+        0 => Some(Op::Fsync { path: obj.unwrap_or_else(|| parent.clone()) }),
+        1 => Some(Op::Fsync { path: parent }),
+        2 => match obj {
+            Some(p) if m.kind_of(&p) == Some(Kind::File) => Some(Op::Fdatasync { path: p }),
+            _ => None,
+        },
+        _ => Some(Op::Sync),
+    }
+}
+
+/// The ACE base model: the model after [`ace_setup`] on an empty file system.
+pub fn ace_base_model() -> Model {
+    let mut m = Model::empty_fs();
+    for op in ace_setup() {
+        m.apply_predicted(&op);
+    }
+    m
+}
+
+/// Every length-1 ACE workload: each candidate operation followed by each persistence
+/// choice (never nothing).
+pub fn ace_seq1() -> Vec<Workload> {
+    let base = ace_base_model();
+    let mut out = Vec::new();
+    for op in ace_candidates(&base) {
+        let mut after = base.clone();
+        after.apply_predicted(&op);
+        let mut seen = BTreeSet::new();
+        for which in 0..4 {
+            if let Some(p) = ace_persist(&after, &op, which)
+                && seen.insert(p.describe())
+            {
+                let name = format!("ace1-{:04}", out.len());
+                out.push(Workload::sequential(name, ace_setup(), vec![op.clone(), p]));
+            }
+        }
+    }
+    out
+}
+
+/// `count` seeded random ACE workloads of `len` operations; every operation but the last
+/// may be followed by nothing.
+pub fn ace_seqn(len: usize, count: usize, seed: u64) -> Vec<Workload> {
+    let mut rng = StdRng::seed_from_u64(seed ^ (len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let base = ace_base_model();
+    let mut out = Vec::with_capacity(count);
+    let mut seen = BTreeSet::new();
+    let mut attempts = 0;
+    while out.len() < count && attempts < count * 20 {
+        attempts += 1;
+        let mut m = base.clone();
+        let mut ops = Vec::new();
+        for i in 0..len {
+            let cands = ace_candidates(&m);
+            let Some(op) = cands.choose(&mut rng).cloned() else { break };
+            m.apply_predicted(&op);
+            ops.push(op.clone());
+            let last = i + 1 == len;
+            let which = rng.gen_range(0..if last { 4 } else { 5 });
+            if which < 4
+                && let Some(p) = ace_persist(&m, &op, which)
+            {
+                m.apply_predicted(&p);
+                ops.push(p);
+            } else if last {
+                ops.push(Op::Sync);
+            }
+        }
+        let key: Vec<String> = ops.iter().map(Op::describe).collect();
+        if seen.insert(key) {
+            let name = format!("ace{len}-{:05}", out.len());
+            out.push(Workload::sequential(name, ace_setup(), ops));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Classics and the iJournaling scenarios
+// ---------------------------------------------------------------------------------------
+
+/// Rename a fsynced root-level file into a fsynced subdirectory without fsync: exactly one
+/// name survives, with its content intact.
+pub fn classic_rename() -> Workload {
+    let setup = vec![Op::Sync];
+    let ops = vec![
+        Op::Creat { path: "foo".into() },
+        Op::Write { path: "foo".into(), off: 0, len: 12288, seed: 7 },
+        Op::Mkdir { path: "A".into() },
+        Op::Fsync { path: "foo".into() },
+        Op::Fsync { path: "A".into() },
+        Op::Rename { from: "foo".into(), to: "A/foo".into() },
+        Op::Write { path: "A/foo".into(), off: 20000, len: 100, seed: 8 },
+    ];
+    Workload::sequential("classic-rename", setup, ops)
+}
+
+/// Create, write and fsync ten files, then delete them with a sync between deletions.
+pub fn classic_ten_files() -> Workload {
+    let mut ops = Vec::new();
+    for i in 0..10 {
+        let p = format!("f{i}");
+        ops.push(Op::Creat { path: p.clone() });
+        ops.push(Op::Write { path: p.clone(), off: 0, len: 6000, seed: 30 + i });
+        ops.push(Op::Fsync { path: p });
+    }
+    for i in 0..10 {
+        ops.push(Op::Unlink { path: format!("f{i}") });
+        ops.push(Op::Sync);
+    }
+    Workload::sequential("classic-ten-files", vec![], ops)
+}
+
+/// Block reuse across a free: a directory block is journalled, the directory removed
+/// (the block freed and revoked), and the block reused as file data that is fsynced. Without
+/// the revoke record, recovery would replay the old directory block over the file's data.
+pub fn classic_block_reuse() -> Workload {
+    let ops = vec![
+        Op::Mkdir { path: "d".into() },
+        Op::Creat { path: "d/x".into() },
+        Op::Fsync { path: "d".into() },
+        Op::Unlink { path: "d/x".into() },
+        Op::Rmdir { path: "d".into() },
+        Op::Sync,
+        Op::Creat { path: "g".into() },
+        Op::Write { path: "g".into(), off: 0, len: 16384, seed: 55 },
+        Op::Fsync { path: "g".into() },
+    ];
+    Workload::sequential("classic-block-reuse", vec![], ops)
+}
+
+/// iJournaling 1: `n` creates (each with 4 KiB written), only the odd ones fsynced.
+pub fn ij_creates(n: usize) -> Workload {
+    let mut ops = vec![Op::Mkdir { path: "d".into() }];
+    for i in 0..n {
+        let p = format!("d/f{i}");
+        ops.push(Op::Creat { path: p.clone() });
+        ops.push(Op::Write { path: p.clone(), off: 0, len: 4096, seed: i as u32 });
+        if i % 2 == 1 {
+            ops.push(Op::Fsync { path: p });
+        }
+    }
+    Workload::sequential(format!("ij-creates-{n}"), vec![], ops)
+}
+
+/// iJournaling 2: repeated 4 KiB append + fsync until the file needs an extent tree of
+/// depth >= 1. A second file appended in between keeps the first one's blocks apart, so
+/// every append is a new extent; `appends` of 8 or more exceed the four in-inode extents.
+pub fn ij_extent_tree(appends: usize) -> Workload {
+    let mut ops = vec![Op::Creat { path: "big".into() }, Op::Creat { path: "gap".into() }];
+    for i in 0..appends as u64 {
+        ops.push(Op::Write { path: "big".into(), off: i * 4096, len: 4096, seed: 500 + i as u32 });
+        ops.push(Op::Fsync { path: "big".into() });
+        ops.push(Op::Write { path: "gap".into(), off: i * 4096, len: 4096, seed: 900 + i as u32 });
+    }
+    Workload::sequential(format!("ij-extent-tree-{appends}"), vec![], ops)
+}
+
+/// iJournaling 3: fsync of a file several new directories deep.
+pub fn ij_deep_fsync(depth: usize) -> Workload {
+    let mut ops = Vec::new();
+    let mut p = String::new();
+    for i in 0..depth {
+        p = join(&p, &format!("n{i}"));
+        ops.push(Op::Mkdir { path: p.clone() });
+    }
+    let f = join(&p, "file");
+    ops.push(Op::Creat { path: f.clone() });
+    ops.push(Op::Write { path: f.clone(), off: 0, len: 10000, seed: 77 });
+    ops.push(Op::Fsync { path: f });
+    ops.push(Op::Creat { path: "after".into() });
+    Workload::sequential(format!("ij-deep-fsync-{depth}"), vec![], ops)
+}
+
+/// Random multi-threaded work: `threads` threads, each in its own directory `t<i>`, doing
+/// `rounds` rounds of mkdir / create / write / truncate / unlink / fsync under a seeded
+/// schedule (the operation chosen for every thread in every round comes from the seed; the
+/// operations of one round run concurrently).
+pub fn random_threads(name: &str, threads: usize, rounds: usize, seed: u64) -> Workload {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut setup = Vec::new();
+    for t in 0..threads {
+        setup.push(Op::Mkdir { path: format!("t{t}") });
+    }
+    setup.push(Op::Sync);
+    let mut m = Model::empty_fs();
+    for op in &setup {
+        m.apply_predicted(op);
+    }
+    let mut out_rounds = Vec::new();
+    let mut s = 0u32;
+    for _ in 0..rounds {
+        let mut round = Vec::new();
+        for t in 0..threads {
+            let dir = format!("t{t}");
+            let names: Vec<String> = (0..4).map(|i| format!("{dir}/f{i}")).collect();
+            let files: Vec<&String> = names.iter().filter(|p| m.kind_of(p) == Some(Kind::File)).collect();
+            let sub = format!("{dir}/sub");
+            s += 1;
+            let choice = rng.gen_range(0..7);
+            let op = match choice {
+                0 if m.kind_of(&sub).is_none() => Op::Mkdir { path: sub },
+                0 | 1 => match names.iter().find(|p| m.kind_of(p).is_none()) {
+                    Some(p) => Op::Creat { path: p.clone() },
+                    None => Op::Sync,
+                },
+                2 | 3 if !files.is_empty() => {
+                    let p = files[rng.gen_range(0..files.len())].clone();
+                    let off = rng.gen_range(0..6u64) * 2048;
+                    Op::Write { path: p, off, len: rng.gen_range(1..3u64) * 3000, seed: s }
+                }
+                4 if !files.is_empty() => {
+                    let p = files[rng.gen_range(0..files.len())].clone();
+                    Op::Truncate { path: p, size: rng.gen_range(0..4u64) * 3000 }
+                }
+                5 if !files.is_empty() => Op::Unlink { path: files[rng.gen_range(0..files.len())].clone() },
+                _ if !files.is_empty() => Op::Fsync { path: files[rng.gen_range(0..files.len())].clone() },
+                _ => Op::Fsync { path: dir },
+            };
+            m.apply_predicted(&op);
+            round.push(op);
+        }
+        out_rounds.push(round);
+    }
+    Workload { name: name.to_string(), setup, rounds: out_rounds }
+}
+
+/// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
+/// random workloads.
+pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
+    let mut v = vec![
+        classic_rename(),
+        classic_ten_files(),
+        classic_block_reuse(),
+        ij_creates(1000),
+        ij_extent_tree(10),
+        ij_deep_fsync(5),
+        random_threads("ij-ten-threads", 10, 12, seed ^ 0x17),
+    ];
+    for i in 0..mt {
+        v.push(random_threads(&format!("mt8-{i:03}"), 8, 10, seed.wrapping_add(i as u64)));
+    }
+    v
+}
+
+/// Small versions of the scenarios for CI.
+pub fn scenarios_small(seed: u64) -> Vec<Workload> {
+    vec![
+        classic_rename(),
+        classic_ten_files(),
+        classic_block_reuse(),
+        ij_creates(40),
+        ij_extent_tree(8),
+        ij_deep_fsync(4),
+        random_threads("ij-ten-threads", 10, 4, seed ^ 0x17),
+        random_threads("mt8-000", 8, 4, seed),
+    ]
+}
