@@ -216,9 +216,10 @@ impl BufferCache {
         let b = self.get(blocknr);
         // The block was just allocated: any committed version of its previous incarnation
         // still awaiting checkpoint is dead and must never be written over the new contents.
-        // `Handle::revoke` clears it when the block is freed, but a commit of an older
-        // transaction that finishes after the revoke sets it again; by the time the block can
-        // be allocated again its freeing transaction is durable, so no such commit is left.
+        // The freeing (revoking) transaction drops it when it becomes durable
+        // (`flush::mark_durable`), after any older commit that could set it again; this is a
+        // second line of defence. By the time the block can be allocated again its freeing
+        // transaction is durable, so no such commit is left.
         // (Found by the crash harness: a freed directory block reused as file data had the
         // old directory written over the data by the checkpoint at unmount.)
         b.jstate().checkpoint = None;

@@ -92,7 +92,12 @@ impl JournalConfig {
     /// No journal (no crash consistency).
     pub fn nojournal() -> Self {
         // Nothing is logged, so a buffer being written home never blocks its writers.
-        JournalConfig { name: "nojournal".into(), kind: JournalKind::None, max_versions: u32::MAX, ..Self::jbd2() }
+        JournalConfig {
+            name: "nojournal".into(),
+            kind: JournalKind::None,
+            max_versions: u32::MAX,
+            ..Self::jbd2()
+        }
     }
 
     /// BarrierFS-style: dual-thread commit, one shadow version per buffer held until its

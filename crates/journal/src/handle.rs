@@ -169,6 +169,12 @@ impl Handle {
             if self.used > self.credits {
                 log::debug!("handle used {} of {} credits", self.used, self.credits);
             }
+            // Unused credits go back to the transaction (JBD2's jbd2_journal_stop): only the
+            // buffers actually filed keep counting against its size limit.
+            let unused = self.credits.saturating_sub(self.used);
+            if unused > 0 {
+                let _ = tx.credits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
+            }
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
             }
