@@ -5,7 +5,8 @@
 //!   tester and SQLite-like patterns, written once against [`Target`];
 //! * [`bench`]: sweeps over workloads, threads, targets and journal modes with interleaved
 //!   repetitions; [`report`] and [`charts`] turn them into tables, JSON/CSV and figures;
-//! * [`device`]: the device sanity check; [`smoke`]: the quickest look at this machine.
+//! * [`device`]: the device sanity check; [`smoke`]: the quickest look at this machine;
+//! * [`crash`]: the crash-consistency harness behind `cjfs crashtest`.
 
 pub mod bench;
 pub mod charts;

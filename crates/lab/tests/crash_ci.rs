@@ -50,7 +50,13 @@ fn ci_subset_every_mode() {
     eprintln!("{}", summary.table());
     for m in &summary.modes {
         assert!(m.crash_states > 0, "{}: no crash states", m.mode);
-        assert!(m.passed(), "{}: {} violation(s), {} workload error(s)", m.mode, m.violations, m.workload_errors);
+        assert!(
+            m.passed(),
+            "{}: {} violation(s), {} workload error(s)",
+            m.mode,
+            m.violations,
+            m.workload_errors
+        );
     }
 }
 
@@ -78,9 +84,17 @@ fn planted_bugs_are_caught() {
     assert_eq!(caught(Bugs::default(), &appends), 0, "the harness must be quiet without bugs");
     let cases = [
         ("skip the flush before the commit block", Bugs { skip_preflush: true, ..Bugs::default() }, &appends),
-        ("commit block before the data blocks", Bugs { commit_before_data: true, ..Bugs::default() }, &appends),
+        (
+            "commit block before the data blocks",
+            Bugs { commit_before_data: true, ..Bugs::default() },
+            &appends,
+        ),
         ("drop revoke records", Bugs { drop_revokes: true, ..Bugs::default() }, &reuse),
-        ("forget to journal an inode size update", Bugs { skip_size_update_journal: true, ..Bugs::default() }, &appends),
+        (
+            "forget to journal an inode size update",
+            Bugs { skip_size_update_journal: true, ..Bugs::default() },
+            &appends,
+        ),
     ];
     for (what, bugs, wls) in cases {
         let n = caught(bugs, wls);

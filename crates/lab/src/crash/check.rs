@@ -90,7 +90,8 @@ impl Scratch {
     pub fn new(id: usize) -> Scratch {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let id = format!("{id}.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let dir =
+            if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let pid = std::process::id();
         Scratch {
             a: dir.join(format!("cjfs-crash-{pid}-{id}-a.img")),
@@ -102,7 +103,12 @@ impl Scratch {
     /// Make file `a` hold `base` with `changed` blocks.
     fn write_a(&mut self, base: &Arc<Vec<u8>>, changed: &BTreeMap<u64, BlockBuf>) -> Result<(), String> {
         let err = |e: std::io::Error| format!("scratch image {}: {e}", self.a.display());
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&self.a).map_err(err)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.a)
+            .map_err(err)?;
         let mut stale: BTreeSet<u64> = match self.a_state.take() {
             Some((k, dirty)) if Arc::ptr_eq(&k, base) => dirty,
             _ => {
@@ -126,7 +132,12 @@ impl Scratch {
 
     fn write_b(&mut self, img: &[u8]) -> Result<(), String> {
         let err = |e: std::io::Error| format!("scratch image {}: {e}", self.b.display());
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&self.b).map_err(err)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.b)
+            .map_err(err)?;
         write_sparse(&mut f, img).map_err(err)
     }
 }
@@ -166,8 +177,10 @@ fn e2fsck(path: &Path, fix: bool) -> Result<(i32, String), String> {
         .output()
         .map_err(|e| format!("cannot run e2fsck: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let tail: Vec<&str> =
-        text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("e2fsck ") && !l.starts_with("Pass ")).collect();
+    let tail: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("e2fsck ") && !l.starts_with("Pass "))
+        .collect();
     let keep = tail.iter().rev().take(6).rev().copied().collect::<Vec<_>>().join(" | ");
     Ok((out.status.code().unwrap_or(-1), keep))
 }
@@ -181,8 +194,8 @@ fn e2fsck_dev(scratch: &mut Scratch, dev: &CowDevice) -> Result<(i32, String), S
 /// Open, read the logical state, unmount (the device then holds the unmounted image).
 /// Returns the state and whether recovery (journal replay or orphan release) did work.
 fn open_read_unmount(opts: &MountOptions, dev: &Arc<CowDevice>) -> Result<(LogicalState, bool), String> {
-    let (fs, report) =
-        Fs::open_with_report(dev.clone() as Device, opts.clone()).map_err(|e| format!("cjfs cannot open: {e}"))?;
+    let (fs, report) = Fs::open_with_report(dev.clone() as Device, opts.clone())
+        .map_err(|e| format!("cjfs cannot open: {e}"))?;
     let st = LogicalState::read(&fs).map_err(|e| format!("cannot read the recovered tree: {e}"))?;
     fs.unmount().map_err(|e| format!("unmount after recovery failed: {e}"))?;
     Ok((st, report.replayed_transactions > 0 || report.orphans_cleaned > 0))
@@ -276,7 +289,11 @@ fn recover_on(dev: &Arc<CowDevice>) -> Result<BTreeMap<u64, BlockBuf>, String> {
 
 fn differing_blocks(a: &BTreeMap<u64, BlockBuf>, b: &BTreeMap<u64, BlockBuf>) -> Vec<u64> {
     let keys: BTreeSet<&u64> = a.keys().chain(b.keys()).collect();
-    keys.into_iter().filter(|k| a.get(k).map(|x| &x[..]) != b.get(k).map(|x| &x[..])).copied().take(8).collect()
+    keys.into_iter()
+        .filter(|k| a.get(k).map(|x| &x[..]) != b.get(k).map(|x| &x[..]))
+        .copied()
+        .take(8)
+        .collect()
 }
 
 /// Crash during recovery, on the raw crash image `raw`. Returns (states checked, problems).
@@ -296,7 +313,10 @@ fn recovery_cuts(
     // Recovering a recovered image changes nothing.
     let again = recover_on(&Arc::new(dev.fork()))?;
     if again.len() != full.len() || !differing_blocks(&full, &again).is_empty() {
-        probs.push(format!("recovering a recovered image changed blocks {:?}", differing_blocks(&full, &again)));
+        probs.push(format!(
+            "recovering a recovered image changed blocks {:?}",
+            differing_blocks(&full, &again)
+        ));
     }
     // `cjfs recover` then mount must give what mounting (which recovers) gave.
     match open_read_unmount(opts, &Arc::new(dev.fork())) {
@@ -348,7 +368,8 @@ fn new_work(
     let mut runs = 0;
     let err = |runs: u32, m: String| (runs, m);
     let dev = Arc::new(dev.fork());
-    let fs = Fs::open(dev.clone() as Device, opts.clone()).map_err(|e| err(runs, format!("new work: reopen: {e}")))?;
+    let fs = Fs::open(dev.clone() as Device, opts.clone())
+        .map_err(|e| err(runs, format!("new work: reopen: {e}")))?;
     let step = |what: &str, r: Result<(), cjfs_fs::FsError>| r.map_err(|e| format!("new work: {what}: {e}"));
     let work = || -> Result<(), String> {
         let mut dirs: Vec<(String, u32)> = vec![(String::new(), ROOT_INO)];
@@ -363,14 +384,18 @@ fn new_work(
             })();
             step(&format!("create/write/fsync/unlink in /{p}"), r)?;
         }
-        let mut paths: Vec<(&String, Kind)> =
-            st.names.iter().filter(|(p, _)| !p.starts_with("lost+found")).map(|(p, (_, k))| (p, *k)).collect();
+        let mut paths: Vec<(&String, Kind)> = st
+            .names
+            .iter()
+            .filter(|(p, _)| !p.starts_with("lost+found"))
+            .map(|(p, (_, k))| (p, *k))
+            .collect();
         paths.sort_by_key(|(p, _)| std::cmp::Reverse(p.matches('/').count()));
         for (p, k) in paths {
             let (d, n) = super::workloads::split_path(p);
-            let r = fs
-                .resolve(d)
-                .and_then(|pi| if k == Kind::Dir { fs.rmdir(pi, n.as_bytes()) } else { fs.unlink(pi, n.as_bytes()) });
+            let r = fs.resolve(d).and_then(|pi| {
+                if k == Kind::Dir { fs.rmdir(pi, n.as_bytes()) } else { fs.unlink(pi, n.as_bytes()) }
+            });
             step(&format!("remove /{p}"), r)?;
         }
         let fresh = pattern(777, 0, 8192);
@@ -391,11 +416,14 @@ fn new_work(
         runs += 1;
         match e2fsck_dev(scratch, &dev) {
             Ok((0, _)) => {}
-            Ok((code, msg)) => return Err(err(runs, format!("e2fsck -fn after new work exited {code}: {msg}"))),
+            Ok((code, msg)) => {
+                return Err(err(runs, format!("e2fsck -fn after new work exited {code}: {msg}")));
+            }
             Err(e) => return Err(err(runs, e)),
         }
     }
-    let fs = Fs::open(dev.clone() as Device, opts.clone()).map_err(|e| err(runs, format!("new work: reopen: {e}")))?;
+    let fs = Fs::open(dev.clone() as Device, opts.clone())
+        .map_err(|e| err(runs, format!("new work: reopen: {e}")))?;
     let got = LogicalState::read(&fs).map_err(|e| err(runs, format!("new work: read back: {e}")))?;
     let names: Vec<&String> = got.names.keys().filter(|p| !p.starts_with("lost+found")).collect();
     let ok_names = names == ["__cjfs_fresh", "__cjfs_freshdir"];
@@ -424,7 +452,9 @@ fn new_work(
             .collect();
         return Err(err(
             runs,
-            format!("new work: after reopen the tree is {names:?} (fresh file intact: {content_ok}, blocks {blocks:?})"),
+            format!(
+                "new work: after reopen the tree is {names:?} (fresh file intact: {content_ok}, blocks {blocks:?})"
+            ),
         ));
     }
     Ok(runs)

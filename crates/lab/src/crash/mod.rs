@@ -128,7 +128,8 @@ impl CrashConfig {
     /// The journal configuration: the preset with the harness' adjustments (no timer
     /// commits, so the recorded log depends only on the workload) and the planted bugs.
     pub fn journal(&self) -> Result<JournalConfig, CrashError> {
-        let mut j = JournalConfig::preset(&self.mode).ok_or_else(|| CrashError::UnknownMode(self.mode.clone()))?;
+        let mut j =
+            JournalConfig::preset(&self.mode).ok_or_else(|| CrashError::UnknownMode(self.mode.clone()))?;
         j.commit_interval = Duration::from_secs(3600);
         j.bugs = PlantedBugs {
             skip_preflush: self.bugs.skip_preflush,
@@ -311,7 +312,10 @@ pub fn run_workload(cfg: &CrashConfig, wl: &Workload, bases: &BaseCache, save: b
     let mut result = WorkloadResult { name: wl.name.clone(), ..WorkloadResult::default() };
     let r = (|| -> Result<(), CrashError> {
         let (rec, parsed) = prepare(cfg, wl, bases)?;
-        let so = StateOptions { seed: cfg.states.seed ^ cfg.seed ^ replay::name_seed(&wl.name), ..cfg.states.clone() };
+        let so = StateOptions {
+            seed: cfg.states.seed ^ cfg.seed ^ replay::name_seed(&wl.name),
+            ..cfg.states.clone()
+        };
         let descs = states::generate(&parsed, &so);
         let per_state = check_states(cfg, &rec, &parsed, &descs, &mut result)?;
         for (d, probs) in descs.iter().zip(per_state) {

@@ -46,8 +46,15 @@
 //! * **never both** — a non-directory inode is never reachable under more names than its
 //!   largest link count in the window (a rename never leaves both names);
 //! * content is judged per 512-byte sector: each sector of the recovered file must equal
-//!   that sector in some allowed state that covered it (data=ordered/journal never expose
-//!   unwritten blocks or stale data past the durable size).
+//!   that sector in some allowed state that covered it, cut at the recovered size (an
+//!   in-place overwrite may reach the medium while the size is still the old one);
+//!   data=ordered/journal never expose unwritten blocks or stale data past the durable size.
+//!
+//! One ext4 behaviour is allowed explicitly: a truncate to an unaligned smaller size zeroes
+//! the rest of the new last block in place before the size change commits (ext4's
+//! `ext4_block_truncate_page` does the same), so until it commits the old size may show
+//! those bytes as zeros. Zeros only, where the caller asked for the bytes to go; no stale
+//! data.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -168,20 +175,24 @@ impl LogicalState {
                     let name = String::from_utf8_lossy(&e.name).into_owned();
                     let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
                     let kind = Kind::from_type(e.kind);
-                    if !st.inodes.contains_key(&e.ino) {
-                        let v = view_of(fs, e.ino)?;
-                        if v.kind != kind {
-                            return Err(FsError::Corrupt(format!(
-                                "entry {path} says {kind:?}, inode {} is {:?}",
-                                e.ino, v.kind
-                            )));
+                    match st.inodes.entry(e.ino) {
+                        std::collections::btree_map::Entry::Vacant(slot) => {
+                            let v = view_of(fs, e.ino)?;
+                            if v.kind != kind {
+                                return Err(FsError::Corrupt(format!(
+                                    "entry {path} says {kind:?}, inode {} is {:?}",
+                                    e.ino, v.kind
+                                )));
+                            }
+                            slot.insert(v);
+                            if kind == Kind::Dir {
+                                queue.push((path.clone(), e.ino));
+                            }
                         }
-                        st.inodes.insert(e.ino, v);
-                        if kind == Kind::Dir {
-                            queue.push((path.clone(), e.ino));
+                        std::collections::btree_map::Entry::Occupied(_) if kind == Kind::Dir => {
+                            return Err(FsError::Corrupt(format!("directory inode {} has two names", e.ino)));
                         }
-                    } else if kind == Kind::Dir {
-                        return Err(FsError::Corrupt(format!("directory inode {} has two names", e.ino)));
+                        std::collections::btree_map::Entry::Occupied(_) => {}
                     }
                     st.names.insert(path, (e.ino, kind));
                 }
@@ -379,7 +390,8 @@ impl Model {
             } else {
                 Vec::new()
             };
-            m.inodes.insert(ino, MInode { kind: v.kind, perm: v.perm, data, xattrs, target: v.target.clone() });
+            m.inodes
+                .insert(ino, MInode { kind: v.kind, perm: v.perm, data, xattrs, target: v.target.clone() });
         }
         for (p, (ino, _)) in &ls.names {
             m.names.insert(p.clone(), *ino);
@@ -423,9 +435,10 @@ impl Model {
     pub fn children<'a>(&'a self, dir: &str) -> impl Iterator<Item = &'a String> + 'a {
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let plen = prefix.len();
-        self.names.range(prefix.clone()..).take_while(move |(p, _)| p.starts_with(&prefix)).filter_map(
-            move |(p, _)| if p[plen..].contains('/') || p.len() == plen { None } else { Some(p) },
-        )
+        self.names
+            .range(prefix.clone()..)
+            .take_while(move |(p, _)| p.starts_with(&prefix))
+            .filter_map(move |(p, _)| if p[plen..].contains('/') || p.len() == plen { None } else { Some(p) })
     }
 
     /// Every path naming `ino` now.
@@ -770,7 +783,14 @@ impl History {
                     // A directory's ancestors too (its own name is among names_of).
                 }
                 let dir = (!data_only && m.kind_of(path) == Some(Kind::Dir)).then(|| path.clone());
-                Some(Guarantee { state, global: false, ino, data_only, paths: paths.into_iter().collect(), dir })
+                Some(Guarantee {
+                    state,
+                    global: false,
+                    ino,
+                    data_only,
+                    paths: paths.into_iter().collect(),
+                    dir,
+                })
             }
             _ => None,
         };
@@ -851,7 +871,9 @@ impl History {
             let metas: Vec<&InodeView> = window(t, lm, hi).flatten().collect();
             let datas: Vec<&InodeView> = window(t, ld, hi).flatten().collect();
             if metas.is_empty() || datas.is_empty() {
-                out.push(format!("inode {ino}: reachable, but it is not live in any allowed state ({lm}..={hi})"));
+                out.push(format!(
+                    "inode {ino}: reachable, but it is not live in any allowed state ({lm}..={hi})"
+                ));
                 continue;
             }
             let field = |name: &str, ok: bool, found: String, exp: Vec<String>, lo: u32| {
@@ -947,7 +969,9 @@ impl History {
                 let maxlink = metas.iter().map(|m| m.nlink).max().unwrap_or(0);
                 let n = name_count.get(&ino).copied().unwrap_or(0);
                 if n > maxlink {
-                    out.push(format!("inode {ino}: reachable under {n} names, but it never had more than {maxlink} links"));
+                    out.push(format!(
+                        "inode {ino}: reachable under {n} names, but it never had more than {maxlink} links"
+                    ));
                 }
             }
         }
@@ -959,7 +983,9 @@ impl History {
             let lo = lo_meta(ino);
             let always = window(t, lo, hi).all(|v| v.as_ref().is_some_and(|v| v.nlink > 0));
             if always {
-                out.push(format!("inode {ino}: unreachable, but it is linked in every allowed state ({lo}..={hi})"));
+                out.push(format!(
+                    "inode {ino}: unreachable, but it is linked in every allowed state ({lo}..={hi})"
+                ));
             } else if let Some(&s) = must_exist.get(&ino)
                 && s <= hi
                 && window(t, s, hi).all(|v| v.is_some())
@@ -968,5 +994,52 @@ impl History {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_model() -> (Model, History) {
+        let mut m = Model::empty_fs();
+        let ch = m.apply(&Op::Creat { path: "a".into() }, Some(12));
+        let mut h = History::new(&Model::empty_fs());
+        h.push(&Op::Creat { path: "a".into() }, &m, &ch);
+        h.push(&Op::Sync, &m, &Changes::default());
+        let ch = m.apply(&Op::Rename { from: "a".into(), to: "b".into() }, None);
+        h.push(&Op::Rename { from: "a".into(), to: "b".into() }, &m, &ch);
+        (m, h)
+    }
+
+    fn state(m: &Model, names: &[&str]) -> LogicalState {
+        let mut st = LogicalState::default();
+        for &ino in m.inodes.keys() {
+            if let Some(v) = m.view(ino) {
+                st.inodes.insert(ino, v);
+            }
+        }
+        for n in names {
+            st.names.insert(n.to_string(), (12, Kind::File));
+        }
+        st.names.insert("lost+found".into(), (11, Kind::Dir));
+        st
+    }
+
+    #[test]
+    fn rename_is_old_or_new_never_both_or_neither() {
+        let (m, h) = file_model();
+        // Crash after the sync (op 1 returned), rename (op 2) started.
+        let ok_old = h.check(&state(&m, &["a"]), 3, &[1]);
+        let ok_new = h.check(&state(&m, &["b"]), 3, &[1]);
+        assert!(ok_old.is_empty(), "{ok_old:?}");
+        assert!(ok_new.is_empty(), "{ok_new:?}");
+        let both = h.check(&state(&m, &["a", "b"]), 3, &[1]);
+        assert!(!both.is_empty(), "both names must be a violation");
+        let mut neither = state(&m, &[]);
+        neither.inodes.remove(&12);
+        assert!(!h.check(&neither, 3, &[1]).is_empty(), "losing the file must be a violation");
+        // Before the sync returned, the creation itself may be lost.
+        assert!(h.check(&neither, 1, &[]).is_empty());
     }
 }

@@ -133,7 +133,8 @@ pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<
     let mut history = History::new(&model);
     let mut ops = Vec::new();
     let mut marks = Vec::new();
-    let fail = |op: &Op, e: cjfs_fs::FsError| CrashError::Workload(format!("`{}` failed: {e}", op.describe()));
+    let fail =
+        |op: &Op, e: cjfs_fs::FsError| CrashError::Workload(format!("`{}` failed: {e}", op.describe()));
     for round in &wl.rounds {
         let results: Vec<(OpMark, Result<Option<u32>, cjfs_fs::FsError>)> = if round.len() == 1 {
             let start = pos();
@@ -156,7 +157,10 @@ pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<
                 hs.into_iter()
                     .map(|h| {
                         h.join().unwrap_or_else(|_| {
-                            (OpMark { start: 0, end: 0 }, Err(cjfs_fs::FsError::Invalid("thread panicked".into())))
+                            (
+                                OpMark { start: 0, end: 0 },
+                                Err(cjfs_fs::FsError::Invalid("thread panicked".into())),
+                            )
                         })
                     })
                     .collect()

@@ -84,7 +84,10 @@ pub fn load(path: &Path) -> Result<FailureFile, CrashError> {
     let text = std::fs::read_to_string(path)?;
     let f: FailureFile = serde_json::from_str(&text)?;
     if f.version != FAILURE_VERSION {
-        return Err(CrashError::Replay(format!("failure file version {} (expected {FAILURE_VERSION})", f.version)));
+        return Err(CrashError::Replay(format!(
+            "failure file version {} (expected {FAILURE_VERSION})",
+            f.version
+        )));
     }
     Ok(f)
 }

@@ -84,7 +84,9 @@ impl ModeSummary {
             unique_per_sec: unique as f64 / secs,
             failure_files: results
                 .iter()
-                .flat_map(|r| r.details.iter().filter_map(|v| v.file.as_ref().map(|p| p.display().to_string())))
+                .flat_map(|r| {
+                    r.details.iter().filter_map(|v| v.file.as_ref().map(|p| p.display().to_string()))
+                })
                 .collect(),
             first_problems: first,
         }
@@ -142,7 +144,11 @@ impl Summary {
             .iter()
             .map(|m| {
                 [
-                    if m.data == "ordered" { m.mode.clone() } else { format!("{} (data={})", m.mode, m.data) },
+                    if m.data == "ordered" {
+                        m.mode.clone()
+                    } else {
+                        format!("{} (data={})", m.mode, m.data)
+                    },
                     m.workloads.to_string(),
                     m.crash_states.to_string(),
                     m.unique_states.to_string(),

@@ -167,7 +167,8 @@ impl ParsedLog {
     /// Close a subset under barrier order (add everything before the latest barrier that
     /// precedes a chosen write).
     fn barrier_close(&self, pending: &[usize], chosen: &mut [bool]) {
-        let last_chosen = pending.iter().zip(chosen.iter()).filter(|(_, c)| **c).map(|(&i, _)| self.writes[i].pos).max();
+        let last_chosen =
+            pending.iter().zip(chosen.iter()).filter(|(_, c)| **c).map(|(&i, _)| self.writes[i].pos).max();
         let Some(last) = last_chosen else { return };
         if let Some(&b) = self.barriers.iter().rev().find(|&&b| b < last) {
             for (k, &i) in pending.iter().enumerate() {
@@ -217,7 +218,10 @@ impl StateDesc {
         let (_, pending) = log.split(self.point);
         let mut s = format!(
             "crash before log event {} ({}); {} write(s) in flight, {} persisted",
-            self.point, self.how, pending.len(), self.persisted.len()
+            self.point,
+            self.how,
+            pending.len(),
+            self.persisted.len()
         );
         if !self.persisted.is_empty() && self.persisted.len() <= 8 {
             let names: Vec<String> = self.persisted.iter().map(|&p| name(p)).collect();
@@ -272,7 +276,12 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
         let n = pending.len();
         let mk = |chosen: &[bool], how: &str| StateDesc {
             point: x,
-            persisted: pending.iter().zip(chosen).filter(|(_, c)| **c).map(|(&i, _)| log.writes[i].pos).collect(),
+            persisted: pending
+                .iter()
+                .zip(chosen)
+                .filter(|(_, c)| **c)
+                .map(|(&i, _)| log.writes[i].pos)
+                .collect(),
             torn: None,
             how: how.to_string(),
         };
@@ -303,8 +312,9 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             }
         }
         // Torn writes.
-        let mut torn_targets: Vec<usize> =
-            (0..n).filter(|&k| important(log.writes[pending[k]].kind) || log.writes[pending[k]].bufs.len() > 1).collect();
+        let mut torn_targets: Vec<usize> = (0..n)
+            .filter(|&k| important(log.writes[pending[k]].kind) || log.writes[pending[k]].bufs.len() > 1)
+            .collect();
         let mut others: Vec<usize> = (0..n).filter(|k| !torn_targets.contains(k)).collect();
         others.shuffle(&mut rng);
         torn_targets.extend(others.into_iter().take(o.torn_sample));
@@ -343,7 +353,8 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
         rest.truncate(keep);
         if prio.len() > o.max_states {
             // Keep the persistence points first, then sample the other priority states.
-            let (mut pp, mut other): (Vec<_>, Vec<_>) = prio.into_iter().partition(|d| d.how == "persistence-point");
+            let (mut pp, mut other): (Vec<_>, Vec<_>) =
+                prio.into_iter().partition(|d| d.how == "persistence-point");
             other.shuffle(&mut rng);
             pp.truncate(o.max_states);
             let room = o.max_states - pp.len();
@@ -373,7 +384,9 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
         chosen.push(log.write_at(p).ok_or_else(|| format!("no write at log position {p}"))?);
     }
     let torn = match &d.torn {
-        Some(t) => Some((log.write_at(t.write).ok_or_else(|| format!("no write at log position {}", t.write))?, *t)),
+        Some(t) => {
+            Some((log.write_at(t.write).ok_or_else(|| format!("no write at log position {}", t.write))?, *t))
+        }
         None => None,
     };
     if let Some((i, _)) = torn {
@@ -444,4 +457,70 @@ pub fn materialize(base: &[u8], ov: &Overlay) -> Vec<u8> {
         }
     }
     img
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cjfs_blockdev::{WriteTag, block_from_slice};
+
+    fn w(seq: u64, block: u64, fua: bool) -> RecordedOp {
+        RecordedOp::Write {
+            seq,
+            block,
+            bufs: vec![block_from_slice(&[seq as u8 + 1; BLOCK_SIZE])],
+            tag: WriteTag::default(),
+            fua,
+        }
+    }
+    fn done(seq: u64, write_seq: u64) -> RecordedOp {
+        RecordedOp::WriteDone { seq, write_seq, ok: true }
+    }
+
+    #[test]
+    fn durability_needs_completion_before_the_flush_started() {
+        // W0 completes before the flush starts, W1 after: only W0 is made durable.
+        let log = vec![
+            w(0, 1, false),
+            done(1, 0),
+            w(2, 2, false),
+            RecordedOp::FlushStart { seq: 3 },
+            done(4, 2),
+            RecordedOp::Flush { seq: 5, ok: true },
+            w(6, 3, true),
+            done(7, 6),
+        ];
+        let p = ParsedLog::parse(&log);
+        assert_eq!(p.writes[0].durable, Some(5));
+        assert_eq!(p.writes[1].durable, None);
+        assert_eq!(p.writes[2].durable, Some(7), "FUA is durable on completion");
+        assert_eq!(p.points, vec![5, 7, 8]);
+        // Just before the flush completes nothing is durable; after it, W0 is.
+        assert_eq!(p.split(5), (vec![], vec![0, 1]));
+        assert_eq!(p.split(8), (vec![0, 2], vec![1]));
+    }
+
+    #[test]
+    fn subsets_respect_barriers_and_tears_are_generated() {
+        let log = vec![w(0, 1, false), w(1, 2, false), RecordedOp::Barrier { seq: 2 }, w(3, 3, false)];
+        let p = ParsedLog::parse(&log);
+        let pending = vec![0, 1, 2];
+        assert!(p.barrier_ok(&pending, &[true, true, true]));
+        assert!(p.barrier_ok(&pending, &[true, false, false]));
+        assert!(!p.barrier_ok(&pending, &[false, true, true]), "after the barrier without all before it");
+        let states = generate(&p, &StateOptions { torn_sample: 0, ..StateOptions::default() });
+        // One crash point (end of log): the persistence point, 3 prefixes, and the other
+        // subsets that respect the barrier ({W1}; {W0,W1,W2} is a prefix; {W2}, {W0,W2},
+        // {W1,W2} are excluded).
+        let subsets: Vec<&StateDesc> = states.iter().filter(|d| d.torn.is_none()).collect();
+        assert_eq!(subsets.len(), 1 + 3 + 1, "{subsets:?}");
+        let ov = overlay(&p, &vec![0u8; 8 * BLOCK_SIZE], subsets[2]).expect("overlay");
+        assert_eq!(ov.blocks.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        // A torn single-block write keeps only some sectors.
+        let mut d = subsets[0].clone();
+        d.torn = Some(Tear { write: 0, blocks: 0, sectors: 0b0000_0001 });
+        let ov = overlay(&p, &vec![0u8; 8 * BLOCK_SIZE], &d).expect("overlay");
+        let b = &ov.blocks[&1];
+        assert!(b[..512].iter().all(|&x| x == 1) && b[512..].iter().all(|&x| x == 0));
+    }
 }

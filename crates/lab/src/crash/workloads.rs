@@ -333,7 +333,11 @@ fn join(dir: &str, name: &str) -> String {
 
 /// The setup shared by every ACE workload (see the module docs).
 pub fn ace_setup() -> Vec<Op> {
-    let mut v = vec![Op::Mkdir { path: "A".into() }, Op::Mkdir { path: "A/C".into() }, Op::Mkdir { path: "B".into() }];
+    let mut v = vec![
+        Op::Mkdir { path: "A".into() },
+        Op::Mkdir { path: "A/C".into() },
+        Op::Mkdir { path: "B".into() },
+    ];
     for (i, d) in ACE_DIRS.iter().enumerate() {
         let p = join(d, "foo");
         v.push(Op::Creat { path: p.clone() });
@@ -721,4 +725,27 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
         random_threads("ij-ten-threads", 10, 4, seed ^ 0x17),
         random_threads("mt8-000", 8, 4, seed),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suite_sizes_and_validity() {
+        let s1 = ace_seq1();
+        assert!(s1.len() >= 300, "{} seq-1 workloads", s1.len());
+        let s2 = ace_seqn(2, 5000, 1);
+        assert_eq!(s2.len(), 5000);
+        let s3 = ace_seqn(3, 200, 1);
+        assert_eq!(s3.len(), 200);
+        let mut names = BTreeSet::new();
+        for w in s1.iter().chain(&s2).chain(&s3) {
+            assert!(names.insert(w.name.clone()), "duplicate {}", w.name);
+            let last = w.rounds.last().and_then(|r| r.last());
+            assert!(last.is_some_and(Op::is_persistence), "{} does not end with a persistence call", w.name);
+        }
+        // Deterministic for a seed.
+        assert_eq!(ace_seqn(2, 50, 7), ace_seqn(2, 50, 7));
+    }
 }
