@@ -173,7 +173,9 @@ impl Handle {
             // buffers actually filed keep counting against its size limit.
             let unused = self.credits.saturating_sub(self.used);
             if unused > 0 {
-                let _ = tx.credits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
+                let _ = tx
+                    .credits
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
             }
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
