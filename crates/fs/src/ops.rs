@@ -172,7 +172,8 @@ impl Fs {
         gid: u32,
     ) -> FsResult<Attr> {
         self.check_rw()?;
-        let node = crate::namei::mknod(&self.inner, parent, name, mode, rdev, uid, gid)?;
+        let node =
+            self.retry_nospc(|| crate::namei::mknod(&self.inner, parent, name, mode, rdev, uid, gid))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
@@ -180,7 +181,7 @@ impl Fs {
     /// Make a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
         self.check_rw()?;
-        let node = crate::namei::mkdir(&self.inner, parent, name, mode, uid, gid)?;
+        let node = self.retry_nospc(|| crate::namei::mkdir(&self.inner, parent, name, mode, uid, gid))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
@@ -188,7 +189,7 @@ impl Fs {
     /// Make a symbolic link `parent/name` pointing at `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Attr> {
         self.check_rw()?;
-        let node = crate::namei::symlink(&self.inner, parent, name, target, uid, gid)?;
+        let node = self.retry_nospc(|| crate::namei::symlink(&self.inner, parent, name, target, uid, gid))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
@@ -203,7 +204,7 @@ impl Fs {
     /// Hard link `ino` as `newparent/newname`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.check_rw()?;
-        let node = crate::namei::link(&self.inner, ino, newparent, newname)?;
+        let node = self.retry_nospc(|| crate::namei::link(&self.inner, ino, newparent, newname))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
@@ -230,7 +231,7 @@ impl Fs {
         flags: RenameFlags,
     ) -> FsResult<()> {
         self.check_rw()?;
-        crate::namei::rename(&self.inner, parent, name, newparent, newname, flags)
+        self.retry_nospc(|| crate::namei::rename(&self.inner, parent, name, newparent, newname, flags))
     }
 
     /// Note an open of `ino`: an open file outlives its last unlink until [`Fs::release`] (the FUSE layer calls it on open).
@@ -389,7 +390,7 @@ impl Fs {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
-        xattr::set(&self.inner, ino, &mut st, name, Some(value), flags)
+        self.retry_nospc(|| xattr::set(&self.inner, ino, &mut st, name, Some(value), flags))
     }
 
     /// Remove an attribute.
