@@ -37,8 +37,16 @@
 //!   and readdirs in one directory run concurrently; the library has per-inode locks),
 //!   readdirplus, cached symlinks.
 //! * **`FUSE_HANDLE_KILLPRIV_V2`**: the daemon clears set-user/group-ID bits on write,
-//!   truncate and chown, so the kernel does not send a `security.capability` getxattr before
-//!   every write.
+//!   truncate and chown, so the kernel only asks for `security.capability` before the first
+//!   write to an inode, not before every write.
+//! * **No FLUSH round trip**: FLUSH is answered ENOSYS once (nothing is buffered in the
+//!   daemon), so the kernel stops sending it on every `close`; it still writes the file's
+//!   dirty pages back at `close` and reports their errors there.
+//!
+//! Measured choices (varmail-shared, interleaved runs on the development machine): the
+//! writeback cache was as fast or faster than write-through at 1–32 threads (up to 2× at 1
+//! thread, where every `write` would otherwise be a round trip); 16, 32 and 64 worker
+//! threads were within noise of each other at 1–32 client threads.
 //!
 //! Permissions are checked by the kernel (`default_permissions`) from the attributes the
 //! daemon returns; `access` is still answered for completeness.

@@ -142,9 +142,10 @@ fn dead_mount_is_explained_and_recovers() {
     m.signal(libc::SIGKILL);
     m.wait(std::time::Duration::from_secs(30));
     let (code, err) = mount_fails(&[s.image.as_os_str(), s.mnt.as_os_str()]);
+    // Clear the dead mount before any assertion can fail and leave it behind.
+    let st = Command::new("fusermount3").arg("-u").arg("-z").arg(&s.mnt).status().unwrap();
     assert_eq!(code, 1);
     assert!(err.contains("dead FUSE mount") && err.contains("fusermount3 -u"), "{err}");
-    let st = Command::new("fusermount3").arg("-u").arg("-z").arg(&s.mnt).status().unwrap();
     assert!(st.success());
     let m = s.mount("");
     assert!(m.log_text().contains("recovered"), "{}", m.log_text());
