@@ -471,7 +471,7 @@ pub(crate) fn rename(
         }
         None => (sn.state.write(), None),
     };
-    if let (Some(d), Some(dgs)) = (dst, dg.as_mut()) {
+    if let (Some(_), Some(dgs)) = (dst, dg.as_mut()) {
         let dst_is_dir = dgs.d.is_dir();
         if !flags.exchange {
             if src_is_dir && !dst_is_dir {
@@ -487,11 +487,11 @@ pub(crate) fn rename(
                 }
             }
         }
-        let _ = d;
     }
     let mut tx = Tx::start(fs, 48)?;
     let now = Timestamp::now();
     let src_ft = src.ftype;
+    let mut evict = false;
     if flags.exchange {
         let d = dst.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(newname).into_owned()))?;
         let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("exchange target".into()))?;
@@ -523,8 +523,7 @@ pub(crate) fn rename(
         dgs.d.ctime = now;
         store_inode(&mut tx, d.ino, dgs)?;
     } else {
-        let mut evict = false;
-        if let Some(d) = dst {
+        if dst.is_some() {
             let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("rename target".into()))?;
             match g2.as_mut() {
                 Some(g) => dir::set_entry(&mut tx, g, newname, src.ino, src_ft)?,
@@ -538,7 +537,6 @@ pub(crate) fn rename(
             }
             let dnode = dn.as_ref().ok_or_else(|| FsError::NotFound("rename target".into()))?;
             evict = drop_link(&mut tx, dnode, dgs, d_is_dir)?;
-            let _ = d;
         } else {
             match g2.as_mut() {
                 Some(g) => dir::add_entry(&mut tx, newparent, g, newname, src.ino, src_ft)?,
@@ -555,25 +553,6 @@ pub(crate) fn rename(
         }
         sg.d.ctime = now;
         store_inode(&mut tx, src.ino, &mut sg)?;
-        if evict {
-            let tid = tx.h.tid();
-            g1.d.mtime = now;
-            g1.d.ctime = now;
-            store_inode(&mut tx, parent, &mut g1)?;
-            if let Some(g) = g2.as_mut() {
-                g.d.mtime = now;
-                g.d.ctime = now;
-                store_inode(&mut tx, newparent, g)?;
-            }
-            tx.stop()?;
-            let _ = tid;
-            drop(g1);
-            drop(g2);
-            if let (Some(dnode), Some(mut dgs)) = (dn.as_ref(), dg) {
-                crate::orphan::evict(fs, dnode, &mut dgs)?;
-            }
-            return Ok(());
-        }
     }
     g1.d.mtime = now;
     g1.d.ctime = now;
@@ -586,5 +565,13 @@ pub(crate) fn rename(
     let tid = tx.stop()?;
     g1.datasync_tid = tid;
     sg.datasync_tid = tid;
+    if evict {
+        // The replaced name was the victim's last link and nothing holds it open.
+        drop(g1);
+        drop(g2);
+        if let (Some(dnode), Some(mut dgs)) = (dn.as_ref(), dg) {
+            crate::orphan::evict(fs, dnode, &mut dgs)?;
+        }
+    }
     Ok(())
 }
