@@ -136,6 +136,17 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
             pb.set_message(format!("{} states, {} violations", p.states, p.violations));
         });
         pb.finish_and_clear();
+        if !a.json {
+            eprintln!(
+                "{m}: {} workloads, {} crash states ({} unique), {} violations, {:.0} s — {}",
+                summary.workloads,
+                summary.crash_states,
+                summary.unique_states,
+                summary.violations,
+                summary.seconds,
+                summary.verdict()
+            );
+        }
         summaries.push(summary);
     }
     let summary = Summary { modes: summaries, seed: a.seed, seconds: t0.elapsed().as_secs_f64() };

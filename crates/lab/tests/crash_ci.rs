@@ -7,6 +7,7 @@
 //!   is not crash-consistent by design, so its violations are reported, not failed on.
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
 //!   violations.
+//! * `regressions`: workloads that exposed real bugs stay clean.
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ci`.
 
@@ -101,4 +102,31 @@ fn planted_bugs_are_caught() {
         eprintln!("{what}: {n} violating crash state(s)");
         assert!(n > 0, "the harness did not catch the planted bug: {what}");
     }
+}
+
+/// Workloads that once exposed real bugs (see the fixes they name).
+#[test]
+fn regressions() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let all = Suite::all().workloads(1);
+    // ace3-00079: data written into a fallocated (unwritten) range, then fdatasync: the
+    // unwritten-to-written conversion was not committed (crates/fs/src/file.rs).
+    // classic-block-reuse: a freed directory block reused as file data (with the revoke).
+    let wls: Vec<Workload> = all
+        .into_iter()
+        .filter(|w| ["ace3-00079", "classic-block-reuse"].contains(&w.name.as_str()))
+        .collect();
+    assert_eq!(wls.len(), 2);
+    let mut cfg = CrashConfig::new("jbd2");
+    cfg.states.max_states = 0;
+    let (s, results) = crash::run_suite(&cfg, &wls, &|_| {});
+    for r in &results {
+        for v in &r.details {
+            eprintln!("{}: {} — {:?}", v.workload, v.state_text, v.problems);
+        }
+    }
+    assert_eq!(s.violations, 0);
+    assert_eq!(s.workload_errors, 0);
 }

@@ -121,7 +121,7 @@ impl ReplayReport {
         }
         s.push_str(&format!("crash state: {}\n", self.state_text));
         if !self.same_log {
-            s.push_str("note: the recorded log differs from the saved one (concurrent workload?)\n");
+            s.push_str("note: the recorded log differs from the saved one (the code changed since, or the workload is concurrent)\n");
         }
         if self.problems.is_empty() {
             s.push_str("the violation did not reproduce; saved problems were:\n");
