@@ -4,9 +4,11 @@
 //! group's busy list), so a crash never leaves a committed file pointing at blocks that
 //! were already handed to someone else and overwritten.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use cjfs_blockdev::BLOCK_SIZE;
+use cjfs_journal::Buffer;
 
 use crate::error::{FsError, FsResult};
 use crate::fs::{FsInner, GroupState};
@@ -29,6 +31,19 @@ fn write_desc(tx: &mut Tx<'_>, g: u32, desc: &GroupDesc) -> FsResult<()> {
     let ds = tx.fs.geo.desc_size as usize;
     desc.encode_into(&mut w[off..off + ds]);
     Ok(())
+}
+
+/// Take write access to a group's bitmap block and to its descriptor block before the group
+/// is locked, as ext4 does: a writer that has to wait for a buffer (a JBD2 or BarrierFS
+/// conflict) then never holds the group lock meanwhile, which would stall every allocator
+/// of the group and, through their open handles, the transaction's lock-up.
+fn pre_access(tx: &mut Tx<'_>, g: u32, bitmap_blk: u64) -> FsResult<Arc<Buffer>> {
+    let bm_buf = tx.fs.cache.read(bitmap_blk)?;
+    tx.h.get_write_access(&bm_buf)?;
+    let (blk, _) = tx.fs.geo.desc_location(g);
+    let gdt = tx.fs.cache.read(blk)?;
+    tx.h.get_write_access(&gdt)?;
+    Ok(bm_buf)
 }
 
 /// Forget busy extents whose freeing transaction is durable.
@@ -60,14 +75,24 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
     for pass in 0..2 {
         for k in 0..geo.groups {
             let g = (g0 + k) % geo.groups;
+            let skip = |gs: &GroupState| {
+                gs.desc.free_blocks_count == 0 || (pass == 0 && gs.desc.free_blocks_count < want)
+            };
+            let bitmap_blk = {
+                let gs = fs.groups[g as usize].lock();
+                if skip(&gs) {
+                    continue;
+                }
+                gs.desc.block_bitmap
+            };
+            let bm_buf = pre_access(tx, g, bitmap_blk)?;
             let mut gs = fs.groups[g as usize].lock();
-            if gs.desc.free_blocks_count == 0 || (pass == 0 && gs.desc.free_blocks_count < want) {
+            if skip(&gs) {
                 continue;
             }
             prune_busy(fs, &mut gs);
             let start_blk = geo.group_start(g);
             let glen = geo.group_len(g) as usize;
-            let bm_buf = fs.cache.read(gs.desc.block_bitmap)?;
             let found = {
                 let bm = bm_buf.read();
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
@@ -80,7 +105,6 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
                 })
             };
             let Some((off, len)) = found else { continue };
-            tx.h.get_write_access(&bm_buf)?;
             {
                 let mut bm = bm_buf.write();
                 if !bitmap::range_is_clear(&bm[..], off, len as usize) {
@@ -155,9 +179,9 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
         let gstart = geo.group_start(g);
         let gend = gstart + u64::from(geo.group_len(g));
         let n = (end.min(gend) - b) as u32;
+        let bitmap_blk = fs.groups[g as usize].lock().desc.block_bitmap;
+        let bm_buf = pre_access(tx, g, bitmap_blk)?;
         let mut gs = fs.groups[g as usize].lock();
-        let bm_buf = fs.cache.read(gs.desc.block_bitmap)?;
-        tx.h.get_write_access(&bm_buf)?;
         {
             let mut bm = bm_buf.write();
             let off = (b - gstart) as usize;
@@ -190,17 +214,23 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         if is_dir { fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups } else { group % geo.groups };
     for k in 0..geo.groups {
         let g = (g0 + k) % geo.groups;
+        let bitmap_blk = {
+            let gs = fs.groups[g as usize].lock();
+            if gs.desc.free_inodes_count == 0 {
+                continue;
+            }
+            gs.desc.inode_bitmap
+        };
+        let bm_buf = pre_access(tx, g, bitmap_blk)?;
         let mut gs = fs.groups[g as usize].lock();
         if gs.desc.free_inodes_count == 0 {
             continue;
         }
-        let bm_buf = fs.cache.read(gs.desc.inode_bitmap)?;
         let ipg = geo.inodes_per_group as usize;
         let first = if g == 0 { (geo.first_ino - 1) as usize } else { 0 };
         let Some(bit) = bitmap::find_zero(&bm_buf.read()[..], first, ipg) else {
             continue;
         };
-        tx.h.get_write_access(&bm_buf)?;
         bitmap::set(&mut bm_buf.write()[..], bit);
         gs.desc.free_inodes_count -= 1;
         if is_dir {
@@ -225,9 +255,9 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
     let fs = tx.fs;
     let g = fs.geo.inode_group(ino);
     let bit = ((ino - 1) % fs.geo.inodes_per_group) as usize;
+    let bitmap_blk = fs.groups[g as usize].lock().desc.inode_bitmap;
+    let bm_buf = pre_access(tx, g, bitmap_blk)?;
     let mut gs = fs.groups[g as usize].lock();
-    let bm_buf = fs.cache.read(gs.desc.inode_bitmap)?;
-    tx.h.get_write_access(&bm_buf)?;
     if !bitmap::clear(&mut bm_buf.write()[..], bit) {
         return Err(FsError::Corrupt(format!("freeing inode {ino}, which is already free")));
     }

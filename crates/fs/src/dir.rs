@@ -32,22 +32,14 @@ pub(crate) struct DirSlot {
     pub lblk: u32,
 }
 
-/// In-memory index of one directory. Protected by the directory's inode lock.
+/// In-memory index of one directory, less its names (in [`crate::inode::Names`]).
+/// Protected by the directory's inode lock.
 #[derive(Debug, Default)]
 pub(crate) struct DirIndex {
-    /// name -> slot, for every live entry except `.` and `..`.
-    pub names: HashMap<Box<[u8]>, DirSlot>,
     /// Per logical block: largest record a new entry could take (an upper bound).
     pub free: Vec<u16>,
     /// First block that may have room.
     pub hint: usize,
-}
-
-impl DirIndex {
-    /// Live entries other than `.` and `..`.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
 }
 
 fn block_max_free(block: &[u8]) -> FsResult<u16> {
@@ -103,7 +95,8 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
     }
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let mut idx = DirIndex { names: HashMap::new(), free: Vec::with_capacity(nblocks as usize), hint: 0 };
+    let mut idx = DirIndex { free: Vec::with_capacity(nblocks as usize), hint: 0 };
+    let mut names = HashMap::new();
     for lblk in 0..nblocks {
         let pblk = map_block(st, &mut store, lblk)?;
         let buf = fs.cache.read(pblk)?;
@@ -113,19 +106,19 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
             let e = e?;
             best = best.max(e.free_len());
             if e.is_live() && e.name != b"." && e.name != b".." {
-                idx.names.insert(e.name.into(), DirSlot { ino: e.inode, ftype: e.file_type, lblk });
+                names.insert(e.name.into(), DirSlot { ino: e.inode, ftype: e.file_type, lblk });
             }
         }
         idx.free.push(best as u16);
     }
-    st.dir = Some(idx);
+    st.set_index(idx, names);
     Ok(())
 }
 
 /// Look `name` up.
 pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult<Option<DirSlot>> {
     ensure_index(fs, st)?;
-    Ok(st.dir.as_ref().and_then(|d| d.names.get(name).copied()))
+    Ok(st.names.0.read().as_ref().and_then(|m| m.get(name).copied()))
 }
 
 /// Clear the htree flag before the first change (leaves a valid linear directory).
@@ -148,7 +141,7 @@ pub(crate) fn add_entry(
     check_name(name)?;
     ensure_index(tx.fs, st)?;
     drop_htree(st);
-    if st.dir.as_ref().is_some_and(|d| d.names.contains_key(name)) {
+    if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
     let need = rec_len_for(name.len());
@@ -172,7 +165,9 @@ pub(crate) fn add_entry(
                 };
                 if let Some(d) = st.dir.as_mut() {
                     d.free[b] = newfree;
-                    d.names.insert(name.into(), DirSlot { ino, ftype, lblk: b as u32 });
+                }
+                if let Some(m) = st.names.0.write().as_mut() {
+                    m.insert(name.into(), DirSlot { ino, ftype, lblk: b as u32 });
                 }
                 return Ok(());
             }
@@ -211,7 +206,9 @@ pub(crate) fn add_entry(
     )?;
     if let Some(d) = st.dir.as_mut() {
         d.free.push(newfree);
-        d.names.insert(name.into(), DirSlot { ino, ftype, lblk });
+    }
+    if let Some(m) = st.names.0.write().as_mut() {
+        m.insert(name.into(), DirSlot { ino, ftype, lblk });
     }
     Ok(())
 }
@@ -221,9 +218,11 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
     ensure_index(tx.fs, st)?;
     drop_htree(st);
     let slot = st
-        .dir
+        .names
+        .0
+        .read()
         .as_ref()
-        .and_then(|d| d.names.get(name).copied())
+        .and_then(|m| m.get(name).copied())
         .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
     let pblk = map_block(st, tx, slot.lblk)?;
     let buf = tx.fs.cache.read(pblk)?;
@@ -239,8 +238,10 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
         }
         block_max_free(&w[..])?
     };
+    if let Some(m) = st.names.0.write().as_mut() {
+        m.remove(name);
+    }
     if let Some(d) = st.dir.as_mut() {
-        d.names.remove(name);
         d.free[slot.lblk as usize] = newfree;
         d.hint = d.hint.min(slot.lblk as usize);
     }
@@ -260,9 +261,11 @@ pub(crate) fn set_entry(
     let lblk = if name == b".." {
         0
     } else {
-        st.dir
+        st.names
+            .0
+            .read()
             .as_ref()
-            .and_then(|d| d.names.get(name).map(|s| s.lblk))
+            .and_then(|m| m.get(name).map(|s| s.lblk))
             .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?
     };
     let pblk = map_block(st, tx, lblk)?;
@@ -276,7 +279,7 @@ pub(crate) fn set_entry(
         )));
     }
     if name != b".."
-        && let Some(s) = st.dir.as_mut().and_then(|d| d.names.get_mut(name))
+        && let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(name))
     {
         s.ino = ino;
         s.ftype = ftype;
@@ -298,7 +301,7 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     crate::file::charge_blocks(tx.fs, st, 1)?;
     let mut idx = DirIndex::default();
     idx.free.push(block_max_free(&buf.read()[..])?);
-    st.dir = Some(idx);
+    st.set_index(idx, HashMap::new());
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
 use cjfs_journal::{Buffer, Tid};
 use parking_lot::{Mutex, RwLock};
 
-use crate::dir::DirIndex;
+use crate::dir::{DirIndex, DirSlot};
 use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
 use crate::ondisk::group_desc::GroupDesc;
@@ -20,8 +20,10 @@ use crate::types::Ino;
 pub(crate) struct InodeState {
     /// The inode record as it is (or will be, at commit) on disk.
     pub d: DiskInode,
-    /// Directory index, built on first use (directories only).
+    /// Directory index, built on first use (directories only). Its names live in `names`.
     pub dir: Option<DirIndex>,
+    /// The directory's names, shared with [`Inode::names`]; `Some` exactly when `dir` is.
+    pub names: Arc<Names>,
     /// Last transaction that changed this inode (fsync waits for it).
     pub meta_tid: Tid,
     /// Last transaction that changed what fdatasync needs (size, block mapping).
@@ -40,7 +42,24 @@ pub(crate) struct InodeState {
 pub(crate) struct Inode {
     pub ino: Ino,
     pub state: RwLock<InodeState>,
+    /// A directory's names for lookups that do not take `state` (see [`Names`]).
+    pub names: Arc<Names>,
 }
+
+impl Inode {
+    fn new(ino: Ino, st: InodeState) -> Self {
+        let names = st.names.clone();
+        Inode { ino, state: RwLock::new(st), names }
+    }
+}
+
+/// A directory's name -> slot map (every live entry except `.` and `..`), `None` until the
+/// directory index is built. Readable without the directory's inode lock, so a lookup
+/// never waits behind a create or unlink that holds the directory across a journal start;
+/// written only by holders of the inode's write lock. Lock order: inode lock, then this
+/// (a leaf: nothing is taken or waited for while it is held).
+#[derive(Debug, Default)]
+pub(crate) struct Names(pub parking_lot::RwLock<Option<HashMap<Box<[u8]>, DirSlot>>>);
 
 const SHARDS: usize = 64;
 /// Cached inodes per shard above which unused ones are dropped.
@@ -69,7 +88,7 @@ impl InodeCache {
             return Ok(i.clone());
         }
         let d = load_inode(fs, ino)?;
-        let node = Arc::new(Inode { ino, state: RwLock::new(InodeState::new(d)) });
+        let node = Arc::new(Inode::new(ino, InodeState::new(d)));
         let mut shard = self.shard(ino).lock();
         if shard.len() > SHARD_SOFT_CAP {
             Self::trim(&mut shard);
@@ -82,7 +101,7 @@ impl InodeCache {
         let mut st = InodeState::new(d);
         st.meta_tid = tid;
         st.datasync_tid = tid;
-        let node = Arc::new(Inode { ino, state: RwLock::new(st) });
+        let node = Arc::new(Inode::new(ino, st));
         self.shard(ino).lock().insert(ino, node.clone());
         node
     }
@@ -115,10 +134,28 @@ impl InodeCache {
 }
 
 impl InodeState {
+    /// Install a freshly built directory index and its names.
+    pub fn set_index(&mut self, idx: DirIndex, names: HashMap<Box<[u8]>, DirSlot>) {
+        self.dir = Some(idx);
+        *self.names.0.write() = Some(names);
+    }
+
+    /// Forget the directory index (the inode was freed or discarded).
+    pub fn drop_index(&mut self) {
+        self.dir = None;
+        *self.names.0.write() = None;
+    }
+
+    /// Live entries other than `.` and `..` (0 without an index).
+    pub fn dir_len(&self) -> usize {
+        self.names.0.read().as_ref().map_or(0, |m| m.len())
+    }
+
     fn new(d: DiskInode) -> Self {
         InodeState {
             d,
             dir: None,
+            names: Arc::new(Names::default()),
             meta_tid: 0,
             datasync_tid: 0,
             dirty_data: Vec::new(),

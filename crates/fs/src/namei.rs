@@ -120,7 +120,7 @@ fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: 
     store_inode(tx, node.ino, st)?;
     crate::alloc::free_inode(tx, node.ino, is_dir)?;
     st.freed = true;
-    st.dir = None;
+    st.drop_index();
     tx.fs.inodes.remove(node);
     Ok(())
 }
@@ -322,7 +322,7 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     }
     if is_dir {
         dir::ensure_index(fs, &mut st)?;
-        if st.dir.as_ref().is_some_and(|d| d.len() > 0) {
+        if st.dir_len() > 0 {
             return Err(FsError::NotEmpty(String::from_utf8_lossy(name).into_owned()));
         }
     }
@@ -482,7 +482,7 @@ pub(crate) fn rename(
             }
             if dst_is_dir {
                 dir::ensure_index(fs, dgs)?;
-                if dgs.dir.as_ref().is_some_and(|x| x.len() > 0) {
+                if dgs.dir_len() > 0 {
                     return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
                 }
             }

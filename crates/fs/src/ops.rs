@@ -73,6 +73,17 @@ impl Fs {
     /// Look `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         let pnode = self.node(parent)?;
+        // Lock-free path: the names map is `Some` only for a live directory with an index.
+        if name != b"." && name != b".." {
+            let hit = pnode.names.0.read().as_ref().map(|m| m.get(name).map(|s| s.ino));
+            match hit {
+                Some(Some(ino)) => return self.getattr(ino),
+                Some(None) => {
+                    return Err(FsError::NotFound(String::from_utf8_lossy(name).into_owned()));
+                }
+                None => {}
+            }
+        }
         let ino = {
             let st = self.read_state(&pnode)?;
             if !st.d.is_dir() {
@@ -81,7 +92,7 @@ impl Fs {
             let found = if name == b"." {
                 Some(parent)
             } else if st.dir.is_some() && name != b".." {
-                st.dir.as_ref().and_then(|d| d.names.get(name).map(|s| s.ino))
+                st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino))
             } else {
                 drop(st);
                 let mut w = self.write_state(&pnode)?;

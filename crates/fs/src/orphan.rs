@@ -29,11 +29,17 @@ pub(crate) fn next_of(fs: &FsInner, ino: Ino) -> u32 {
     }
 }
 
-fn write_sb_orphan(tx: &mut Tx<'_>, head: Ino) -> FsResult<()> {
-    let mut sb = tx.fs.sb.lock();
-    sb.last_orphan = head;
+/// Write access to the superblock's buffer, taken before `orphan_lock` (as ext4 does) so a
+/// writer waiting for the buffer never holds the lock every unlink needs.
+fn sb_access(tx: &mut Tx<'_>) -> FsResult<Arc<cjfs_journal::Buffer>> {
     let buf = tx.fs.cache.read(0)?;
     tx.h.get_write_access(&buf)?;
+    Ok(buf)
+}
+
+fn write_sb_orphan(tx: &mut Tx<'_>, buf: &cjfs_journal::Buffer, head: Ino) -> FsResult<()> {
+    let mut sb = tx.fs.sb.lock();
+    sb.last_orphan = head;
     // Only s_last_orphan changes here; keep the rest of the buffer as it is.
     let mut w = buf.write();
     w[SUPERBLOCK_OFFSET + 0xE8..SUPERBLOCK_OFFSET + 0xEC].copy_from_slice(&head.to_le_bytes());
@@ -45,9 +51,10 @@ pub(crate) fn add(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
     if st.orphan {
         return Ok(());
     }
+    let sb_buf = sb_access(tx)?;
     let _g = tx.fs.orphan_lock.lock();
     tx.fs.orphans.lock().insert(0, ino);
-    write_sb_orphan(tx, ino)?;
+    write_sb_orphan(tx, &sb_buf, ino)?;
     st.orphan = true;
     Ok(())
 }
@@ -57,27 +64,42 @@ pub(crate) fn del(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
     if !st.orphan {
         return Ok(());
     }
-    let _g = tx.fs.orphan_lock.lock();
-    let (pos, prev, next) = {
-        let l = tx.fs.orphans.lock();
-        let Some(p) = l.iter().position(|&i| i == ino) else {
-            st.orphan = false;
-            return Ok(());
+    // The block to patch (the superblock, or the predecessor's inode table block) whose write
+    // access this handle already holds; taken unlocked, then the list is looked at again.
+    let mut accessed: Option<Arc<cjfs_journal::Buffer>> = None;
+    let _g = loop {
+        let g = tx.fs.orphan_lock.lock();
+        let (pos, prev, next) = {
+            let l = tx.fs.orphans.lock();
+            let Some(p) = l.iter().position(|&i| i == ino) else {
+                st.orphan = false;
+                return Ok(());
+            };
+            (p, if p > 0 { Some(l[p - 1]) } else { None }, l.get(p + 1).copied().unwrap_or(0))
         };
-        (p, if p > 0 { Some(l[p - 1]) } else { None }, l.get(p + 1).copied().unwrap_or(0))
-    };
-    match prev {
-        None => write_sb_orphan(tx, next)?,
-        Some(prev) => {
+        let (blk, off) = match prev {
+            None => (0, 0),
+            Some(prev) => crate::inode::inode_location(tx.fs, prev),
+        };
+        let buf = match &accessed {
+            Some(b) if b.blocknr() == blk => b.clone(),
+            _ => {
+                drop(g);
+                let buf = tx.fs.cache.read(blk)?;
+                tx.h.get_write_access(&buf)?;
+                accessed = Some(buf);
+                continue;
+            }
+        };
+        match prev {
+            None => write_sb_orphan(tx, &buf, next)?,
             // Patch the predecessor's next pointer in place: its in-memory record gets the
             // same value from the list whenever it is stored.
-            let (blk, off) = crate::inode::inode_location(tx.fs, prev);
-            let buf = tx.fs.cache.read(blk)?;
-            tx.h.get_write_access(&buf)?;
-            buf.write()[off + I_DTIME..off + I_DTIME + 4].copy_from_slice(&next.to_le_bytes());
+            Some(_) => buf.write()[off + I_DTIME..off + I_DTIME + 4].copy_from_slice(&next.to_le_bytes()),
         }
-    }
-    tx.fs.orphans.lock().remove(pos);
+        tx.fs.orphans.lock().remove(pos);
+        break g;
+    };
     st.orphan = false;
     st.d.dtime = 0;
     Ok(())
@@ -107,7 +129,7 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     crate::alloc::free_inode(&mut tx, node.ino, is_dir)?;
     tx.stop()?;
     st.freed = true;
-    st.dir = None;
+    st.drop_index();
     fs.inodes.remove(node);
     Ok(())
 }

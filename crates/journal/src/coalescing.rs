@@ -16,14 +16,23 @@ use crate::error::{JResult, JournalError};
 use crate::journal::JournalInner;
 use crate::transaction::{Transaction, TxState};
 
-/// Whether `tx` needs a version of a buffer that has none left.
-fn conflicts(j: &JournalInner, tx: &Transaction) -> bool {
+/// How many of `tx`'s buffers need a version when none is left (a transaction conflict).
+/// Counted once per transaction in the conflict statistics.
+pub(crate) fn conflicts(j: &JournalInner, tx: &Transaction) -> u64 {
     let max = j.config.max_versions.max(1);
     let bufs = tx.lists.lock().buffers.clone();
-    bufs.iter().any(|b| {
-        let js = b.jstate();
-        js.running == Some(tx.tid) && js.versions >= max
-    })
+    let n = bufs
+        .iter()
+        .filter(|b| {
+            let js = b.jstate();
+            js.running == Some(tx.tid) && js.versions >= max
+        })
+        .count() as u64;
+    if n > 0 && j.config.multi_version && tx.conflicts.load(Ordering::Relaxed) == 0 {
+        tx.conflicts.fetch_add(n, Ordering::Relaxed);
+        j.stats.conflicts.fetch_add(n, Ordering::Relaxed);
+    }
+    n
 }
 
 /// Wait until the preceding commit finishes (some transaction becomes durable) or nothing
@@ -43,10 +52,24 @@ fn wait_preceding_commit(j: &JournalInner) -> JResult<()> {
     Ok(())
 }
 
+fn nothing_committing(j: &JournalInner) -> bool {
+    j.state.lock().committing.is_empty()
+}
+
 /// Lock `tx` for commit: on return it is Locked, has no outstanding handles and (with
 /// coalescing) no conflict. Time spent Locked is added to the statistics.
 pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
     loop {
+        // A transaction that already conflicts would only be put back to Running after the
+        // lock-up had stalled every new handle: wait for the preceding commit unlocked. (Its
+        // versions in flight only go down meanwhile, so this never misses a chance.)
+        if j.config.coalescing && conflicts(j, tx) > 0 {
+            j.stats.coalesce_retries.fetch_add(1, Ordering::Relaxed);
+            wait_preceding_commit(j)?;
+            if conflicts(j, tx) > 0 && !nothing_committing(j) {
+                continue;
+            }
+        }
         let t0 = Instant::now();
         {
             let _st = j.state.lock();
@@ -58,7 +81,10 @@ pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
                 j.updates_cv.wait(&mut g);
             }
         }
-        if !j.config.coalescing || !conflicts(j, tx) {
+        // Without coalescing, a multi-version transaction's conflicts are counted here and
+        // waited out in `take_versions`, still Locked.
+        let conflicted = (j.config.coalescing || j.config.multi_version) && conflicts(j, tx) > 0;
+        if !j.config.coalescing || !conflicted {
             j.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             return Ok(());
         }

@@ -37,6 +37,13 @@ pub struct JournalConfig {
     pub dual_thread: bool,
     /// Versions of one buffer that may be in flight at once (1 = JBD2's single frozen copy).
     pub max_versions: u32,
+    /// Multi-version shadow paging (CJFS §4.2): the commit takes a copy of every buffer, so a
+    /// writer never waits for a buffer's versions in flight; a transaction that would need a
+    /// version beyond `max_versions` conflicts at commit time (resolved by coalescing, or by
+    /// waiting in the lock-up). When false the committing transaction owns the page until
+    /// the version is released, and a writer waits for it (JBD2's shadow buffer wait, the
+    /// page lock of ext4 and BarrierFS), which is what the paper counts as a conflict.
+    pub multi_version: bool,
     /// Release a buffer's version when its log write completes (JBD2's shadow buffer) rather
     /// than when its transaction is durable.
     pub release_on_log_write: bool,
@@ -75,6 +82,7 @@ impl JournalConfig {
             kind: JournalKind::Jbd2,
             dual_thread: false,
             max_versions: 1,
+            multi_version: false,
             release_on_log_write: true,
             coalescing: false,
             compound_flush: 1,
@@ -122,6 +130,7 @@ impl JournalConfig {
             name: "cjfs".into(),
             dual_thread: true,
             max_versions: 5,
+            multi_version: true,
             release_on_log_write: false,
             coalescing: true,
             compound_flush: 16,

@@ -17,6 +17,7 @@ pub struct Handle {
     pub(crate) tx: Option<Arc<Transaction>>,
     pub(crate) credits: u32,
     pub(crate) used: u32,
+    pub(crate) started: std::time::Instant,
 }
 
 impl std::fmt::Debug for Handle {
@@ -44,6 +45,7 @@ impl Handle {
     pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
         let tx = self.tx()?.clone();
         let max_versions = self.j.config.max_versions.max(1);
+        let multi_version = self.j.config.multi_version;
         let mut conflicted = false;
         {
             let mut js = buf.jstate();
@@ -54,9 +56,10 @@ impl Handle {
                 if let Some(a) = self.j.aborted() {
                     return Err(JournalError::Aborted(a));
                 }
-                // A buffer still owned by an older transaction that has not taken its version,
-                // or whose versions are all in flight, must wait.
-                if js.running.is_some() || js.versions >= max_versions {
+                // A buffer still owned by an older transaction that has not taken its version
+                // must wait; so must one whose versions are all in flight, unless versions
+                // are copies (multi-version shadow paging: that is a commit-time conflict).
+                if js.running.is_some() || (!multi_version && js.versions >= max_versions) {
                     if !conflicted {
                         conflicted = true;
                         tx.conflicts.fetch_add(1, Ordering::Relaxed);
@@ -177,6 +180,7 @@ impl Handle {
                     .credits
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
             }
+            self.j.stats.handle_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
             }

@@ -200,7 +200,7 @@ impl JournalInner {
             tx.handles.fetch_add(1, Ordering::Relaxed);
             drop(st);
             self.stats.handles.fetch_add(1, Ordering::Relaxed);
-            return Ok(Handle { j: self.clone(), tx: Some(tx), credits, used: 0 });
+            return Ok(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() });
         }
     }
 }

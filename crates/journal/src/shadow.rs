@@ -1,6 +1,7 @@
 //! Multi-version shadow paging (CJFS §4.2): a committing transaction writes a *copy* of each
-//! buffer (a version), so writers of later transactions never wait for it unless the buffer
-//! already has `max_versions` versions in flight. Copies come from a pre-allocated pool and
+//! buffer (a version), so writers of later transactions never wait for it; a transaction
+//! that needs a version of a buffer that already has `max_versions` in flight conflicts at
+//! commit time (see `coalescing`). Copies come from a pre-allocated pool and
 //! go back to it once nothing references them (the log write, the checkpoint).
 
 use std::sync::Arc;

@@ -26,6 +26,7 @@ pub struct JournalStats {
     pub(crate) compound_groups: AtomicU64,
     pub(crate) start_wait_ns: AtomicU64,
     pub(crate) conflict_wait_ns: AtomicU64,
+    pub(crate) handle_ns: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -73,6 +74,8 @@ pub struct StatsSnapshot {
     pub start_wait_ns: u64,
     /// Nanoseconds writers waited for a buffer version (conflict cost).
     pub conflict_wait_ns: u64,
+    /// Nanoseconds handles were open, start to stop (what a lock-up waits for).
+    pub handle_ns: u64,
 }
 
 impl JournalStats {
@@ -100,6 +103,7 @@ impl JournalStats {
             compound_groups: self.compound_groups.load(Relaxed),
             start_wait_ns: self.start_wait_ns.load(Relaxed),
             conflict_wait_ns: self.conflict_wait_ns.load(Relaxed),
+            handle_ns: self.handle_ns.load(Relaxed),
         }
     }
 }
@@ -129,6 +133,7 @@ impl StatsSnapshot {
             compound_groups: self.compound_groups - earlier.compound_groups,
             start_wait_ns: self.start_wait_ns - earlier.start_wait_ns,
             conflict_wait_ns: self.conflict_wait_ns - earlier.conflict_wait_ns,
+            handle_ns: self.handle_ns - earlier.handle_ns,
         }
     }
 
