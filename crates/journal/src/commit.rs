@@ -129,15 +129,38 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         }
         JournalKind::Jbd2 => {}
     }
+    // Order-preserving dispatch (BarrierFS, CJFS): with a cache barrier the commit thread
+    // sends the commit block right behind the transaction's blocks, without waiting for
+    // their transfer; the flush thread then only waits and flushes.
+    let mut commit_ticket = None;
+    if let Some((lblk, img)) = &commit
+        && j.config.dual_thread
+        && j.config.use_barriers
+        && j.dev.caps().barrier
+        && !j.config.bugs.commit_before_data
+    {
+        crate::flush::ensure_sb_start(j)?;
+        if !j.config.bugs.skip_preflush {
+            crate::flush::barrier(j)?;
+        }
+        let dev_blk = j.area.map(*lblk)?;
+        commit_ticket = Some(j.dev.submit(WriteRequest::one(
+            dev_blk,
+            img.clone(),
+            WriteTag::tx(BlockKind::JournalCommit, tx.tid),
+        ))?);
+    }
     tx.set_state(TxState::Flushing);
     let job = FlushJob {
         tx: tx.clone(),
         tickets,
         data_tickets,
-        commit,
+        commit: if commit_ticket.is_some() { None } else { commit },
+        commit_ticket,
         versions,
         had_data: !lists.ordered.is_empty(),
         t_lock,
+        handed: Instant::now(),
         revoked,
     };
     if j.config.dual_thread {

@@ -24,8 +24,11 @@ pub(crate) struct FlushJob {
     pub tickets: Vec<IoTicket>,
     /// Ordered data writes in flight (must complete before the commit record).
     pub data_tickets: Vec<IoTicket>,
-    /// Commit block and its log position (JBD2 format with something logged).
+    /// Commit block and its log position, for the flush thread to write (JBD2 format with
+    /// something logged, unless the commit thread already dispatched it).
     pub commit: Option<(u64, BlockBuf)>,
+    /// The commit block write the commit thread dispatched behind a barrier.
+    pub commit_ticket: Option<IoTicket>,
     /// Versions written, to release and hand to the checkpoint.
     pub versions: Vec<(Arc<Buffer>, BlockBuf)>,
     /// Ordered data was written (a flush is needed even with nothing logged).
@@ -34,6 +37,8 @@ pub(crate) struct FlushJob {
     pub revoked: Vec<u64>,
     /// When the transaction was locked.
     pub t_lock: Instant,
+    /// When the commit thread handed the transaction over.
+    pub handed: Instant,
 }
 
 /// Body of the flush thread.
@@ -50,7 +55,10 @@ pub(crate) fn flush_thread(j: Arc<JournalInner>) {
 /// Flush the device, counting it; a failure aborts the journal.
 pub(crate) fn flush(j: &JournalInner) -> JResult<()> {
     j.stats.flushes.fetch_add(1, Ordering::Relaxed);
-    j.dev.flush().map_err(JournalError::from)
+    let t0 = Instant::now();
+    let r = j.dev.flush().map_err(JournalError::from);
+    j.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    r
 }
 
 /// Write the journal superblock if the on-disk log is marked empty, so recovery will find
@@ -86,6 +94,8 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
     if let Some(a) = j.aborted() {
         return Err(JournalError::Aborted(a));
     }
+    let queued: u64 = jobs.iter().map(|jb| jb.handed.elapsed().as_nanos() as u64).sum();
+    j.stats.flush_queue_ns.fetch_add(queued, Ordering::Relaxed);
     for job in &mut jobs {
         // Versions are released as soon as their own log writes complete (JBD2 releases its
         // shadow buffers at metadata I/O completion), not after the ordered data.
@@ -94,8 +104,13 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             release_versions(&job.versions);
         }
     }
+    let mut dispatched = false;
     for job in &mut jobs {
         cjfs_blockdev::wait_all(std::mem::take(&mut job.data_tickets))?;
+        if let Some(t) = job.commit_ticket.take() {
+            t.wait()?;
+            dispatched = true;
+        }
     }
     let bugs = j.config.bugs;
     let commits: Vec<(u64, BlockBuf, u64)> = jobs
@@ -137,9 +152,10 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             cjfs_blockdev::wait_all(tickets)?;
         }
         flush(j)?;
-    } else if jobs
-        .iter()
-        .any(|jb| jb.had_data || (j.config.kind == JournalKind::None && !jb.versions.is_empty()))
+    } else if dispatched
+        || jobs
+            .iter()
+            .any(|jb| jb.had_data || (j.config.kind == JournalKind::None && !jb.versions.is_empty()))
     {
         flush(j)?;
     }

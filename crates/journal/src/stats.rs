@@ -27,6 +27,8 @@ pub struct JournalStats {
     pub(crate) start_wait_ns: AtomicU64,
     pub(crate) conflict_wait_ns: AtomicU64,
     pub(crate) handle_ns: AtomicU64,
+    pub(crate) flush_ns: AtomicU64,
+    pub(crate) flush_queue_ns: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -76,6 +78,10 @@ pub struct StatsSnapshot {
     pub conflict_wait_ns: u64,
     /// Nanoseconds handles were open, start to stop (what a lock-up waits for).
     pub handle_ns: u64,
+    /// Nanoseconds spent in device flushes issued by the journal.
+    pub flush_ns: u64,
+    /// Nanoseconds committed transactions waited for the flush thread (handoff to pick-up).
+    pub flush_queue_ns: u64,
 }
 
 impl JournalStats {
@@ -104,6 +110,8 @@ impl JournalStats {
             start_wait_ns: self.start_wait_ns.load(Relaxed),
             conflict_wait_ns: self.conflict_wait_ns.load(Relaxed),
             handle_ns: self.handle_ns.load(Relaxed),
+            flush_ns: self.flush_ns.load(Relaxed),
+            flush_queue_ns: self.flush_queue_ns.load(Relaxed),
         }
     }
 }
@@ -134,6 +142,8 @@ impl StatsSnapshot {
             start_wait_ns: self.start_wait_ns - earlier.start_wait_ns,
             conflict_wait_ns: self.conflict_wait_ns - earlier.conflict_wait_ns,
             handle_ns: self.handle_ns - earlier.handle_ns,
+            flush_ns: self.flush_ns - earlier.flush_ns,
+            flush_queue_ns: self.flush_queue_ns - earlier.flush_queue_ns,
         }
     }
 

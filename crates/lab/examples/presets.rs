@@ -116,7 +116,7 @@ fn main() {
         let j = r.journal.expect("journal stats");
         let d = r.device.expect("device stats");
         println!(
-            "{p:>20} {threads}thr cpu {:.1}s: {:>8.0} ops/s fsync p50 {:>6.0}us mean {:>6.0}us p99 {:>6.0}us startwait {:.2}s confwait {:.2}s handle {:.0}us locked {:.0}us commit {:.0}us | tx {} h/tx {:.1} confl/tx {:.3} fl/fsync {:.2} tx/flush {:.2} coalesce {} inflight {:.2} qd {:.1}/{}",
+            "{p:>20} {threads}thr cpu {:.1}s: {:>8.0} ops/s fsync p50 {:>6.0}us mean {:>6.0}us p99 {:>6.0}us startwait {:.2}s confwait {:.2}s handle {:.0}us locked {:.0}us commit {:.0}us (queue {:.0}us flush {:.0}us) | tx {} h/tx {:.1} confl/tx {:.3} fl/fsync {:.2} tx/flush {:.2} coalesce {} inflight {:.2} qd {:.1}/{}",
             r.cpu_secs,
             r.ops_per_sec,
             r.fsync_latency.p50,
@@ -127,6 +127,8 @@ fn main() {
             j.handle_ns as f64 / j.handles.max(1) as f64 / 1e3,
             j.locked_us_per_tx(),
             j.commit_us_per_tx(),
+            j.flush_queue_ns as f64 / j.transactions.max(1) as f64 / 1e3,
+            j.flush_ns as f64 / j.flushes.max(1) as f64 / 1e3,
             j.transactions,
             j.handles_per_tx(),
             j.conflicts_per_tx(),
