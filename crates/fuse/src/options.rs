@@ -129,7 +129,7 @@ impl MountConfig {
                     self.journal = Some(JournalConfig::preset(v).ok_or_else(|| {
                         MountError::BadOption(format!(
                             "journal={v}: unknown preset (one of {})",
-                            JournalConfig::all_preset_names().join(", ")
+                            JournalConfig::preset_names().join(", ")
                         ))
                     })?);
                 }

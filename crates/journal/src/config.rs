@@ -140,13 +140,9 @@ impl JournalConfig {
         }
     }
 
-    /// Presets that are crash tested and may be named anywhere.
+    /// Every preset, including the technique ablations; each is crash tested and may be
+    /// named anywhere (bench, crashtest, mount).
     pub fn preset_names() -> &'static [&'static str] {
-        &["jbd2", "nojournal"]
-    }
-
-    /// Every preset, including technique ablations.
-    pub fn all_preset_names() -> &'static [&'static str] {
         &[
             "jbd2",
             "nojournal",

@@ -36,7 +36,7 @@ fn home(dev: &dyn BlockDevice, blk: u64) -> u8 {
 }
 
 fn presets() -> Vec<JournalConfig> {
-    JournalConfig::all_preset_names()
+    JournalConfig::preset_names()
         .iter()
         .filter(|n| **n != "nojournal")
         .filter_map(|n| JournalConfig::preset(n))
