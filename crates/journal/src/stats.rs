@@ -44,7 +44,9 @@ pub struct StatsSnapshot {
     pub data_blocks: u64,
     /// Revoke records written.
     pub revokes: u64,
-    /// Times a writer found its buffer's versions all in flight and had to wait.
+    /// Transaction conflicts: writers that waited for a block whose version is in flight
+    /// (JBD2, BarrierFS), or, with multi-version shadow paging, blocks a transaction needed a
+    /// version of beyond `max_versions` at commit.
     pub conflicts: u64,
     /// Nanoseconds transactions spent Locked (waiting for handles to stop).
     pub locked_ns: u64,

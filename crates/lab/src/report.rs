@@ -45,7 +45,7 @@ fn f0(x: f64) -> String {
     if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") }
 }
 
-const COLUMNS: [&str; 21] = [
+const COLUMNS: [&str; 23] = [
     "workload",
     "threads",
     "series",
@@ -59,6 +59,7 @@ const COLUMNS: [&str; 21] = [
     "fsync_p50_us",
     "fsync_p95_us",
     "fsync_p99_us",
+    "fsync_mean_us",
     "cpu_s",
     "tx",
     "handles_per_tx",
@@ -67,6 +68,7 @@ const COLUMNS: [&str; 21] = [
     "locked_us",
     "commit_us",
     "flushes_per_fsync",
+    "in_flight",
 ];
 
 fn cells(row: &Row<'_>) -> Vec<String> {
@@ -84,9 +86,12 @@ fn cells(row: &Row<'_>) -> Vec<String> {
         Some(m) => {
             c.extend([m.op_latency.p50, m.op_latency.p99, m.op_latency.p999].map(f0));
             if m.fsync_latency.count > 0 {
-                c.extend([m.fsync_latency.p50, m.fsync_latency.p95, m.fsync_latency.p99].map(f0));
+                c.extend(
+                    [m.fsync_latency.p50, m.fsync_latency.p95, m.fsync_latency.p99, m.fsync_latency.mean]
+                        .map(f0),
+                );
             } else {
-                c.extend(["-", "-", "-"].map(String::from));
+                c.extend(["-", "-", "-", "-"].map(String::from));
             }
             c.push(format!("{:.2}", m.cpu_secs));
             match &m.journal_summary {
@@ -98,11 +103,12 @@ fn cells(row: &Row<'_>) -> Vec<String> {
                     f0(j.locked_us),
                     f0(j.commit_us),
                     format!("{:.2}", j.flushes_per_fsync),
+                    format!("{:.2}", j.mean_in_flight),
                 ]),
-                None => c.extend(std::iter::repeat_n("-".to_string(), 7)),
+                None => c.extend(std::iter::repeat_n("-".to_string(), 8)),
             }
         }
-        None => c.extend(std::iter::repeat_n("-".to_string(), 14)),
+        None => c.extend(std::iter::repeat_n("-".to_string(), 16)),
     }
     c
 }
@@ -132,6 +138,7 @@ pub fn table(r: &SweepReport) -> String {
         "op p99",
         "fsync p50",
         "fsync p99",
+        "fsync mean",
         "cpu s",
         "tx",
         "h/tx",
@@ -140,6 +147,7 @@ pub fn table(r: &SweepReport) -> String {
         "lock µs",
         "commit µs",
         "fl/fsync",
+        "in flight",
         "qd mean",
         "qd max",
     ];
@@ -159,8 +167,9 @@ pub fn table(r: &SweepReport) -> String {
             c[10].clone(),
             c[12].clone(),
             c[13].clone(),
+            c[14].clone(),
         ];
-        l.extend(c[14..21].iter().cloned());
+        l.extend(c[15..23].iter().cloned());
         l.extend([qm, qx]);
         if let Some(e) = &row.p.error {
             l.push(format!("ERROR: {e}"));

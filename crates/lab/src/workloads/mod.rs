@@ -39,7 +39,8 @@ pub struct JournalSummary {
     pub handles_per_tx: f64,
     /// Logged blocks per transaction.
     pub blocks_per_tx: f64,
-    /// Conflicts per transaction (a writer found its buffer's versions all in flight).
+    /// Conflicts per transaction: writers that waited for a block under I/O (JBD2, BarrierFS),
+    /// or blocks needing a version beyond the limit at commit (multi-version modes).
     pub conflicts_per_tx: f64,
     /// Mean time a transaction spent Locked, µs.
     pub locked_us: f64,
