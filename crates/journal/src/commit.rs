@@ -65,6 +65,10 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
             let requested = st.commit_request >= t.tid || t.sync.load(Ordering::Relaxed);
+            if requested && crate::compound_flush::pace(j, &t) {
+                j.commit_cv.wait_for(&mut st, crate::compound_flush::PACE_WAIT);
+                continue;
+            }
             if requested || (has_work && age >= j.config.commit_interval) {
                 return Some(t);
             }
@@ -164,7 +168,10 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         revoked,
     };
     if j.config.dual_thread {
-        j.flush_queue.lock().push_back(job);
+        let mut q = j.flush_queue.lock();
+        q.push_back(job);
+        j.flush_pending.store(q.len(), Ordering::Relaxed);
+        drop(q);
         j.flush_cv.notify_all();
     } else {
         // Serial commit: the commit thread runs the flush step itself, as JBD2's single

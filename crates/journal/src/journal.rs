@@ -76,6 +76,9 @@ pub(crate) struct JournalInner {
     pub flush_queue: Mutex<VecDeque<crate::flush::FlushJob>>,
     /// Wakes the flush thread.
     pub flush_cv: Condvar,
+    /// Transactions handed to the flush thread and not yet taken into a group (commit
+    /// pacing reads it). Written under `flush_queue`.
+    pub flush_pending: std::sync::atomic::AtomicUsize,
     /// Wakes the checkpoint thread.
     pub checkpoint_cv: Condvar,
     /// Largest transaction, in blocks.
@@ -265,6 +268,7 @@ impl Journal {
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
             checkpoint_list: Mutex::new(Vec::new()),
+            flush_pending: std::sync::atomic::AtomicUsize::new(0),
             flush_queue: Mutex::new(VecDeque::new()),
             flush_cv: Condvar::new(),
             checkpoint_cv: Condvar::new(),

@@ -14,8 +14,8 @@
 //! 3. file system allocator / group locks;
 //! 4. `Buffer::jstate` (one buffer at a time);
 //! 5. `Transaction::lists`;
-//! 6. `JournalInner::commit_lock` → `checkpoint_lock` → `sb_write` → `log` → `state`
-//!    (`updates_lock`, `flush_queue`, `checkpoint_list` are leaves);
+//! 6. `JournalInner::commit_lock` → `checkpoint_lock` → `sb_write` → `log` →
+//!    `flush_queue` → `state` (`updates_lock`, `checkpoint_list` are leaves);
 //! 7. `Buffer::data` (the live image; never held while calling into the journal for
 //!    writing, the commit path takes it for reading under `jstate`).
 //!
