@@ -17,7 +17,7 @@
 //!    entry and directory, allocate a fresh inode, unmount, `e2fsck -fn` again, reopen and
 //!    find the new file intact.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,31 @@ pub struct Scratch {
     /// Base image file `a` holds (kept alive, so its address identifies it) and the blocks
     /// it holds that differ from it.
     a_state: Option<(Arc<Vec<u8>>, BTreeSet<u64>)>,
+    /// Verdicts on recovered images of `verdict_base`, by [`image_key`]: different crash
+    /// images often recover to the same image, and the `e2fsck -fn` after recovery and the
+    /// new-work step depend on nothing else, so each is done once per recovered image.
+    verdicts: HashMap<u64, Verdict>,
+    /// The base image the verdicts are about (kept alive, so its address identifies it).
+    verdict_base: Option<Arc<Vec<u8>>>,
+}
+
+/// What was found for one recovered image.
+#[derive(Debug, Clone, Default)]
+struct Verdict {
+    /// `e2fsck -fn` after recovery: exit code and message, or why it could not run.
+    fsck: Option<Result<(i32, String), String>>,
+    /// The new-work step's outcome.
+    new_work: Option<Result<u32, (u32, String)>>,
+}
+
+/// Content key of an image given as the blocks that differ from its base.
+fn image_key(changed: &BTreeMap<u64, BlockBuf>) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ changed.len() as u64;
+    for (b, buf) in changed {
+        h = (h ^ b).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(17);
+        h = (h ^ super::oracle::hash64(&buf[..])).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(17);
+    }
+    h
 }
 
 impl Scratch {
@@ -97,7 +122,18 @@ impl Scratch {
             a: dir.join(format!("cjfs-crash-{pid}-{id}-a.img")),
             b: dir.join(format!("cjfs-crash-{pid}-{id}-b.img")),
             a_state: None,
+            verdicts: HashMap::new(),
+            verdict_base: None,
         }
+    }
+
+    /// The verdict slot for the recovered image `key` of `base`.
+    fn verdict(&mut self, base: &Arc<Vec<u8>>, key: u64) -> &mut Verdict {
+        if !self.verdict_base.as_ref().is_some_and(|b| Arc::ptr_eq(b, base)) {
+            self.verdicts.clear();
+            self.verdict_base = Some(base.clone());
+        }
+        self.verdicts.entry(key).or_default()
     }
 
     /// Make file `a` hold `base` with `changed` blocks.
@@ -221,9 +257,18 @@ pub fn check_image(
             return out;
         }
     };
+    let key = image_key(&dev.changed());
     if co.e2fsck {
-        out.e2fsck_runs += 1;
-        match e2fsck_dev(scratch, &dev) {
+        let r = match scratch.verdict(base, key).fsck.clone() {
+            Some(r) => r,
+            None => {
+                out.e2fsck_runs += 1;
+                let r = e2fsck_dev(scratch, &dev);
+                scratch.verdict(base, key).fsck = Some(r.clone());
+                r
+            }
+        };
+        match r {
             Ok((0, _)) => {}
             Ok((code, msg)) => {
                 out.e2fsck_failures += 1;
@@ -266,7 +311,16 @@ pub fn check_image(
         }
     }
     if heavy && co.new_work {
-        match new_work(opts, co, scratch, &dev, &state) {
+        let r = match scratch.verdict(base, key).new_work.clone() {
+            // Counted once: its e2fsck runs are not done again.
+            Some(r) => r.map(|_| 0).map_err(|(_, e)| (0, e)),
+            None => {
+                let r = new_work(opts, co, scratch, &dev, &state);
+                scratch.verdict(base, key).new_work = Some(r.clone());
+                r
+            }
+        };
+        match r {
             Ok(runs) => out.e2fsck_runs += runs,
             Err((runs, e)) => {
                 out.e2fsck_runs += runs;
