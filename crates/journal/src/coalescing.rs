@@ -7,6 +7,13 @@
 //! preceding commit to finish, and tries again — meanwhile the transaction keeps absorbing
 //! operations. Without it (JBD2, BarrierFS) the lock-up is non-preemptive: the locked
 //! transaction waits for the versions while every new handle waits for it.
+//!
+//! The same opportunism applies before a conflict exists (`pace`): with compound flush,
+//! while a committed transaction still waits for the flush thread, committing the next one
+//! now would only put it in the same queue, so it stays Running and keeps absorbing
+//! operations until the flush thread takes the queue; then it is committed in time to join
+//! that flush group. Fewer, larger transactions are in flight, so hot buffers rarely run
+//! out of versions, and no fsync waits longer for it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,6 +22,20 @@ use std::time::Instant;
 use crate::error::{JResult, JournalError};
 use crate::journal::JournalInner;
 use crate::transaction::{Transaction, TxState};
+
+/// Longest a paced commit waits before looking again (a backstop: the flush thread wakes it).
+pub(crate) const PACE_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Whether the commit thread should leave the requested transaction `t` Running for now:
+/// coalescing and compound flush are on, a committed transaction is still queued for the
+/// flush thread, and `t` is not filling up.
+pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> bool {
+    j.config.coalescing
+        && j.config.dual_thread
+        && j.config.compound_flush > 1
+        && j.flush_pending.load(Ordering::Relaxed) > 0
+        && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2
+}
 
 /// How many of `tx`'s buffers need a version when none is left (a transaction conflict).
 /// Counted once per transaction in the conflict statistics.

@@ -65,8 +65,8 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
             let requested = st.commit_request >= t.tid || t.sync.load(Ordering::Relaxed);
-            if requested && crate::compound_flush::pace(j, &t) {
-                j.commit_cv.wait_for(&mut st, crate::compound_flush::PACE_WAIT);
+            if requested && crate::coalescing::pace(j, &t) {
+                j.commit_cv.wait_for(&mut st, crate::coalescing::PACE_WAIT);
                 continue;
             }
             if requested || (has_work && age >= j.config.commit_interval) {

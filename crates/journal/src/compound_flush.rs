@@ -3,11 +3,8 @@
 //! commit blocks with barriers) and one flush makes the whole group durable — up to
 //! `compound_flush` transactions per flush, so no transaction waits indefinitely.
 //!
-//! Commit pacing: while a committed transaction is still waiting for the flush thread, the
-//! next one would only join the same flush group, so the commit thread leaves it Running
-//! (absorbing more operations) until the flush thread takes the queue, then commits it in
-//! time to join that group. Fewer, larger transactions are in flight, so hot buffers rarely
-//! run out of versions (fewer conflicts) while fsync waits no longer.
+//! When the flush thread takes the queue it wakes a commit held back by coalescing (see
+//! `coalescing::pace`) and waits briefly for it, so that transaction joins the group.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,24 +12,11 @@ use std::time::{Duration, Instant};
 
 use crate::flush::FlushJob;
 use crate::journal::JournalInner;
-use crate::transaction::{Transaction, TxState};
+use crate::transaction::TxState;
 
 /// How long the flush thread waits for a transaction that is committing but not yet handed
 /// over before flushing without it.
 const JOIN_WAIT: Duration = Duration::from_micros(200);
-
-/// Longest a paced commit waits before looking again (a backstop; the flush thread wakes it).
-pub(crate) const PACE_WAIT: Duration = Duration::from_millis(2);
-
-/// Whether the commit thread should leave the requested transaction `t` Running for now:
-/// compound flush is on, a committed transaction is still queued for the flush thread, and
-/// `t` is not filling up.
-pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> bool {
-    j.config.dual_thread
-        && j.config.compound_flush > 1
-        && j.flush_pending.load(Ordering::Relaxed) > 0
-        && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2
-}
 
 /// The next group of transactions to make durable together; `None` on shutdown.
 pub(crate) fn next_group(j: &Arc<JournalInner>) -> Option<Vec<FlushJob>> {
