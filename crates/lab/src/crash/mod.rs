@@ -334,7 +334,7 @@ pub fn run_workload(cfg: &CrashConfig, wl: &Workload, bases: &BaseCache, save: b
                 if let Some(dir) = &cfg.failure_dir
                     && save
                 {
-                    v.file = replay::save(dir, cfg, wl, &v).ok();
+                    v.file = replay::save(dir, cfg, wl, &rec, &v).ok();
                 }
                 result.details.push(v);
             }

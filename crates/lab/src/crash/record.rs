@@ -5,14 +5,20 @@
 //! Between operations the recorder's log is drained into one vector, so every operation
 //! knows the log positions at which it started and returned ([`OpMark`]). Concurrent
 //! operations drain under one lock, which keeps the combined log in sequence order.
+//!
+//! What the run itself produced (the base image, the log, and per operation the inode it
+//! created and its [`OpMark`]) is all the oracle needs: [`assemble`] builds the model
+//! order and the history from it, both when recording and when a failure file's embedded
+//! recording is replayed (see [`super::replay`]).
 
 use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
 use cjfs_blockdev::{BLOCK_SIZE, Device, RecordedOp, Recorder};
-use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs};
+use cjfs_fs::{Fs, Ino, MkfsOptions, MountOptions, mkfs};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 use super::CrashError;
 use super::memdev::CowDevice;
@@ -23,12 +29,21 @@ use super::workloads::{Op, Workload, exec};
 pub const IMAGE_BLOCKS: u64 = 4096;
 
 /// Log positions of one recorded operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpMark {
     /// Log length when the operation started.
     pub start: usize,
     /// Log length when it returned.
     pub end: usize,
+}
+
+/// What one recorded operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpResult {
+    /// The inode it created (creat, mkdir, symlink).
+    pub ino: Option<Ino>,
+    /// Its log positions.
+    pub mark: OpMark,
 }
 
 /// A recorded workload.
@@ -38,6 +53,9 @@ pub struct Recording {
     /// Everything the device saw after the base image, in sequence order (the mount's own
     /// writes included).
     pub log: Vec<RecordedOp>,
+    /// Per operation in workload order ([`Workload::flat_ops`]: round by round, thread
+    /// order, ending with `Unmount`): what the run did.
+    pub results: Vec<OpResult>,
     /// The recorded operations in model order (ending with `Unmount`).
     pub ops: Vec<Op>,
     /// Their log positions, same order.
@@ -105,6 +123,50 @@ pub fn make_base(opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, Cras
     Ok(Arc::new(dev.image_bytes()))
 }
 
+/// The model of what the image `base` holds (read from a throwaway mount of a copy).
+pub fn model_of(opts: &MountOptions, base: Arc<Vec<u8>>) -> Result<Model, CrashError> {
+    let dev = Arc::new(CowDevice::new(base, BTreeMap::new()));
+    let fs = Fs::open(dev as Device, opts.clone())?;
+    let m = Model::from_fs(&fs)?;
+    fs.unmount()?;
+    Ok(m)
+}
+
+/// Build the model order, the log positions in that order and the history of `wl` from
+/// what a run did (`results`, in workload order, see [`Recording::results`]), starting from
+/// `model` (the base image's).
+pub fn assemble(
+    wl: &Workload,
+    mut model: Model,
+    results: &[OpResult],
+) -> Result<(Vec<Op>, Vec<OpMark>, History), CrashError> {
+    let n: usize = wl.rounds.iter().map(Vec::len).sum();
+    if results.len() != n + 1 {
+        return Err(CrashError::Replay(format!(
+            "{} operation results for {} operations and the unmount",
+            results.len(),
+            n
+        )));
+    }
+    let mut history = History::new(&model);
+    let mut ops = Vec::with_capacity(n + 1);
+    let mut marks = Vec::with_capacity(n + 1);
+    let mut k = 0;
+    for round in &wl.rounds {
+        for (op, r) in round.iter().zip(&results[k..k + round.len()]) {
+            let ch = model.apply(op, r.ino);
+            history.push(op, &model, &ch);
+            ops.push(op.clone());
+            marks.push(r.mark);
+        }
+        k += round.len();
+    }
+    history.push(&Op::Unmount, &model, &Default::default());
+    ops.push(Op::Unmount);
+    marks.push(results[k].mark);
+    Ok((ops, marks, history))
+}
+
 /// Run `wl` on a recorder over `base` and return the recording. The mount itself is not
 /// recorded: the recording's base image is `base` as mounted (its superblock marked in use),
 /// which is durable when the mount returns.
@@ -129,14 +191,11 @@ pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<
     let fs = Fs::open(rec.clone() as Device, opts.clone())?;
     let base = Arc::new(dev.image_bytes());
     rec.set_enabled(true);
-    let mut model = model;
-    let mut history = History::new(&model);
-    let mut ops = Vec::new();
-    let mut marks = Vec::new();
+    let mut results = Vec::new();
     let fail =
         |op: &Op, e: cjfs_fs::FsError| CrashError::Workload(format!("`{}` failed: {e}", op.describe()));
     for round in &wl.rounds {
-        let results: Vec<(OpMark, Result<Option<u32>, cjfs_fs::FsError>)> = if round.len() == 1 {
+        let rr: Vec<(OpMark, Result<Option<u32>, cjfs_fs::FsError>)> = if round.len() == 1 {
             let start = pos();
             let r = exec(&fs, &round[0]);
             vec![(OpMark { start, end: pos() }, r)]
@@ -166,20 +225,16 @@ pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<
                     .collect()
             })
         };
-        for (op, (mark, r)) in round.iter().zip(results) {
+        for (op, (mark, r)) in round.iter().zip(rr) {
             let ino = r.map_err(|e| fail(op, e))?;
-            let ch = model.apply(op, ino);
-            history.push(op, &model, &ch);
-            ops.push(op.clone());
-            marks.push(mark);
+            results.push(OpResult { ino, mark });
         }
     }
     let start = pos();
     fs.unmount().map_err(|e| fail(&Op::Unmount, e))?;
     let end = pos();
-    history.push(&Op::Unmount, &model, &Default::default());
-    ops.push(Op::Unmount);
-    marks.push(OpMark { start, end });
+    results.push(OpResult { ino: None, mark: OpMark { start, end } });
     rec.set_enabled(false);
-    Ok(Recording { base, log: log.into_inner(), ops, marks, history })
+    let (ops, marks, history) = assemble(wl, model, &results)?;
+    Ok(Recording { base, log: log.into_inner(), results, ops, marks, history })
 }

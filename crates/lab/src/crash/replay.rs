@@ -1,20 +1,61 @@
-//! Failure files: a violation saved as a small JSON file (mode, data mode, planted bugs,
-//! seed, the workload's operations, the crash state and what was wrong) that
-//! [`replay`] reproduces: it records the workload again, rebuilds the same crash state from
-//! the new log and checks it, printing the operation log and the differing fields.
+//! Failure files: a violation saved as a JSON file (mode, data mode, planted bugs, seed,
+//! the workload's operations, the crash state, what was wrong, and the run's own recording)
+//! that [`replay`] reproduces: it rebuilds the same crash state from the saved recording and
+//! checks it again, printing the operation log and the differing fields.
 //!
-//! Single-threaded workloads record the same log every time (timer commits are off in the
-//! harness), so the state is reproduced exactly; the replay says whether the log matched.
+//! The recording is saved because concurrent workloads (the rounds of `mt8-*` and
+//! `ij-ten-threads` run on real threads) record a different log every run; with it, the
+//! exact crash image and the oracle's view of it (model order, log positions of every
+//! operation) are rebuilt. Files without one (version 1) are replayed by recording the
+//! workload again, which reproduces single-threaded workloads exactly (timer commits are off
+//! in the harness); the replay says whether the log matched.
+//!
+//! # Format
+//!
+//! Version 2 (version 1 files, without `recording`, are still read). `recording` holds:
+//!
+//! * `ops`: per operation in workload order (round by round, thread order, then the
+//!   unmount) the inode it created and its log positions; the oracle's model order and
+//!   history are rebuilt from them ([`super::record::assemble`]);
+//! * `data`: base64 of a deflate stream of the base image (as mounted) and the device log:
+//!
+//! ```text
+//! "CJFR" u32:1  u64:image blocks  u32:N  N distinct non-zero 4 KiB blocks
+//! u32:count  count × (u64:block  u32:content)                    non-zero base blocks
+//! u32:count  count × event:
+//!   u8:0 u64:seq u64:block u8:kind u8:has_tid u64:tid u8:fua u32:n  n × u32:content   write
+//!   u8:1 u64:seq u64:write_seq u8:ok                                              write done
+//!   u8:2 u64:seq                                                                 flush start
+//!   u8:3 u64:seq u8:ok                                                                 flush
+//!   u8:4 u64:seq                                                                     barrier
+//! ```
+//!
+//! little endian; `content` 0 is a zero block, `k` the `k`-th stored block.
 
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, WriteTag};
 use serde::{Deserialize, Serialize};
 
 use super::oracle::hash64;
+use super::record::{self, OpResult, Recording};
+use super::states::ParsedLog;
 use super::{BaseCache, Bugs, CrashConfig, CrashError, StateDesc, Violation, Workload, WorkloadResult};
 
-/// Format version of failure files.
-pub const FAILURE_VERSION: u32 = 1;
+/// Format version of failure files (version 1, without the recording, is still read).
+pub const FAILURE_VERSION: u32 = 2;
+
+/// Magic and version of the binary part of an [`EmbeddedRecording`].
+const BIN_MAGIC: &[u8; 4] = b"CJFR";
+const BIN_VERSION: u32 = 1;
+/// Largest image an embedded recording may describe (blocks), and largest decoded size.
+const MAX_IMAGE_BLOCKS: u64 = 1 << 20;
+const MAX_DECODED: u64 = 1 << 30;
 
 /// A saved violation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,6 +82,280 @@ pub struct FailureFile {
     pub problems: Vec<String>,
     /// Fingerprint of the recorded log's shape.
     pub log_fingerprint: u64,
+    /// The run's own recording (version 2; absent in version 1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<EmbeddedRecording>,
+}
+
+/// A recording as saved in a failure file (see the module docs for the format).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmbeddedRecording {
+    /// Per operation in workload order (round by round, thread order, then the unmount):
+    /// the inode it created and its log positions.
+    pub ops: Vec<OpResult>,
+    /// Log events.
+    pub events: u32,
+    /// Distinct non-zero blocks stored (of the base image and of the writes).
+    pub distinct_blocks: u32,
+    /// How `data` is encoded (`deflate+base64`).
+    pub encoding: String,
+    /// The base image and the device log (see the module docs).
+    pub data: String,
+}
+
+/// Distinct non-zero blocks, by content.
+#[derive(Default)]
+struct BlockTable {
+    blocks: Vec<BlockBuf>,
+    by_hash: HashMap<u64, Vec<u32>>,
+}
+
+impl BlockTable {
+    /// The content number of `b` (0: zeros; `k`: the `k`-th stored block).
+    fn id(&mut self, b: &[u8]) -> u32 {
+        if b.iter().all(|&x| x == 0) {
+            return 0;
+        }
+        let ids = self.by_hash.entry(hash64(b)).or_default();
+        if let Some(&k) = ids.iter().find(|&&k| self.blocks[k as usize - 1][..] == *b) {
+            return k;
+        }
+        self.blocks.push(cjfs_blockdev::block_from_slice(b));
+        let k = self.blocks.len() as u32;
+        ids.push(k);
+        k
+    }
+}
+
+fn kind_code(k: BlockKind) -> u8 {
+    match k {
+        BlockKind::Unknown => 0,
+        BlockKind::Data => 1,
+        BlockKind::Metadata => 2,
+        BlockKind::JournalSuper => 3,
+        BlockKind::JournalDescriptor => 4,
+        BlockKind::JournalLogged => 5,
+        BlockKind::JournalCommit => 6,
+        BlockKind::JournalRevoke => 7,
+        BlockKind::Superblock => 8,
+        BlockKind::Recovery => 9,
+    }
+}
+
+fn kind_of_code(c: u8) -> Result<BlockKind, CrashError> {
+    Ok(match c {
+        0 => BlockKind::Unknown,
+        1 => BlockKind::Data,
+        2 => BlockKind::Metadata,
+        3 => BlockKind::JournalSuper,
+        4 => BlockKind::JournalDescriptor,
+        5 => BlockKind::JournalLogged,
+        6 => BlockKind::JournalCommit,
+        7 => BlockKind::JournalRevoke,
+        8 => BlockKind::Superblock,
+        9 => BlockKind::Recovery,
+        _ => return Err(bad(format!("unknown block kind {c}"))),
+    })
+}
+
+fn bad(what: String) -> CrashError {
+    CrashError::Replay(format!("embedded recording: {what}"))
+}
+
+/// A little-endian reader over the decoded bytes.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], CrashError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| bad("truncated".into()))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, CrashError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, CrashError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(w))
+    }
+    fn u64(&mut self) -> Result<u64, CrashError> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(w))
+    }
+    fn flag(&mut self) -> Result<bool, CrashError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            x => Err(bad(format!("flag byte {x}"))),
+        }
+    }
+}
+
+impl EmbeddedRecording {
+    /// Encode the base image and log of `rec`.
+    pub fn new(rec: &Recording) -> Result<EmbeddedRecording, CrashError> {
+        let mut table = BlockTable::default();
+        let mut body = Vec::new();
+        let put32 = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
+        let put64 = |v: &mut Vec<u8>, x: u64| v.extend_from_slice(&x.to_le_bytes());
+        let base_blocks: Vec<(u64, u32)> = rec
+            .base
+            .chunks(BLOCK_SIZE)
+            .enumerate()
+            .map(|(b, c)| (b as u64, table.id(c)))
+            .filter(|(_, id)| *id != 0)
+            .collect();
+        put32(&mut body, base_blocks.len() as u32);
+        for (b, id) in base_blocks {
+            put64(&mut body, b);
+            put32(&mut body, id);
+        }
+        put32(&mut body, rec.log.len() as u32);
+        for op in &rec.log {
+            match op {
+                RecordedOp::Write { seq, block, bufs, tag, fua } => {
+                    body.push(0);
+                    put64(&mut body, *seq);
+                    put64(&mut body, *block);
+                    body.push(kind_code(tag.kind));
+                    body.push(u8::from(tag.tid.is_some()));
+                    put64(&mut body, tag.tid.unwrap_or(0));
+                    body.push(u8::from(*fua));
+                    put32(&mut body, bufs.len() as u32);
+                    for b in bufs {
+                        let id = table.id(&b[..]);
+                        put32(&mut body, id);
+                    }
+                }
+                RecordedOp::WriteDone { seq, write_seq, ok } => {
+                    body.push(1);
+                    put64(&mut body, *seq);
+                    put64(&mut body, *write_seq);
+                    body.push(u8::from(*ok));
+                }
+                RecordedOp::FlushStart { seq } => {
+                    body.push(2);
+                    put64(&mut body, *seq);
+                }
+                RecordedOp::Flush { seq, ok } => {
+                    body.push(3);
+                    put64(&mut body, *seq);
+                    body.push(u8::from(*ok));
+                }
+                RecordedOp::Barrier { seq } => {
+                    body.push(4);
+                    put64(&mut body, *seq);
+                }
+            }
+        }
+        let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(BIN_MAGIC)?;
+        z.write_all(&BIN_VERSION.to_le_bytes())?;
+        z.write_all(&((rec.base.len() / BLOCK_SIZE) as u64).to_le_bytes())?;
+        z.write_all(&(table.blocks.len() as u32).to_le_bytes())?;
+        for b in &table.blocks {
+            z.write_all(&b[..])?;
+        }
+        z.write_all(&body)?;
+        let packed = z.finish()?;
+        Ok(EmbeddedRecording {
+            ops: rec.results.clone(),
+            events: rec.log.len() as u32,
+            distinct_blocks: table.blocks.len() as u32,
+            encoding: "deflate+base64".into(),
+            data: BASE64.encode(packed),
+        })
+    }
+
+    /// Decode the base image and the device log.
+    pub fn decode(&self) -> Result<(Arc<Vec<u8>>, Vec<RecordedOp>), CrashError> {
+        if self.encoding != "deflate+base64" {
+            return Err(bad(format!("unknown encoding {:?}", self.encoding)));
+        }
+        let packed = BASE64.decode(self.data.as_bytes()).map_err(|e| bad(format!("base64: {e}")))?;
+        let mut raw = Vec::new();
+        flate2::read::DeflateDecoder::new(&packed[..])
+            .take(MAX_DECODED)
+            .read_to_end(&mut raw)
+            .map_err(|e| bad(format!("deflate: {e}")))?;
+        let mut r = Reader { buf: &raw, pos: 0 };
+        if r.take(4)? != BIN_MAGIC || r.u32()? != BIN_VERSION {
+            return Err(bad("not a version 1 binary recording".into()));
+        }
+        let nblocks = r.u64()?;
+        if nblocks == 0 || nblocks > MAX_IMAGE_BLOCKS {
+            return Err(bad(format!("implausible image size of {nblocks} blocks")));
+        }
+        let ntable = r.u32()? as usize;
+        let mut table: Vec<BlockBuf> = Vec::with_capacity(ntable.min(raw.len() / BLOCK_SIZE) + 1);
+        table.push(Arc::from(cjfs_blockdev::zeroed_block()));
+        for _ in 0..ntable {
+            table.push(cjfs_blockdev::block_from_slice(r.take(BLOCK_SIZE)?));
+        }
+        let content = |id: u32| -> Result<&BlockBuf, CrashError> {
+            table.get(id as usize).ok_or_else(|| bad(format!("block content {id} of {ntable}")))
+        };
+        let in_image = |block: u64, n: u64| -> Result<(), CrashError> {
+            if block.checked_add(n).is_none_or(|e| e > nblocks) {
+                return Err(bad(format!("blocks {block}+{n} outside the {nblocks}-block image")));
+            }
+            Ok(())
+        };
+        let mut base = vec![0u8; nblocks as usize * BLOCK_SIZE];
+        for _ in 0..r.u32()? {
+            let (b, id) = (r.u64()?, r.u32()?);
+            in_image(b, 1)?;
+            let off = b as usize * BLOCK_SIZE;
+            base[off..off + BLOCK_SIZE].copy_from_slice(&content(id)?[..]);
+        }
+        let nevents = r.u32()? as usize;
+        let mut log = Vec::with_capacity(nevents.min(raw.len()));
+        for _ in 0..nevents {
+            let op = match r.u8()? {
+                0 => {
+                    let (seq, block) = (r.u64()?, r.u64()?);
+                    let kind = kind_of_code(r.u8()?)?;
+                    let has_tid = r.flag()?;
+                    let tid = r.u64()?;
+                    let fua = r.flag()?;
+                    let n = r.u32()?;
+                    in_image(block, u64::from(n))?;
+                    let bufs = (0..n).map(|_| content(r.u32()?).cloned()).collect::<Result<Vec<_>, _>>()?;
+                    let tag = WriteTag { kind, tid: has_tid.then_some(tid) };
+                    RecordedOp::Write { seq, block, bufs, tag, fua }
+                }
+                1 => RecordedOp::WriteDone { seq: r.u64()?, write_seq: r.u64()?, ok: r.flag()? },
+                2 => RecordedOp::FlushStart { seq: r.u64()? },
+                3 => RecordedOp::Flush { seq: r.u64()?, ok: r.flag()? },
+                4 => RecordedOp::Barrier { seq: r.u64()? },
+                t => return Err(bad(format!("unknown event tag {t}"))),
+            };
+            log.push(op);
+        }
+        if r.pos != raw.len() {
+            return Err(bad(format!("{} trailing bytes", raw.len() - r.pos)));
+        }
+        Ok((Arc::new(base), log))
+    }
+
+    /// Rebuild the recording of `wl` (run under `cfg`): the base image, the log, and the
+    /// model order and history from the saved operation results.
+    pub fn recording(&self, cfg: &CrashConfig, wl: &Workload) -> Result<Recording, CrashError> {
+        let (base, log) = self.decode()?;
+        let model = record::model_of(&cfg.mount_options()?, base.clone())?;
+        let (ops, marks, history) = record::assemble(wl, model, &self.ops)?;
+        Ok(Recording { base, log, results: self.ops.clone(), ops, marks, history })
+    }
 }
 
 /// A seed derived from a workload name (so each workload samples differently).
@@ -56,11 +371,16 @@ fn op_log(wl: &Workload) -> Vec<String> {
     v
 }
 
-/// Save `v` as a failure file in `dir`; returns its path.
-pub fn save(dir: &Path, cfg: &CrashConfig, wl: &Workload, v: &Violation) -> Result<PathBuf, CrashError> {
+/// Save `v`, a violation found in `rec` (the run's recording of `wl`), as a failure file in
+/// `dir`; returns its path.
+pub fn save(
+    dir: &Path,
+    cfg: &CrashConfig,
+    wl: &Workload,
+    rec: &Recording,
+    v: &Violation,
+) -> Result<PathBuf, CrashError> {
     std::fs::create_dir_all(dir)?;
-    let bases = BaseCache::default();
-    let fingerprint = super::prepare(cfg, wl, &bases).map(|(r, _)| r.fingerprint()).unwrap_or(0);
     let f = FailureFile {
         version: FAILURE_VERSION,
         mode: cfg.mode.clone(),
@@ -72,7 +392,8 @@ pub fn save(dir: &Path, cfg: &CrashConfig, wl: &Workload, v: &Violation) -> Resu
         state: v.state.clone(),
         state_text: v.state_text.clone(),
         problems: v.problems.clone(),
-        log_fingerprint: fingerprint,
+        log_fingerprint: rec.fingerprint(),
+        recording: Some(EmbeddedRecording::new(rec)?),
     };
     let path = dir.join(format!("{}-{}-{}.json", cfg.mode, wl.name, v.state.point));
     std::fs::write(&path, serde_json::to_string_pretty(&f)?)?;
@@ -83,9 +404,9 @@ pub fn save(dir: &Path, cfg: &CrashConfig, wl: &Workload, v: &Violation) -> Resu
 pub fn load(path: &Path) -> Result<FailureFile, CrashError> {
     let text = std::fs::read_to_string(path)?;
     let f: FailureFile = serde_json::from_str(&text)?;
-    if f.version != FAILURE_VERSION {
+    if !(1..=FAILURE_VERSION).contains(&f.version) {
         return Err(CrashError::Replay(format!(
-            "failure file version {} (expected {FAILURE_VERSION})",
+            "failure file version {} (this build reads 1 to {FAILURE_VERSION})",
             f.version
         )));
     }
@@ -99,7 +420,10 @@ pub struct ReplayReport {
     pub op_log: Vec<String>,
     /// The crash state, as described against the new recording.
     pub state_text: String,
-    /// Whether the new recording's log has the saved shape.
+    /// Whether the failure file's own recording was replayed (otherwise the workload was
+    /// recorded again).
+    pub embedded: bool,
+    /// Whether the replayed recording's log has the saved shape.
     pub same_log: bool,
     /// Problems found now (empty: the violation did not reproduce).
     pub problems: Vec<String>,
@@ -120,6 +444,9 @@ impl ReplayReport {
             s.push_str(&format!("  {l}\n"));
         }
         s.push_str(&format!("crash state: {}\n", self.state_text));
+        if self.embedded {
+            s.push_str("replayed the recording saved with the failure (the exact crash state)\n");
+        }
         if !self.same_log {
             s.push_str("note: the recorded log differs from the saved one (the code changed since, or the workload is concurrent)\n");
         }
@@ -138,20 +465,28 @@ impl ReplayReport {
     }
 }
 
-/// Replay a failure file (with `threads` checking threads).
+/// Replay a failure file (with `threads` checking threads): its embedded recording if it
+/// has one, else a new recording of its workload.
 pub fn replay(f: &FailureFile, threads: usize) -> Result<ReplayReport, CrashError> {
     let mut cfg = CrashConfig::new(&f.mode);
     cfg.data = f.data.parse().map_err(CrashError::Replay)?;
     cfg.bugs = f.bugs;
     cfg.seed = f.seed;
     cfg.threads = threads.max(1);
-    let bases = BaseCache::default();
-    let (rec, parsed) = super::prepare(&cfg, &f.workload, &bases)?;
+    let (rec, parsed) = match &f.recording {
+        Some(e) => {
+            let rec = e.recording(&cfg, &f.workload)?;
+            let parsed = ParsedLog::parse(&rec.log);
+            (rec, parsed)
+        }
+        None => super::prepare(&cfg, &f.workload, &BaseCache::default())?,
+    };
     let mut result = WorkloadResult::default();
     let per = super::check_states(&cfg, &rec, &parsed, std::slice::from_ref(&f.state), &mut result)?;
     Ok(ReplayReport {
         op_log: op_log(&f.workload),
         state_text: f.state.describe(&parsed),
+        embedded: f.recording.is_some(),
         same_log: rec.fingerprint() == f.log_fingerprint,
         problems: per.into_iter().flatten().collect(),
         saved_problems: f.problems.clone(),

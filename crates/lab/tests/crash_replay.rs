@@ -1,0 +1,81 @@
+//! Failure files replay the exact crash state, also for concurrent workloads.
+//!
+//! * `concurrent_failure_replays_exactly`: a violation of an 8-thread workload under a
+//!   planted bug is saved with the run's own recording and replays to the same problems
+//!   (a new recording of a concurrent workload would give a different log).
+//! * `version_1_files_are_rerecorded`: a failure file without a recording (version 1) is
+//!   replayed by recording its single-threaded workload again.
+//!
+//! Run in release mode: `cargo test --release -p cjfs-lab --test crash_replay`.
+
+use std::path::Path;
+
+use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, replay, workloads};
+
+fn e2fsck_or_skip() -> bool {
+    if crash::check::e2fsck_available() {
+        true
+    } else {
+        eprintln!("e2fsck is not installed: the crash harness tests need it; skipping");
+        false
+    }
+}
+
+/// Run `wl` under `bugs` and save its first violation in `dir`.
+fn first_failure(wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
+    let mut cfg = CrashConfig::new("jbd2");
+    cfg.bugs = bugs;
+    cfg.states.max_states = 300;
+    cfg.failure_dir = Some(dir.to_path_buf());
+    let r = crash::run_workload(&cfg, wl, &BaseCache::default(), true);
+    assert!(r.error.is_none(), "{}: {:?}", wl.name, r.error);
+    let v = r.details.into_iter().next();
+    v.unwrap_or_else(|| panic!("{}: the planted bug was not caught", wl.name))
+}
+
+#[test]
+fn concurrent_failure_replays_exactly() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let wl = workloads::random_threads("mt8-000", 8, 4, 1);
+    assert!(!wl.deterministic());
+    let v = first_failure(&wl, Bugs { skip_preflush: true, ..Bugs::default() }, dir.path());
+    let path = v.file.expect("failure file saved");
+    let size = std::fs::metadata(&path).expect("failure file").len();
+    eprintln!("{}: {size} bytes", path.display());
+    assert!(size < 2 << 20, "failure file of {size} bytes");
+    let f = replay::load(&path).expect("load");
+    assert_eq!(f.version, replay::FAILURE_VERSION);
+    assert!(f.recording.is_some(), "the run's recording is embedded");
+    for _ in 0..2 {
+        let r = replay::replay(&f, 2).expect("replay");
+        eprint!("{}", r.text());
+        assert!(r.embedded && r.same_log);
+        assert_eq!(r.state_text, v.state_text);
+        assert_eq!(r.problems, v.problems);
+    }
+}
+
+#[test]
+fn version_1_files_are_rerecorded() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let wl = crash::Suite::all().workloads(1).into_iter().find(|w| w.name == "ace1-0021").expect("ace1-0021");
+    let v = first_failure(&wl, Bugs { skip_preflush: true, ..Bugs::default() }, dir.path());
+    let path = v.file.expect("failure file saved");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    let obj = json.as_object_mut().expect("an object");
+    obj.remove("recording");
+    obj.insert("version".into(), 1.into());
+    std::fs::write(&path, serde_json::to_string(&json).expect("json")).expect("write");
+    let f = replay::load(&path).expect("load a version 1 file");
+    assert!(f.recording.is_none());
+    let r = replay::replay(&f, 2).expect("replay");
+    assert!(!r.embedded && r.same_log);
+    assert_eq!(r.problems, v.problems);
+}
