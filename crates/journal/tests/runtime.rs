@@ -82,6 +82,7 @@ fn log_wraps_with_checkpoints_and_revokes() {
 }
 
 fn log_wraps_in(mut cfg: JournalConfig) {
+    let name = cfg.name.clone();
     cfg.commit_interval = Duration::from_millis(20);
     let (ssd, j) = setup(cfg);
     // 3000 single-block commits over a 1024-block log force many wraps and checkpoints.
@@ -104,7 +105,7 @@ fn log_wraps_in(mut cfg: JournalConfig) {
     for k in 0..300u64 {
         // The last write to block 200+k was iteration i = the largest i < 3000 with i%300==k.
         let i = 2700 + k;
-        assert_eq!(home(&crash, 200 + k), (i % 251) as u8 + 1, "block {}", 200 + k);
+        assert_eq!(home(&crash, 200 + k), (i % 251) as u8 + 1, "{name}: block {}", 200 + k);
     }
     assert_ne!(home(&crash, 50), 0xAA, "revoked block was replayed");
     j.shutdown().expect("shutdown");
