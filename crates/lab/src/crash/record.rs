@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::CrashError;
 use super::memdev::CowDevice;
-use super::oracle::{History, Model};
+use super::oracle::{self, History, Model};
 use super::workloads::{Op, Workload, exec};
 
 /// Size of the crash-test file system: 16 MiB (the smallest cjfs makes), 4 MiB journal.
@@ -56,7 +56,8 @@ pub struct Recording {
     /// Per operation in workload order ([`Workload::flat_ops`]: round by round, thread
     /// order, ending with `Unmount`): what the run did.
     pub results: Vec<OpResult>,
-    /// The recorded operations in model order (ending with `Unmount`).
+    /// The recorded operations in model order (ending with `Unmount`; within a concurrent
+    /// round the order [`oracle::apply_round`] chose).
     pub ops: Vec<Op>,
     /// Their log positions, same order.
     pub marks: Vec<OpMark>,
@@ -153,11 +154,12 @@ pub fn assemble(
     let mut marks = Vec::with_capacity(n + 1);
     let mut k = 0;
     for round in &wl.rounds {
-        for (op, r) in round.iter().zip(&results[k..k + round.len()]) {
-            let ch = model.apply(op, r.ino);
-            history.push(op, &model, &ch);
-            ops.push(op.clone());
-            marks.push(r.mark);
+        let rs = &results[k..k + round.len()];
+        let pairs: Vec<(&Op, Option<Ino>)> = round.iter().zip(rs).map(|(op, r)| (op, r.ino)).collect();
+        let order = oracle::apply_round(&mut model, &mut history, &pairs).map_err(CrashError::Workload)?;
+        for j in order {
+            ops.push(round[j].clone());
+            marks.push(rs[j].mark);
         }
         k += round.len();
     }
