@@ -117,51 +117,12 @@ m=$WORKDIR/mnt
   --target "cjfs-$PRESET=cjfs:$PRESET" \
   "${common[@]}" "$@"
 
-# Validation of the dbench generator: the lab's replay and the real dbench, same clients,
-# --sync-dir, same mount, interleaved real, lab, lab, real; median MB/s of the two each. Both
-# warm up for a fifth of VALIDATE_SECS first and leave it out (dbench -t T; --duration T).
+# Validation of the dbench generator against the real dbench on the ext4 (data=ordered) mount:
+# lab/dbench-validate.sh (real and lab runs alternating, same loadfile, clients and time, both
+# counted as dbench counts); its table goes to $OUT/dbench-validation-runs.md.
 if [ -n "$VALIDATE_CLIENTS" ]; then
-  v=$OUT/dbench-validation.md
-  {
-    echo "# dbench generator validation"
-    echo
-    echo "Kernel ext4 (data=ordered) on a loop image in \`$WORKDIR\`; \`dbench -t $VALIDATE_SECS --sync-dir N\`"
-    echo "(loadfile /usr/share/dbench/client.txt) against \`cjfs bench run --target dir:... --workload dbench"
-    echo "--duration $VALIDATE_SECS\` (same loadfile, --sync-dir semantics, same warm-up of $((VALIDATE_SECS / 5)) s left out),"
-    echo "interleaved real, lab, lab, real; median MB/s (10^6 B/s of ReadX and WriteX bytes) of the two runs each."
-    echo
-    echo "| clients | real dbench MB/s | lab replay MB/s | lab / real |"
-    echo "|---:|---:|---:|---:|"
-  } >"$v"
-  real_run() {
-    local d=$m/ext4-ordered/dbench-real r
-    mkdir -p "$d"
-    r=$(dbench -D "$d" -t "$VALIDATE_SECS" --sync-dir -c /usr/share/dbench/client.txt "$1" 2>&1 |
-      awk '/^Throughput/ {print $2}')
-    rm -rf "$d"
-    sync -f "$m/ext4-ordered"
-    real+=("${r:-0}")
-  }
-  lab_run() {
-    local tmp l
-    tmp=$(mktemp -d)
-    "$cjfs" bench run --target "dir:$m/ext4-ordered" --workload dbench --threads "$1" \
-      --duration "$VALIDATE_SECS" --reps 1 --seed "$SEED" --quiet --out "$tmp" >/dev/null
-    l=$(awk -F, '!/^#/ && $1 == "dbench" {print $6}' "$tmp/results.csv")
-    rm -rf "$tmp"
-    lab+=("${l:-0}")
-  }
-  for n in $VALIDATE_CLIENTS; do
-    real=()
-    lab=()
-    real_run "$n"
-    lab_run "$n"
-    lab_run "$n"
-    real_run "$n"
-    row=$(awk -v a="${real[0]}" -v b="${real[1]}" -v c="${lab[0]}" -v d="${lab[1]}" -v n="$n" \
-      'BEGIN { r = (a + b) / 2; l = (c + d) / 2; printf "| %d | %.1f (%.1f, %.1f) | %.1f (%.1f, %.1f) | %.2f |", n, r, a, b, l, c, d, (r > 0 ? l / r : 0) }')
-    echo "$row" >>"$v"
-    log "dbench validation: $row"
-  done
+  MOUNT=$m/ext4-ordered CLIENTS=$VALIDATE_CLIENTS SECS=$VALIDATE_SECS CJFS=$cjfs \
+    OUT=$OUT/dbench-validation-runs.md lab/dbench-validate.sh >/dev/null ||
+    log "dbench validation: a lab / real ratio is out of bounds (see $OUT/dbench-validation-runs.md)"
 fi
 log "results in $OUT"

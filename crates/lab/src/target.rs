@@ -54,8 +54,13 @@ pub trait Target: Send + Sync {
     fn rmdir(&self, path: &str) -> io::Result<()>;
     /// Rename.
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
-    /// fsync a directory (dbench's --sync-dir).
+    /// fsync a directory.
     fn fsync_dir(&self, path: &str) -> io::Result<()>;
+    /// fdatasync a directory opened read-only, as dbench's `--sync-dir` does after unlink,
+    /// rmdir and rename (its `sync_parent`); by default [`Target::fsync_dir`].
+    fn datasync_dir(&self, path: &str) -> io::Result<()> {
+        self.fsync_dir(path)
+    }
     /// Whether a path exists.
     fn exists(&self, path: &str) -> bool;
     /// Attributes of a path (`stat`, following nothing special).
@@ -220,6 +225,10 @@ impl Target for CjfsTarget {
         let ino = self.dir_ino(path.trim_matches('/'))?;
         self.fs.fsync(ino, false).map_err(io_err)
     }
+    fn datasync_dir(&self, path: &str) -> io::Result<()> {
+        let ino = self.dir_ino(path.trim_matches('/'))?;
+        self.fs.fsync(ino, true).map_err(io_err)
+    }
     fn exists(&self, path: &str) -> bool {
         self.ino(path).is_ok()
     }
@@ -382,6 +391,12 @@ impl Target for DirTarget {
     fn fsync_dir(&self, path: &str) -> io::Result<()> {
         let fh = self.open_flags(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let r = self.fsync(fh, false);
+        self.close(fh)?;
+        r
+    }
+    fn datasync_dir(&self, path: &str) -> io::Result<()> {
+        let fh = self.open_flags(path, libc::O_RDONLY)?;
+        let r = self.fsync(fh, true);
         self.close(fh)?;
         r
     }
