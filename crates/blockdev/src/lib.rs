@@ -245,6 +245,12 @@ pub trait BlockDevice: Send + Sync {
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()>;
     /// Submit a write; it completes asynchronously. Blocks past the end are an error.
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket>;
+    /// Submit several writes at once, returning one ticket per request, in order. The
+    /// result is the same as submitting them one by one in order (the default does exactly
+    /// that); a device may merge requests that are contiguous on it into one write.
+    fn submit_batch(&self, reqs: Vec<WriteRequest>) -> DevResult<Vec<IoTicket>> {
+        reqs.into_iter().map(|r| self.submit(r)).collect()
+    }
     /// Make every completed write durable. An error here means durability of earlier writes
     /// is unknown: callers must report it to every waiter and never silently retry.
     fn flush(&self) -> DevResult<()>;

@@ -111,8 +111,8 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
     j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
-    let data_tickets = submit_ordered(j, &lists.ordered, tx.tid)?;
-    let mut tickets = Vec::new();
+    let data_reqs = ordered_requests(j, &lists.ordered, tx.tid);
+    let mut reqs = Vec::new();
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
     let revoked = revokes.clone();
@@ -124,15 +124,20 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     match j.config.kind {
         JournalKind::None => {
             let home: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
-            tickets.extend(submit_runs(j, home, WriteTag::tx(BlockKind::Metadata, tx.tid))?);
+            reqs = run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.tid));
         }
         JournalKind::Jbd2 if has_log => {
-            let (t, c) = write_log(j, tx.tid, &versions, &revokes)?;
-            tickets.extend(t);
+            let (r, c) = log_requests(j, tx.tid, &versions, &revokes)?;
+            reqs = r;
             commit = Some(c);
         }
         JournalKind::Jbd2 => {}
     }
+    // Ordered data and log blocks go to the device together before anything waits (JBD2
+    // submits both, then waits); one batch lets the device merge the contiguous log run.
+    let n_data = data_reqs.len();
+    let mut tickets = j.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?;
+    let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
     // Order-preserving dispatch (BarrierFS, CJFS): with a cache barrier the commit thread
     // sends the commit block right behind the transaction's blocks, without waiting for
     // their transfer; the flush thread then only waits and flushes.
@@ -220,6 +225,11 @@ pub(crate) fn write_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) ->
 }
 
 fn submit_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<Vec<IoTicket>> {
+    Ok(j.dev.submit_batch(ordered_requests(j, bufs, tid))?)
+}
+
+/// The write requests for the dirty buffers among `bufs`, which are marked clean.
+fn ordered_requests(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> Vec<WriteRequest> {
     let mut writes = Vec::with_capacity(bufs.len());
     for b in bufs {
         let mut js = b.jstate();
@@ -233,18 +243,23 @@ fn submit_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<V
         }
     }
     j.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
-    submit_runs(j, writes, WriteTag::tx(BlockKind::Data, tid))
+    run_requests(writes, WriteTag::tx(BlockKind::Data, tid))
 }
 
 /// Submit `(block, data)` writes, merging device-contiguous runs into one request.
 pub(crate) fn submit_runs(
     j: &JournalInner,
-    mut writes: Vec<(u64, BlockBuf)>,
+    writes: Vec<(u64, BlockBuf)>,
     tag: WriteTag,
 ) -> JResult<Vec<IoTicket>> {
+    Ok(j.dev.submit_batch(run_requests(writes, tag))?)
+}
+
+/// `(block, data)` writes as requests, one per device-contiguous run.
+fn run_requests(mut writes: Vec<(u64, BlockBuf)>, tag: WriteTag) -> Vec<WriteRequest> {
     writes.sort_unstable_by_key(|w| w.0);
     writes.dedup_by_key(|w| w.0);
-    let mut tickets = Vec::new();
+    let mut reqs = Vec::new();
     let mut i = 0;
     while i < writes.len() {
         let start = writes[i].0;
@@ -254,20 +269,21 @@ pub(crate) fn submit_runs(
             bufs.push(writes[k].1.clone());
             k += 1;
         }
-        tickets.push(j.dev.submit(WriteRequest { block: start, bufs, tag, fua: false })?);
+        reqs.push(WriteRequest { block: start, bufs, tag, fua: false });
         i = k;
     }
-    Ok(tickets)
+    reqs
 }
 
-/// Build the transaction's log blocks (revoke blocks, then descriptor + logged blocks),
-/// reserve log space, submit them, and return the commit block with its position.
-fn write_log(
+/// Build the transaction's log blocks (revoke blocks, then descriptor + logged blocks) and
+/// reserve log space for them; return their write requests and the commit block with its
+/// position.
+fn log_requests(
     j: &Arc<JournalInner>,
     tid: Tid,
     versions: &[(Arc<Buffer>, BlockBuf)],
     revokes: &[u64],
-) -> JResult<(Vec<IoTicket>, (u64, BlockBuf))> {
+) -> JResult<(Vec<WriteRequest>, (u64, BlockBuf))> {
     let (sb_features, uuid) = {
         let l = j.log.lock();
         (l.sb.features(), l.sb.s_uuid)
@@ -277,7 +293,7 @@ fn write_log(
     j.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
     let n = blocks.len() as u64 + 1;
     let start = reserve(j, tid, n)?;
-    let mut tickets = Vec::new();
+    let mut reqs = Vec::new();
     let mut lblk = start;
     let mut i = 0;
     let commit_first = j.config.bugs.commit_before_data;
@@ -310,18 +326,13 @@ fn write_log(
             i += 1;
         }
         let cnt = bufs.len() as u64;
-        tickets.push(j.dev.submit(WriteRequest {
-            block: dev_blk,
-            bufs,
-            tag: WriteTag::tx(kind, tid),
-            fua: false,
-        })?);
+        reqs.push(WriteRequest { block: dev_blk, bufs, tag: WriteTag::tx(kind, tid), fua: false });
         let l = j.log.lock();
         for _ in 0..cnt {
             lblk = l.next(lblk);
         }
     }
-    Ok((tickets, (commit_lblk, commit_img)))
+    Ok((reqs, (commit_lblk, commit_img)))
 }
 
 /// Reserve `n` log blocks, checkpointing (and in dual-thread modes waiting for in-flight

@@ -227,7 +227,6 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
     j.stats.transactions.fetch_add(1, Ordering::Relaxed);
     j.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.done_cv.notify_all();
-    j.commit_cv.notify_all();
     if fill > j.config.checkpoint_high_water {
         j.checkpoint_cv.notify_all();
     }

@@ -31,7 +31,7 @@ pub(crate) fn build_log_blocks(
             rb.push(r);
         }
         for blk in rb.finish() {
-            out.push((BlockKind::JournalRevoke, BlockBuf::from(Box::new(blk))));
+            out.push((BlockKind::JournalRevoke, Arc::new(blk)));
         }
     }
     for chunk in versions.chunks(per_desc) {
@@ -63,7 +63,7 @@ pub(crate) fn build_log_blocks(
             };
             logged.push(data);
         }
-        out.push((BlockKind::JournalDescriptor, BlockBuf::from(Box::new(desc.finish()))));
+        out.push((BlockKind::JournalDescriptor, Arc::new(desc.finish())));
         out.extend(logged.into_iter().map(|d| (BlockKind::JournalLogged, d)));
     }
     Ok(out)
@@ -72,5 +72,5 @@ pub(crate) fn build_log_blocks(
 /// The commit block of transaction `tid`.
 pub(crate) fn commit_block(tid: Tid, features: JournalFeatures, uuid: [u8; 16]) -> BlockBuf {
     let cb = CommitBlock::now(tid as u32);
-    BlockBuf::from(Box::new(cb.encode(&features, csum_seed(&uuid))))
+    Arc::new(cb.encode(&features, csum_seed(&uuid)))
 }
