@@ -271,6 +271,10 @@ pub struct EmulatedSsd {
     /// Image, in chunks of [`CHUNK_BLOCKS`] blocks allocated on first write; each chunk's
     /// `RwLock` protects its bytes (`None` = all zeros).
     chunks: Vec<RwLock<Option<Box<[u8]>>>>,
+    /// Held shared while a write request's data is applied to `chunks`, exclusively while
+    /// [`EmulatedSsd::image_bytes`] copies them: the image is then a point-in-time snapshot
+    /// (see there). Taken before any chunk lock.
+    apply: RwLock<()>,
     /// Protected by this mutex: channel and link availability, dirty bytes and in-flight
     /// deadlines.
     timing: Mutex<TimingState>,
@@ -293,6 +297,7 @@ impl EmulatedSsd {
             preset,
             num_blocks,
             chunks: (0..nchunks).map(|_| RwLock::new(None)).collect(),
+            apply: RwLock::new(()),
             timing: Mutex::new(TimingState {
                 channel_free: vec![now; preset.channels.max(1)],
                 link_free: now,
@@ -328,9 +333,18 @@ impl EmulatedSsd {
     }
 
     /// The whole image (`num_blocks * BLOCK_SIZE` bytes; unwritten blocks are zeros).
+    ///
+    /// A point-in-time snapshot, usable as a crash image while other threads keep writing:
+    /// it holds every write request applied before it, whole, and nothing of later ones. A
+    /// request is never half included, and a request submitted after another one returned is
+    /// never included without it. (Copied chunk by chunk without that, the image of a live
+    /// journal could hold a checkpoint's new journal superblock, in a late chunk, but not the
+    /// home writes the checkpoint had made durable before writing it, in early chunks: a
+    /// state no crash can leave, which loses committed blocks on recovery.)
     pub fn image_bytes(&self) -> Vec<u8> {
         let total = self.num_blocks as usize * BLOCK_SIZE;
         let mut out = vec![0u8; total];
+        let _no_writes = self.apply.write();
         for (chunk, dst) in self.chunks.iter().zip(out.chunks_mut(CHUNK_BYTES)) {
             if let Some(data) = &*chunk.read() {
                 dst.copy_from_slice(&data[..dst.len()]);
@@ -453,6 +467,8 @@ impl BlockDevice for EmulatedSsd {
         }
         let failure = self.take_write_failure(req.block, count);
         if failure.is_none() {
+            // The whole request is applied between two snapshots, never across one.
+            let _applying = self.apply.read();
             for (i, src) in req.bufs.iter().enumerate() {
                 let (c, off) = Self::locate(req.block + i as u64);
                 let mut chunk = self.chunks[c].write();
@@ -599,6 +615,41 @@ mod tests {
         assert_eq!(back.allocated_bytes(), CHUNK_BYTES as u64); // first chunk is all zeros
         assert_eq!(&back.read_block(299)?[..], &pattern(3)[..]);
         assert_eq!(back.image_bytes(), img);
+        Ok(())
+    }
+
+    #[test]
+    fn image_is_a_point_in_time_snapshot() -> DevResult<()> {
+        // A journal checkpoint writes home blocks (early in the device), waits and flushes,
+        // then writes the journal superblock that frees their log space (later in the
+        // device). A crash image must never hold the second write without the first.
+        let dev = Arc::new(EmulatedSsd::ram(32 * CHUNK_BLOCKS));
+        let (home, sb) = (1, 16 * CHUNK_BLOCKS);
+        dev.write_block(home, pattern(0), WriteTag::default())?;
+        dev.write_block(sb, pattern(0), WriteTag::default())?;
+        // Stall the copy between the two chunks, as a preempted copying thread would.
+        let stall = dev.chunks[8].write();
+        let snap = {
+            let dev = dev.clone();
+            std::thread::spawn(move || dev.image_bytes())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let writer = {
+            let dev = dev.clone();
+            std::thread::spawn(move || -> DevResult<()> {
+                dev.write_block(home, pattern(1), WriteTag::default())?;
+                dev.write_block(sb, pattern(2), WriteTag::default())
+            })
+        };
+        // Without the snapshot both writes land while the copy is stalled; with it they wait.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(stall);
+        let img = snap.join().expect("snapshot thread");
+        writer.join().expect("writer thread")?;
+        let block = |b: u64| &img[b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE];
+        let has_home = block(home) == &pattern(1)[..];
+        let has_sb = block(sb) == &pattern(2)[..];
+        assert!(has_home || !has_sb, "the image holds the later write without the earlier one");
         Ok(())
     }
 
