@@ -565,6 +565,10 @@ pub(crate) fn rename(
     let tid = tx.stop()?;
     g1.datasync_tid = tid;
     sg.datasync_tid = tid;
+    // fdatasync of either parent (dbench's --sync-dir) must make the rename durable.
+    if let Some(g) = g2.as_mut() {
+        g.datasync_tid = tid;
+    }
     if evict {
         // The replaced name was the victim's last link and nothing holds it open.
         drop(g1);
