@@ -584,20 +584,28 @@ mod tests {
         Ok(())
     }
 
+    /// A new O_DIRECT image of `blocks` blocks, or `None` (with a message) where the file
+    /// system under the temp dir does not support O_DIRECT.
+    fn open_direct(path: &std::path::Path, blocks: u64) -> DevResult<Option<FileDevice>> {
+        let opts = FileDeviceOptions {
+            direct: true,
+            read_only: false,
+            create_size: Some(blocks * BLOCK_SIZE as u64),
+        };
+        match FileDevice::open(path, opts) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.errno() == libc::EINVAL => {
+                println!("skipping O_DIRECT test: {} does not support O_DIRECT ({e})", path.display());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     #[test]
     fn direct_io_batch() -> DevResult<()> {
         let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
-        let path = dir.path().join("img");
-        let opts =
-            FileDeviceOptions { direct: true, read_only: false, create_size: Some(64 * BLOCK_SIZE as u64) };
-        let dev = match FileDevice::open(&path, opts) {
-            Ok(d) => d,
-            Err(e) if e.errno() == libc::EINVAL => {
-                println!("skipping O_DIRECT test: {} does not support O_DIRECT ({e})", path.display());
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
+        let Some(dev) = open_direct(&dir.path().join("img"), 64)? else { return Ok(()) };
         let spec = [(2, 2, false), (4, 3, false), (9, 1, false), (10, 1, true)];
         let tickets = dev.submit_batch(batch(&spec))?;
         assert_eq!(tickets.len(), 4);
@@ -636,16 +644,7 @@ mod tests {
     fn direct_io_round_trip() -> DevResult<()> {
         let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
         let path = dir.path().join("img");
-        let opts =
-            FileDeviceOptions { direct: true, read_only: false, create_size: Some(256 * BLOCK_SIZE as u64) };
-        let dev = match FileDevice::open(&path, opts) {
-            Ok(d) => d,
-            Err(e) if e.errno() == libc::EINVAL => {
-                println!("skipping O_DIRECT test: {} does not support O_DIRECT ({e})", path.display());
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
+        let Some(dev) = open_direct(&path, 256)? else { return Ok(()) };
         assert!(dev.is_direct());
         let tickets: Vec<IoTicket> = (0..32u64)
             .map(|i| {

@@ -14,14 +14,7 @@
 use cjfs_journal::JournalConfig;
 use cjfs_lab::crash::{self, Bugs, CrashConfig, Suite, Summary, Workload};
 
-fn e2fsck_or_skip() -> bool {
-    if crash::check::e2fsck_available() {
-        true
-    } else {
-        eprintln!("e2fsck is not installed: the crash harness tests need it; skipping");
-        false
-    }
-}
+use crash::check::e2fsck_or_skip;
 
 #[test]
 fn ci_subset_every_mode() {

@@ -15,14 +15,7 @@ use std::path::Path;
 
 use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, replay, workloads};
 
-fn e2fsck_or_skip() -> bool {
-    if crash::check::e2fsck_available() {
-        true
-    } else {
-        eprintln!("e2fsck is not installed: the crash harness tests need it; skipping");
-        false
-    }
-}
+use crash::check::e2fsck_or_skip;
 
 /// Run `wl` under `bugs` and save its first violation in `dir`.
 fn first_failure(wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {

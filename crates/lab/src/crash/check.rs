@@ -139,12 +139,7 @@ impl Scratch {
     /// Make file `a` hold `base` with `changed` blocks.
     fn write_a(&mut self, base: &Arc<Vec<u8>>, changed: &BTreeMap<u64, BlockBuf>) -> Result<(), String> {
         let err = |e: std::io::Error| format!("scratch image {}: {e}", self.a.display());
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.a)
-            .map_err(err)?;
+        let mut f = open_scratch(&self.a).map_err(err)?;
         let mut stale: BTreeSet<u64> = match self.a_state.take() {
             Some((k, dirty)) if Arc::ptr_eq(&k, base) => dirty,
             _ => {
@@ -168,14 +163,14 @@ impl Scratch {
 
     fn write_b(&mut self, img: &[u8]) -> Result<(), String> {
         let err = |e: std::io::Error| format!("scratch image {}: {e}", self.b.display());
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.b)
-            .map_err(err)?;
+        let mut f = open_scratch(&self.b).map_err(err)?;
         write_sparse(&mut f, img).map_err(err)
     }
+}
+
+/// Open (creating if needed, not truncating) a scratch image file for writing.
+fn open_scratch(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)
 }
 
 /// Rewrite `f` to hold `img`, writing only its non-zero 64 KiB chunks.
@@ -202,6 +197,16 @@ impl Drop for Scratch {
 /// Whether `e2fsck` can be run.
 pub fn e2fsck_available() -> bool {
     Command::new("e2fsck").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
+/// For tests: whether `e2fsck` can be run, saying visibly that the test is skipped if not.
+pub fn e2fsck_or_skip() -> bool {
+    if e2fsck_available() {
+        true
+    } else {
+        eprintln!("e2fsck is not installed: the crash harness tests need it; skipping");
+        false
+    }
 }
 
 /// Run e2fsck on an image file; returns (exit code, last lines of output).
