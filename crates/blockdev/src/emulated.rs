@@ -516,6 +516,13 @@ impl BlockDevice for EmulatedSsd {
             let mut t = self.timing.lock();
             (t.max_deadline, std::mem::take(&mut t.dirty_bytes))
         };
+        if !self.fail_next_flush.load(Ordering::SeqCst) {
+            // One sleep for the writes still in flight and the flush itself (one spinning
+            // tail, not two).
+            let start = wait_until.max(std::time::Instant::now());
+            precise_sleep_until(start + self.preset.flush_cost(dirty));
+            return Ok(());
+        }
         precise_sleep_until(wait_until);
         if self.fail_next_flush.swap(false, Ordering::SeqCst) {
             let e = DevError::Injected("flush".to_string());

@@ -26,7 +26,10 @@ pub use emulated::{EmulatedSsd, SsdPreset};
 pub use error::{DevError, DevResult};
 pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions};
 pub use recorder::{RecordedOp, Recorder, RecorderLog};
-pub use timing::{SPIN_TAIL, precise_sleep, precise_sleep_until, set_low_timer_slack};
+pub use timing::{
+    MIN_SPIN_TAIL, SPIN_TAIL, precise_sleep, precise_sleep_until, raise_io_thread_priority,
+    set_low_timer_slack,
+};
 
 /// Size of every block, in bytes.
 pub const BLOCK_SIZE: usize = 4096;

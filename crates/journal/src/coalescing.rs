@@ -16,25 +16,103 @@
 //! out of versions, and no fsync waits longer for it.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{JResult, JournalError};
 use crate::journal::JournalInner;
 use crate::transaction::{Transaction, TxState};
 
 /// Longest a paced commit waits before looking again (a backstop: the flush thread wakes it).
-pub(crate) const PACE_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+pub(crate) const PACE_WAIT: Duration = Duration::from_millis(2);
 
-/// Whether the commit thread should leave the requested transaction `t` Running for now:
-/// coalescing and compound flush are on, a committed transaction is still queued for the
-/// flush thread, and `t` is not filling up.
-pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> bool {
-    j.config.coalescing
+/// Slack for the wake-up of a paced commit thread (timer lateness).
+const PACE_SLACK: Duration = Duration::from_micros(30);
+
+/// How long the commit thread should leave the requested transaction `t` Running for now
+/// (`None`: commit it now). It is paced while coalescing and compound flush are on, a
+/// committed transaction is still queued for the flush thread, and `t` is not filling up,
+/// until the flush in progress is about to end: then a commit started now is handed over
+/// just as the flush thread takes the queue, so it joins that group without the flush
+/// thread idling for it.
+pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> Option<Duration> {
+    if !(j.config.coalescing
         && j.config.dual_thread
         && j.config.compound_flush > 1
         && j.flush_pending.load(Ordering::Relaxed) > 0
-        && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2
+        && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2)
+    {
+        return None;
+    }
+    let Some(end) = j.timing.flush_expected_end() else { return Some(PACE_WAIT) };
+    let start_by = end.checked_sub(j.timing.commit_estimate() + PACE_SLACK)?;
+    let now = Instant::now();
+    if now >= start_by { None } else { Some((start_by - now).min(PACE_WAIT)) }
+}
+
+/// Running estimates of how long a flush and a commit take, and when the flush in progress
+/// started, for commit pacing. All fields are atomics (no lock).
+#[derive(Debug)]
+pub(crate) struct PaceTiming {
+    /// Reference point for the nanosecond fields.
+    epoch: Instant,
+    /// When the flush in progress started (ns since `epoch` + 1), or 0 when none is.
+    flush_started: AtomicU64,
+    /// Moving average of a device flush, in ns.
+    flush_ns: AtomicU64,
+    /// Moving average of a commit from lock-up to hand-over, in ns.
+    commit_ns: AtomicU64,
+}
+
+impl PaceTiming {
+    pub(crate) fn new() -> Self {
+        PaceTiming {
+            epoch: Instant::now(),
+            flush_started: AtomicU64::new(0),
+            flush_ns: AtomicU64::new(0),
+            commit_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64 + 1
+    }
+
+    /// A device flush starts now.
+    pub(crate) fn flush_started(&self) {
+        self.flush_started.store(self.ns(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// The flush ended after `took`.
+    pub(crate) fn flush_ended(&self, took: Duration) {
+        self.flush_started.store(0, Ordering::Relaxed);
+        ewma(&self.flush_ns, took);
+    }
+
+    /// A commit took `took` from lock-up to hand-over.
+    pub(crate) fn commit_took(&self, took: Duration) {
+        ewma(&self.commit_ns, took);
+    }
+
+    fn commit_estimate(&self) -> Duration {
+        Duration::from_nanos(self.commit_ns.load(Ordering::Relaxed))
+    }
+
+    /// When the flush in progress is expected to end (`None` if no flush is in progress).
+    fn flush_expected_end(&self) -> Option<Instant> {
+        let s = self.flush_started.load(Ordering::Relaxed);
+        if s == 0 {
+            return None;
+        }
+        Some(self.epoch + Duration::from_nanos(s - 1 + self.flush_ns.load(Ordering::Relaxed)))
+    }
+}
+
+/// Moving average with weight 1/8 for the new sample.
+fn ewma(a: &AtomicU64, d: Duration) {
+    let x = d.as_nanos() as u64;
+    let cur = a.load(Ordering::Relaxed);
+    a.store(if cur == 0 { x } else { cur - cur / 8 + x / 8 }, Ordering::Relaxed);
 }
 
 /// How many of `tx`'s buffers need a version when none is left (a transaction conflict).
@@ -98,7 +176,7 @@ pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
         }
         {
             let mut g = j.updates_lock.lock();
-            while tx.updates.load(Ordering::Acquire) > 0 {
+            while tx.updates.load(Ordering::SeqCst) > 0 {
                 j.updates_cv.wait(&mut g);
             }
         }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use cjfs_blockdev::{BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, set_low_timer_slack};
+use cjfs_blockdev::{
+    BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, raise_io_thread_priority, set_low_timer_slack,
+};
 
 use crate::buffer::{Buffer, Tid};
 use crate::config::JournalKind;
@@ -18,6 +20,7 @@ use crate::transaction::{Transaction, TxState};
 /// Body of the commit thread.
 pub(crate) fn commit_thread(j: Arc<JournalInner>) {
     set_low_timer_slack();
+    raise_io_thread_priority();
     while let Some(tx) = next_to_commit(&j) {
         let _g = j.commit_lock.lock();
         // An inline committer may have taken it meanwhile.
@@ -65,8 +68,8 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
             let requested = st.commit_request >= t.tid || t.sync.load(Ordering::Relaxed);
-            if requested && crate::coalescing::pace(j, &t) {
-                j.commit_cv.wait_for(&mut st, crate::coalescing::PACE_WAIT);
+            if requested && let Some(wait) = crate::coalescing::pace(j, &t) {
+                j.commit_cv.wait_for(&mut st, wait);
                 continue;
             }
             if requested || (has_work && age >= j.config.commit_interval) {
@@ -103,6 +106,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         tx.set_state(TxState::Committing);
         if st.running.as_ref().is_some_and(|r| r.tid == tx.tid) {
             st.running = None;
+            j.running_fast.store(None);
         }
         st.committing.push_back(tx.clone());
         st.committing.len() as u64
@@ -172,6 +176,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         handed: Instant::now(),
         revoked,
     };
+    j.timing.commit_took(t_lock.elapsed());
     if j.config.dual_thread {
         let mut q = j.flush_queue.lock();
         q.push_back(job);

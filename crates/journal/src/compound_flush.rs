@@ -39,17 +39,15 @@ pub(crate) fn next_group(j: &Arc<JournalInner>) -> Option<Vec<FlushJob>> {
             continue;
         }
         j.flush_pending.store(0, Ordering::Relaxed);
-        // A later transaction being committed (or about to be, now that pacing lets it go)
-        // joins the group if it is handed over soon; otherwise flush what we have.
+        // A later transaction already being committed joins the group if it is handed over
+        // soon; otherwise flush what we have. (One merely requested is not waited for: a
+        // paced commit was let go before this flush ended, see `coalescing::pace`, and
+        // waiting for a commit not yet begun would idle the device for most of a commit.)
         let last = group.last().map(|g| g.tx.tid).unwrap_or(0);
         let more = {
             let st = j.state.lock();
             st.committing.iter().any(|t| t.tid > last)
-                || st.running.as_ref().is_some_and(|t| {
-                    t.state() == TxState::Locked
-                        || st.commit_request >= t.tid
-                        || t.sync.load(Ordering::Relaxed)
-                })
+                || st.running.as_ref().is_some_and(|t| t.state() == TxState::Locked)
         };
         // Under `state` above, so a paced commit thread cannot miss this wake-up.
         j.commit_cv.notify_all();

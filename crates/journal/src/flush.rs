@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use cjfs_blockdev::{BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, set_low_timer_slack};
+use cjfs_blockdev::{
+    BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, raise_io_thread_priority, set_low_timer_slack,
+};
 
 use crate::buffer::Buffer;
 use crate::config::JournalKind;
@@ -44,6 +46,7 @@ pub(crate) struct FlushJob {
 /// Body of the flush thread.
 pub(crate) fn flush_thread(j: Arc<JournalInner>) {
     set_low_timer_slack();
+    raise_io_thread_priority();
     while let Some(group) = crate::compound_flush::next_group(&j) {
         let tid = group.first().map(|g| g.tx.tid).unwrap_or(0);
         if let Err(e) = complete_group(&j, group) {
@@ -56,7 +59,9 @@ pub(crate) fn flush_thread(j: Arc<JournalInner>) {
 pub(crate) fn flush(j: &JournalInner) -> JResult<()> {
     j.stats.flushes.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
+    j.timing.flush_started();
     let r = j.dev.flush().map_err(JournalError::from);
+    j.timing.flush_ended(t0.elapsed());
     j.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     r
 }
@@ -222,8 +227,10 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
         st.committing.retain(|t| t.tid != tid);
         if st.durable < tid {
             st.durable = tid;
+            j.durable_fast.store(tid, Ordering::Release);
         }
     }
+    job.tx.set_done();
     j.stats.transactions.fetch_add(1, Ordering::Relaxed);
     j.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.done_cv.notify_all();

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -55,7 +55,8 @@ pub(crate) struct JournalInner {
     pub commit_cv: Condvar,
     /// Wakes starters waiting for a Locked transaction to switch.
     pub locked_cv: Condvar,
-    /// Wakes callers waiting for durability.
+    /// Wakes the journal's own threads waiting for some transaction to become durable
+    /// (callers waiting for a given transaction sleep on its `done_cv`).
     pub done_cv: Condvar,
     /// Pairs with `updates_cv`.
     pub updates_lock: Mutex<()>,
@@ -81,6 +82,19 @@ pub(crate) struct JournalInner {
     pub flush_pending: std::sync::atomic::AtomicUsize,
     /// Wakes the checkpoint thread.
     pub checkpoint_cv: Condvar,
+    /// The running transaction as `state.running` holds it, for the lock-free handle start
+    /// (JBD2 takes its state lock shared there; a user-space mutex taken by every handle
+    /// is a convoy as soon as a holder is preempted). Written only under `state`.
+    pub running_fast: arc_swap::ArcSwapOption<Transaction>,
+    /// `state.aborted.is_some() || state.shutdown`, for the fast paths. Written under `state`.
+    pub closed: AtomicBool,
+    /// `state.durable`, for the fast paths. Written under `state`.
+    pub durable_fast: AtomicU64,
+    /// Highest transaction `request_commit` was called for (never behind `state`'s
+    /// `commit_request` for those calls; the state field stays authoritative).
+    pub commit_request_fast: AtomicU64,
+    /// Flush and commit time estimates for commit pacing (atomics).
+    pub timing: crate::coalescing::PaceTiming,
     /// Largest transaction, in blocks.
     pub max_tx_blocks: u32,
     /// Shadow pages for versions.
@@ -90,6 +104,10 @@ pub(crate) struct JournalInner {
 impl JournalInner {
     /// The abort cause, if the journal aborted.
     pub fn aborted(&self) -> Option<String> {
+        // Hot (every first write access to a buffer): no state lock unless closed.
+        if !self.closed.load(Ordering::Acquire) {
+            return None;
+        }
         self.state.lock().aborted.clone()
     }
 
@@ -100,8 +118,9 @@ impl JournalInner {
             log::error!("journal aborted: {cause}");
             st.aborted = Some(cause);
         }
+        self.closed.store(true, Ordering::SeqCst);
         drop(st);
-        self.done_cv.notify_all();
+        self.wake_all_waiters();
         self.locked_cv.notify_all();
         self.commit_cv.notify_all();
         self.flush_cv.notify_all();
@@ -119,6 +138,11 @@ impl JournalInner {
 
     /// Ask for `tid` to be committed (no wait).
     pub fn request_commit(&self, tid: Tid) {
+        // Only the first request for a transaction takes the state lock (many fsyncs share
+        // one transaction under load).
+        if self.commit_request_fast.fetch_max(tid, Ordering::AcqRel) >= tid {
+            return;
+        }
         let mut st = self.state.lock();
         if st.commit_request < tid {
             st.commit_request = tid;
@@ -130,7 +154,7 @@ impl JournalInner {
     /// Commit `tid` (if not yet) and wait until it is durable.
     pub fn commit_wait(self: &Arc<Self>, tid: Tid) -> JResult<()> {
         if !self.config.dual_thread
-            && self.state.lock().durable < tid
+            && self.durable_fast.load(Ordering::Acquire) < tid
             && crate::commit::commit_inline(self, tid)?
         {
             self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
@@ -143,18 +167,107 @@ impl JournalInner {
     /// Wait until `tid` is durable.
     pub fn wait(&self, tid: Tid) -> JResult<()> {
         self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
-        let mut st = self.state.lock();
-        loop {
-            if st.durable >= tid {
-                return Ok(());
+        if self.durable_fast.load(Ordering::Acquire) >= tid {
+            return Ok(());
+        }
+        // Usually the running transaction: found without the state lock.
+        let tx = match self.running_fast.load_full().filter(|t| t.tid == tid) {
+            Some(t) => Some(t),
+            None => {
+                let st = self.state.lock();
+                if st.durable >= tid {
+                    return Ok(());
+                }
+                self.closed_error(&st)?;
+                st.committing
+                    .iter()
+                    .find(|t| t.tid == tid)
+                    .or(st.running.as_ref().filter(|t| t.tid == tid))
+                    .cloned()
             }
-            if let Some(a) = &st.aborted {
-                return Err(JournalError::Aborted(a.clone()));
+        };
+        let Some(tx) = tx else {
+            // Not a transaction we know of (not opened yet): wait on the journal's condition.
+            let mut st = self.state.lock();
+            while st.durable < tid {
+                self.closed_error(&st)?;
+                self.done_cv.wait(&mut st);
             }
-            if st.shutdown {
-                return Err(JournalError::Shutdown);
+            return Ok(());
+        };
+        let mut done = tx.done.lock();
+        while !*done {
+            if self.closed.load(Ordering::SeqCst) {
+                drop(done);
+                let st = self.state.lock();
+                if st.durable >= tid {
+                    return Ok(());
+                }
+                self.closed_error(&st)?;
+                done = tx.done.lock();
+                continue;
             }
-            self.done_cv.wait(&mut st);
+            tx.done_cv.wait(&mut done);
+        }
+        Ok(())
+    }
+
+    /// The error for an aborted or shut-down journal, if it is.
+    fn closed_error(&self, st: &JState) -> JResult<()> {
+        if let Some(a) = &st.aborted {
+            return Err(JournalError::Aborted(a.clone()));
+        }
+        if st.shutdown {
+            return Err(JournalError::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Wake every caller waiting for a transaction (abort, shutdown). Takes `state`, then
+    /// each transaction's `done`.
+    pub fn wake_all_waiters(&self) {
+        let txs: Vec<Arc<Transaction>> = {
+            let st = self.state.lock();
+            st.committing.iter().chain(st.running.iter()).cloned().collect()
+        };
+        for t in txs {
+            t.wake_waiters();
+        }
+        self.done_cv.notify_all();
+    }
+
+    /// Lock-free handle start: join the running transaction if it is Running and has room.
+    /// `None` sends the caller to the locked path (no running transaction, Locked, full,
+    /// closed).
+    fn try_start_fast(self: &Arc<Self>, credits: u32) -> Option<Handle> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let tx = self.running_fast.load_full()?;
+        if tx.state() != TxState::Running {
+            return None;
+        }
+        tx.updates.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the lock-up's store of Locked then read of `updates` (both SeqCst):
+        // either it sees this update and waits for it, or this sees Locked and backs off.
+        if tx.state() != TxState::Running || self.closed.load(Ordering::SeqCst) {
+            self.undo_update(&tx);
+            return None;
+        }
+        let have = tx.credits.fetch_add(credits, Ordering::AcqRel);
+        if have > 0 && have + credits > self.max_tx_blocks {
+            tx.credits.fetch_sub(credits, Ordering::AcqRel);
+            self.undo_update(&tx);
+            return None;
+        }
+        tx.handles.fetch_add(1, Ordering::Relaxed);
+        self.stats.handles.fetch_add(1, Ordering::Relaxed);
+        Some(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() })
+    }
+
+    fn undo_update(&self, tx: &Transaction) {
+        if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.updates_done();
         }
     }
 
@@ -162,6 +275,9 @@ impl JournalInner {
     pub fn start(self: &Arc<Self>, credits: u32) -> JResult<Handle> {
         if credits > self.max_tx_blocks {
             return Err(JournalError::TooManyCredits { wanted: credits, max: self.max_tx_blocks });
+        }
+        if let Some(h) = self.try_start_fast(credits) {
+            return Ok(h);
         }
         let mut st = self.state.lock();
         loop {
@@ -174,7 +290,9 @@ impl JournalInner {
             if st.running.is_none() {
                 let tid = st.next_tid;
                 st.next_tid += 1;
-                st.running = Some(Arc::new(Transaction::new(tid)));
+                let t = Arc::new(Transaction::new(tid));
+                self.running_fast.store(Some(t.clone()));
+                st.running = Some(t);
                 // The commit thread is not woken: its timed sleep, armed when nothing or an
                 // older transaction was running, ends before this one is due and re-arms for
                 // it. A wake-up here would cost every first handle a cross-core futex wake.
@@ -200,7 +318,7 @@ impl JournalInner {
                 continue;
             }
             tx.credits.fetch_add(credits, Ordering::Relaxed);
-            tx.updates.fetch_add(1, Ordering::AcqRel);
+            tx.updates.fetch_add(1, Ordering::SeqCst);
             tx.handles.fetch_add(1, Ordering::Relaxed);
             drop(st);
             self.stats.handles.fetch_add(1, Ordering::Relaxed);
@@ -273,6 +391,11 @@ impl Journal {
             flush_queue: Mutex::new(VecDeque::new()),
             flush_cv: Condvar::new(),
             checkpoint_cv: Condvar::new(),
+            running_fast: arc_swap::ArcSwapOption::empty(),
+            timing: crate::coalescing::PaceTiming::new(),
+            closed: AtomicBool::new(false),
+            durable_fast: AtomicU64::new(first_tid - 1),
+            commit_request_fast: AtomicU64::new(first_tid - 1),
             max_tx_blocks,
             shadow: crate::shadow::ShadowPool::new(config_shadow),
         });
@@ -326,6 +449,9 @@ impl Journal {
 
     /// Id of the running transaction, or of the last one if none is running.
     pub fn current_tid(&self) -> Tid {
+        if let Some(t) = self.inner.running_fast.load().as_ref() {
+            return t.tid;
+        }
         let st = self.inner.state.lock();
         match &st.running {
             Some(t) => t.tid,
@@ -335,7 +461,7 @@ impl Journal {
 
     /// Highest durable transaction id.
     pub fn durable_tid(&self) -> Tid {
-        self.inner.state.lock().durable
+        self.inner.durable_fast.load(Ordering::Acquire)
     }
 
     /// Write every committed block home and free the log.
@@ -391,6 +517,7 @@ impl Journal {
         {
             let mut st = self.inner.state.lock();
             st.shutdown = true;
+            self.inner.closed.store(true, Ordering::SeqCst);
         }
         self.inner.commit_cv.notify_all();
         {
@@ -402,7 +529,7 @@ impl Journal {
             self.inner.flush_cv.notify_all();
         }
         self.inner.checkpoint_cv.notify_all();
-        self.inner.done_cv.notify_all();
+        self.inner.wake_all_waiters();
         self.inner.locked_cv.notify_all();
         for t in self.threads.lock().drain(..) {
             let _ = t.join();

@@ -15,12 +15,20 @@
 //! 4. `Buffer::jstate` (one buffer at a time);
 //! 5. `Transaction::lists`;
 //! 6. `JournalInner::commit_lock` → `checkpoint_lock` → `sb_write` → `log` →
-//!    `flush_queue` → `state` (`updates_lock`, `checkpoint_list` are leaves);
+//!    `flush_queue` → `state` (`updates_lock`, `checkpoint_list` and `Transaction::done`
+//!    are leaves);
 //! 7. `Buffer::data` (the live image; never held while calling into the journal for
 //!    writing, the commit path takes it for reading under `jstate`).
 //!
 //! No lock is held across device I/O except `checkpoint_lock`, `sb_write` and a buffer's
 //! `data` while it is read in.
+//!
+//! The hot paths take no journal-wide lock: a handle joins the running transaction through
+//! `JournalInner::running_fast` and the transaction's atomics (the lock-up's store of
+//! Locked and a starter's increment of `updates` are sequentially consistent, so one of the
+//! two always sees the other), and a caller waiting for durability sleeps on its
+//! transaction's `done`. A user-space lock taken by every handle turns into a convoy as soon
+//! as a holder is preempted, which on a machine with fewer cores than threads is constant.
 
 pub mod area;
 pub mod buffer;

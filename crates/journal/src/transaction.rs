@@ -88,6 +88,12 @@ pub struct Transaction {
     pub(crate) lists: Mutex<TxLists>,
     /// When the transaction opened (for the commit timer).
     pub started: Instant,
+    /// Set when the transaction is durable. Lock: itself (a leaf lock, taken without any
+    /// other): callers waiting for this transaction sleep on it and never touch the
+    /// journal state lock, so making a transaction durable wakes only its own waiters.
+    pub(crate) done: Mutex<bool>,
+    /// Pairs with `done`.
+    pub(crate) done_cv: parking_lot::Condvar,
 }
 
 impl Transaction {
@@ -103,17 +109,33 @@ impl Transaction {
             ordered_count: AtomicU32::new(0),
             lists: Mutex::new(TxLists::default()),
             started: Instant::now(),
+            done: Mutex::new(false),
+            done_cv: parking_lot::Condvar::new(),
         }
     }
 
     /// Current state.
     pub fn state(&self) -> TxState {
-        TxState::from_u8(self.state.load(Ordering::Acquire))
+        TxState::from_u8(self.state.load(Ordering::SeqCst))
     }
 
-    /// Set the state (callers hold the journal state lock).
+    /// Set the state (callers hold the journal state lock). Sequentially consistent: the
+    /// lock-up stores Locked then reads `updates`, a lock-free starter adds to `updates`
+    /// then reads the state, so one of the two always sees the other.
     pub(crate) fn set_state(&self, s: TxState) {
-        self.state.store(s as u8, Ordering::Release);
+        self.state.store(s as u8, Ordering::SeqCst);
+    }
+
+    /// Mark durable and wake its waiters.
+    pub(crate) fn set_done(&self) {
+        *self.done.lock() = true;
+        self.done_cv.notify_all();
+    }
+
+    /// Wake its waiters without marking it durable (abort, shutdown: they look again).
+    pub(crate) fn wake_waiters(&self) {
+        let _g = self.done.lock();
+        self.done_cv.notify_all();
     }
 
     /// Whether the transaction has anything to commit.

@@ -112,9 +112,15 @@ fn main() {
             ns.store(0, Ordering::Relaxed);
             n.store(0, Ordering::Relaxed);
         }
+        let before = thread_cpu();
         let r = cjfs_lab::workloads::varmail::run(t.clone(), &cfg).expect("run");
+        let after = thread_cpu();
         let j = r.journal.expect("journal stats");
         let d = r.device.expect("device stats");
+        let used = |name: &str| after.get(name).unwrap_or(&0.0) - before.get(name).unwrap_or(&0.0);
+        let threads_cpu: Vec<String> =
+            after.keys().map(|k| format!("{k} {:.2}s", used(k))).filter(|s| !s.ends_with(" 0.00s")).collect();
+        println!("        thread cpu: {}", threads_cpu.join(", "));
         println!(
             "{p:>20} {threads}thr cpu {:.1}s: {:>8.0} ops/s fsync p50 {:>6.0}us mean {:>6.0}us p99 {:>6.0}us startwait {:.2}s confwait {:.2}s handle {:.0}us locked {:.0}us commit {:.0}us (queue {:.0}us flush {:.0}us) | tx {} h/tx {:.1} confl/tx {:.3} fl/fsync {:.2} tx/flush {:.2} coalesce {} inflight {:.2} qd {:.1}/{}",
             r.cpu_secs,
@@ -153,4 +159,23 @@ fn main() {
         }
         println!("{line}");
     }
+}
+
+/// CPU seconds used so far by this process's threads, summed by thread name.
+fn thread_cpu() -> std::collections::BTreeMap<String, f64> {
+    let mut m = std::collections::BTreeMap::new();
+    let tick = 100.0; // USER_HZ on Linux
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return m };
+    for e in dir.flatten() {
+        let p = e.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default().trim().to_string();
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: utime and stime are the 12th and 13th.
+        let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let t = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        *m.entry(name).or_insert(0.0) += t / tick;
+    }
+    m
 }
