@@ -50,9 +50,28 @@ pub fn zeroed_block() -> Box<[u8; BLOCK_SIZE]> {
 
 /// Copy a slice of exactly [`BLOCK_SIZE`] bytes into a shared block buffer.
 pub fn block_from_slice(data: &[u8]) -> BlockBuf {
-    let mut b = zeroed_block();
-    b.copy_from_slice(&data[..BLOCK_SIZE]);
-    Arc::from(b)
+    let src = &data[..BLOCK_SIZE];
+    let mut a = Arc::<[u8; BLOCK_SIZE]>::new_uninit();
+    // Filled in place: `Arc::from(Box)` would allocate twice and copy the block again.
+    if let Some(dst) = Arc::get_mut(&mut a) {
+        // SAFETY: `dst` is a fresh, uniquely owned allocation of BLOCK_SIZE bytes and `src`
+        // is BLOCK_SIZE bytes long; the regions cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), BLOCK_SIZE) };
+    }
+    // SAFETY: the only reference was written in full just above (`get_mut` cannot fail on
+    // a fresh `Arc`), and every byte pattern is a valid `[u8; N]`.
+    unsafe { a.assume_init() }
+}
+
+/// A fresh zeroed block buffer, allocated once (see [`block_from_slice`]).
+pub fn zeroed_buf() -> BlockBuf {
+    let mut a = Arc::<[u8; BLOCK_SIZE]>::new_uninit();
+    if let Some(dst) = Arc::get_mut(&mut a) {
+        // SAFETY: a fresh, uniquely owned allocation of BLOCK_SIZE bytes.
+        unsafe { std::ptr::write_bytes(dst.as_mut_ptr().cast::<u8>(), 0, BLOCK_SIZE) };
+    }
+    // SAFETY: fully written above; zero bytes are a valid `[u8; N]`.
+    unsafe { a.assume_init() }
 }
 
 /// What a written block is, where the writer knows it. The recorder keeps it with the

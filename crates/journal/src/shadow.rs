@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, zeroed_block};
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, zeroed_buf};
 use parking_lot::Mutex;
 
 use crate::buffer::Buffer;
@@ -23,10 +23,14 @@ pub struct ShadowPool {
     reused: AtomicU64,
 }
 
+/// Pages allocated when the pool is made; the rest of its capacity fills as versions come
+/// back (a mount then costs no more than this, whatever the capacity).
+pub const EAGER_PAGES: usize = 256;
+
 impl ShadowPool {
-    /// A pool with `n` pre-allocated pages (0 disables pooling).
+    /// A pool of up to `n` pages (0 disables pooling), [`EAGER_PAGES`] of them allocated now.
     pub fn new(n: usize) -> Self {
-        let free = (0..n).map(|_| BlockBuf::from(zeroed_block())).collect();
+        let free = (0..n.min(EAGER_PAGES)).map(|_| zeroed_buf()).collect();
         ShadowPool { free: Mutex::new(free), cap: n, reused: AtomicU64::new(0) }
     }
 
