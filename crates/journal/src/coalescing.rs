@@ -56,7 +56,8 @@ pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> Option<Duration> {
 pub(crate) struct PaceTiming {
     /// Reference point for the nanosecond fields.
     epoch: Instant,
-    /// When the flush in progress started (ns since `epoch` + 1), or 0 when none is.
+    /// When the group's last flush started or is expected to start (ns since `epoch` + 1),
+    /// or 0 when the flush thread is not flushing a group.
     flush_started: AtomicU64,
     /// Moving average of a device flush, in ns.
     flush_ns: AtomicU64,
@@ -78,14 +79,18 @@ impl PaceTiming {
         t.saturating_duration_since(self.epoch).as_nanos() as u64 + 1
     }
 
-    /// A device flush starts now.
-    pub(crate) fn flush_started(&self) {
-        self.flush_started.store(self.ns(Instant::now()), Ordering::Relaxed);
+    /// The flush thread starts the last `flushes` device flushes of a group now (2 on a
+    /// device without barriers: before and after the commit blocks; 1 with a barrier).
+    pub(crate) fn group_flushes_start(&self, flushes: u32) {
+        let ahead = self.flush_ns.load(Ordering::Relaxed) * u64::from(flushes.saturating_sub(1));
+        self.flush_started.store(self.ns(Instant::now()) + ahead, Ordering::Relaxed);
     }
 
-    /// The flush ended after `took`.
-    pub(crate) fn flush_ended(&self, took: Duration) {
-        self.flush_started.store(0, Ordering::Relaxed);
+    /// A device flush took `took`; `last` when it was the group's last one.
+    pub(crate) fn flush_ended(&self, took: Duration, last: bool) {
+        if last {
+            self.flush_started.store(0, Ordering::Relaxed);
+        }
         ewma(&self.flush_ns, took);
     }
 

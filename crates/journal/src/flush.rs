@@ -57,11 +57,15 @@ pub(crate) fn flush_thread(j: Arc<JournalInner>) {
 
 /// Flush the device, counting it; a failure aborts the journal.
 pub(crate) fn flush(j: &JournalInner) -> JResult<()> {
+    flush_step(j, true)
+}
+
+/// Flush the device; `last` when no other flush of this group follows (commit pacing).
+fn flush_step(j: &JournalInner, last: bool) -> JResult<()> {
     j.stats.flushes.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    j.timing.flush_started();
     let r = j.dev.flush().map_err(JournalError::from);
-    j.timing.flush_ended(t0.elapsed());
+    j.timing.flush_ended(t0.elapsed(), last);
     j.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     r
 }
@@ -143,7 +147,8 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             cjfs_blockdev::wait_all(tickets)?;
         } else {
             if !bugs.skip_preflush {
-                flush(j)?;
+                j.timing.group_flushes_start(2);
+                flush_step(j, false)?;
             }
             let mut tickets = Vec::with_capacity(commits.len());
             for (lblk, img, tid) in &commits {
@@ -156,12 +161,14 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             }
             cjfs_blockdev::wait_all(tickets)?;
         }
+        j.timing.group_flushes_start(1);
         flush(j)?;
     } else if dispatched
         || jobs
             .iter()
             .any(|jb| jb.had_data || (j.config.kind == JournalKind::None && !jb.versions.is_empty()))
     {
+        j.timing.group_flushes_start(1);
         flush(j)?;
     }
     j.stats.compound_groups.fetch_add(1, Ordering::Relaxed);
