@@ -35,6 +35,12 @@ pub struct JournalConfig {
     /// Let transaction n+1 commit while n is still flushing (dual-thread journaling). When
     /// false the commit thread waits for the previous transaction to be durable first (JBD2).
     pub dual_thread: bool,
+    /// Use dual-thread commit only on a device with a cache barrier; without one the commit
+    /// is serial. There every group must pay flush → commit blocks → flush anyway, so a second
+    /// thread adds a handoff and a flush that also writes back the next transaction's log
+    /// pages, and gains no overlap (varmail-shared at 32 threads on the file device: 0.90 ×
+    /// `jbd2` dual, 1.19 × serial). The other techniques stay on.
+    pub dual_thread_barrier_only: bool,
     /// Versions of one buffer that may be in flight at once (1 = JBD2's single frozen copy).
     pub max_versions: u32,
     /// Multi-version shadow paging (CJFS §4.2): the commit takes a copy of every buffer, so a
@@ -81,6 +87,7 @@ impl JournalConfig {
             name: "jbd2".into(),
             kind: JournalKind::Jbd2,
             dual_thread: false,
+            dual_thread_barrier_only: false,
             max_versions: 1,
             multi_version: false,
             release_on_log_write: true,
@@ -129,6 +136,7 @@ impl JournalConfig {
         JournalConfig {
             name: "cjfs".into(),
             dual_thread: true,
+            dual_thread_barrier_only: true,
             max_versions: 5,
             multi_version: true,
             release_on_log_write: false,

@@ -361,6 +361,11 @@ impl Journal {
             None => (log.capacity() / 4) as u32,
         }
         .max(16);
+        let mut config = config;
+        if config.dual_thread && config.dual_thread_barrier_only && !dev.caps().barrier {
+            log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
+            config.dual_thread = false;
+        }
         let config_shadow = config.shadow_pool;
         let inner = Arc::new(JournalInner {
             dev,
