@@ -9,11 +9,11 @@
 //! transaction waits for the versions while every new handle waits for it.
 //!
 //! The same opportunism applies before a conflict exists (`pace`): with compound flush,
-//! while a flush is in progress (or a committed transaction still waits for the flush
-//! thread), a transaction committed now could not be durable any sooner, so it stays
-//! Running and keeps absorbing operations until that flush is about to end; then it is
-//! committed in time to join the next flush group. Fewer, larger transactions are in
-//! flight, so hot buffers rarely run out of versions, and no fsync waits longer for it.
+//! while a committed transaction still waits for the flush thread, committing the next one
+//! now would only put it in the same queue, so it stays Running and keeps absorbing
+//! operations until the flush thread takes the queue; then it is committed in time to join
+//! that flush group. Fewer, larger transactions are in flight, so hot buffers rarely run
+//! out of versions, and no fsync waits longer for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,31 +26,25 @@ use crate::transaction::{Transaction, TxState};
 /// Longest a paced commit waits before looking again (a backstop: the flush thread wakes it).
 pub(crate) const PACE_WAIT: Duration = Duration::from_millis(2);
 
-/// Margin before the expected end of the flush for releasing a paced commit: the timer's
-/// lateness plus the spread of commit times (one that misses its group waits a whole flush).
-const PACE_SLACK: Duration = Duration::from_micros(120);
+/// Slack for the wake-up of a paced commit thread (timer lateness).
+const PACE_SLACK: Duration = Duration::from_micros(30);
 
 /// How long the commit thread should leave the requested transaction `t` Running for now
-/// (`None`: commit it now). With coalescing and compound flush on and `t` not filling up,
-/// a transaction committed now could not be durable before the flush in progress ends (nor
-/// before the flush thread takes what is already queued), so it stays Running and keeps
-/// absorbing operations until that flush is about to end: then a commit started now is
-/// handed over just as the flush thread takes the queue, and joins that group without the
-/// flush thread idling for it. With nothing queued and no flush in progress it commits at
-/// once.
+/// (`None`: commit it now). It is paced while coalescing and compound flush are on, a
+/// committed transaction is still queued for the flush thread, and `t` is not filling up,
+/// until the flush in progress is about to end: then a commit started now is handed over
+/// just as the flush thread takes the queue, so it joins that group without the flush
+/// thread idling for it.
 pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> Option<Duration> {
     if !(j.config.coalescing
         && j.config.dual_thread
         && j.config.compound_flush > 1
+        && j.flush_pending.load(Ordering::Relaxed) > 0
         && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2)
     {
         return None;
     }
-    let pending = j.flush_pending.load(Ordering::Relaxed) > 0;
-    let Some(end) = j.timing.flush_expected_end() else {
-        // No flush in progress: wait for the flush thread to take what is queued.
-        return if pending { Some(PACE_WAIT) } else { None };
-    };
+    let Some(end) = j.timing.flush_expected_end() else { return Some(PACE_WAIT) };
     let start_by = end.checked_sub(j.timing.commit_estimate() + PACE_SLACK)?;
     let now = Instant::now();
     if now >= start_by { None } else { Some((start_by - now).min(PACE_WAIT)) }
