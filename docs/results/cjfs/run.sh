@@ -6,8 +6,10 @@
 #
 #   docs/results/cjfs/run.sh                       # varmail-shared -> docs/results/cjfs/varmail-shared/
 #   THREADS=32 REPS=5 DURATION=5 docs/results/cjfs/run.sh
-#   WORKLOADS="varmail-split dbench oltp-insert" THREADS=10,20,40 MODES="jbd2 barrierfs cjfs" \
+#   WORKLOADS="varmail-split oltp-insert" THREADS=10,20,40 MODES="jbd2 barrierfs cjfs" \
 #     docs/results/cjfs/run.sh                     # one directory per workload
+#   WORKLOADS=dbench DURATION=10 THREADS=10,20,40 MODES="jbd2 barrierfs cjfs" docs/results/cjfs/run.sh
+#     (dbench needs 10 s: its T/5 warm-up must cover the load file's opening, see README)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
