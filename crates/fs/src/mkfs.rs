@@ -16,10 +16,9 @@
 
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, IoTicket, WriteRequest, WriteTag, zeroed_block,
+    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, IoTicket, WriteRequest, WriteTag, zeroed_block, zeroed_buf,
 };
 use cjfs_journal::JournalArea;
 
@@ -595,7 +594,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
 
     // ---- write ----
     let mut w = Writer::new(dev);
-    let zero: BlockBuf = Arc::from(zeroed_block());
+    let zero: BlockBuf = zeroed_buf();
     if !opts.assume_zeroed {
         for d in &descs {
             w.zero(d.inode_table, g.itb as u64, &zero)?;

@@ -57,9 +57,10 @@
 //!   half-written transaction `end` left in the log can never be mistaken for a new one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, WriteRequest, WriteTag, wait_all, zeroed_block,
+    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice, wait_all,
 };
 
 use crate::area::JournalArea;
@@ -623,12 +624,13 @@ fn for_each_batch(
     for chunk in by_log.chunks(WRITE_BATCH_BLOCKS) {
         let mut batch = Vec::with_capacity(chunk.len());
         for &(home, src) in chunk {
-            let mut b = zeroed_block();
-            b.copy_from_slice(reader.block(src.log_block)?);
-            if src.escaped {
-                unescape(&mut b[..]);
+            let mut b = block_from_slice(reader.block(src.log_block)?);
+            if src.escaped
+                && let Some(m) = Arc::get_mut(&mut b)
+            {
+                unescape(&mut m[..]);
             }
-            batch.push((home, BlockBuf::from(b)));
+            batch.push((home, b));
         }
         batch.sort_by_key(|(h, _)| *h);
         sink(batch)?;

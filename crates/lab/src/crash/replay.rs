@@ -298,7 +298,7 @@ impl EmbeddedRecording {
         }
         let ntable = r.u32()? as usize;
         let mut table: Vec<BlockBuf> = Vec::with_capacity(ntable.min(raw.len() / BLOCK_SIZE) + 1);
-        table.push(Arc::from(cjfs_blockdev::zeroed_block()));
+        table.push(cjfs_blockdev::zeroed_buf());
         for _ in 0..ntable {
             table.push(cjfs_blockdev::block_from_slice(r.take(BLOCK_SIZE)?));
         }
