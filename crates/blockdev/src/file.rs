@@ -4,7 +4,9 @@
 //!   write of several blocks is one `pwritev` straight from the block buffers.
 //! * `O_DIRECT` mode: writes are queued to a small pool of worker threads, so several are in
 //!   flight at once; each completes through a [`Completion`]. Buffers are copied into a
-//!   4096-aligned bounce buffer, as `O_DIRECT` requires.
+//!   4096-aligned bounce buffer, as `O_DIRECT` requires. A write overlapping one submitted
+//!   before it waits for it, and a read waits for earlier writes it overlaps (the device
+//!   contract: submission order per block, read-your-writes).
 //! * [`BlockDevice::submit_batch`] merges requests that are contiguous on the device into
 //!   one write.
 //! * [`BlockDevice::flush`] is `fdatasync`. A failed `fdatasync` **poisons** the device: the
@@ -90,13 +92,46 @@ struct Job {
 struct Queue {
     /// Protected by this mutex: pending jobs and the shutdown flag.
     state: Mutex<QueueState>,
-    /// Signalled when a job is queued or shutdown is requested.
+    /// Signalled when a job is queued or finishes, or shutdown is requested.
     cv: Condvar,
 }
 
 struct QueueState {
     jobs: VecDeque<Job>,
+    /// Byte ranges `[start, end)` being written by workers now.
+    busy: Vec<(u64, u64)>,
     shutdown: bool,
+}
+
+impl Job {
+    fn range(&self) -> (u64, u64) {
+        (self.offset, self.offset + (self.bufs.len() * BLOCK_SIZE) as u64)
+    }
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+impl QueueState {
+    /// The first queued job that overlaps no write in progress and no job queued before
+    /// it: writes to one block are applied in submission order, as with buffered I/O.
+    fn take_ready(&mut self) -> Option<Job> {
+        let mut ahead: Vec<(u64, u64)> = Vec::new();
+        for i in 0..self.jobs.len() {
+            let r = self.jobs[i].range();
+            if !self.busy.iter().chain(&ahead).any(|&b| overlaps(b, r)) {
+                return self.jobs.remove(i);
+            }
+            ahead.push(r);
+        }
+        None
+    }
+
+    /// Whether a write submitted earlier still covers part of `r` (queued or in progress).
+    fn pending_over(&self, r: (u64, u64)) -> bool {
+        self.busy.iter().any(|&b| overlaps(b, r)) || self.jobs.iter().any(|j| overlaps(j.range(), r))
+    }
 }
 
 struct WritePool {
@@ -342,7 +377,7 @@ fn pwritev_all(file: &File, bufs: &[BlockBuf], mut offset: u64) -> std::io::Resu
 impl WritePool {
     fn start(shared: &Arc<Shared>) -> DevResult<WritePool> {
         let queue = Arc::new(Queue {
-            state: Mutex::new(QueueState { jobs: VecDeque::new(), shutdown: false }),
+            state: Mutex::new(QueueState { jobs: VecDeque::new(), busy: Vec::new(), shutdown: false }),
             cv: Condvar::new(),
         });
         let mut pool = WritePool { queue, workers: Vec::with_capacity(DIRECT_WORKERS) };
@@ -361,7 +396,9 @@ impl WritePool {
 
     fn push(&self, job: Job) {
         self.queue.state.lock().jobs.push_back(job);
-        self.queue.cv.notify_one();
+        // All: a job blocked behind an overlapping one may be the only one some worker
+        // could take, and readers wait on the same condition.
+        self.queue.cv.notify_all();
     }
 }
 
@@ -383,10 +420,11 @@ fn worker(q: &Queue, s: &Shared) {
         let job = {
             let mut st = q.state.lock();
             loop {
-                if let Some(j) = st.jobs.pop_front() {
+                if let Some(j) = st.take_ready() {
+                    st.busy.push(j.range());
                     break Some(j);
                 }
-                if st.shutdown {
+                if st.shutdown && st.jobs.is_empty() {
                     break None;
                 }
                 q.cv.wait(&mut st);
@@ -395,6 +433,14 @@ fn worker(q: &Queue, s: &Shared) {
         let Some(job) = job else { return };
         let r = s.write_blocks(job.offset, &job.bufs, job.fua, &mut bounce);
         s.counters.write_completed();
+        {
+            let mut st = q.state.lock();
+            let range = job.range();
+            if let Some(i) = st.busy.iter().position(|&b| b == range) {
+                st.busy.swap_remove(i);
+            }
+        }
+        q.cv.notify_all();
         for d in &job.done {
             d.complete(r.clone());
         }
@@ -432,6 +478,14 @@ impl BlockDevice for FileDevice {
         self.shared.counters.record_read(count);
         let offset = block * BLOCK_SIZE as u64;
         let s = &self.shared;
+        if let Some(pool) = &self.pool {
+            // Read-your-writes: a block whose write is still queued would read stale.
+            let r = (offset, offset + buf.len() as u64);
+            let mut st = pool.queue.state.lock();
+            while st.pending_over(r) {
+                pool.queue.cv.wait(&mut st);
+            }
+        }
         if s.direct {
             let mut bounce = AlignedBuf::default();
             bounce.resize(count as usize);
@@ -614,6 +668,42 @@ mod tests {
         check_batch(&dev, &spec)?;
         let st = dev.stats();
         assert_eq!((st.writes, st.blocks_written, st.fua_writes), (3, 7, 1));
+        Ok(())
+    }
+
+    #[test]
+    fn direct_io_keeps_submission_order_per_block() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let Some(dev) = open_direct(&dir.path().join("img"), 64)? else { return Ok(()) };
+        for round in 0..20u8 {
+            // Overlapping writes of blocks 5..8 in flight together, the last one whole.
+            let mut tickets = Vec::new();
+            for k in 0..8u8 {
+                let v = round.wrapping_mul(8).wrapping_add(k);
+                let (block, n) = if k % 2 == 0 { (5, 3) } else { (6, 1) };
+                let bufs = (0..n).map(|_| pattern(v)).collect();
+                tickets.push(dev.submit(WriteRequest {
+                    block,
+                    bufs,
+                    tag: WriteTag::default(),
+                    fua: false,
+                })?);
+            }
+            let last = round.wrapping_mul(8).wrapping_add(8);
+            tickets.push(dev.submit(WriteRequest {
+                block: 5,
+                bufs: vec![pattern(last), pattern(last), pattern(last)],
+                tag: WriteTag::default(),
+                fua: false,
+            })?);
+            // Read before waiting: it must see every write submitted before it.
+            let mut b = vec![0u8; 3 * BLOCK_SIZE];
+            dev.read(5, &mut b)?;
+            for blk in b.chunks(BLOCK_SIZE) {
+                assert_eq!(blk, &pattern(last)[..], "round {round}");
+            }
+            wait_all(tickets)?;
+        }
         Ok(())
     }
 

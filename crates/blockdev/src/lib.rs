@@ -4,7 +4,10 @@
 //! asynchronously (several may be in flight, which is the queue depth the journaling
 //! papers measure), [`BlockDevice::flush`] makes every completed write durable,
 //! [`BlockDevice::barrier`] (optional) orders earlier writes before later ones without
-//! making them durable, and a FUA write is durable when it completes.
+//! making them durable, and a FUA write is durable when it completes. Two guarantees hold
+//! while writes are in flight: a read returns the data of every write submitted before
+//! it, and writes to one block are applied in the order they were submitted (a crash may
+//! still keep any subset of writes not yet flushed).
 //!
 //! Devices: [`FileDevice`] (image file or block device), [`EmulatedSsd`] (in memory, real
 //! time, latency model with named presets) and [`Recorder`] (wraps any device and logs

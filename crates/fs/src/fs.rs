@@ -4,7 +4,9 @@
 //! # Lock order (outer to inner)
 //!
 //! 1. `FsInner::rename_lock` (cross-directory renames only);
-//! 2. inode locks (`Inode::state`), several at once always in ascending inode number;
+//! 2. inode locks (`Inode::state`): a directory before anything in it; a rename's two
+//!    parents ancestor-first (else ascending inode number), then its two children
+//!    directory-first (else ascending inode number);
 //! 3. a journal handle (started after the inode locks, never while waiting for one);
 //! 4. `FsInner::orphan_lock`;
 //! 5. a group's allocator lock (`FsInner::groups[g]`), one group at a time;

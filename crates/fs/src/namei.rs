@@ -1,7 +1,8 @@
 //! Namespace operations: create, mkdir, mknod, symlink, link, unlink, rmdir, rename.
 //!
 //! Locking: parent before child; renames take `rename_lock` and order the two parents
-//! ancestor-first (else by inode number), then the children by inode number.
+//! ancestor-first (else by inode number), then the children directory-first (else by
+//! inode number).
 
 use std::sync::Arc;
 
@@ -454,14 +455,21 @@ pub(crate) fn rename(
         }
         return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
     }
-    // Children in inode order.
+    // Children: a directory before a non-directory (a directory is also a parent: an rmdir
+    // or unlink in it locks it, then a file that may be hard-linked here as the other
+    // child), else in inode order. Two directories here are never ancestor and descendant
+    // (checked above).
     let sn = fs.inodes.get(fs, src.ino)?;
     let dn = match dst {
         Some(d) => Some(fs.inodes.get(fs, d.ino)?),
         None => None,
     };
+    let dst_first = |d: &crate::dir::DirSlot| {
+        let d_is_dir = d.ftype == crate::ondisk::dirent::FT_DIR;
+        if d_is_dir != src_is_dir { d_is_dir } else { d.ino < src.ino }
+    };
     let (mut sg, mut dg) = match &dn {
-        Some(dn) if dn.ino < sn.ino => {
+        Some(dn) if dst.as_ref().is_some_and(dst_first) => {
             let d = dn.state.write();
             (sn.state.write(), Some(d))
         }

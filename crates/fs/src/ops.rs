@@ -73,38 +73,47 @@ impl Fs {
     /// Look `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         let pnode = self.node(parent)?;
+        if name == b".." {
+            let ino = self.parent_of(parent)?;
+            return self.getattr(ino);
+        }
         // Lock-free path: the names map is `Some` only for a live directory with an index.
-        if name != b"." && name != b".." {
-            let hit = pnode.names.0.read().as_ref().map(|m| m.get(name).map(|s| s.ino));
-            match hit {
-                Some(Some(ino)) => return self.getattr(ino),
+        // The name is read again after the attributes: between the two reads it may have
+        // been unlinked and its inode number reused by another file, whose attributes must
+        // not be returned under this name.
+        if name != b"." {
+            let read = || pnode.names.0.read().as_ref().map(|m| m.get(name).map(|s| s.ino));
+            match read() {
+                Some(Some(ino)) => {
+                    let attr = self.getattr(ino);
+                    if read() == Some(Some(ino)) {
+                        return attr;
+                    }
+                }
                 Some(None) => {
                     return Err(FsError::NotFound(String::from_utf8_lossy(name).into_owned()));
                 }
                 None => {}
             }
         }
-        let ino = {
-            let st = self.read_state(&pnode)?;
-            if !st.d.is_dir() {
-                return Err(FsError::NotDir(format!("inode {parent}")));
-            }
-            let found = if name == b"." {
-                Some(parent)
-            } else if st.dir.is_some() && name != b".." {
-                st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino))
-            } else {
-                drop(st);
-                let mut w = self.write_state(&pnode)?;
-                if name == b".." {
-                    drop(w);
-                    Some(self.parent_of(parent)?)
-                } else {
-                    dir::lookup(&self.inner, &mut w, name)?.map(|s| s.ino)
-                }
-            };
-            found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?
-        };
+        // Locked path: the directory stays locked while the child's attributes are read
+        // (parent before child, the lock order).
+        let st = self.read_state(&pnode)?;
+        if !st.d.is_dir() {
+            return Err(FsError::NotDir(format!("inode {parent}")));
+        }
+        if name == b"." {
+            return Ok(attr_of(&self.inner, parent, &st));
+        }
+        if st.dir.is_some() {
+            let found = st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino));
+            let ino = found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+            return self.getattr(ino);
+        }
+        drop(st);
+        let mut w = self.write_state(&pnode)?;
+        let found = dir::lookup(&self.inner, &mut w, name)?.map(|s| s.ino);
+        let ino = found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
         self.getattr(ino)
     }
 

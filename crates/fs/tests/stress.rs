@@ -488,3 +488,44 @@ fn stress_nojournal() {
 fn stress_data_journal() {
     stress("data=journal", MountOptions { data: DataMode::Journal, ..MountOptions::default() }, 3);
 }
+
+/// A rename of directory `a/dir` over file `b/file` (ENOTDIR) races an rmdir of
+/// `a/dir/link`, a hard link to `b/file`. The rmdir locks `dir` (its parent) and then the
+/// file; the rename must lock its two children in the same order (directory first), not
+/// by inode number (the file was made first, so its number is lower), or the two wait on
+/// each other forever.
+#[test]
+fn rename_and_rmdir_of_a_hard_link_do_not_deadlock() {
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let (_path, dev) = fresh_image(dir.path(), "links.img", 64);
+    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    let a = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).expect("mkdir a").ino;
+    let b = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).expect("mkdir b").ino;
+    let file = fs.create(b, b"file", 0o644, 0, 0).expect("create").ino;
+    let d = fs.mkdir(a, b"dir", 0o755, 0, 0).expect("mkdir dir").ino;
+    assert!(file < d, "the file must have the lower inode number ({file} vs {d})");
+    fs.link(file, d, b"link").expect("link");
+    let iterations = 20_000;
+    let (tx, rx) = mpsc::channel();
+    let f1 = fs.clone();
+    let tx1 = tx.clone();
+    std::thread::spawn(move || {
+        for _ in 0..iterations {
+            let r = f1.rename(a, b"dir", b, b"file", RenameFlags::default());
+            assert!(matches!(r, Err(FsError::NotDir(_))), "rename of a directory over a file: {r:?}");
+        }
+        let _ = tx1.send(());
+    });
+    let f2 = fs.clone();
+    std::thread::spawn(move || {
+        for _ in 0..iterations {
+            let r = f2.rmdir(d, b"link");
+            assert!(matches!(r, Err(FsError::NotDir(_))), "rmdir of a file: {r:?}");
+        }
+        let _ = tx.send(());
+    });
+    for _ in 0..2 {
+        rx.recv_timeout(Duration::from_secs(60)).expect("rename and rmdir deadlocked");
+    }
+    fs.unmount().expect("unmount");
+}

@@ -115,7 +115,6 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
     j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
-    let data_reqs = ordered_requests(j, &lists.ordered, tx.tid);
     let mut reqs = Vec::new();
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
@@ -139,8 +138,11 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     }
     // Ordered data and log blocks go to the device together before anything waits (JBD2
     // submits both, then waits); one batch lets the device merge the contiguous log run.
-    let n_data = data_reqs.len();
-    let mut tickets = j.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?;
+    let (n_data, mut tickets) = {
+        let _hw = j.home_write_lock.lock();
+        let data_reqs = ordered_requests(j, &lists.ordered, tx.tid);
+        (data_reqs.len(), j.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
+    };
     let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
     // Order-preserving dispatch (BarrierFS, CJFS): with a cache barrier the commit thread
     // sends the commit block right behind the transaction's blocks, without waiting for
@@ -230,10 +232,12 @@ pub(crate) fn write_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) ->
 }
 
 fn submit_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<Vec<IoTicket>> {
+    let _hw = j.home_write_lock.lock();
     Ok(j.dev.submit_batch(ordered_requests(j, bufs, tid))?)
 }
 
-/// The write requests for the dirty buffers among `bufs`, which are marked clean.
+/// The write requests for the dirty buffers among `bufs`, which are marked clean. The
+/// caller holds `home_write_lock` until the requests are submitted.
 fn ordered_requests(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> Vec<WriteRequest> {
     let mut writes = Vec::with_capacity(bufs.len());
     for b in bufs {

@@ -70,6 +70,10 @@ pub(crate) struct JournalInner {
     pub checkpoint_lock: Mutex<()>,
     /// Held by whoever runs a commit in serial modes (commit thread or an inline committer).
     pub commit_lock: Mutex<()>,
+    /// Held from taking a live image of data buffers until its writes are submitted (commit
+    /// and fdatasync), so two writes of one block reach the device in the order their
+    /// images were taken: an older image submitted last would overwrite the newer one.
+    pub home_write_lock: Mutex<()>,
     /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
     /// Lock: itself.
     pub checkpoint_list: Mutex<Vec<Arc<crate::buffer::Buffer>>>,
@@ -391,6 +395,7 @@ impl Journal {
             sb_write: Mutex::new(()),
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
+            home_write_lock: Mutex::new(()),
             checkpoint_list: Mutex::new(Vec::new()),
             flush_pending: std::sync::atomic::AtomicUsize::new(0),
             flush_queue: Mutex::new(VecDeque::new()),

@@ -20,8 +20,12 @@
 //! 7. `Buffer::data` (the live image; never held while calling into the journal for
 //!    writing, the commit path takes it for reading under `jstate`).
 //!
-//! No lock is held across device I/O except `checkpoint_lock`, `sb_write` and a buffer's
-//! `data` while it is read in.
+//! `home_write_lock` is held from taking data buffers' live images (each under its `jstate`,
+//! then `data` for reading) until their writes are submitted; the commit path takes it
+//! under `commit_lock`, fdatasync with no journal lock held.
+//!
+//! No lock is held across device I/O except `checkpoint_lock`, `sb_write`,
+//! `home_write_lock` (across submission only) and a buffer's `data` while it is read in.
 //!
 //! The hot paths take no journal-wide lock: a handle joins the running transaction through
 //! `JournalInner::running_fast` and the transaction's atomics (the lock-up's store of
