@@ -202,16 +202,10 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
         for blk in start..end {
             tx.h.revoke(blk)?;
         }
-    } else {
-        // Dead data is never written home: a stale write, from a list that still names the
-        // buffer (an fsync's, a commit's ordered list), could land after the block's next
-        // owner wrote it.
-        for blk in start..end {
-            if let Some(b) = fs.cache.peek(blk) {
-                b.jstate().dirty = false;
-            }
-        }
     }
+    // A freed data block stays dirty: a committing transaction whose metadata still maps it
+    // must write it before its commit record (data=ordered); it is dead only once this
+    // transaction is durable, and cannot be reused before then.
     Ok(())
 }
 
