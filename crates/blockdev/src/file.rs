@@ -117,15 +117,12 @@ impl QueueState {
     /// The first queued job that overlaps no write in progress and no job queued before
     /// it: writes to one block are applied in submission order, as with buffered I/O.
     fn take_ready(&mut self) -> Option<Job> {
-        let mut ahead: Vec<(u64, u64)> = Vec::new();
-        for i in 0..self.jobs.len() {
+        let i = (0..self.jobs.len()).find(|&i| {
             let r = self.jobs[i].range();
-            if !self.busy.iter().chain(&ahead).any(|&b| overlaps(b, r)) {
-                return self.jobs.remove(i);
-            }
-            ahead.push(r);
-        }
-        None
+            !self.busy.iter().any(|&b| overlaps(b, r))
+                && !self.jobs.range(..i).any(|j| overlaps(j.range(), r))
+        })?;
+        self.jobs.remove(i)
     }
 
     /// Whether a write submitted earlier still covers part of `r` (queued or in progress).

@@ -161,7 +161,10 @@ fn search_run(
 }
 
 /// Free `len` blocks from `start`. `revoke`: the blocks held journalled contents
-/// (metadata or data=journal data), whose logged copies must not be replayed.
+/// (metadata or data=journal data), whose logged copies must not be replayed. Freed data
+/// buffers stay dirty: a committing transaction whose metadata still maps them must write
+/// them before its commit record (data=ordered); they are dead only once this transaction
+/// is durable, and cannot be reused before then.
 pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -> FsResult<()> {
     let fs = tx.fs;
     let geo = &fs.geo;
@@ -203,9 +206,6 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
             tx.h.revoke(blk)?;
         }
     }
-    // A freed data block stays dirty: a committing transaction whose metadata still maps it
-    // must write it before its commit record (data=ordered); it is dead only once this
-    // transaction is durable, and cannot be reused before then.
     Ok(())
 }
 

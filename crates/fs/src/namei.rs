@@ -464,12 +464,12 @@ pub(crate) fn rename(
         Some(d) => Some(fs.inodes.get(fs, d.ino)?),
         None => None,
     };
-    let dst_first = |d: &crate::dir::DirSlot| {
+    let dst_first = dst.as_ref().is_some_and(|d| {
         let d_is_dir = d.ftype == crate::ondisk::dirent::FT_DIR;
         if d_is_dir != src_is_dir { d_is_dir } else { d.ino < src.ino }
-    };
+    });
     let (mut sg, mut dg) = match &dn {
-        Some(dn) if dst.as_ref().is_some_and(dst_first) => {
+        Some(dn) if dst_first => {
             let d = dn.state.write();
             (sn.state.write(), Some(d))
         }

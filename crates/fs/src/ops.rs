@@ -72,11 +72,12 @@ impl Fs {
 
     /// Look `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
-        let pnode = self.node(parent)?;
+        let not_found = || FsError::NotFound(String::from_utf8_lossy(name).into_owned());
         if name == b".." {
             let ino = self.parent_of(parent)?;
             return self.getattr(ino);
         }
+        let pnode = self.node(parent)?;
         // Lock-free path: the names map is `Some` only for a live directory with an index.
         // The name is read again after the attributes: between the two reads it may have
         // been unlinked and its inode number reused by another file, whose attributes must
@@ -90,9 +91,7 @@ impl Fs {
                         return attr;
                     }
                 }
-                Some(None) => {
-                    return Err(FsError::NotFound(String::from_utf8_lossy(name).into_owned()));
-                }
+                Some(None) => return Err(not_found()),
                 None => {}
             }
         }
@@ -107,14 +106,12 @@ impl Fs {
         }
         if st.dir.is_some() {
             let found = st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino));
-            let ino = found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
-            return self.getattr(ino);
+            return self.getattr(found.ok_or_else(not_found)?);
         }
         drop(st);
         let mut w = self.write_state(&pnode)?;
-        let found = dir::lookup(&self.inner, &mut w, name)?.map(|s| s.ino);
-        let ino = found.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
-        self.getattr(ino)
+        let slot = dir::lookup(&self.inner, &mut w, name)?.ok_or_else(not_found)?;
+        self.getattr(slot.ino)
     }
 
     fn parent_of(&self, ino: Ino) -> FsResult<Ino> {

@@ -625,10 +625,9 @@ fn for_each_batch(
         let mut batch = Vec::with_capacity(chunk.len());
         for &(home, src) in chunk {
             let mut b = block_from_slice(reader.block(src.log_block)?);
-            if src.escaped
-                && let Some(m) = Arc::get_mut(&mut b)
-            {
-                unescape(&mut m[..]);
+            if src.escaped {
+                // Never shared yet, so this does not copy.
+                unescape(&mut Arc::make_mut(&mut b)[..]);
             }
             batch.push((home, b));
         }

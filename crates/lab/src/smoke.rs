@@ -153,13 +153,18 @@ pub fn run(cfg: &SmokeConfig) -> std::io::Result<SmokeReport> {
         cjfs_fsync: cp,
         raw_fsync: rp,
         jbd2_floor: floor.percentiles(),
-        ratio_p50: if rp.p50 > 0.0 { ap.p50 / rp.p50 } else { 0.0 },
-        create_ratio_p50: if rp.p50 > 0.0 { cp.p50 / rp.p50 } else { 0.0 },
+        ratio_p50: ratio(ap.p50, rp.p50),
+        create_ratio_p50: ratio(cp.p50, rp.p50),
         varmail: res,
         journal: cfg.journal.name.clone(),
         flushes_per_fsync: jd.flushes as f64 / (2 * cfg.iterations.max(1)) as f64,
         commit_us: jd.commit_us_per_tx(),
     })
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
 }
 
 /// Print a report as a table.
@@ -174,31 +179,19 @@ pub fn print(r: &SmokeReport, cfg: &SmokeConfig) {
     println!();
     println!("(a) single thread, {} samples each, interleaved", r.cjfs_fsync.count);
     println!("{:<44} {:>10} {:>10} {:>10}", "latency (µs)", "p50", "p95", "p99");
-    println!(
-        "{:<44} {:>10.0} {:>10.0} {:>10.0}",
-        "cjfs 4 KiB append + fsync",
-        r.cjfs_append_fsync.p50,
-        r.cjfs_append_fsync.p95,
-        r.cjfs_append_fsync.p99
-    );
-    println!(
-        "{:<44} {:>10.0} {:>10.0} {:>10.0}",
-        "cjfs create + 4 KiB write + fsync", r.cjfs_fsync.p50, r.cjfs_fsync.p95, r.cjfs_fsync.p99
-    );
-    println!(
-        "{:<44} {:>10.0} {:>10.0} {:>10.0}",
-        "raw 4 KiB pwrite + fdatasync (same disk)", r.raw_fsync.p50, r.raw_fsync.p95, r.raw_fsync.p99
-    );
-    println!(
-        "{:<44} {:>10.0} {:>10.0} {:>10.0}",
-        "raw JBD2 commit pattern (2 flushes, floor)", r.jbd2_floor.p50, r.jbd2_floor.p95, r.jbd2_floor.p99
-    );
+    let row = |label: &str, p: &Percentiles| {
+        println!("{label:<44} {:>10.0} {:>10.0} {:>10.0}", p.p50, p.p95, p.p99);
+    };
+    row("cjfs 4 KiB append + fsync", &r.cjfs_append_fsync);
+    row("cjfs create + 4 KiB write + fsync", &r.cjfs_fsync);
+    row("raw 4 KiB pwrite + fdatasync (same disk)", &r.raw_fsync);
+    row("raw JBD2 commit pattern (2 flushes, floor)", &r.jbd2_floor);
     println!(
         "ratio cjfs/raw at p50: append + fsync {:.2}x, create + write + fsync {:.2}x   \
          (JBD2 floor {:.2}x; device flushes per fsync: {:.2})",
         r.ratio_p50,
         r.create_ratio_p50,
-        if r.raw_fsync.p50 > 0.0 { r.jbd2_floor.p50 / r.raw_fsync.p50 } else { 0.0 },
+        ratio(r.jbd2_floor.p50, r.raw_fsync.p50),
         r.flushes_per_fsync
     );
     println!();
