@@ -119,6 +119,8 @@ impl Scratch {
         let id = format!("{id}.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let dir =
             if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| remove_stale_scratch(&dir));
         let pid = std::process::id();
         Scratch {
             a: dir.join(format!("cjfs-crash-{pid}-{id}-a.img")),
@@ -222,6 +224,30 @@ fn write_sparse(f: &mut File, img: &[u8]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Remove scratch images left in `dir` by crash runs whose process is gone (a killed run
+/// cannot drop its `Scratch`). Only names of the form `cjfs-crash-PID-…` whose PID has no
+/// `/proc` entry are touched; without `/proc` nothing is removed.
+fn remove_stale_scratch(dir: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("cjfs-crash-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 impl Drop for Scratch {
@@ -565,4 +591,25 @@ fn new_work(
         ));
     }
     Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_scratch_of_dead_processes_only_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        // Above any possible pid_max (2^22), so never a live process.
+        let dead = dir.path().join("cjfs-crash-4000000000-0.1-a.img");
+        let live = dir.path().join(format!("cjfs-crash-{}-0.1-a.img", std::process::id()));
+        let other = dir.path().join("cjfs-crash-notapid-a.img");
+        for p in [&dead, &live, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        remove_stale_scratch(dir.path());
+        assert!(!dead.exists(), "a dead process's scratch image is removed");
+        assert!(live.exists(), "a live process's scratch image is kept");
+        assert!(other.exists(), "names that are not scratch images are kept");
+    }
 }
