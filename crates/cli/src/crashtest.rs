@@ -138,10 +138,11 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
         pb.finish_and_clear();
         if !a.json {
             eprintln!(
-                "{m}: {} workloads, {} crash states ({} unique), {} violations, {:.0} s — {}",
+                "{m}: {} workloads, {} crash states ({} unique, {} with several transactions in flight), {} violations, {:.0} s — {}",
                 summary.workloads,
                 summary.crash_states,
                 summary.unique_states,
+                summary.multi_tx_states,
                 summary.violations,
                 summary.seconds,
                 summary.verdict()

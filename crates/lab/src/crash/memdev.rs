@@ -3,13 +3,15 @@
 //! [`cjfs_blockdev::EmulatedSsd`] would copy the whole 16 MiB image), and the changed blocks
 //! are exactly what must be written to refresh an `e2fsck` scratch file.
 //!
-//! Writes are applied at submission and complete at once; flushes and barriers do nothing
-//! (durability is the recorder's business, not this device's). It reports a volatile cache
+//! Writes are applied at submission and complete at once; flushes and barriers change nothing
+//! (durability is the recorder's business, not this device's), though a flush may be given a
+//! duration ([`CowDevice::with_flush_delay`]) so that work overlaps it as on a disk. It reports a volatile cache
 //! and barrier support so every journal mode issues the flushes and barriers it would on a
 //! real disk.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cjfs_blockdev::{
     BLOCK_SIZE, BlockBuf, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
@@ -22,13 +24,22 @@ pub struct CowDevice {
     num_blocks: u64,
     /// Changed blocks. Lock: itself.
     blocks: RwLock<BTreeMap<u64, BlockBuf>>,
+    /// How long a flush takes (immutable).
+    flush_delay: Duration,
 }
 
 impl CowDevice {
     /// A device holding `base` with `blocks` changed.
     pub fn new(base: Arc<Vec<u8>>, blocks: BTreeMap<u64, BlockBuf>) -> CowDevice {
         let num_blocks = (base.len() / BLOCK_SIZE) as u64;
-        CowDevice { base, num_blocks, blocks: RwLock::new(blocks) }
+        CowDevice { base, num_blocks, blocks: RwLock::new(blocks), flush_delay: Duration::ZERO }
+    }
+
+    /// The same device whose flushes each take `d` (the caller sleeps), so commits and
+    /// other writes can be issued while a flush is in progress, as on a disk.
+    pub fn with_flush_delay(mut self, d: Duration) -> CowDevice {
+        self.flush_delay = d;
+        self
     }
 
     /// The base image.
@@ -115,6 +126,9 @@ impl BlockDevice for CowDevice {
     }
 
     fn flush(&self) -> DevResult<()> {
+        if !self.flush_delay.is_zero() {
+            std::thread::sleep(self.flush_delay);
+        }
         Ok(())
     }
 

@@ -182,6 +182,10 @@ pub struct WorkloadResult {
     pub unique: u64,
     /// Crash-during-recovery states checked.
     pub recovery_states: u64,
+    /// Crash states taken while two or more transactions had log writes in flight.
+    pub multi_tx_states: u64,
+    /// Most transactions with log writes in flight at one crash point.
+    pub max_tx_in_flight: u64,
     /// States that violated something.
     pub violations: u64,
     /// e2fsck runs that failed.
@@ -256,6 +260,12 @@ pub fn check_states(
     }
     result.states += descs.len() as u64;
     result.unique += uniq.len() as u64;
+    let mut in_flight: HashMap<usize, u64> = HashMap::new();
+    for d in descs {
+        let n = *in_flight.entry(d.point).or_insert_with(|| parsed.txs_in_flight(d.point) as u64);
+        result.multi_tx_states += u64::from(n >= 2);
+        result.max_tx_in_flight = result.max_tx_in_flight.max(n);
+    }
     let next = AtomicUsize::new(0);
     let outcomes: Mutex<Vec<Option<check::ImageOutcome>>> = Mutex::new(vec![None; uniq.len()]);
     let threads = cfg.threads.max(1).min(uniq.len().max(1));

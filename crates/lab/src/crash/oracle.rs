@@ -707,11 +707,26 @@ pub fn apply_round(
     history: &mut History,
     round: &[(&Op, Option<Ino>)],
 ) -> Result<Vec<usize>, String> {
+    apply_ordered(model, history, round, &vec![None; round.len()])
+}
+
+/// [`apply_round`] for operations that are not all concurrent: `after[j]` is an operation
+/// that must be applied before `j` (the previous operation of `j`'s thread). Operations are
+/// otherwise applied in the order given, a creation waiting until its inode number is free.
+pub fn apply_ordered(
+    model: &mut Model,
+    history: &mut History,
+    round: &[(&Op, Option<Ino>)],
+    after: &[Option<usize>],
+) -> Result<Vec<usize>, String> {
     let mut pending: Vec<usize> = (0..round.len()).collect();
     let mut order = Vec::with_capacity(round.len());
+    let mut applied = vec![false; round.len()];
     while !pending.is_empty() {
-        let ready =
-            pending.iter().position(|&j| round[j].1.is_none_or(|ino| !model.inodes.contains_key(&ino)));
+        let ready = pending.iter().position(|&j| {
+            after[j].is_none_or(|a| applied[a])
+                && round[j].1.is_none_or(|ino| !model.inodes.contains_key(&ino))
+        });
         let Some(k) = ready else {
             let j = pending[0];
             let ino = round[j].1.unwrap_or(0);
@@ -725,6 +740,7 @@ pub fn apply_round(
         let (op, ino) = round[j];
         let ch = model.apply(op, ino);
         history.push(op, model, &ch);
+        applied[j] = true;
         order.push(j);
     }
     Ok(order)

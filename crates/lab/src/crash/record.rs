@@ -152,6 +152,30 @@ pub fn assemble(
     let mut history = History::new(&model);
     let mut ops = Vec::with_capacity(n + 1);
     let mut marks = Vec::with_capacity(n + 1);
+    if wl.free_running {
+        // Model order: by start position, each thread's operations in its own order.
+        let width = wl.rounds.first().map_or(1, Vec::len).max(1);
+        let flat: Vec<&Op> = wl.rounds.iter().flatten().collect();
+        let mut by_start: Vec<usize> = (0..n).collect();
+        by_start.sort_by_key(|&i| (results[i].mark.start, i / width));
+        let mut at = vec![0usize; n];
+        for (k, &i) in by_start.iter().enumerate() {
+            at[i] = k;
+        }
+        let pairs: Vec<(&Op, Option<Ino>)> = by_start.iter().map(|&i| (flat[i], results[i].ino)).collect();
+        let after: Vec<Option<usize>> =
+            by_start.iter().map(|&i| i.checked_sub(width).map(|p| at[p])).collect();
+        let order =
+            oracle::apply_ordered(&mut model, &mut history, &pairs, &after).map_err(CrashError::Workload)?;
+        for k in order {
+            ops.push(flat[by_start[k]].clone());
+            marks.push(results[by_start[k]].mark);
+        }
+        history.push(&Op::Unmount, &model, &Default::default());
+        ops.push(Op::Unmount);
+        marks.push(results[n].mark);
+        return Ok((ops, marks, history));
+    }
     let mut k = 0;
     for round in &wl.rounds {
         let rs = &results[k..k + round.len()];
@@ -169,11 +193,17 @@ pub fn assemble(
     Ok((ops, marks, history))
 }
 
+/// How long a device flush takes while a workload is recorded. An instant flush would let
+/// each commit finish before the next could start, so the dual-thread presets would never
+/// be caught with several transactions committing; a disk-like flush time lets later
+/// commits (log blocks, barrier, commit block) be issued while it runs.
+pub const RECORD_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_micros(300);
+
 /// Run `wl` on a recorder over `base` and return the recording. The mount itself is not
 /// recorded: the recording's base image is `base` as mounted (its superblock marked in use),
 /// which is durable when the mount returns.
 pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<Recording, CrashError> {
-    let dev = Arc::new(CowDevice::new(base, BTreeMap::new()));
+    let dev = Arc::new(CowDevice::new(base, BTreeMap::new()).with_flush_delay(RECORD_FLUSH_DELAY));
     // The model starts from what the base image holds.
     let model = {
         let ro = MountOptions { read_only: true, ..opts.clone() };
@@ -196,37 +226,86 @@ pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<
     let mut results = Vec::new();
     let fail =
         |op: &Op, e: cjfs_fs::FsError| CrashError::Workload(format!("`{}` failed: {e}", op.describe()));
-    for round in &wl.rounds {
-        let rr: Vec<(OpMark, Result<Option<u32>, cjfs_fs::FsError>)> = if round.len() == 1 {
-            let start = pos();
-            let r = exec(&fs, &round[0]);
-            vec![(OpMark { start, end: pos() }, r)]
-        } else {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = round
-                    .iter()
-                    .map(|op| {
-                        let fs = &fs;
-                        let pos = &pos;
-                        s.spawn(move || {
-                            let start = pos();
-                            let r = exec(fs, op);
-                            (OpMark { start, end: pos() }, r)
-                        })
+    type Ran = (OpMark, Result<Option<u32>, cjfs_fs::FsError>);
+    let panicked =
+        || -> Ran { (OpMark { start: 0, end: 0 }, Err(cjfs_fs::FsError::Invalid("thread panicked".into()))) };
+    let run = |op: &Op| -> Ran {
+        let start = pos();
+        let r = exec(&fs, op);
+        (OpMark { start, end: pos() }, r)
+    };
+    // Per round, per thread: what each operation did.
+    let ran: Vec<Vec<Ran>> = if wl.free_running {
+        let width = wl.rounds.first().map_or(0, Vec::len);
+        if wl.rounds.iter().any(|r| r.len() != width) {
+            return Err(CrashError::Workload("a free-running workload's rounds differ in width".into()));
+        }
+        // Each thread runs its column and stops at its first error.
+        let columns: Vec<Vec<Ran>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..width)
+                .map(|t| {
+                    let run = &run;
+                    s.spawn(move || {
+                        let mut out = Vec::new();
+                        for round in &wl.rounds {
+                            let r = run(&round[t]);
+                            let failed = r.1.is_err();
+                            out.push(r);
+                            if failed {
+                                break;
+                            }
+                        }
+                        out
                     })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            (
-                                OpMark { start: 0, end: 0 },
-                                Err(cjfs_fs::FsError::Invalid("thread panicked".into())),
-                            )
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| vec![panicked()])).collect()
+        });
+        let mut columns: Vec<std::vec::IntoIter<Ran>> = columns.into_iter().map(Vec::into_iter).collect();
+        wl.rounds
+            .iter()
+            .map(|round| {
+                columns
+                    .iter_mut()
+                    .zip(round)
+                    .map(|(c, op)| {
+                        c.next().unwrap_or_else(|| {
+                            let why = format!(
+                                "`{}` not run: an earlier operation of its thread failed",
+                                op.describe()
+                            );
+                            (OpMark { start: 0, end: 0 }, Err(cjfs_fs::FsError::Invalid(why)))
                         })
                     })
                     .collect()
             })
-        };
+            .collect()
+    } else {
+        let mut ran = Vec::new();
+        for round in &wl.rounds {
+            let rr: Vec<Ran> = if round.len() == 1 {
+                vec![run(&round[0])]
+            } else {
+                std::thread::scope(|s| {
+                    let hs: Vec<_> = round
+                        .iter()
+                        .map(|op| {
+                            let run = &run;
+                            s.spawn(move || run(op))
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap_or_else(|_| panicked())).collect()
+                })
+            };
+            let failed = rr.iter().any(|r| r.1.is_err());
+            ran.push(rr);
+            if failed {
+                break;
+            }
+        }
+        ran
+    };
+    for (round, rr) in wl.rounds.iter().zip(ran) {
         for (op, (mark, r)) in round.iter().zip(rr) {
             let ino = r.map_err(|e| fail(op, e))?;
             results.push(OpResult { ino, mark });

@@ -27,6 +27,10 @@ pub struct ModeSummary {
     pub unique_states: u64,
     /// Crash-during-recovery states checked.
     pub recovery_states: u64,
+    /// Crash states taken while two or more transactions had log writes in flight.
+    pub multi_tx_states: u64,
+    /// Most transactions with log writes in flight at one crash point.
+    pub max_tx_in_flight: u64,
     /// Crash states that violated something.
     pub violations: u64,
     /// e2fsck runs.
@@ -76,6 +80,8 @@ impl ModeSummary {
             crash_states: states,
             unique_states: unique,
             recovery_states: sum(|r| r.recovery_states),
+            multi_tx_states: sum(|r| r.multi_tx_states),
+            max_tx_in_flight: results.iter().map(|r| r.max_tx_in_flight).max().unwrap_or(0),
             violations: sum(|r| r.violations),
             e2fsck_runs: sum(|r| r.e2fsck_runs),
             e2fsck_failures: sum(|r| r.e2fsck_failures),
@@ -134,12 +140,13 @@ impl Summary {
             "workloads",
             "crash states",
             "unique states",
+            "multi-tx states",
             "violations",
             "e2fsck failures",
             "states/s",
             "verdict",
         ];
-        let rows: Vec<[String; 8]> = self
+        let rows: Vec<[String; 9]> = self
             .modes
             .iter()
             .map(|m| {
@@ -152,6 +159,7 @@ impl Summary {
                     m.workloads.to_string(),
                     m.crash_states.to_string(),
                     m.unique_states.to_string(),
+                    m.multi_tx_states.to_string(),
                     m.violations.to_string(),
                     format!("{}/{}", m.e2fsck_failures, m.e2fsck_runs),
                     format!("{:.0}", m.states_per_sec),
@@ -169,7 +177,7 @@ impl Summary {
             let mut s = String::from("|");
             for (i, c) in cells.iter().enumerate() {
                 let pad = w[i] - c.chars().count();
-                if i == 0 || i == 7 {
+                if i == 0 || i == 8 {
                     s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
                 } else {
                     s.push_str(&format!(" {}{c} |", " ".repeat(pad)));
@@ -182,7 +190,7 @@ impl Summary {
         out.push('|');
         for (i, n) in w.iter().enumerate() {
             let dash = "-".repeat(*n);
-            if i == 0 || i == 7 {
+            if i == 0 || i == 8 {
                 out.push_str(&format!("-{dash}-|"));
             } else {
                 out.push_str(&format!("-{dash}:|"));

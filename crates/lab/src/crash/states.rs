@@ -153,6 +153,29 @@ impl ParsedLog {
         (durable, pending)
     }
 
+    /// Journal transactions with log writes in flight (submitted, not durable) at crash
+    /// point `x`: 2 or more means several transactions were committing when the crash hit.
+    pub fn txs_in_flight(&self, x: usize) -> usize {
+        let (_, pending) = self.split(x);
+        let mut tids: Vec<u64> = pending
+            .iter()
+            .map(|&i| &self.writes[i])
+            .filter(|w| {
+                matches!(
+                    w.kind,
+                    BlockKind::JournalDescriptor
+                        | BlockKind::JournalLogged
+                        | BlockKind::JournalCommit
+                        | BlockKind::JournalRevoke
+                )
+            })
+            .filter_map(|w| w.tid)
+            .collect();
+        tids.sort_unstable();
+        tids.dedup();
+        tids.len()
+    }
+
     /// Whether a subset of the in-flight writes respects barrier order.
     fn barrier_ok(&self, pending: &[usize], chosen: &[bool]) -> bool {
         for &b in &self.barriers {

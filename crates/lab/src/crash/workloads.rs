@@ -5,7 +5,11 @@
 //! of the base image, like CrashMonkey's setup phase) and a list of *rounds*; every round
 //! is a list of operations run concurrently, one thread each (a single-threaded workload
 //! has one operation per round). Operations in one round touch disjoint files, so the
-//! logical result does not depend on their interleaving.
+//! logical result does not depend on their interleaving. A *free-running* workload
+//! ([`Workload::free_running`]) gives each thread a column instead: thread `t` runs
+//! operation `t` of every round in turn without waiting for the other threads between
+//! rounds, so one thread's commit can start while another's is still being flushed; each
+//! thread keeps to files of its own.
 //!
 //! # The ACE file set
 //!
@@ -172,12 +176,21 @@ pub struct Workload {
     pub setup: Vec<Op>,
     /// Recorded rounds; each round's operations run concurrently.
     pub rounds: Vec<Vec<Op>>,
+    /// Threads do not wait for each other between rounds: thread `t` runs operation `t` of
+    /// each round in turn (every round has one operation per thread).
+    #[serde(default)]
+    pub free_running: bool,
 }
 
 impl Workload {
     /// A single-threaded workload.
     pub fn sequential(name: impl Into<String>, setup: Vec<Op>, ops: Vec<Op>) -> Workload {
-        Workload { name: name.into(), setup, rounds: ops.into_iter().map(|o| vec![o]).collect() }
+        Workload {
+            name: name.into(),
+            setup,
+            rounds: ops.into_iter().map(|o| vec![o]).collect(),
+            free_running: false,
+        }
     }
 
     /// The recorded operations in model order (round by round, thread order), ending with
@@ -648,51 +661,99 @@ pub fn ij_deep_fsync(depth: usize) -> Workload {
 /// operations of one round run concurrently).
 pub fn random_threads(name: &str, threads: usize, rounds: usize, seed: u64) -> Workload {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut setup = Vec::new();
-    for t in 0..threads {
-        setup.push(Op::Mkdir { path: format!("t{t}") });
-    }
-    setup.push(Op::Sync);
-    let mut m = Model::empty_fs();
-    for op in &setup {
-        m.apply_predicted(op);
-    }
+    let (setup, mut m) = thread_dirs(threads);
     let mut out_rounds = Vec::new();
     let mut s = 0u32;
     for _ in 0..rounds {
         let mut round = Vec::new();
         for t in 0..threads {
-            let dir = format!("t{t}");
-            let names: Vec<String> = (0..4).map(|i| format!("{dir}/f{i}")).collect();
-            let files: Vec<&String> = names.iter().filter(|p| m.kind_of(p) == Some(Kind::File)).collect();
-            let sub = format!("{dir}/sub");
             s += 1;
-            let choice = rng.gen_range(0..7);
-            let op = match choice {
-                0 if m.kind_of(&sub).is_none() => Op::Mkdir { path: sub },
-                0 | 1 => match names.iter().find(|p| m.kind_of(p).is_none()) {
-                    Some(p) => Op::Creat { path: p.clone() },
-                    None => Op::Sync,
-                },
-                2 | 3 if !files.is_empty() => {
-                    let p = files[rng.gen_range(0..files.len())].clone();
-                    let off = rng.gen_range(0..6u64) * 2048;
-                    Op::Write { path: p, off, len: rng.gen_range(1..3u64) * 3000, seed: s }
+            let op = random_thread_op(&mut rng, &m, t, s);
+            m.apply_predicted(&op);
+            round.push(op);
+        }
+        out_rounds.push(round);
+    }
+    Workload { name: name.to_string(), setup, rounds: out_rounds, free_running: false }
+}
+
+/// `threads` free-running threads ([`Workload::free_running`]), each doing `ops` operations
+/// in a directory of its own: every other operation a random one as in [`random_threads`]
+/// (never `sync`, whose promise covers every thread's files), then an fsync or fdatasync of
+/// one of its files. Commits requested by different threads overlap, so the dual-thread
+/// presets are caught with several transactions in flight.
+pub fn overlapping_fsyncs(name: &str, threads: usize, ops: usize, seed: u64) -> Workload {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (setup, mut m) = thread_dirs(threads);
+    let mut out_rounds = Vec::new();
+    let mut s = 0u32;
+    for r in 0..ops {
+        let mut round = Vec::new();
+        for t in 0..threads {
+            s += 1;
+            let dir = format!("t{t}");
+            let op = if r % 2 == 0 {
+                match random_thread_op(&mut rng, &m, t, s) {
+                    Op::Sync => Op::Fsync { path: dir },
+                    op => op,
                 }
-                4 if !files.is_empty() => {
-                    let p = files[rng.gen_range(0..files.len())].clone();
-                    Op::Truncate { path: p, size: rng.gen_range(0..4u64) * 3000 }
+            } else {
+                let files: Vec<String> = (0..4)
+                    .map(|i| format!("{dir}/f{i}"))
+                    .filter(|p| m.kind_of(p) == Some(Kind::File))
+                    .collect();
+                match files.choose(&mut rng) {
+                    Some(p) if rng.gen_bool(0.3) => Op::Fdatasync { path: p.clone() },
+                    Some(p) => Op::Fsync { path: p.clone() },
+                    None => Op::Fsync { path: dir },
                 }
-                5 if !files.is_empty() => Op::Unlink { path: files[rng.gen_range(0..files.len())].clone() },
-                _ if !files.is_empty() => Op::Fsync { path: files[rng.gen_range(0..files.len())].clone() },
-                _ => Op::Fsync { path: dir },
             };
             m.apply_predicted(&op);
             round.push(op);
         }
         out_rounds.push(round);
     }
-    Workload { name: name.to_string(), setup, rounds: out_rounds }
+    Workload { name: name.to_string(), setup, rounds: out_rounds, free_running: true }
+}
+
+/// Setup for per-thread workloads: directories `t0`..`t{threads-1}`, made durable, and the
+/// model after it.
+fn thread_dirs(threads: usize) -> (Vec<Op>, Model) {
+    let mut setup: Vec<Op> = (0..threads).map(|t| Op::Mkdir { path: format!("t{t}") }).collect();
+    setup.push(Op::Sync);
+    let mut m = Model::empty_fs();
+    for op in &setup {
+        m.apply_predicted(op);
+    }
+    (setup, m)
+}
+
+/// A random operation of thread `t` on its directory `t{t}` (files `f0`..`f3`, a
+/// subdirectory `sub`), valid in the modelled state `m`; `s` seeds written data.
+fn random_thread_op(rng: &mut StdRng, m: &Model, t: usize, s: u32) -> Op {
+    let dir = format!("t{t}");
+    let names: Vec<String> = (0..4).map(|i| format!("{dir}/f{i}")).collect();
+    let files: Vec<&String> = names.iter().filter(|p| m.kind_of(p) == Some(Kind::File)).collect();
+    let sub = format!("{dir}/sub");
+    match rng.gen_range(0..7) {
+        0 if m.kind_of(&sub).is_none() => Op::Mkdir { path: sub },
+        0 | 1 => match names.iter().find(|p| m.kind_of(p).is_none()) {
+            Some(p) => Op::Creat { path: p.clone() },
+            None => Op::Sync,
+        },
+        2 | 3 if !files.is_empty() => {
+            let p = files[rng.gen_range(0..files.len())].clone();
+            let off = rng.gen_range(0..6u64) * 2048;
+            Op::Write { path: p, off, len: rng.gen_range(1..3u64) * 3000, seed: s }
+        }
+        4 if !files.is_empty() => {
+            let p = files[rng.gen_range(0..files.len())].clone();
+            Op::Truncate { path: p, size: rng.gen_range(0..4u64) * 3000 }
+        }
+        5 if !files.is_empty() => Op::Unlink { path: files[rng.gen_range(0..files.len())].clone() },
+        _ if !files.is_empty() => Op::Fsync { path: files[rng.gen_range(0..files.len())].clone() },
+        _ => Op::Fsync { path: dir },
+    }
 }
 
 /// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
@@ -710,6 +771,9 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
     for i in 0..mt {
         v.push(random_threads(&format!("mt8-{i:03}"), 8, 10, seed.wrapping_add(i as u64)));
     }
+    for i in 0..mt {
+        v.push(overlapping_fsyncs(&format!("mtfree8-{i:03}"), 8, 12, seed.wrapping_add(0x100 + i as u64)));
+    }
     v
 }
 
@@ -724,6 +788,7 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
         ij_deep_fsync(4),
         random_threads("ij-ten-threads", 10, 4, seed ^ 0x17),
         random_threads("mt8-000", 8, 4, seed),
+        overlapping_fsyncs("mtfree8-000", 8, 6, seed.wrapping_add(0x100)),
     ]
 }
 
