@@ -1,6 +1,6 @@
 //! The crash harness' CI subset and its self-test.
 //!
-//! * `ci_subset_every_mode`: the fast subset (`Suite::ci()`: every 12th seq-1 workload, a
+//! * `ci_subset_every_mode` (data=ordered) and `ci_subset_every_mode_data_journal`: the fast subset (`Suite::ci()`: every 12th seq-1 workload, a
 //!   seeded sample of seq-2 and seq-3 workloads, the classics, small iJournaling scenarios
 //!   and multi-threaded workloads) on every crash-tested preset
 //!   (`JournalConfig::preset_names()`), with zero violations. `nojournal` is run as well; it
@@ -13,6 +13,7 @@
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ci`.
 
+use cjfs_fs::DataMode;
 use cjfs_journal::JournalConfig;
 use cjfs_lab::crash::{self, Bugs, CrashConfig, Suite, Summary, Workload};
 
@@ -20,6 +21,16 @@ use crash::check::e2fsck_or_skip;
 
 #[test]
 fn ci_subset_every_mode() {
+    ci_subset(DataMode::Ordered);
+}
+
+#[test]
+fn ci_subset_every_mode_data_journal() {
+    ci_subset(DataMode::Journal);
+}
+
+/// The CI subset on every preset with data mode `data`.
+fn ci_subset(data: DataMode) {
     if !e2fsck_or_skip() {
         return;
     }
@@ -28,6 +39,7 @@ fn ci_subset_every_mode() {
     let mut modes = Vec::new();
     for m in JournalConfig::preset_names() {
         let mut cfg = CrashConfig::new(m);
+        cfg.data = data;
         cfg.states.max_states = 400;
         let (s, results) = crash::run_suite(&cfg, &workloads, &|_| {});
         for r in &results {

@@ -3,13 +3,17 @@
 # each summary kept as JSON next to this script (a mode already done is skipped).
 #   docs/results/crash/run.sh                 # every mode
 #   MODES="cjfs barrierfs" docs/results/crash/run.sh
+#   DATA=journal MODES="jbd2 cjfs" docs/results/crash/run.sh   # data=journal, MODE-data-journal.json
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 MODES=${MODES:-jbd2 nojournal barrierfs cjfs cjfs-v1 cjfs-v3 cjfs-no-coalescing cjfs-no-compound cjfs-no-dual}
 OUT=docs/results/crash
+DATA=${DATA:-ordered}
+SUFFIX=$([ "$DATA" = ordered ] || echo "-data-$DATA")
 cargo build --release -q -p cjfs-cli
 for m in $MODES; do
-  [ -s "$OUT/$m.json" ] && continue
-  ./target/release/cjfs crashtest --all --mode "$m" --json --quiet --failures "$OUT/failures-$m" > "$OUT/$m.json.tmp"
-  mv "$OUT/$m.json.tmp" "$OUT/$m.json"
+  f="$OUT/$m$SUFFIX.json"
+  [ -s "$f" ] && continue
+  ./target/release/cjfs crashtest --all --mode "$m" --data "$DATA" --json --quiet --failures "$OUT/failures-$m$SUFFIX" > "$f.tmp"
+  mv "$f.tmp" "$f"
 done
