@@ -349,11 +349,7 @@ impl Fs {
         if tid > j.durable_tid() {
             j.commit_wait(tid)?;
         }
-        let dirty: Vec<_> = bufs.into_iter().filter(|b| b.jstate().dirty).collect();
-        if !dirty.is_empty() {
-            j.write_data(&dirty)?;
-            j.flush_device()?;
-        }
+        j.sync_data(&bufs)?;
         Ok(())
     }
 

@@ -32,6 +32,11 @@ pub struct JState {
     pub dirty: bool,
     /// Running transaction whose ordered-data list holds this buffer.
     pub ordered: Option<Tid>,
+    /// Who last wrote this data buffer home: the transaction whose commit wrote it as
+    /// ordered data (durable with that transaction), or 0 for an fdatasync's own write.
+    pub home_tid: Tid,
+    /// fdatasync writes of this buffer submitted and not yet completed.
+    pub home_writes: u32,
 }
 
 impl JState {
@@ -42,6 +47,7 @@ impl JState {
             || self.checkpoint.is_some()
             || self.dirty
             || self.ordered.is_some()
+            || self.home_writes > 0
     }
 }
 
@@ -56,7 +62,8 @@ pub struct Buffer {
     data: RwLock<Box<[u8; BLOCK_SIZE]>>,
     /// Journal bookkeeping. Lock: itself.
     jstate: Mutex<JState>,
-    /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here).
+    /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here)
+    /// and when `jstate.home_writes` drops (fdatasync waiting for another's data write).
     cv: Condvar,
     /// The live image holds the block's content (read from disk or fully written).
     uptodate: AtomicBool,

@@ -140,7 +140,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     // submits both, then waits); one batch lets the device merge the contiguous log run.
     let (n_data, mut tickets) = {
         let _hw = j.home_write_lock.lock();
-        let data_reqs = ordered_requests(j, &lists.ordered, tx.tid);
+        let (data_reqs, _) = ordered_requests(j, &lists.ordered, tx.tid);
         (data_reqs.len(), j.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
     };
     let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
@@ -223,23 +223,39 @@ fn take_versions(
     Ok(out)
 }
 
-/// Write the dirty buffers among `bufs` home. Used for ordered data before a commit record
-/// and for fdatasync of data alone.
-pub(crate) fn write_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<()> {
-    let tickets = submit_ordered(j, bufs, tid)?;
-    cjfs_blockdev::wait_all(tickets)?;
-    Ok(())
+/// Write the dirty buffers among `bufs` home and wait: an fdatasync's own data writes (no
+/// transaction). Each written buffer counts in `home_writes` until its write completes, so
+/// a concurrent fdatasync that finds it clean waits for the write before its flush.
+pub(crate) fn write_data(j: &JournalInner, bufs: &[Arc<Buffer>]) -> JResult<()> {
+    let (submitted, written) = {
+        let _hw = j.home_write_lock.lock();
+        let (reqs, written) = ordered_requests(j, bufs, 0);
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        (j.dev.submit_batch(reqs), written)
+    };
+    let r = submitted.and_then(cjfs_blockdev::wait_all);
+    for b in &written {
+        let mut js = b.jstate();
+        js.home_writes -= 1;
+        drop(js);
+        b.notify();
+    }
+    Ok(r?)
 }
 
-fn submit_ordered(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> JResult<Vec<IoTicket>> {
-    let _hw = j.home_write_lock.lock();
-    Ok(j.dev.submit_batch(ordered_requests(j, bufs, tid))?)
-}
-
-/// The write requests for the dirty buffers among `bufs`, which are marked clean. The
-/// caller holds `home_write_lock` until the requests are submitted.
-fn ordered_requests(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> Vec<WriteRequest> {
+/// The write requests for the dirty buffers among `bufs`, which are marked clean and
+/// returned (ordered data of transaction `tid`, or an fdatasync's own writes when `tid` is
+/// 0, counted in `home_writes`). The caller holds `home_write_lock` until the requests are
+/// submitted.
+fn ordered_requests(
+    j: &JournalInner,
+    bufs: &[Arc<Buffer>],
+    tid: Tid,
+) -> (Vec<WriteRequest>, Vec<Arc<Buffer>>) {
     let mut writes = Vec::with_capacity(bufs.len());
+    let mut written = Vec::new();
     for b in bufs {
         let mut js = b.jstate();
         if js.ordered == Some(tid) {
@@ -247,12 +263,17 @@ fn ordered_requests(j: &JournalInner, bufs: &[Arc<Buffer>], tid: Tid) -> Vec<Wri
         }
         if js.dirty {
             js.dirty = false;
+            js.home_tid = tid;
+            if tid == 0 {
+                js.home_writes += 1;
+                written.push(b.clone());
+            }
             drop(js);
             writes.push((b.blocknr(), b.snapshot()));
         }
     }
     j.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
-    run_requests(writes, WriteTag::tx(BlockKind::Data, tid))
+    (run_requests(writes, WriteTag::tx(BlockKind::Data, tid)), written)
 }
 
 /// Submit `(block, data)` writes, merging device-contiguous runs into one request.

@@ -479,9 +479,36 @@ impl Journal {
         crate::checkpoint::checkpoint(&self.inner)
     }
 
-    /// Write dirty data buffers home and wait (fdatasync of data whose metadata is durable).
-    pub fn write_data(&self, bufs: &[Arc<crate::buffer::Buffer>]) -> JResult<()> {
-        crate::commit::write_ordered(&self.inner, bufs, 0)
+    /// Make the data buffers `bufs` durable (the data part of fsync/fdatasync, once the
+    /// metadata they need is durable): write the dirty ones home, wait for the writes other
+    /// paths made of the rest — a commit's ordered-data write is durable with its
+    /// transaction, another fdatasync's write once it completed and a flush followed —
+    /// and flush. A buffer found clean is not yet durable just because it is clean.
+    pub fn sync_data(&self, bufs: &[Arc<crate::buffer::Buffer>]) -> JResult<()> {
+        if bufs.is_empty() {
+            return Ok(());
+        }
+        crate::commit::write_data(&self.inner, bufs)?;
+        let mut wait_tid = 0;
+        let mut flush = false;
+        for b in bufs {
+            let mut js = b.jstate();
+            while js.home_writes > 0 {
+                b.wait_jstate(&mut js);
+            }
+            if js.home_tid == 0 {
+                flush = true;
+            } else {
+                wait_tid = wait_tid.max(js.home_tid);
+            }
+        }
+        if wait_tid > self.durable_tid() {
+            self.commit_wait(wait_tid)?;
+        }
+        if flush {
+            self.flush_device()?;
+        }
+        Ok(())
     }
 
     /// Flush the device's cache (counts as a journal flush).

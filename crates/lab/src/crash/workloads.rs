@@ -716,6 +716,45 @@ pub fn overlapping_fsyncs(name: &str, threads: usize, ops: usize, seed: u64) -> 
     Workload { name: name.to_string(), setup, rounds: out_rounds, free_running: true }
 }
 
+/// `threads` free-running threads overwriting blocks of a file of their own (allocated in
+/// the setup) and fsyncing it, every other operation an fdatasync instead. Each file's inode
+/// sits in an inode-table block of its own (the setup creates 15 empty files after each),
+/// so the transactions of different threads share no buffer: even with one version per
+/// buffer (BarrierFS) a commit can start while another is being flushed.
+pub fn overwrite_fsyncs(name: &str, threads: usize, ops: usize, seed: u64) -> Workload {
+    let mut rng = StdRng::seed_from_u64(seed);
+    const FILE: u64 = 8 * 4096;
+    let mut setup = Vec::new();
+    for t in 0..threads {
+        let dir = format!("t{t}");
+        setup.push(Op::Mkdir { path: dir.clone() });
+        setup.push(Op::Creat { path: format!("{dir}/f") });
+        setup.push(Op::Write { path: format!("{dir}/f"), off: 0, len: FILE, seed: t as u32 });
+        setup.extend((0..15).map(|i| Op::Creat { path: format!("{dir}/p{i}") }));
+    }
+    setup.push(Op::Sync);
+    let mut rounds = Vec::new();
+    for r in 0..ops {
+        let round = (0..threads)
+            .map(|t| {
+                let path = format!("t{t}/f");
+                match r % 4 {
+                    0 | 2 => Op::Write {
+                        path,
+                        off: rng.gen_range(0..FILE / 4096) * 4096,
+                        len: 4096,
+                        seed: 1000 + (r * threads + t) as u32,
+                    },
+                    1 => Op::Fsync { path },
+                    _ => Op::Fdatasync { path },
+                }
+            })
+            .collect();
+        rounds.push(round);
+    }
+    Workload { name: name.to_string(), setup, rounds, free_running: true }
+}
+
 /// Setup for per-thread workloads: directories `t0`..`t{threads-1}`, made durable, and the
 /// model after it.
 fn thread_dirs(threads: usize) -> (Vec<Op>, Model) {
@@ -774,6 +813,9 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
     for i in 0..mt {
         v.push(overlapping_fsyncs(&format!("mtfree8-{i:03}"), 8, 12, seed.wrapping_add(0x100 + i as u64)));
     }
+    for i in 0..mt / 2 {
+        v.push(overwrite_fsyncs(&format!("mtover8-{i:03}"), 8, 12, seed.wrapping_add(0x200 + i as u64)));
+    }
     v
 }
 
@@ -789,6 +831,7 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
         random_threads("ij-ten-threads", 10, 4, seed ^ 0x17),
         random_threads("mt8-000", 8, 4, seed),
         overlapping_fsyncs("mtfree8-000", 8, 6, seed.wrapping_add(0x100)),
+        overwrite_fsyncs("mtover8-000", 8, 8, seed.wrapping_add(0x200)),
     ]
 }
 
