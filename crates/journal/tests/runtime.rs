@@ -195,3 +195,43 @@ fn failed_flush_in(cfg: JournalConfig) {
     assert!(j.start(1).is_err());
     assert!(j.aborted().is_some());
 }
+
+/// fdatasync of a data buffer that a committing transaction has already written home as
+/// ordered data (so the buffer is clean, but its write not yet flushed) must not return
+/// before that transaction is durable.
+#[test]
+fn sync_data_waits_for_the_commit_that_wrote_a_clean_buffer() {
+    for cfg in presets() {
+        let name = cfg.name.clone();
+        // A slow flush keeps the commit in flight after it has written the buffer.
+        let preset = cjfs_blockdev::SsdPreset {
+            flush_base_us: 50_000,
+            volatile_cache: true,
+            ..cjfs_blockdev::SsdPreset::ramdisk()
+        };
+        let dev: Device = Arc::new(EmulatedSsd::new(preset, DEV_BLOCKS));
+        let area = JournalArea::contiguous(LOG_START, LOG_LEN);
+        format_journal(&*dev, &area, [3; 16], true).expect("format");
+        let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+        let j = Journal::open(dev, area, cache, cfg).expect("open");
+        let data = j.cache().read(300).expect("read");
+        let mut h = j.start(4).expect("start");
+        data.write().fill(7);
+        h.dirty_data(&data).expect("dirty data");
+        let tid = h.stop().expect("stop");
+        std::thread::scope(|s| {
+            // Another thread's fsync commits the transaction that carries the data.
+            let committer = s.spawn(|| j.commit_wait(tid));
+            while data.jstate().dirty {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            j.sync_data(std::slice::from_ref(&data)).expect("sync data");
+            assert!(
+                j.durable_tid() >= tid,
+                "{name}: fdatasync returned before the commit that wrote its data was durable"
+            );
+            committer.join().expect("committer").expect("commit");
+        });
+        j.shutdown().expect("shutdown");
+    }
+}
