@@ -660,21 +660,8 @@ pub fn ij_deep_fsync(depth: usize) -> Workload {
 /// schedule (the operation chosen for every thread in every round comes from the seed; the
 /// operations of one round run concurrently).
 pub fn random_threads(name: &str, threads: usize, rounds: usize, seed: u64) -> Workload {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (setup, mut m) = thread_dirs(threads);
-    let mut out_rounds = Vec::new();
-    let mut s = 0u32;
-    for _ in 0..rounds {
-        let mut round = Vec::new();
-        for t in 0..threads {
-            s += 1;
-            let op = random_thread_op(&mut rng, &m, t, s);
-            m.apply_predicted(&op);
-            round.push(op);
-        }
-        out_rounds.push(round);
-    }
-    Workload { name: name.to_string(), setup, rounds: out_rounds, free_running: false }
+    let rounds = thread_rounds(threads, rounds, seed, |rng, m, _, t, s| random_thread_op(rng, m, t, s));
+    Workload { name: name.to_string(), setup: thread_dirs(threads).0, rounds, free_running: false }
 }
 
 /// `threads` free-running threads ([`Workload::free_running`]), each doing `ops` operations
@@ -683,37 +670,49 @@ pub fn random_threads(name: &str, threads: usize, rounds: usize, seed: u64) -> W
 /// one of its files. Commits requested by different threads overlap, so the dual-thread
 /// presets are caught with several transactions in flight.
 pub fn overlapping_fsyncs(name: &str, threads: usize, ops: usize, seed: u64) -> Workload {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (setup, mut m) = thread_dirs(threads);
-    let mut out_rounds = Vec::new();
-    let mut s = 0u32;
-    for r in 0..ops {
-        let mut round = Vec::new();
-        for t in 0..threads {
-            s += 1;
-            let dir = format!("t{t}");
-            let op = if r % 2 == 0 {
-                match random_thread_op(&mut rng, &m, t, s) {
-                    Op::Sync => Op::Fsync { path: dir },
-                    op => op,
-                }
-            } else {
-                let files: Vec<String> = (0..4)
-                    .map(|i| format!("{dir}/f{i}"))
-                    .filter(|p| m.kind_of(p) == Some(Kind::File))
-                    .collect();
-                match files.choose(&mut rng) {
-                    Some(p) if rng.gen_bool(0.3) => Op::Fdatasync { path: p.clone() },
-                    Some(p) => Op::Fsync { path: p.clone() },
-                    None => Op::Fsync { path: dir },
-                }
+    let rounds = thread_rounds(threads, ops, seed, |rng, m, r, t, s| {
+        let dir = format!("t{t}");
+        if r % 2 == 0 {
+            return match random_thread_op(rng, m, t, s) {
+                Op::Sync => Op::Fsync { path: dir },
+                op => op,
             };
-            m.apply_predicted(&op);
-            round.push(op);
         }
-        out_rounds.push(round);
-    }
-    Workload { name: name.to_string(), setup, rounds: out_rounds, free_running: true }
+        let files: Vec<String> =
+            (0..4).map(|i| format!("{dir}/f{i}")).filter(|p| m.kind_of(p) == Some(Kind::File)).collect();
+        match files.choose(rng) {
+            Some(p) if rng.gen_bool(0.3) => Op::Fdatasync { path: p.clone() },
+            Some(p) => Op::Fsync { path: p.clone() },
+            None => Op::Fsync { path: dir },
+        }
+    });
+    Workload { name: name.to_string(), setup: thread_dirs(threads).0, rounds, free_running: true }
+}
+
+/// `rounds` rounds of one operation per thread over [`thread_dirs`], each chosen by
+/// `op(rng, model, round, thread, seq)` in the state the earlier ones leave (`seq` counts
+/// operations from 1, for written data).
+fn thread_rounds(
+    threads: usize,
+    rounds: usize,
+    seed: u64,
+    mut op: impl FnMut(&mut StdRng, &Model, usize, usize, u32) -> Op,
+) -> Vec<Vec<Op>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (_, mut m) = thread_dirs(threads);
+    let mut s = 0u32;
+    (0..rounds)
+        .map(|r| {
+            (0..threads)
+                .map(|t| {
+                    s += 1;
+                    let o = op(&mut rng, &m, r, t, s);
+                    m.apply_predicted(&o);
+                    o
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// `threads` free-running threads overwriting blocks of a file of their own (allocated in
