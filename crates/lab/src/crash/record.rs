@@ -171,25 +171,23 @@ pub fn assemble(
             ops.push(flat[by_start[k]].clone());
             marks.push(results[by_start[k]].mark);
         }
-        history.push(&Op::Unmount, &model, &Default::default());
-        ops.push(Op::Unmount);
-        marks.push(results[n].mark);
-        return Ok((ops, marks, history));
-    }
-    let mut k = 0;
-    for round in &wl.rounds {
-        let rs = &results[k..k + round.len()];
-        let pairs: Vec<(&Op, Option<Ino>)> = round.iter().zip(rs).map(|(op, r)| (op, r.ino)).collect();
-        let order = oracle::apply_round(&mut model, &mut history, &pairs).map_err(CrashError::Workload)?;
-        for j in order {
-            ops.push(round[j].clone());
-            marks.push(rs[j].mark);
+    } else {
+        let mut k = 0;
+        for round in &wl.rounds {
+            let rs = &results[k..k + round.len()];
+            let pairs: Vec<(&Op, Option<Ino>)> = round.iter().zip(rs).map(|(op, r)| (op, r.ino)).collect();
+            let order =
+                oracle::apply_round(&mut model, &mut history, &pairs).map_err(CrashError::Workload)?;
+            for j in order {
+                ops.push(round[j].clone());
+                marks.push(rs[j].mark);
+            }
+            k += round.len();
         }
-        k += round.len();
     }
     history.push(&Op::Unmount, &model, &Default::default());
     ops.push(Op::Unmount);
-    marks.push(results[k].mark);
+    marks.push(results[n].mark);
     Ok((ops, marks, history))
 }
 
