@@ -48,6 +48,10 @@ pub struct CrashtestArgs {
     /// e2fsck always runs on every unique state).
     #[arg(long, value_name = "N", default_value_t = 1)]
     heavy_every: u32,
+    /// Record on a device without a cache barrier (like an image file: only a flush orders
+    /// writes), so the journal takes its barrier-less commit path.
+    #[arg(long)]
+    no_barrier: bool,
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -55,7 +59,7 @@ pub struct CrashtestArgs {
     #[arg(long, value_name = "DIR", default_value = "crash-failures")]
     failures: PathBuf,
     /// Reproduce a saved failure file and print its operation log and differing fields.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["all", "workload", "modes"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["all", "workload", "modes", "no_barrier"])]
     replay: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
@@ -76,7 +80,14 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
         if a.json {
             println!("{}", serde_json::to_string_pretty(&r).map_err(|e| CliError::Msg(e.to_string()))?);
         } else {
-            println!("replaying {} (mode {}, data={}, seed {})", f.workload.name, f.mode, f.data, f.seed);
+            println!(
+                "replaying {} (mode {}, data={}, {}, seed {})",
+                f.workload.name,
+                f.mode,
+                f.data,
+                if f.barrier { "device with barrier" } else { "device without barrier" },
+                f.seed
+            );
             print!("{}", r.text());
         }
         return if r.reproduced() {
@@ -118,6 +129,7 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
         cfg.seed = a.seed;
         cfg.threads = threads;
         cfg.check.heavy_every = a.heavy_every.max(1);
+        cfg.check.barrier = !a.no_barrier;
         // Default caps: 400 crash states per workload for the CI subset, 3000 for `--all`
         // (the ACE workloads stay far below either; only the 1000-create and multi-threaded
         // scenarios reach them, and then keep every persistence point first).

@@ -7,30 +7,41 @@
 //!   is not crash-consistent by design, so its violations are reported, not failed on.
 //!   The presets that overlap commits (dual thread, several versions) must have been caught
 //!   with several transactions in flight.
+//! * `ci_subset_every_mode_without_barrier`: the same subset recorded on a device without a
+//!   cache barrier (like an image file), where the journal's commit path differs: every
+//!   group of transactions pays flush, commit blocks, flush (`no_barrier_device_gets_no_barrier`
+//!   checks that the recording holds no barrier then).
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
 //!   violations.
 //! * `regressions`: workloads that exposed real bugs stay clean.
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ci`.
 
+use cjfs_blockdev::RecordedOp;
 use cjfs_fs::DataMode;
 use cjfs_journal::JournalConfig;
-use cjfs_lab::crash::{self, Bugs, CrashConfig, Suite, Summary, Workload};
+use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Suite, Summary, Workload};
 
 use crash::check::e2fsck_or_skip;
 
 #[test]
 fn ci_subset_every_mode() {
-    ci_subset(DataMode::Ordered);
+    ci_subset(DataMode::Ordered, true);
 }
 
 #[test]
 fn ci_subset_every_mode_data_journal() {
-    ci_subset(DataMode::Journal);
+    ci_subset(DataMode::Journal, true);
 }
 
-/// The CI subset on every preset with data mode `data`.
-fn ci_subset(data: DataMode) {
+#[test]
+fn ci_subset_every_mode_without_barrier() {
+    ci_subset(DataMode::Ordered, false);
+}
+
+/// The CI subset on every preset with data mode `data`, on a device with or without a
+/// cache barrier.
+fn ci_subset(data: DataMode, barrier: bool) {
     if !e2fsck_or_skip() {
         return;
     }
@@ -40,6 +51,7 @@ fn ci_subset(data: DataMode) {
     for m in JournalConfig::preset_names() {
         let mut cfg = CrashConfig::new(m);
         cfg.data = data;
+        cfg.check.barrier = barrier;
         cfg.states.max_states = 400;
         let (s, results) = crash::run_suite(&cfg, &workloads, &|_| {});
         for r in &results {
@@ -59,8 +71,10 @@ fn ci_subset(data: DataMode) {
     for m in &summary.modes {
         assert!(m.crash_states > 0, "{}: no crash states", m.mode);
         // Presets that let a transaction commit while earlier ones are still being made
-        // durable must be tested in that situation too (the free-running workload).
-        let overlaps = JournalConfig::preset(&m.mode).is_some_and(|c| c.dual_thread && c.max_versions > 1);
+        // durable must be tested in that situation too (the free-running workload). Without
+        // a barrier the `cjfs` presets commit serially.
+        let overlaps = JournalConfig::preset(&m.mode)
+            .is_some_and(|c| c.dual_thread && c.max_versions > 1 && (barrier || !c.dual_thread_barrier_only));
         if overlaps {
             assert!(m.multi_tx_states > 0, "{}: no crash state with several transactions in flight", m.mode);
         }
@@ -71,6 +85,35 @@ fn ci_subset(data: DataMode) {
             m.violations,
             m.workload_errors
         );
+    }
+}
+
+/// On a device without a cache barrier the journal issues none (its commit orders with
+/// flushes alone), and on one with a barrier the dual-thread presets use it: so the two
+/// subsets above test different commit paths.
+#[test]
+fn no_barrier_device_gets_no_barrier() {
+    let wl = Suite::all().workloads(1).into_iter().find(|w| w.name == "ace1-0021").expect("ace1-0021");
+    for m in ["jbd2", "barrierfs", "cjfs", "cjfs-no-compound"] {
+        for barrier in [true, false] {
+            let mut cfg = CrashConfig::new(m);
+            cfg.check.barrier = barrier;
+            let (rec, _) = crash::prepare(&cfg, &wl, &BaseCache::default()).expect("record");
+            let count = |f: fn(&RecordedOp) -> bool| rec.log.iter().filter(|op| f(op)).count();
+            let barriers = count(|op| matches!(op, RecordedOp::Barrier { .. }));
+            let flushes = count(|op| matches!(op, RecordedOp::Flush { .. }));
+            assert!(flushes > 0, "{m}, barrier {barrier}: no flush recorded");
+            let dual = JournalConfig::preset(m).is_some_and(|c| c.dual_thread);
+            if barrier && dual {
+                assert!(barriers > 0, "{m}: a dual-thread preset on a barrier device issued no barrier");
+            }
+            if !barrier {
+                assert_eq!(
+                    barriers, 0,
+                    "{m}: {barriers} barrier(s) issued to a device without barrier support"
+                );
+            }
+        }
     }
 }
 

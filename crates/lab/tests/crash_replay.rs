@@ -5,6 +5,8 @@
 //!   (a new recording of a concurrent workload would give a different log).
 //! * `version_1_files_are_rerecorded`: a failure file without a recording (version 1) is
 //!   replayed by recording its single-threaded workload again.
+//! * `no_barrier_failure_replays_on_a_device_without_barrier`: a failure file records that
+//!   its run had no cache barrier and both kinds of replay use such a device again.
 //! * `mt8_002_inode_reuse_is_not_a_violation`: the saved recording of a false violation of
 //!   mt8-002 (seed 1), a creation in a concurrent round reusing the inode number an unlink
 //!   of the same round freed (see `oracle::apply_round`), replays clean.
@@ -17,9 +19,13 @@ use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, r
 
 use crash::check::e2fsck_or_skip;
 
-/// Run `wl` under `bugs` and save its first violation in `dir`.
+/// Run `wl` under `bugs` (jbd2, device with a barrier) and save its first violation in `dir`.
 fn first_failure(wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
-    let mut cfg = CrashConfig::new("jbd2");
+    first_failure_on(CrashConfig::new("jbd2"), wl, bugs, dir)
+}
+
+/// Run `wl` under `cfg` with `bugs` and save its first violation in `dir`.
+fn first_failure_on(mut cfg: CrashConfig, wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
     cfg.bugs = bugs;
     cfg.states.max_states = 300;
     cfg.failure_dir = Some(dir.to_path_buf());
@@ -73,6 +79,31 @@ fn version_1_files_are_rerecorded() {
     assert!(f.recording.is_none());
     let r = replay::replay(&f, 2).expect("replay");
     assert!(!r.embedded && r.same_log);
+    assert_eq!(r.problems, v.problems);
+}
+
+#[test]
+fn no_barrier_failure_replays_on_a_device_without_barrier() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let wl = crash::Suite::all().workloads(1).into_iter().find(|w| w.name == "ace1-0021").expect("ace1-0021");
+    // barrierfs: with a barrier its log holds barriers, without one it does not, so a
+    // re-recording on the wrong kind of device would not give the saved log.
+    let mut cfg = CrashConfig::new("barrierfs");
+    cfg.check.barrier = false;
+    let v = first_failure_on(cfg, &wl, Bugs { skip_preflush: true, ..Bugs::default() }, dir.path());
+    let path = v.file.expect("failure file saved");
+    let f = replay::load(&path).expect("load");
+    assert!(!f.barrier, "the failure file records the device without barrier");
+    let r = replay::replay(&f, 2).expect("replay");
+    assert!(r.embedded && r.same_log);
+    assert_eq!(r.problems, v.problems);
+    let mut v1 = f.clone();
+    v1.recording = None;
+    let r = replay::replay(&v1, 2).expect("re-recorded replay");
+    assert!(!r.embedded && r.same_log, "re-recorded on a device without barrier");
     assert_eq!(r.problems, v.problems);
 }
 

@@ -48,11 +48,22 @@ pub struct CheckOptions {
     /// Do the new-work step and the recovery cuts on one unique image out of this many
     /// (1 = all). `e2fsck` and the oracle comparison always run on every unique image.
     pub heavy_every: u32,
+    /// Whether the crash device (recording, and the mounts that check an image) reports a
+    /// cache barrier. `false` is a device like an image file, where only a flush orders
+    /// writes, so the journal takes its barrier-less commit path (recovery uses no barrier).
+    pub barrier: bool,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { e2fsck: true, e2fsck_fy: true, new_work: true, recovery_cuts: 4, heavy_every: 1 }
+        CheckOptions {
+            e2fsck: true,
+            e2fsck_fy: true,
+            new_work: true,
+            recovery_cuts: 4,
+            heavy_every: 1,
+            barrier: true,
+        }
     }
 }
 
@@ -328,7 +339,7 @@ pub fn check_image(
     seed: u64,
 ) -> ImageOutcome {
     let mut out = ImageOutcome::default();
-    let dev = Arc::new(CowDevice::new(base.clone(), changed.clone()));
+    let dev = Arc::new(CowDevice::new(base.clone(), changed.clone()).with_barrier(co.barrier));
     let (state, needed) = match open_read_unmount(opts, &dev) {
         Ok(v) => v,
         Err(e) => {
@@ -365,7 +376,7 @@ pub fn check_image(
                 return Err(format!("e2fsck -fy on the crash image exited {code}: {msg}"));
             }
             let fixed = scratch.read_b(base)?;
-            let fdev = Arc::new(CowDevice::new(Arc::new(fixed), BTreeMap::new()));
+            let fdev = Arc::new(CowDevice::new(Arc::new(fixed), BTreeMap::new()).with_barrier(co.barrier));
             let (theirs, _) = open_read_unmount(opts, &fdev).map_err(|e| format!("after e2fsck -fy: {e}"))?;
             let d = state.diff(&theirs, 6);
             if d.is_empty() {

@@ -6,8 +6,8 @@
 //! Writes are applied at submission and complete at once; flushes and barriers change nothing
 //! (durability is the recorder's business, not this device's), though a flush may be given a
 //! duration ([`CowDevice::with_flush_delay`]) so that work overlaps it as on a disk. It reports a volatile cache
-//! and barrier support so every journal mode issues the flushes and barriers it would on a
-//! real disk.
+//! and, unless built without ([`CowDevice::with_barrier`]), barrier support, so every journal mode
+//! issues the flushes and barriers it would on a real disk of that kind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,13 +26,28 @@ pub struct CowDevice {
     blocks: RwLock<BTreeMap<u64, BlockBuf>>,
     /// How long a flush takes (immutable).
     flush_delay: Duration,
+    /// Whether the device reports a cache barrier (immutable).
+    barrier: bool,
 }
 
 impl CowDevice {
     /// A device holding `base` with `blocks` changed.
     pub fn new(base: Arc<Vec<u8>>, blocks: BTreeMap<u64, BlockBuf>) -> CowDevice {
         let num_blocks = (base.len() / BLOCK_SIZE) as u64;
-        CowDevice { base, num_blocks, blocks: RwLock::new(blocks), flush_delay: Duration::ZERO }
+        CowDevice {
+            base,
+            num_blocks,
+            blocks: RwLock::new(blocks),
+            flush_delay: Duration::ZERO,
+            barrier: true,
+        }
+    }
+
+    /// The same device reporting a cache barrier or not (`false`: like an image file or a
+    /// disk where only a flush orders writes, so the journal takes its barrier-less path).
+    pub fn with_barrier(mut self, barrier: bool) -> CowDevice {
+        self.barrier = barrier;
+        self
     }
 
     /// The same device whose flushes each take `d` (the caller sleeps), so commits and
@@ -74,7 +89,7 @@ impl CowDevice {
 
     /// A new device with the same contents (base shared, changed blocks copied).
     pub fn fork(&self) -> CowDevice {
-        CowDevice::new(self.base.clone(), self.blocks.read().clone())
+        CowDevice::new(self.base.clone(), self.blocks.read().clone()).with_barrier(self.barrier)
     }
 }
 
@@ -84,7 +99,7 @@ impl BlockDevice for CowDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: true, volatile_cache: true, fua: true }
+        DeviceCaps { barrier: self.barrier, volatile_cache: true, fua: true }
     }
 
     fn describe(&self) -> String {

@@ -94,7 +94,7 @@ pub struct CrashConfig {
     pub seed: u64,
     /// State generation knobs (`max_states` caps the states per workload).
     pub states: StateOptions,
-    /// Image check knobs.
+    /// Image check knobs and the crash device's barrier support (`check.barrier`).
     pub check: CheckOptions,
     /// Worker threads for checking states.
     pub threads: usize,
@@ -227,7 +227,7 @@ pub fn prepare(
 ) -> Result<(record::Recording, states::ParsedLog), CrashError> {
     let opts = cfg.mount_options()?;
     let base = bases.get(&opts, &wl.setup)?;
-    let rec = record::record(&opts, wl, base)?;
+    let rec = record::record(&opts, wl, base, cfg.check.barrier)?;
     let parsed = states::ParsedLog::parse(&rec.log);
     Ok((rec, parsed))
 }

@@ -197,11 +197,18 @@ pub fn assemble(
 /// commits (log blocks, barrier, commit block) be issued while it runs.
 pub const RECORD_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_micros(300);
 
-/// Run `wl` on a recorder over `base` and return the recording. The mount itself is not
-/// recorded: the recording's base image is `base` as mounted (its superblock marked in use),
-/// which is durable when the mount returns.
-pub fn record(opts: &MountOptions, wl: &Workload, base: Arc<Vec<u8>>) -> Result<Recording, CrashError> {
-    let dev = Arc::new(CowDevice::new(base, BTreeMap::new()).with_flush_delay(RECORD_FLUSH_DELAY));
+/// Run `wl` on a recorder over `base` (a device with a cache barrier if `barrier`) and return
+/// the recording. The mount itself is not recorded: the recording's base image is `base` as
+/// mounted (its superblock marked in use), which is durable when the mount returns.
+pub fn record(
+    opts: &MountOptions,
+    wl: &Workload,
+    base: Arc<Vec<u8>>,
+    barrier: bool,
+) -> Result<Recording, CrashError> {
+    let dev = Arc::new(
+        CowDevice::new(base, BTreeMap::new()).with_flush_delay(RECORD_FLUSH_DELAY).with_barrier(barrier),
+    );
     // The model starts from what the base image holds.
     let model = {
         let ro = MountOptions { read_only: true, ..opts.clone() };

@@ -68,6 +68,9 @@ pub struct FailureFile {
     pub data: String,
     /// Planted bugs in force.
     pub bugs: Bugs,
+    /// Whether the crash device had a cache barrier (files written before this field: yes).
+    #[serde(default = "has_barrier")]
+    pub barrier: bool,
     /// Run seed.
     pub seed: u64,
     /// The workload (setup and operations).
@@ -85,6 +88,10 @@ pub struct FailureFile {
     /// The run's own recording (version 2; absent in version 1 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<EmbeddedRecording>,
+}
+
+fn has_barrier() -> bool {
+    true
 }
 
 /// A recording as saved in a failure file (see the module docs for the format).
@@ -386,6 +393,7 @@ pub fn save(
         mode: cfg.mode.clone(),
         data: format!("{:?}", cfg.data).to_lowercase(),
         bugs: cfg.bugs,
+        barrier: cfg.check.barrier,
         seed: cfg.seed,
         workload: wl.clone(),
         op_log: op_log(wl),
@@ -471,6 +479,7 @@ pub fn replay(f: &FailureFile, threads: usize) -> Result<ReplayReport, CrashErro
     let mut cfg = CrashConfig::new(&f.mode);
     cfg.data = f.data.parse().map_err(CrashError::Replay)?;
     cfg.bugs = f.bugs;
+    cfg.check.barrier = f.barrier;
     cfg.seed = f.seed;
     cfg.threads = threads.max(1);
     let (rec, parsed) = match &f.recording {

@@ -14,6 +14,8 @@ pub struct ModeSummary {
     pub mode: String,
     /// Data mode.
     pub data: String,
+    /// Whether the crash device had a cache barrier.
+    pub barrier: bool,
     /// Whether the mode promises crash consistency (`nojournal` does not: its violations
     /// are expected and do not fail the run).
     pub crash_consistent_by_design: bool,
@@ -74,6 +76,7 @@ impl ModeSummary {
         ModeSummary {
             mode: cfg.mode.clone(),
             data: format!("{:?}", cfg.data).to_lowercase(),
+            barrier: cfg.check.barrier,
             crash_consistent_by_design: cfg.crash_consistent_by_design(),
             workloads: results.len() as u64,
             workload_errors: results.iter().filter(|r| r.error.is_some()).count() as u64,
@@ -96,6 +99,18 @@ impl ModeSummary {
                 .collect(),
             first_problems: first,
         }
+    }
+
+    /// The mode's name with what differs from the default run (data=journal, no barrier).
+    pub fn label(&self) -> String {
+        let mut notes = Vec::new();
+        if self.data != "ordered" {
+            notes.push(format!("data={}", self.data));
+        }
+        if !self.barrier {
+            notes.push("no barrier".to_string());
+        }
+        if notes.is_empty() { self.mode.clone() } else { format!("{} ({})", self.mode, notes.join(", ")) }
     }
 
     /// Whether this mode passed: no violations and no workload errors, or the mode is not
@@ -151,11 +166,7 @@ impl Summary {
             .iter()
             .map(|m| {
                 [
-                    if m.data == "ordered" {
-                        m.mode.clone()
-                    } else {
-                        format!("{} (data={})", m.mode, m.data)
-                    },
+                    m.label(),
                     m.workloads.to_string(),
                     m.crash_states.to_string(),
                     m.unique_states.to_string(),
