@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job: build cjfs, make and fill an image, have e2fsck judge it, and run the smoke
-# benchmark (cjfs next to raw pwrite+fdatasync on this disk, and 16-thread varmail).
+# The main job: build cjfs, make and fill an image, have e2fsck judge it, run the smoke
+# benchmark (cjfs next to raw pwrite+fdatasync on this disk, and 16-thread varmail), compare
+# cjfs with its JBD2 baseline and with the kernel's ext4 (loop mount, as root), and run the
+# crash harness' fast subset on the baseline and the CJFS presets. A few minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,3 +31,14 @@ fi
 echo
 echo "== bench smoke =="
 $cjfs bench smoke --dir "$work"
+echo
+echo "== cjfs against its JBD2 baseline: emulated consumer NVMe, varmail-shared, 32 threads =="
+$cjfs bench run --target cjfs:nvme-consumer --mode jbd2 --mode barrierfs --mode cjfs \
+  --workload varmail-shared --threads 32 --duration 3 --reps 3 --seed 1 --out "$work/nvme" --quiet
+echo
+echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
+WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 MODES="jbd2 cjfs" OUT="$work/file-out" \
+  docs/results/cjfs/run-file.sh
+echo
+echo "== crash test: fast subset (docs/results/crash/ has the full suite for every mode) =="
+$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --quiet --failures "$work/crash-failures"
