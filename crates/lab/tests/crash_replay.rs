@@ -19,6 +19,11 @@ use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, r
 
 use crash::check::e2fsck_or_skip;
 
+/// The workload `name` of the full suite (seed 1).
+fn full_suite_workload(name: &str) -> Workload {
+    crash::Suite::all().workloads(1).into_iter().find(|w| w.name == name).unwrap_or_else(|| panic!("{name}"))
+}
+
 /// Run `wl` under `bugs` (jbd2, device with a barrier) and save its first violation in `dir`.
 fn first_failure(wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
     first_failure_on(CrashConfig::new("jbd2"), wl, bugs, dir)
@@ -66,7 +71,7 @@ fn version_1_files_are_rerecorded() {
         return;
     }
     let dir = tempfile::tempdir().expect("temporary directory");
-    let wl = crash::Suite::all().workloads(1).into_iter().find(|w| w.name == "ace1-0021").expect("ace1-0021");
+    let wl = full_suite_workload("ace1-0021");
     let v = first_failure(&wl, Bugs { skip_preflush: true, ..Bugs::default() }, dir.path());
     let path = v.file.expect("failure file saved");
     let mut json: serde_json::Value =
@@ -88,7 +93,7 @@ fn no_barrier_failure_replays_on_a_device_without_barrier() {
         return;
     }
     let dir = tempfile::tempdir().expect("temporary directory");
-    let wl = crash::Suite::all().workloads(1).into_iter().find(|w| w.name == "ace1-0021").expect("ace1-0021");
+    let wl = full_suite_workload("ace1-0021");
     // barrierfs: with a barrier its log holds barriers, without one it does not, so a
     // re-recording on the wrong kind of device would not give the saved log.
     let mut cfg = CrashConfig::new("barrierfs");
