@@ -39,6 +39,13 @@ pub enum DevError {
     /// The device was poisoned by an earlier flush failure; writes are refused.
     #[error("device is poisoned after an earlier failure: {0}")]
     Poisoned(String),
+    /// Another open file description holds the image's writer lock (a `cjfs mount` or
+    /// another cjfs command or program writing it).
+    #[error(
+        "{0}: the image is in use: another process (a cjfs mount or another cjfs writer) holds its \
+         writer lock"
+    )]
+    Busy(String),
 }
 
 impl DevError {
@@ -51,6 +58,7 @@ impl DevError {
         match self {
             DevError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DevError::OutOfRange { .. } => libc::ENOSPC,
+            DevError::Busy(_) => libc::EBUSY,
             DevError::Unsupported(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,
         }

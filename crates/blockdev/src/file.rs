@@ -39,11 +39,17 @@ pub const DIRECT_WORKERS: usize = 4;
 pub struct FileDeviceOptions {
     /// Open with `O_DIRECT` (bypass the page cache; writes go through worker threads).
     pub direct: bool,
-    /// Open read-only: writes fail with `EROFS`.
+    /// Open read-only: writes fail with `EROFS`. A read-write open takes the image's
+    /// writer lock (an exclusive `flock`, held while the device lives) and fails with
+    /// [`DevError::Busy`] when another open file description holds it.
     pub read_only: bool,
     /// Create the file if missing and extend it to at least this many bytes (never
-    /// truncates; ignored for block devices and read-only opens).
+    /// truncates unless `zero` is set; ignored for block devices and read-only opens).
     pub create_size: Option<u64>,
+    /// With `create_size`: empty the file first, once the writer lock is held, so the
+    /// device is `create_size` bytes of zeros (sparse). For making a new file system over
+    /// an old image without racing another writer of it.
+    pub zero: bool,
 }
 
 /// A block device over an image file or a real block device. See the module docs.
@@ -176,11 +182,17 @@ impl FileDevice {
             oo.custom_flags(libc::O_DIRECT);
         }
         let file = oo.open(path).map_err(|e| DevError::io("open", &what, e))?;
+        if !opts.read_only {
+            lock_writer(&file, &what)?;
+        }
         let meta = file.metadata().map_err(|e| DevError::io("stat", &what, e))?;
         let size = if meta.file_type().is_block_device() {
             (&file).seek(SeekFrom::End(0)).map_err(|e| DevError::io("seek", &what, e))?
         } else {
-            let len = meta.len();
+            if opts.zero && create_size.is_some() {
+                file.set_len(0).map_err(|e| DevError::io("truncate", &what, e))?;
+            }
+            let len = if opts.zero && create_size.is_some() { 0 } else { meta.len() };
             match create_size {
                 Some(want) if len < want => {
                     file.set_len(want).map_err(|e| DevError::io("extend", &what, e))?;
@@ -209,7 +221,7 @@ impl FileDevice {
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> DevResult<FileDevice> {
         FileDevice::open(
             path,
-            FileDeviceOptions { direct: false, read_only: false, create_size: Some(size_bytes) },
+            FileDeviceOptions { create_size: Some(size_bytes), ..FileDeviceOptions::default() },
         )
     }
 
@@ -276,6 +288,23 @@ impl FileDevice {
             }
         }
     }
+}
+
+/// Take the image's writer lock: an exclusive `flock` on this open file description, held
+/// until the device is dropped. Two writers of one image (a `cjfs mount` and a CLI command,
+/// or two programs using the library) would each cache and overwrite the other's metadata;
+/// the second is refused instead. Read-only opens take no lock, so inspecting a mounted
+/// image stays possible (as with `debugfs -c`).
+fn lock_writer(file: &File, what: &str) -> DevResult<()> {
+    // SAFETY: flock on a descriptor owned by `file`, which outlives the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(DevError::Busy(what.to_string()));
+    }
+    Err(DevError::io("lock", what, e))
 }
 
 impl Shared {
@@ -640,8 +669,8 @@ mod tests {
     fn open_direct(path: &std::path::Path, blocks: u64) -> DevResult<Option<FileDevice>> {
         let opts = FileDeviceOptions {
             direct: true,
-            read_only: false,
             create_size: Some(blocks * BLOCK_SIZE as u64),
+            ..FileDeviceOptions::default()
         };
         match FileDevice::open(path, opts) {
             Ok(d) => Ok(Some(d)),

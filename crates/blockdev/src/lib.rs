@@ -10,8 +10,9 @@
 //! still keep any subset of writes not yet flushed).
 //!
 //! Devices: [`FileDevice`] (image file or block device), [`EmulatedSsd`] (in memory, real
-//! time, latency model with named presets) and [`Recorder`] (wraps any device and logs
-//! every write, flush, barrier and FUA for the crash harness).
+//! time, latency model with named presets), [`Recorder`] (wraps any device and logs
+//! every write, flush, barrier and FUA for the crash harness) and [`OverlayDevice`] (a
+//! writable view of a device that keeps its writes to itself, for dry runs).
 //!
 //! Block size is fixed at [`BLOCK_SIZE`] (4 KiB).
 
@@ -19,6 +20,7 @@ mod counters;
 mod emulated;
 mod error;
 mod file;
+mod overlay;
 mod recorder;
 mod timing;
 
@@ -28,6 +30,7 @@ pub use counters::{Counters, DeviceStats};
 pub use emulated::{EmulatedSsd, SsdPreset};
 pub use error::{DevError, DevResult};
 pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions};
+pub use overlay::OverlayDevice;
 pub use recorder::{RecordedOp, Recorder, RecorderLog};
 pub use timing::{
     MIN_SPIN_TAIL, SPIN_TAIL, precise_sleep, precise_sleep_until, raise_io_thread_priority,

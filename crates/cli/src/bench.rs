@@ -17,6 +17,7 @@ use cjfs_lab::workloads::{Workload, dbench};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use crate::out::{out, outln};
 
 /// Arguments of `cjfs bench`.
 #[derive(Debug, Args)]
@@ -184,7 +185,7 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };
             let rep = bench::run(&cfg).map_err(usage)?;
-            print!("{}", cjfs_lab::report::table(&rep));
+            out!("{}", cjfs_lab::report::table(&rep));
             if let Some(out) = &r.out {
                 let io = |e: std::io::Error| CliError::Io { path: out.display().to_string(), source: e };
                 std::fs::create_dir_all(out).map_err(io)?;
@@ -196,7 +197,7 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                     }
                 };
                 cjfs_lab::report::write_all(&rep, out, &charts).map_err(io)?;
-                println!("\nresults written to {}", out.display());
+                outln!("\nresults written to {}", out.display());
             }
             Ok(())
         }

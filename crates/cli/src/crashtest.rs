@@ -15,6 +15,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{CliError, CliResult};
+use crate::out::{out, outln};
 
 /// Arguments of `cjfs crashtest`.
 #[derive(Debug, Args)]
@@ -78,9 +79,9 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
         let f = crash::replay::load(file).map_err(cli_err)?;
         let r = crash::replay::replay(&f, threads).map_err(cli_err)?;
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&r).map_err(|e| CliError::Msg(e.to_string()))?);
+            outln!("{}", serde_json::to_string_pretty(&r).map_err(|e| CliError::Msg(e.to_string()))?);
         } else {
-            println!(
+            outln!(
                 "replaying {} (mode {}, data={}, {}, seed {})",
                 f.workload.name,
                 f.mode,
@@ -88,7 +89,7 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
                 if f.barrier { "device with barrier" } else { "device without barrier" },
                 f.seed
             );
-            print!("{}", r.text());
+            out!("{}", r.text());
         }
         return if r.reproduced() {
             Err(CliError::Msg(format!("the violation reproduced ({} problem(s))", r.problems.len())))
@@ -164,17 +165,17 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
     }
     let summary = Summary { modes: summaries, seed: a.seed, seconds: t0.elapsed().as_secs_f64() };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| CliError::Msg(e.to_string()))?);
+        outln!("{}", serde_json::to_string_pretty(&summary).map_err(|e| CliError::Msg(e.to_string()))?);
     } else {
-        println!("{}", summary.table());
+        outln!("{}", summary.table());
         for m in &summary.modes {
             if m.violations > 0 || m.workload_errors > 0 {
-                println!("\n{} ({}):", m.mode, m.verdict());
+                outln!("\n{} ({}):", m.mode, m.verdict());
                 for p in m.first_problems.iter().take(5) {
-                    println!("  {p}");
+                    outln!("  {p}");
                 }
                 for f in m.failure_files.iter().take(5) {
-                    println!("  replay: cjfs crashtest --replay {f}");
+                    outln!("  replay: cjfs crashtest --replay {f}");
                 }
             }
         }

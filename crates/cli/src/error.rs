@@ -84,6 +84,10 @@ pub enum CliError {
         /// Blocks free.
         free: u64,
     },
+    /// The reader of standard output went away (a closed pipe): the command stops quietly
+    /// and succeeds.
+    #[error("standard output was closed")]
+    StdoutClosed,
     /// Any other failure, fully described.
     #[error("{0}")]
     Msg(String),

@@ -2,14 +2,14 @@
 //! written to it, and read-only / read-write mounts.
 //!
 //! Every command that writes first validates the image through a read-only device (the
-//! superblock, features, size, group descriptors, journal inode and journal superblock,
-//! and, when the journal is clean, a full read-only mount), so an image that is refused is
-//! never written to.
+//! superblock, features, size, group descriptors, journal inode and journal superblock),
+//! takes the image's writer lock, and runs once as a dry run on an overlay that keeps its
+//! writes to itself ([`with_rw`]), so an image that is refused is never written to.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
+use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions, OverlayDevice};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::ondisk::superblock::Superblock;
@@ -42,7 +42,7 @@ pub fn open_device(image: &str, read_only: bool) -> CliResult<Device> {
     if let Err(e) = std::fs::metadata(image) {
         return Err(CliError::io(image, e));
     }
-    let dev = FileDevice::open(image, FileDeviceOptions { direct: false, read_only, create_size: None })
+    let dev = FileDevice::open(image, FileDeviceOptions { read_only, ..FileDeviceOptions::default() })
         .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     Ok(Arc::new(dev))
 }
@@ -135,40 +135,39 @@ pub fn with_ro<R>(image: &str, ctx: &Ctx, op: impl FnOnce(&Fs) -> CliResult<R>) 
 
 /// Run a writing command.
 ///
-/// `pre` validates the request (paths exist, enough space, ...). When the journal is clean
-/// it runs on a read-only mount *before* anything is written, so a refused request leaves
-/// the image untouched. Then the image is mounted read-write (replaying the journal if
-/// needed; `pre` then runs on that mount), `op` runs with `pre`'s result, and the file
-/// system is unmounted cleanly whether `op` succeeded or not.
+/// The image is validated read-only first ([`probe`]); then the read-write device is opened,
+/// which takes the image's writer lock (a `cjfs mount` or another writer holding it makes
+/// the command fail here, before anything is written). The whole command — mount (journal
+/// replay, orphan cleanup included), `pre` (validates the request: paths exist, enough
+/// space, ...), `op`, clean unmount — then runs as a **dry run** on an [`OverlayDevice`]
+/// over the image, which keeps every write to itself. Only if the dry run succeeds does it
+/// run again on the image. So a request refused for any reason the image itself gives (a
+/// corrupt structure found half-way, a damaged journal, no space) leaves the image
+/// byte-identical; what is left to fail on the real run is the device (I/O errors).
+///
+/// The dry run writes to a sparse temporary file (`$TMPDIR`), not memory; `pre` and `op`
+/// must therefore be repeatable (`put` spools standard input first).
 pub fn with_rw<T, R>(
     image: &str,
     ctx: &Ctx,
     pre: impl Fn(&Fs) -> CliResult<T>,
-    op: impl FnOnce(&Fs, T) -> CliResult<R>,
+    op: impl Fn(&Fs, T) -> CliResult<R>,
 ) -> CliResult<R> {
-    let p = probe(image)?;
-    let checked = if p.needs_recovery {
-        None
-    } else {
-        let fs = mount_ro_unchecked(image, ctx)?;
-        let v = pre(&fs);
-        let u = unmount(image, fs);
-        let v = v?;
-        u?;
-        Some(v)
-    };
+    probe(image)?;
     let dev = open_device(image, false)?;
-    let (fs, report) =
-        Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
-    note_recovery(ctx, image, &report);
-    let v = match checked {
-        Some(v) => Ok(v),
-        None => pre(&fs),
+    let run = |dev: Device| -> CliResult<(R, MountReport)> {
+        let (fs, report) =
+            Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
+        let r = pre(&fs).and_then(|v| op(&fs, v));
+        let u = unmount(image, fs);
+        let r = r?;
+        u?;
+        Ok((r, report))
     };
-    let r = v.and_then(|v| op(&fs, v));
-    let u = unmount(image, fs);
-    let r = r?;
-    u?;
+    let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
+    run(Arc::new(overlay))?;
+    let (r, report) = run(dev)?;
+    note_recovery(ctx, image, &report);
     Ok(r)
 }
 

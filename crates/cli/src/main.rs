@@ -15,6 +15,7 @@ mod error;
 mod fmt;
 mod image;
 mod mount;
+mod out;
 
 use std::process::ExitCode;
 
@@ -230,7 +231,7 @@ fn run(cli: Cli) -> CliResult<()> {
         .ok_or_else(|| CliError::Usage(format!("unknown journal preset {:?}", cli.journal)))?;
     let data: DataMode = cli.data.parse().map_err(CliError::Usage)?;
     let ctx = Ctx { journal, data, command };
-    match cli.command {
+    let r = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(&cmd::mkfs::MkfsRequest {
             image: a.image,
             size: a.size,
@@ -256,7 +257,31 @@ fn run(cli: Cli) -> CliResult<()> {
         Command::Bench(a) => bench::run(a),
         Command::Mount(a) => mount::run(a, &ctx.journal, ctx.data),
         Command::Crashtest(a) => crashtest::run(a, ctx.data),
+    };
+    r?;
+    // Output still buffered (text without a final newline) must not fail unnoticed at exit.
+    out::flush()
+}
+
+/// clap's multi-line usage error as one line: its message without the `error:` prefix and
+/// the usage block, then where to look.
+fn usage_line(rendered: &str) -> String {
+    let msg: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .collect();
+    let mut joined = String::new();
+    for l in msg {
+        if !joined.is_empty() {
+            joined.push_str(if joined.ends_with(':') { " " } else { "; " });
+        }
+        joined.push_str(l);
     }
+    let msg = joined;
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    format!("{msg} (see `cjfs --help`)")
 }
 
 /// Flatten a message to one line.
@@ -268,15 +293,22 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            // --help and --version print to stdout and succeed; usage errors exit with 2.
-            let code = e.exit_code();
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(code).unwrap_or(2));
+            use clap::error::ErrorKind;
+            // --help and --version print to stdout and succeed.
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                return match e.print() {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(_) => ExitCode::from(1),
+                };
+            }
+            // Usage errors: one line like every other error, exit status 2.
+            eprintln!("cjfs: usage: {}", usage_line(&e.render().to_string()));
+            return ExitCode::from(2);
         }
     };
     let command = cli.command.name();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(CliError::StdoutClosed) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cjfs: {command}: {}", one_line(&e.to_string()));
             ExitCode::from(e.exit_code())
@@ -292,6 +324,17 @@ mod tests {
     #[test]
     fn cli_definition_is_valid() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_are_one_line() {
+        let e = Cli::try_parse_from(["cjfs", "ls"]).unwrap_err();
+        let l = usage_line(&e.render().to_string());
+        assert!(!l.contains('\n'), "{l}");
+        assert!(l.contains("<IMAGE>"), "{l}");
+        assert!(!l.starts_with("error"), "{l}");
+        let e = Cli::try_parse_from(["cjfs", "frobnicate"]).unwrap_err();
+        assert!(usage_line(&e.render().to_string()).contains("frobnicate"));
     }
 
     #[test]

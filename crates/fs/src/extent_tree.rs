@@ -134,6 +134,22 @@ fn corrupt(loc: Loc, msg: impl fmt::Display) -> FsError {
     FsError::Corrupt(format!("extent tree: {loc}: {msg}"))
 }
 
+/// Entry `i` of the node at `loc` must point inside the file system (`limit` blocks): a
+/// data read or a free through a wild pointer would otherwise surface as a device error
+/// far from its cause.
+fn check_ptr(loc: Loc, i: usize, e: &Ent, leaf: bool, limit: u64) -> FsResult<()> {
+    let len = if leaf { u64::from(e.mapping().len) } else { 1 };
+    if e.ptr != 0 && e.ptr.checked_add(len).is_some_and(|end| end <= limit) {
+        return Ok(());
+    }
+    let what = if leaf {
+        format!("extent {i} (logical block {}, {len} blocks) maps physical block {}", e.key, e.ptr)
+    } else {
+        format!("index entry {i} (logical block {}) points to block {}", e.key, e.ptr)
+    };
+    Err(corrupt(loc, format!("{what}, outside the file system ({limit} blocks)")))
+}
+
 /// One decoded entry. Leaf: `ptr` = first physical block, `raw_len` = `ee_len`.
 /// Index: `ptr` = child block, `raw_len` = 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,6 +437,10 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
         if node.ents.is_empty() && (loc != Loc::Root || node.depth > 0) {
             return Err(corrupt(loc, "empty non-root or index node"));
         }
+        let limit = self.store.block_limit();
+        for (i, e) in node.ents.iter().enumerate() {
+            check_ptr(loc, i, e, node.depth == 0, limit)?;
+        }
         Ok(node)
     }
 
@@ -518,6 +538,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     fn find_le(&mut self, lblk: u32) -> FsResult<Option<Ent>> {
         let mut loc = Loc::Root;
         let mut expect = None;
+        let limit = self.store.block_limit();
         loop {
             let step = self.with_bytes(loc, |b| -> FsResult<Descend> {
                 let h = parse_header(b, loc)?;
@@ -527,7 +548,9 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                     return Ok(Descend::Done(None));
                 }
                 if h.depth == 0 {
-                    Ok(Descend::Done(Some(ent_at(b, c - 1, true))))
+                    let e = ent_at(b, c - 1, true);
+                    check_ptr(loc, c - 1, &e, true, limit)?;
+                    Ok(Descend::Done(Some(e)))
                 } else {
                     Ok(Descend::Down(ent_at(b, c - 1, false).ptr, h.depth - 1))
                 }
@@ -548,13 +571,18 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     }
 
     fn find_gt_in(&mut self, loc: Loc, expect: Option<u16>, lblk: u32) -> FsResult<Option<Ent>> {
+        let limit = self.store.block_limit();
         let step = self.with_bytes(loc, |b| -> FsResult<GtStep> {
             let h = parse_header(b, loc)?;
             check_depth(&h, expect, loc)?;
             let n = h.entries as usize;
             let c = count_le(b, n, lblk);
             if h.depth == 0 {
-                return Ok(GtStep::Found((c < n).then(|| ent_at(b, c, true))));
+                let e = (c < n).then(|| ent_at(b, c, true));
+                if let Some(e) = &e {
+                    check_ptr(loc, c, e, true, limit)?;
+                }
+                return Ok(GtStep::Found(e));
             }
             // The child that may hold keys > lblk after its first one, then the next one
             // (whose first key is > lblk). Exact index keys make the second a fallback only.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
-use cjfs_journal::recovery::recover;
+use cjfs_journal::recovery::{recover, recover_strict};
 use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, Tid};
 use parking_lot::Mutex;
 
@@ -30,7 +30,7 @@ use crate::mkfs::read_layout;
 use crate::ondisk::features::INCOMPAT_RECOVER;
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
-use crate::ondisk::superblock::{STATE_VALID, SUPERBLOCK_OFFSET, Superblock};
+use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, Superblock};
 use crate::types::{MountOptions, ROOT_INO};
 
 /// Fixed numbers derived from the superblock.
@@ -227,8 +227,14 @@ pub fn recover_device(dev: &Device) -> FsResult<cjfs_journal::recovery::Recovery
     // undid those changes (found by the crash harness: recovering twice gave a different
     // block 0 than recovering once).
     let (mut sb, _) = read_layout(&**dev)?;
-    if sb.has_incompat(INCOMPAT_RECOVER) {
+    let damaged = report.damaged() && sb.state & STATE_ERROR == 0;
+    if sb.has_incompat(INCOMPAT_RECOVER) || damaged {
         sb.feature_incompat &= !INCOMPAT_RECOVER;
+        if damaged {
+            // As e2fsck does after a corrupt transaction: what was lost must be repaired by
+            // a full check before anything writes again (`Fs::open` refuses until then).
+            sb.state |= STATE_ERROR;
+        }
         write_sb_direct(dev, &sb)?;
     }
     Ok(report)
@@ -253,6 +259,15 @@ impl Fs {
     /// [`Fs::open`], also returning what recovery did.
     pub fn open_with_report(dev: Device, opts: MountOptions) -> FsResult<(Fs, MountReport)> {
         let (sb0, _) = read_layout(&*dev)?;
+        if !opts.read_only && sb0.state & STATE_ERROR != 0 {
+            // Writing on top of damage an earlier mount or recovery found would spread it
+            // (e.g. allocate an inode a lost bitmap update says is free); e2fsck clears it.
+            return Err(FsError::Corrupt(
+                "the superblock marks the file system as having errors (s_state); repair it with \
+                 e2fsck -f before writing to it"
+                    .into(),
+            ));
+        }
         let area = journal_area(&dev, &sb0)?;
         let mut report = MountReport::default();
         let jsb = cjfs_journal::superblock::read_superblock(&*dev, &area)?;
@@ -263,7 +278,8 @@ impl Fs {
                         .into(),
                 ));
             }
-            let r = recover(&*dev, &area)?;
+            // A damaged journal is refused before anything is written (see `recover_strict`).
+            let r = recover_strict(&*dev, &area)?;
             report.replayed_transactions = r.transactions;
             report.replayed_blocks = r.blocks_replayed;
         }
@@ -287,7 +303,6 @@ impl Fs {
             sb.mtime = crate::types::Timestamp::now().sec;
             sb.free_blocks_count = free_blocks as u64;
             sb.free_inodes_count = free_inodes as u32;
-            write_sb_direct(&dev, &sb)?;
         }
         let mut jcfg = opts.journal.clone();
         if opts.read_only {
@@ -322,7 +337,12 @@ impl Fs {
             return Err(FsError::Corrupt("root inode is not a directory".into()));
         }
         if !fs.inner.opts.read_only {
-            report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner)?;
+            // Everything read so far is validated (root, orphan chain) before the first write:
+            // a refused image stays byte-identical.
+            let chain = crate::orphan::load_orphan_chain(&fs.inner)?;
+            let sb = fs.inner.sb.lock().clone();
+            write_sb_direct(&fs.inner.dev, &sb)?;
+            report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner, chain)?;
         }
         Ok((fs, report))
     }

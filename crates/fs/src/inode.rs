@@ -181,8 +181,33 @@ pub(crate) fn load_inode(fs: &FsInner, ino: Ino) -> FsResult<DiskInode> {
     let (blk, off) = inode_location(fs, ino);
     let buf = fs.cache.read(blk)?;
     let g = buf.read();
-    DiskInode::decode(&g[off..off + fs.geo.inode_size as usize])
-        .map_err(|e| FsError::Corrupt(format!("inode {ino}: {e}")))
+    let d = DiskInode::decode(&g[off..off + fs.geo.inode_size as usize]).map_err(|e| in_inode(ino, e))?;
+    check_size(ino, &d, BLOCK_SIZE as u32)?;
+    Ok(d)
+}
+
+/// Put inode `ino`'s number into a decoding error, once ("inode 36: i_extra_isize ...").
+fn in_inode(ino: Ino, e: FsError) -> FsError {
+    match e {
+        FsError::Corrupt(m) => {
+            FsError::Corrupt(format!("inode {ino}: {}", m.strip_prefix("inode: ").unwrap_or(&m)))
+        }
+        other => other,
+    }
+}
+
+/// Refuse a size no ext4 file can have (the kernel's `s_maxbytes`): reading such a file
+/// would stream zeros for years, and writing at its end would overflow block numbers.
+fn check_size(ino: Ino, d: &DiskInode, block_size: u32) -> FsResult<()> {
+    let max = crate::ondisk::inode::max_file_size(block_size);
+    if d.size > max {
+        return Err(FsError::Corrupt(format!(
+            "inode {ino}: i_size = {} is beyond the largest ext4 file size {max} for {block_size}-byte \
+             blocks",
+            d.size
+        )));
+    }
+    Ok(())
 }
 
 /// Write inode `ino`'s record into its table block under the transaction.
@@ -215,5 +240,7 @@ pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -
     let blk = desc.inode_table + byte / BLOCK_SIZE as u64;
     let b = dev.read_block(blk)?;
     let o = (byte % BLOCK_SIZE as u64) as usize;
-    DiskInode::decode(&b[o..o + isz as usize])
+    let d = DiskInode::decode(&b[o..o + isz as usize]).map_err(|e| in_inode(ino, e))?;
+    check_size(ino, &d, sb.block_size())?;
+    Ok(d)
 }

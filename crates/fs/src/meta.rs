@@ -19,4 +19,9 @@ pub trait MetaStore {
     fn new_block(&mut self, goal: u64) -> FsResult<Arc<Buffer>>;
     /// Free a metadata block (its journalled copies are revoked).
     fn free_meta_block(&mut self, blk: u64) -> FsResult<()>;
+    /// One past the last block of the file system: an extent or pointer reaching it is
+    /// corrupt. Stores not tied to a file system (tests) have no limit.
+    fn block_limit(&self) -> u64 {
+        u64::MAX
+    }
 }

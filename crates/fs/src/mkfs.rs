@@ -505,7 +505,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     }
     if jblocks as u64 > free_now / 2 {
         return Err(FsError::Invalid(format!(
-            "journal of {jblocks} blocks is too big for a file system with {free_now} free blocks"
+            "journal of {jblocks} blocks is too big: at most half of the {free_now} free blocks ({}) \
+             may go to the journal",
+            free_now / 2
         )));
     }
     let jgoal = journal_goal(&sb, &used);

@@ -87,7 +87,8 @@ impl Fs {
             match read() {
                 Some(Some(ino)) => {
                     let attr = self.getattr(ino);
-                    if read() == Some(Some(ino)) {
+                    // A child found free is judged under the directory's lock below.
+                    if read() == Some(Some(ino)) && !matches!(attr, Err(FsError::NotFound(_))) {
                         return attr;
                     }
                 }
@@ -106,12 +107,25 @@ impl Fs {
         }
         if st.dir.is_some() {
             let found = st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino));
-            return self.getattr(found.ok_or_else(not_found)?);
+            return self.entry_attr(parent, name, found.ok_or_else(not_found)?);
         }
         drop(st);
         let mut w = self.write_state(&pnode)?;
         let slot = dir::lookup(&self.inner, &mut w, name)?.ok_or_else(not_found)?;
-        self.getattr(slot.ino)
+        self.entry_attr(parent, name, slot.ino)
+    }
+
+    /// Attributes of `ino`, named `name` in directory `parent` (whose lock the caller
+    /// holds): an entry that names a free inode is corruption, not a missing file (else a
+    /// create of the same name would fail with "file exists").
+    fn entry_attr(&self, parent: Ino, name: &[u8], ino: Ino) -> FsResult<Attr> {
+        self.getattr(ino).map_err(|e| match e {
+            FsError::NotFound(_) | FsError::Stale(_) => FsError::Corrupt(format!(
+                "directory inode {parent}: entry {:?} names inode {ino}, which is not in use",
+                String::from_utf8_lossy(name)
+            )),
+            e => e,
+        })
     }
 
     fn parent_of(&self, ino: Ino) -> FsResult<Ino> {

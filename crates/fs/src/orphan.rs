@@ -134,22 +134,46 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     Ok(())
 }
 
-/// At mount: free every inode on the on-disk orphan list. Returns how many.
-pub(crate) fn process_orphans(fs: &FsInner) -> FsResult<u32> {
+/// At mount, before anything is written: read and validate the on-disk orphan list (reads
+/// only).
+pub(crate) fn load_orphan_chain(fs: &FsInner) -> FsResult<Vec<Ino>> {
     let mut head = fs.sb.lock().last_orphan;
-    if head == 0 || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only {
-        return Ok(0);
-    }
-    // Load the chain into the in-memory list first (bounded: no loops).
+    let mut from = "superblock s_last_orphan".to_string();
     let mut chain = Vec::new();
     let mut seen = std::collections::HashSet::new();
     while head != 0 {
-        if head > fs.geo.inodes_count || !seen.insert(head) {
-            return Err(FsError::Corrupt(format!("orphan list has a bad link to inode {head}")));
+        // As the kernel's ext4_orphan_get: a link to a reserved inode, past the table, or
+        // back into the list is corruption, not an orphan to free.
+        if head < fs.geo.first_ino || head > fs.geo.inodes_count {
+            return Err(FsError::Corrupt(format!(
+                "orphan list: {from} links to inode {head}, which is {} (orphans are inodes {}..={})",
+                if head < fs.geo.first_ino { "reserved" } else { "past the inode table" },
+                fs.geo.first_ino,
+                fs.geo.inodes_count
+            )));
+        }
+        if !seen.insert(head) {
+            return Err(FsError::Corrupt(format!("orphan list: {from} links back to inode {head} (a loop)")));
         }
         chain.push(head);
         let node = fs.inodes.get(fs, head)?;
-        head = node.state.read().d.dtime;
+        let st = node.state.read();
+        if st.d.mode == 0 {
+            return Err(FsError::Corrupt(format!(
+                "orphan list: {from} links to inode {head}, which is free"
+            )));
+        }
+        from = format!("inode {head}'s i_dtime");
+        head = st.d.dtime;
+    }
+    Ok(chain)
+}
+
+/// At mount: free (or finish truncating) every inode of `chain`, the validated orphan list
+/// from [`load_orphan_chain`]. Returns how many.
+pub(crate) fn process_orphans(fs: &FsInner, chain: Vec<Ino>) -> FsResult<u32> {
+    if chain.is_empty() || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only {
+        return Ok(0);
     }
     *fs.orphans.lock() = chain.clone();
     for ino in &chain {

@@ -51,6 +51,9 @@ impl MetaStore for Tx<'_> {
     fn free_meta_block(&mut self, blk: u64) -> FsResult<()> {
         crate::alloc::free_blocks(self, blk, 1, true)
     }
+    fn block_limit(&self) -> u64 {
+        self.fs.geo.blocks_count
+    }
 }
 
 fn check_block(fs: &FsInner, blk: u64) -> FsResult<()> {
@@ -87,5 +90,8 @@ impl MetaStore for ReadStore<'_> {
     }
     fn free_meta_block(&mut self, _blk: u64) -> FsResult<()> {
         Err(FsError::ReadOnly)
+    }
+    fn block_limit(&self) -> u64 {
+        self.limit
     }
 }

@@ -73,7 +73,7 @@ struct Img {
 impl Img {
     fn open(path: &Path) -> Img {
         let dev =
-            FileDevice::open(path, FileDeviceOptions { direct: false, read_only: true, create_size: None })
+            FileDevice::open(path, FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() })
                 .unwrap();
         let (sb, descs) = read_layout(&dev).expect("read_layout");
         Img { file: File::open(path).unwrap(), sb, descs }

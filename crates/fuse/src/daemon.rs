@@ -8,8 +8,10 @@
 //!    mount ready (exit 0) or an error (its message, exit 1); the child starts a new session;
 //! 3. block SIGINT/SIGTERM/SIGHUP in the main thread, so every thread started later
 //!    inherits the mask and one dedicated thread receives them with `sigwait`;
-//! 4. lock the image (`flock(LOCK_EX | LOCK_NB)` on a descriptor held for the daemon's life),
-//!    open it (journal recovery and orphan cleanup run here), mount through fuser;
+//! 4. open the image, which takes its writer lock (`flock(LOCK_EX | LOCK_NB)`, held by the
+//!    device for the daemon's life; a read-only mount holds the same lock on a descriptor of
+//!    its own), so CLI writes and a second mount are refused; journal recovery and orphan
+//!    cleanup run here; mount through fuser;
 //! 5. report ready, serve until the kernel ends the session (after any unmount), then
 //!    [`cjfs_fs::Fs::unmount`] commits, checkpoints and marks the image clean.
 //!
@@ -24,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_blockdev::{DevError, Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::{DataMode, Fs, FsError};
 use cjfs_journal::JournalConfig;
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -372,19 +374,24 @@ struct Started {
     session: Session<CjfsFuse>,
     /// Filled by the file system's `destroy` with the result of unmounting the image.
     outcome: crate::filesystem::UnmountOutcome,
-    /// The image lock, held until the daemon is done with the image.
-    lock: File,
+    /// The image lock of a read-only mount, held until the daemon is done with the image (a
+    /// read-write mount's device holds the writer lock itself; see [`FileDeviceOptions`]).
+    lock: Option<File>,
 }
 
 fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Started> {
-    let lock = lock_image(image)?;
     let opts = req.config.fs_options(&req.journal, req.data);
+    // A read-only device takes no lock; the mount still excludes writers while it serves.
+    let lock = if opts.read_only { Some(lock_image(image)?) } else { None };
     let dev: Device = Arc::new(
         FileDevice::open(
             image,
             FileDeviceOptions { read_only: opts.read_only, ..FileDeviceOptions::default() },
         )
-        .map_err(|e| MountError::Fs { path: image.to_path_buf(), source: FsError::Device(e) })?,
+        .map_err(|e| match e {
+            DevError::Busy(_) => MountError::Locked { path: image.to_path_buf() },
+            e => MountError::Fs { path: image.to_path_buf(), source: FsError::Device(e) },
+        })?,
     );
     let (fs, report) = Fs::open_with_report(dev, opts)
         .map_err(|source| MountError::Fs { path: image.to_path_buf(), source })?;

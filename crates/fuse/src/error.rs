@@ -31,8 +31,9 @@ pub enum MountError {
         /// What is wrong with it.
         why: String,
     },
-    /// Another process (another `cjfs mount`, most likely) holds the image's lock.
-    #[error("{path}: the image is already in use (another cjfs mount holds its lock)")]
+    /// Another process (another `cjfs mount`, or a cjfs command writing the image) holds the
+    /// image's lock.
+    #[error("{path}: the image is already in use (another cjfs mount or writer holds its lock)")]
     Locked {
         /// The image path.
         path: PathBuf,

@@ -14,6 +14,10 @@ pub enum JournalError {
     /// On-disk journal structure is damaged.
     #[error("corrupt journal: {0}")]
     Corrupt(String),
+    /// The journal needs recovery but cannot be replayed whole (a failed commit checksum,
+    /// logged blocks that fail their checksum or lie beyond the device); nothing was written.
+    #[error("the journal is damaged ({0}); nothing was replayed")]
+    Damaged(String),
     /// The journal uses a feature or layout we do not support.
     #[error("unsupported journal: {0}")]
     Incompatible(String),
@@ -42,10 +46,10 @@ impl JournalError {
     pub fn errno(&self) -> i32 {
         match self {
             JournalError::Device(d) => d.errno(),
-            JournalError::Corrupt(_) => 117,     // EUCLEAN
-            JournalError::Incompatible(_) => 95, // EOPNOTSUPP
+            JournalError::Corrupt(_) | JournalError::Damaged(_) => 117, // EUCLEAN
+            JournalError::Incompatible(_) => 95,                        // EOPNOTSUPP
             JournalError::TooManyCredits { .. } | JournalError::CreditsExceeded(_) => 28, // ENOSPC
-            _ => 5,                              // EIO
+            _ => 5,                                                     // EIO
         }
     }
 }

@@ -723,6 +723,40 @@ impl RecoveryReport {
 /// malformed revoke block) return [`JournalError::Corrupt`] / [`JournalError::Incompatible`]
 /// with the device untouched. See the module documentation for checksum failures.
 pub fn recover(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryReport> {
+    recover_with(dev, area, false)
+}
+
+/// [`recover`] for a mount that goes on to change the file system: a damaged journal (a
+/// failed commit, or logged blocks that cannot be replayed) fails with
+/// [`JournalError::Damaged`] **before anything is written**, so the image stays as it was
+/// for `cjfs recover` and `e2fsck` to judge. Replaying what is intact and then allocating
+/// from bitmaps that a lost block should have changed would hand out blocks and inodes that
+/// are in use; the kernel likewise refuses to mount after a failed journal checksum.
+pub fn recover_strict(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryReport> {
+    recover_with(dev, area, true)
+}
+
+/// Why a damaged journal cannot be replayed whole, in one line.
+fn damage_summary(failed_commit: Option<u32>, bad: &[BadLogBlock]) -> String {
+    let mut why = Vec::new();
+    if let Some(t) = failed_commit {
+        why.push(format!("transaction {t} failed its commit block checksum"));
+    }
+    if let Some(b) = bad.first() {
+        let what = match b.reason {
+            BadBlockReason::ChecksumMismatch => "fails its tag checksum".to_string(),
+            BadBlockReason::OutOfRange => "names a home block beyond the device".to_string(),
+        };
+        let more = if bad.len() > 1 { format!(" ({} such blocks in all)", bad.len()) } else { String::new() };
+        why.push(format!(
+            "transaction {}: log block {} for home block {} {what}{more}",
+            b.tid, b.log_block, b.home_block
+        ));
+    }
+    why.join("; ")
+}
+
+fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JResult<RecoveryReport> {
     let sb = read_superblock(dev, area)?;
     let scan = scan_log(dev, area, &sb)?;
     if !scan.needed {
@@ -741,6 +775,9 @@ pub fn recover(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryRep
         });
     }
     let d = decide(dev, area, &scan)?;
+    if strict && (scan.failed_commit.is_some() || !d.bad_blocks.is_empty()) {
+        return Err(JournalError::Damaged(damage_summary(scan.failed_commit, &d.bad_blocks)));
+    }
 
     let tag = WriteTag::kind(BlockKind::Recovery);
     let mut written = 0u64;

@@ -27,6 +27,7 @@ use crate::cmd::files::readdir_all;
 use crate::error::{CliError, CliResult};
 use crate::fmt::{lossy, type_name};
 use crate::image::{Ctx, with_ro};
+use crate::out::outln;
 
 /// Problems listed in full before the rest are only counted.
 const MAX_LISTED: usize = 50;
@@ -446,6 +447,52 @@ impl<'a> Walker<'a> {
     }
 }
 
+impl Walker<'_> {
+    /// The orphan list (superblock `s_last_orphan`, then each inode's `i_dtime`): every link
+    /// a non-reserved inode of the table, in use, no loop — what the next read-write mount
+    /// will walk and free (the same rules as `cjfs_fs`'s mount, which refuses a bad list).
+    fn check_orphans(&mut self) {
+        let first = self.sb.first_ino();
+        let last = self.sb.inodes_count;
+        let mut head = self.sb.last_orphan;
+        let mut from = "superblock s_last_orphan".to_string();
+        let mut seen = HashSet::new();
+        while head != 0 {
+            if head < first || head > last {
+                let what = if head < first { "a reserved inode" } else { "past the inode table" };
+                self.report.error(format!(
+                    "orphan list: {from} = {head} is {what} (orphans are inodes {first}..={last})"
+                ));
+                return;
+            }
+            if !seen.insert(head) {
+                self.report.error(format!("orphan list: {from} = {head} links back into the list (a loop)"));
+                return;
+            }
+            match self.fs.check_inode(head) {
+                Ok(c) if c.mode == 0 => {
+                    self.report.error(format!("orphan list: {from} = {head} names a free inode"));
+                    return;
+                }
+                Ok(c) => {
+                    from = format!("inode {head}'s i_dtime");
+                    head = c.dtime;
+                }
+                Err(e) => {
+                    self.report.error(format!("orphan list: {from} = {head}: {e}"));
+                    return;
+                }
+            }
+        }
+        if !seen.is_empty() {
+            self.report.warn(format!(
+                "orphan list holds {} inode(s); the next read-write mount frees them",
+                seen.len()
+            ));
+        }
+    }
+}
+
 /// Run our own check on a read-only mount. Prints a summary; returns the error count.
 fn own_check(image: &str, ctx: &Ctx) -> CliResult<usize> {
     with_ro(image, ctx, |fs| {
@@ -484,17 +531,18 @@ fn own_check(image: &str, ctx: &Ctx) -> CliResult<usize> {
             }
         }
         w.walk();
+        w.check_orphans();
         w.check_links();
         w.check_bitmaps(&descs);
-        println!("cjfs check of {image}:");
-        println!(
+        outln!("cjfs check of {image}:");
+        outln!(
             "  {} inode(s) reachable: {} directories, {} regular files, {} other",
             w.seen.len(),
             w.dirs,
             w.files,
             w.others
         );
-        println!(
+        outln!(
             "  {} block(s) in use: {} static metadata, {} journal, {} file data and trees ({} free of {})",
             w.owned_count,
             w.meta_blocks,
@@ -504,19 +552,19 @@ fn own_check(image: &str, ctx: &Ctx) -> CliResult<usize> {
             sb.block_count()
         );
         if w.dup_blocks > 0 {
-            println!("  {} block(s) owned twice", w.dup_blocks);
+            outln!("  {} block(s) owned twice", w.dup_blocks);
         }
         for m in &w.report.warnings {
-            println!("  warning: {m}");
+            outln!("  warning: {m}");
         }
         for m in &w.report.errors {
-            println!("  error: {m}");
+            outln!("  error: {m}");
         }
         if w.report.error_count > w.report.errors.len() {
-            println!("  ... and {} more error(s)", w.report.error_count - w.report.errors.len());
+            outln!("  ... and {} more error(s)", w.report.error_count - w.report.errors.len());
         }
         let verdict = if w.report.error_count == 0 { "no errors" } else { "ERRORS FOUND" };
-        println!(
+        outln!(
             "  result: {verdict} ({} error(s), {} warning(s))",
             w.report.error_count,
             w.report.warnings.len()
@@ -559,12 +607,12 @@ fn run_e2fsck(tool: &Path, image: &str) -> CliResult<bool> {
         Command::new(tool).args(["-fn", image]).output().map_err(|e| CliError::io(tool.display(), e))?;
     let code = out.status.code().unwrap_or(-1);
     let clean = code == 0;
-    println!("e2fsck -fn {image}: exit status {code} ({})", e2fsck_status(code));
+    outln!("e2fsck -fn {image}: exit status {code} ({})", e2fsck_status(code));
     if !clean {
         for l in
             String::from_utf8_lossy(&out.stdout).lines().chain(String::from_utf8_lossy(&out.stderr).lines())
         {
-            println!("  | {l}");
+            outln!("  | {l}");
         }
     }
     Ok(clean)
@@ -577,7 +625,7 @@ pub fn run(image: &str, ctx: &Ctx, e2fsck: bool) -> CliResult<()> {
     if e2fsck {
         match find_tool("e2fsck") {
             Some(tool) => fsck_failed = !run_e2fsck(&tool, image)?,
-            None => println!("e2fsck: not installed; skipped"),
+            None => outln!("e2fsck: not installed; skipped"),
         }
     }
     match (errors, fsck_failed) {

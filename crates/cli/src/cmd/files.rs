@@ -14,6 +14,7 @@ use cjfs_fs::{
 use crate::error::{CliError, CliResult};
 use crate::fmt::{inode_flag_names, lossy, perm_string, timestamp, type_char, type_name};
 use crate::image::{Ctx, with_ro, with_rw};
+use crate::out::Out;
 
 /// Bytes moved per read or write call.
 const CHUNK: usize = 1 << 20;
@@ -98,39 +99,6 @@ fn parent_of<'p>(fs: &Fs, path: &'p str) -> FsResult<(Ino, &'p str)> {
 /// The last component of a local or image path.
 fn basename(p: &str) -> &str {
     p.trim_end_matches('/').rsplit('/').next().unwrap_or(p)
-}
-
-/// Write to stdout; a closed pipe (`cjfs cat ... | head`) ends the output quietly.
-struct Out {
-    w: std::io::BufWriter<std::io::StdoutLock<'static>>,
-    closed: bool,
-}
-
-impl Out {
-    fn new() -> Self {
-        Out { w: std::io::BufWriter::new(std::io::stdout().lock()), closed: false }
-    }
-    fn write(&mut self, b: &[u8]) -> CliResult<()> {
-        if self.closed {
-            return Ok(());
-        }
-        match self.w.write_all(b) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(())
-            }
-            r => r.map_err(|e| CliError::io("stdout", e)),
-        }
-    }
-    fn finish(mut self) -> CliResult<()> {
-        if self.closed {
-            return Ok(());
-        }
-        match self.w.flush() {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            r => r.map_err(|e| CliError::io("stdout", e)),
-        }
-    }
 }
 
 fn ls_line(fs: &Fs, a: &Attr, name: &[u8]) -> FsResult<Vec<u8>> {
@@ -273,6 +241,11 @@ fn plan_put(
             Some(n) => (ino, n.to_string(), format!("{}/{n}", path.trim_end_matches('/'))),
             None => return Err(err(FsError::IsDir(path.to_string()))),
         },
+        // A trailing slash names a directory (as for cp): it must exist.
+        Ok(_) if path.ends_with('/') => return Err(err(FsError::NotDir(path.to_string()))),
+        Err(FsError::NotFound(_)) if path.ends_with('/') => {
+            return Err(err(FsError::NotFound(format!("{path} (a trailing slash names a directory)"))));
+        }
         Ok(_) | Err(FsError::NotFound(_)) => {
             let (p, n) = parent_of(fs, path).map_err(err)?;
             (p, n.to_string(), path.to_string())
@@ -358,27 +331,64 @@ fn copy_in(fs: &Fs, image: &str, t: &PutTarget, ino: Ino, src: &mut dyn Read, lo
     }
 }
 
+/// The bytes `put` copies, readable once per run (the dry run and the real one).
+enum Source {
+    /// A local file, opened anew for each run.
+    Path(String),
+    /// Standard input, spooled to an unlinked temporary file first.
+    Spool(std::fs::File),
+}
+
+impl Source {
+    fn open(&self) -> CliResult<Box<dyn Read>> {
+        match self {
+            Source::Path(p) => Ok(Box::new(std::fs::File::open(p).map_err(|e| CliError::io(p, e))?)),
+            Source::Spool(f) => {
+                use std::io::{Seek, SeekFrom};
+                let mut f = f.try_clone().map_err(|e| CliError::io("stdin (spooled)", e))?;
+                f.seek(SeekFrom::Start(0)).map_err(|e| CliError::io("stdin (spooled)", e))?;
+                Ok(Box::new(f))
+            }
+        }
+    }
+}
+
+/// Copy standard input into an unlinked file in the temporary directory.
+fn spool_stdin() -> CliResult<(std::fs::File, u64)> {
+    let path = std::env::temp_dir().join(format!(".cjfs-put-stdin-{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| CliError::io(path.display(), e))?;
+    let _ = std::fs::remove_file(&path);
+    let n = std::io::copy(&mut std::io::stdin().lock(), &mut f).map_err(|e| CliError::io("stdin", e))?;
+    Ok((f, n))
+}
+
 /// `cjfs put IMG LOCAL PATH` (`-` reads stdin).
 pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
-    let (mut src, meta): (Box<dyn Read>, Option<std::fs::Metadata>) = if local == "-" {
-        (Box::new(std::io::stdin().lock()), None)
+    let (src, meta, size) = if local == "-" {
+        let (f, n) = spool_stdin()?;
+        (Source::Spool(f), None, Some(n))
     } else {
-        let f = std::fs::File::open(local).map_err(|e| CliError::io(local, e))?;
-        let m = f.metadata().map_err(|e| CliError::io(local, e))?;
+        let m = std::fs::metadata(local).map_err(|e| CliError::io(local, e))?;
         if m.is_dir() {
             return Err(CliError::Msg(format!("{local}: is a directory (put copies one file)")));
         }
-        (Box::new(f), Some(m))
+        // Only a regular file's size is known in advance (not a pipe or a device).
+        let size = m.is_file().then(|| m.len());
+        (Source::Path(local.to_string()), Some(m), size)
     };
     let local_name = (local != "-").then(|| basename(local));
-    // Only a regular file's size is known in advance (not a pipe or a device).
-    let size = meta.as_ref().filter(|m| m.is_file()).map(|m| m.len());
     with_rw(
         image,
         ctx,
         |fs| plan_put(fs, image, path, local_name, size),
         |fs, t| {
             let err = |e| CliError::fs_path(image, &t.shown, e);
+            let mut src = src.open()?;
             let (uid, gid) = owner();
             let mode = meta.as_ref().map_or(0o644, |m| m.permissions().mode() & 0o7777);
             let ino = match &t.existing {

@@ -18,6 +18,7 @@ use cjfs_journal::{JournalArea, JournalError};
 use crate::error::{CliError, CliResult};
 use crate::fmt::{human_bytes, sb_time, uuid};
 use crate::image::{check_not_truncated, open_device, read_primary_superblock};
+use crate::out::outln;
 
 /// Run `cjfs info`.
 pub fn run(image: &str) -> CliResult<()> {
@@ -45,15 +46,15 @@ pub fn run(image: &str) -> CliResult<()> {
             None
         }
     };
-    print_superblock(image, &dev, &sb, desc_free);
+    print_superblock(image, &dev, &sb, desc_free)?;
     if sb.has_journal() {
-        println!("Journal:");
+        outln!("Journal:");
         if let Err(e) = print_journal(image, &dev, &sb) {
-            println!("  error:               {e}");
+            outln!("  error:               {e}");
             note(e);
         }
     } else {
-        println!("Journal:               none (has_journal is off)");
+        outln!("Journal:               none (has_journal is off)");
     }
     match problem {
         Some(e) => Err(e),
@@ -80,58 +81,60 @@ fn state_string(sb: &Superblock, journal_dirty: Option<bool>) -> String {
     parts.join(", ")
 }
 
-fn print_superblock(image: &str, dev: &Device, sb: &Superblock, desc_free: Option<(u64, u64)>) {
+fn print_superblock(
+    image: &str,
+    dev: &Device,
+    sb: &Superblock,
+    desc_free: Option<(u64, u64)>,
+) -> CliResult<()> {
     let bs = u64::from(sb.block_size());
     let journal_dirty = cjfs_fs::fs::journal_area(dev, sb)
         .ok()
         .and_then(|a| read_superblock(&**dev, &a).ok())
         .map(|j| j.needs_recovery());
     let label = sb.label();
-    println!("Image:                 {image} ({} bytes on the device)", dev.num_blocks() * BLOCK_SIZE as u64);
-    println!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
-    println!("UUID:                  {}", uuid(&sb.uuid));
-    println!("State:                 {}", state_string(sb, journal_dirty));
-    println!("Features:              {}", features::feature_names(sb).join(" "));
+    outln!("Image:                 {image} ({} bytes on the device)", dev.num_blocks() * BLOCK_SIZE as u64);
+    outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
+    outln!("UUID:                  {}", uuid(&sb.uuid));
+    outln!("State:                 {}", state_string(sb, journal_dirty));
+    outln!("Features:              {}", features::feature_names(sb).join(" "));
     let bad = features::unsupported_features(sb);
     if !bad.is_empty() {
-        println!("Unsupported features:  {}", bad.join(" "));
+        outln!("Unsupported features:  {}", bad.join(" "));
     }
-    println!("Revision:              {}.{}", sb.rev_level, sb.minor_rev_level);
-    println!("Block size:            {bs}");
-    println!(
-        "Size:                  {} ({} bytes)",
-        human_bytes(sb.block_count() * bs),
-        sb.block_count() * bs
-    );
-    println!(
+    outln!("Revision:              {}.{}", sb.rev_level, sb.minor_rev_level);
+    outln!("Block size:            {bs}");
+    outln!("Size:                  {} ({} bytes)", human_bytes(sb.block_count() * bs), sb.block_count() * bs);
+    outln!(
         "Blocks:                {} total, {} free, {} reserved for root",
         sb.block_count(),
         sb.free_blocks(),
         sb.reserved_blocks()
     );
-    println!("Inodes:                {} total, {} free", sb.inodes_count, sb.free_inodes_count);
+    outln!("Inodes:                {} total, {} free", sb.inodes_count, sb.free_inodes_count);
     if let Some((fb, fi)) = desc_free {
-        println!("Free (group counts):   {fb} blocks, {fi} inodes");
+        outln!("Free (group counts):   {fb} blocks, {fi} inodes");
     }
-    println!(
+    outln!(
         "Groups:                {} ({} blocks, {} inodes per group; {} per flex group)",
         sb.group_count(),
         sb.blocks_per_group,
         sb.inodes_per_group,
         sb.groups_per_flex()
     );
-    println!("Inode size:            {} (first inode {})", sb.inode_size(), sb.first_ino());
-    println!("Mount count:           {} (maximum {})", sb.mnt_count, sb.max_mnt_count);
-    println!("Created:               {}", sb_time(sb.mkfs_time));
-    println!("Last mounted:          {}", sb_time(sb.mtime));
-    println!("Last written:          {}", sb_time(sb.wtime));
-    println!("Last checked:          {}", sb_time(sb.lastcheck));
+    outln!("Inode size:            {} (first inode {})", sb.inode_size(), sb.first_ino());
+    outln!("Mount count:           {} (maximum {})", sb.mnt_count, sb.max_mnt_count);
+    outln!("Created:               {}", sb_time(sb.mkfs_time));
+    outln!("Last mounted:          {}", sb_time(sb.mtime));
+    outln!("Last written:          {}", sb_time(sb.wtime));
+    outln!("Last checked:          {}", sb_time(sb.lastcheck));
     if sb.last_orphan != 0 {
-        println!("Orphan list head:      inode {}", sb.last_orphan);
+        outln!("Orphan list head:      inode {}", sb.last_orphan);
     }
     if sb.error_count != 0 {
-        println!("Errors recorded:       {}", sb.error_count);
+        outln!("Errors recorded:       {}", sb.error_count);
     }
+    Ok(())
 }
 
 fn journal_feature_names(j: &JournalSuperblock) -> String {
@@ -172,7 +175,7 @@ fn journal_feature_names(j: &JournalSuperblock) -> String {
 
 fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
     let area: JournalArea = cjfs_fs::fs::journal_area(dev, sb).map_err(|e| CliError::fs(image, e))?;
-    println!(
+    outln!(
         "  inode:               {} ({} blocks, {}, in {} extent(s))",
         sb.journal_inum,
         area.len(),
@@ -186,25 +189,27 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
         4 => "v2".to_string(),
         t => format!("type {t}"),
     };
-    println!(
+    outln!(
         "  superblock:          {version}, block size {}, {} blocks, log starts at block {}",
-        j.s_blocksize, j.s_maxlen, j.s_first
+        j.s_blocksize,
+        j.s_maxlen,
+        j.s_first
     );
-    println!("  features:            {}", journal_feature_names(&j));
-    println!("  sequence:            {} (first transaction expected)", j.s_sequence);
-    println!(
+    outln!("  features:            {}", journal_feature_names(&j));
+    outln!("  sequence:            {} (first transaction expected)", j.s_sequence);
+    outln!(
         "  start:               {}{}",
         j.s_start,
         if j.s_start == 0 { " (log empty)" } else { " (log holds transactions)" }
     );
     if j.s_errno != 0 {
-        println!("  errno:               {} (the journal was aborted)", j.s_errno);
+        outln!("  errno:               {} (the journal was aborted)", j.s_errno);
     }
-    println!("  uuid:                {}", uuid(&j.s_uuid));
-    println!("  users:               {}", j.s_nr_users);
-    println!("  needs recovery:      {}", if j.needs_recovery() { "yes" } else { "no" });
+    outln!("  uuid:                {}", uuid(&j.s_uuid));
+    outln!("  users:               {}", j.s_nr_users);
+    outln!("  needs recovery:      {}", if j.needs_recovery() { "yes" } else { "no" });
     let s = scan(&**dev, &area).map_err(jerr)?;
-    print_scan(&s);
+    print_scan(&s)?;
     Ok(())
 }
 
@@ -229,13 +234,13 @@ fn stop_string(s: &ScanStop) -> String {
     }
 }
 
-fn print_scan(s: &ScanResult) {
+fn print_scan(s: &ScanResult) -> CliResult<()> {
     if !s.needed {
-        println!("  scan:                nothing to replay");
-        return;
+        outln!("  scan:                nothing to replay");
+        return Ok(());
     }
     let n = s.transaction_count();
-    println!(
+    outln!(
         "  scan:                {n} transaction(s) to replay, tids {}..{} (end {}), log blocks {}..{}",
         s.start_tid,
         s.end_tid.wrapping_sub(1),
@@ -243,13 +248,13 @@ fn print_scan(s: &ScanResult) {
         s.start_block,
         s.head_block
     );
-    println!("  scan stopped:        {}", stop_string(&s.stop));
+    outln!("  scan stopped:        {}", stop_string(&s.stop));
     if let Some(t) = s.failed_commit {
-        println!("  failed commit:       transaction {t} (replay stops before it)");
+        outln!("  failed commit:       transaction {t} (replay stops before it)");
     }
     const SHOW: usize = 20;
     for t in s.transactions.iter().take(SHOW) {
-        println!(
+        outln!(
             "    tid {:>10}: blocks {}..{}, {} logged block(s), {} descriptor(s), {} revoke record(s), \
              committed {}",
             t.tid,
@@ -262,6 +267,7 @@ fn print_scan(s: &ScanResult) {
         );
     }
     if s.transactions.len() > SHOW {
-        println!("    ... and {} more", s.transactions.len() - SHOW);
+        outln!("    ... and {} more", s.transactions.len() - SHOW);
     }
+    Ok(())
 }

@@ -6,14 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
+    BLOCK_SIZE, BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, FileDevice,
+    FileDeviceOptions, IoTicket, WriteRequest,
 };
-use cjfs_fs::mkfs;
 use cjfs_fs::mkfs::{MAX_JOURNAL_BLOCKS, MIN_DEVICE_BYTES, MIN_JOURNAL_BLOCKS, MkfsOptions, MkfsReport};
+use cjfs_fs::{FsError, mkfs};
 
 use crate::error::{CliError, CliResult};
 use crate::fmt::{human_bytes, uuid};
 use crate::image::{has_ext_magic, open_device};
+use crate::out::outln;
 
 /// What `cjfs mkfs` was asked to do.
 #[derive(Debug, Clone)]
@@ -159,11 +161,14 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
             } else {
                 match req.size {
                     Some(size) => {
-                        // Start from zeros: truncate, then extend (sparse).
-                        let f =
-                            OpenOptions::new().write(true).open(path).map_err(|e| CliError::io(image, e))?;
-                        f.set_len(0).and_then(|()| f.set_len(size)).map_err(|e| CliError::io(image, e))?;
+                        // Start from zeros (sparse), emptied only once the writer lock is held.
+                        let dev = FileDevice::open(
+                            path,
+                            FileDeviceOptions { create_size: Some(size), zero: true, ..Default::default() },
+                        )
+                        .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
                         opts.assume_zeroed = true;
+                        return make(image, Arc::new(dev), &opts, false);
                     }
                     None if m.len() < MIN_DEVICE_BYTES => {
                         return Err(CliError::Msg(format!(
@@ -178,9 +183,15 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
             }
         }
     };
-    match mkfs(&*dev, &opts) {
+    make(image, dev, &opts, created)
+}
+
+/// Make the file system on `dev`; a file this command created is removed on failure.
+fn make(image: &str, dev: Device, opts: &MkfsOptions, created: bool) -> CliResult<()> {
+    let path = Path::new(image);
+    match mkfs(&*dev, opts) {
         Ok(r) => {
-            print_summary(image, &r);
+            print_summary(image, &r)?;
             Ok(())
         }
         Err(e) => {
@@ -212,21 +223,23 @@ fn refuse_existing(image: &str, force: bool) -> CliResult<()> {
     Ok(())
 }
 
-fn print_summary(image: &str, r: &MkfsReport) {
+fn print_summary(image: &str, r: &MkfsReport) -> CliResult<()> {
     let bytes = r.block_count * BLOCK_SIZE as u64;
-    println!("Made an ext4 file system on {image}");
-    println!("  size:        {} ({} blocks of {BLOCK_SIZE} bytes)", human_bytes(bytes), r.block_count);
-    println!(
+    outln!("Made an ext4 file system on {image}");
+    outln!("  size:        {} ({} blocks of {BLOCK_SIZE} bytes)", human_bytes(bytes), r.block_count);
+    outln!(
         "  groups:      {} ({} inodes and {} inode table blocks each)",
-        r.group_count, r.inodes_per_group, r.inode_table_blocks
+        r.group_count,
+        r.inodes_per_group,
+        r.inode_table_blocks
     );
-    println!(
+    outln!(
         "  inodes:      {} ({} free)",
         u64::from(r.inodes_per_group) * u64::from(r.group_count),
         r.free_inodes
     );
-    println!("  free blocks: {}", r.free_blocks);
-    println!(
+    outln!("  free blocks: {}", r.free_blocks);
+    outln!(
         "  journal:     {} blocks ({}) in {} extent(s)",
         r.journal_blocks,
         human_bytes(u64::from(r.journal_blocks) * BLOCK_SIZE as u64),
@@ -234,7 +247,8 @@ fn print_summary(image: &str, r: &MkfsReport) {
     );
     let label = r.superblock.label();
     if !label.is_empty() {
-        println!("  label:       {label}");
+        outln!("  label:       {label}");
     }
-    println!("  uuid:        {}", uuid(&r.uuid));
+    outln!("  uuid:        {}", uuid(&r.uuid));
+    Ok(())
 }

@@ -4,19 +4,20 @@ use cjfs_fs::{Fs, MountOptions, recover_device};
 
 use crate::error::{CliError, CliResult};
 use crate::image::{Ctx, open_device, probe};
+use crate::out::outln;
 
 /// Run `cjfs recover`.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     // Validate everything through a read-only device first: a refused image is not touched.
     let p = probe(image)?;
     if !p.needs_recovery {
-        println!("{image}: the journal is clean; nothing to replay");
+        outln!("{image}: the journal is clean; nothing to replay");
         return Ok(());
     }
     let dev = open_device(image, false)?;
     let r = recover_device(&dev).map_err(|e| CliError::fs(image, e))?;
     if r.needed {
-        println!(
+        outln!(
             "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
              home, {} skipped as revoked ({} revoke record(s))",
             r.transactions,
@@ -27,19 +28,20 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
             r.blocks_revoked,
             r.revoke_records
         );
-        println!("{image}: next transaction id {}", r.end_tid);
+        outln!("{image}: next transaction id {}", r.end_tid);
     } else {
-        println!("{image}: the journal log was empty; cleared the needs_recovery flag");
+        outln!("{image}: the journal log was empty; cleared the needs_recovery flag");
     }
     drop(dev);
-    // Orphans left by the interrupted mount: a read-write mount releases them.
-    if p.sb.last_orphan != 0 || r.needed {
+    // Orphans left by the interrupted mount: a read-write mount releases them (not after
+    // damage: the file system is marked as having errors and e2fsck -f must repair it).
+    if !r.damaged() && (p.sb.last_orphan != 0 || r.needed) {
         let dev = open_device(image, false)?;
         let opts = MountOptions { journal: ctx.journal.clone(), data: ctx.data, ..MountOptions::default() };
         let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         if report.orphans_cleaned > 0 {
-            println!("{image}: released {} orphan inode(s)", report.orphans_cleaned);
+            outln!("{image}: released {} orphan inode(s)", report.orphans_cleaned);
         }
     }
     if r.damaged() {
@@ -51,7 +53,8 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
             why.push(format!("{} logged block(s) could not be replayed", r.bad_blocks.len()));
         }
         return Err(CliError::Msg(format!(
-            "{image}: the journal was damaged: {}; run `cjfs check {image}`",
+            "{image}: the journal was damaged: {}; the intact transactions were replayed and the file \
+             system is marked as having errors: repair it with e2fsck -f {image} before writing to it",
             why.join(", ")
         )));
     }

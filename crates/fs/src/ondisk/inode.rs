@@ -222,6 +222,13 @@ pub fn decode_time(lo: u32, extra: u32) -> Timestamp {
     Timestamp { sec, nsec: extra >> 2 }
 }
 
+/// The largest size an ext4 file may have with `block_size`-byte blocks: 2^32 - 1 logical
+/// blocks (an extent's logical block number is 32 bits; the kernel's `ext4_max_size`),
+/// never beyond `i64::MAX` bytes.
+pub fn max_file_size(block_size: u32) -> u64 {
+    (u64::from(u32::MAX) * u64::from(block_size)).min(i64::MAX as u64)
+}
+
 /// The on-disk inode. Fields in the extra area are only read/written when `extra_isize`
 /// covers them (ctime/mtime/atime extra need 12 bytes, crtime 24, projid 32).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -658,6 +658,17 @@ impl Superblock {
                 &format!("(above s_inodes_count {})", self.inodes_count),
             ));
         }
+        // Checked here, where it is read, so no allocation starts past the table. The orphan
+        // list head is checked where the list is walked (`orphan::load_orphan_chain`), so a
+        // bad one still lets read-only commands read the image.
+        let first = self.first_ino();
+        if first >= self.inodes_count {
+            return Err(corrupt(
+                "s_first_ino",
+                first,
+                &format!("(not below s_inodes_count {})", self.inodes_count),
+            ));
+        }
         Ok(())
     }
 

@@ -1,0 +1,415 @@
+//! Bad input never costs data: a busy image, a damaged journal, corrupt superblock and inode
+//! fields, failing output. Each test is the recipe of one finding of an outside corruption
+//! campaign; every refusal must leave the image byte-identical (checked by hashing).
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::{Fs, MountOptions, ROOT_INO};
+use common::*;
+
+/// Byte offset of superblock field `field_offset` in the image.
+fn sb_byte(field_offset: u64) -> u64 {
+    1024 + field_offset
+}
+
+/// `s_first_ino` and `s_last_orphan` (superblock offsets).
+const S_FIRST_INO: u64 = 0x54;
+const S_LAST_ORPHAN: u64 = 0xE8;
+/// Inode field offsets.
+const I_SIZE_HIGH: u64 = 0x6C;
+const I_BLOCK: u64 = 0x28;
+const I_EXTRA_ISIZE: u64 = 0x80;
+
+fn patch(img: &Path, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(img).expect("open image to patch");
+    f.write_all_at(bytes, at).expect("patch image");
+}
+
+fn read_at(img: &Path, at: u64, n: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(img).expect("open image");
+    let mut v = vec![0u8; n];
+    f.read_exact_at(&mut v, at).expect("read image");
+    v
+}
+
+fn ro_dev(img: &Path) -> Device {
+    Arc::new(
+        FileDevice::open(img, FileDeviceOptions { read_only: true, ..Default::default() }).expect("open"),
+    )
+}
+
+/// The image byte offset of inode `ino`'s record.
+fn inode_offset(img: &Path, ino: u32) -> u64 {
+    let (sb, descs) = read_layout(&*ro_dev(img)).expect("layout");
+    let g = (ino - 1) / sb.inodes_per_group;
+    let idx = u64::from((ino - 1) % sb.inodes_per_group);
+    descs[g as usize].inode_table * BLOCK_SIZE as u64 + idx * sb.inode_size() as u64
+}
+
+/// The inode number of `path` (a path of plain names from the root).
+fn ino_of(img: &Path, path: &str) -> u32 {
+    let fs = Fs::open(ro_dev(img), MountOptions { read_only: true, ..Default::default() }).expect("mount");
+    let mut cur = ROOT_INO;
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        cur = fs.lookup(cur, c.as_bytes()).expect("lookup").ino;
+    }
+    fs.unmount().expect("unmount");
+    cur
+}
+
+/// An image with `/a/x` (a file), `/b` (a directory) and `/f` (a 3 MiB file).
+fn populated(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let img = make_image(dir, "a.img", "64M");
+    ok(&["mkdir", s(&img), "/a"]);
+    ok(&["mkdir", s(&img), "/b"]);
+    let o = cjfs_in(&["put", s(&img), "-", "/a/x"], b"x");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let data = random_bytes(3 << 20, 7);
+    let o = cjfs_in(&["put", s(&img), "-", "/f"], &data);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    (img, data)
+}
+
+/// Every writing command, with arguments valid on [`populated`] images.
+fn write_commands<'a>(img: &'a str, local: &'a str) -> Vec<Vec<&'a str>> {
+    vec![
+        vec!["mkdir", img, "/new"],
+        vec!["put", img, local, "/new-file"],
+        vec!["rm", img, "/a/x"],
+        vec!["mv", img, "/a/x", "/b/y"],
+        vec!["ln", img, "/f", "/f2"],
+    ]
+}
+
+/// Item 1: a writer holds the image (a library user here; `cjfs mount` below): every
+/// writing command is refused before it writes, reading stays possible.
+#[test]
+fn writes_are_refused_while_another_writer_holds_the_image() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let local = dir.path().join("local");
+    std::fs::write(&local, b"local").expect("write local");
+    let holder = FileDevice::open(&img, FileDeviceOptions::default()).expect("first writer");
+    let before = hash_file(&img);
+    for args in write_commands(s(&img), s(&local)) {
+        fails(&args, "in use");
+    }
+    // (`recover` on a clean journal writes nothing, so it needs no lock.)
+    fails(&["mkfs", s(&img), "--size", "64M", "--force"], "in use");
+    assert_eq!(hash_file(&img), before, "a refused command changed the image");
+    ok(&["ls", s(&img), "/a"]);
+    drop(holder);
+    ok(&["mkdir", s(&img), "/after"]);
+    assert_e2fsck_clean(&img);
+}
+
+/// Item 1 with the real mount: `cjfs put` and `cjfs mkdir` while `cjfs mount` serves the
+/// image are refused, and what the mount wrote survives the unmount.
+#[test]
+fn writes_are_refused_while_mounted() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: writes_are_refused_while_mounted: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir mnt");
+    let local = dir.path().join("local");
+    std::fs::write(&local, b"local").expect("write local");
+    ok(&["mount", s(&img), s(&mnt)]);
+    std::fs::write(mnt.join("through-mount"), b"kept").expect("write through the mount");
+    for args in write_commands(s(&img), s(&local)) {
+        fails(&args, "in use");
+    }
+    // The mounted image's journal is live: `recover` must not replay it under the mount.
+    fails(&["recover", s(&img)], "in use");
+    let st = Command::new("fusermount3").arg("-u").arg(&mnt).status().expect("fusermount3");
+    assert!(st.success());
+    wait_unlocked(&img);
+    assert_eq!(ok(&["cat", s(&img), "/through-mount"]).stdout, b"kept");
+    fails(&["cat", s(&img), "/new-file"], "no such file");
+    assert_e2fsck_clean(&img);
+}
+
+fn fuse_missing() -> Option<&'static str> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root");
+    }
+    tool("fusermount3").map_or(Some("fusermount3 is not installed"), |_| None)
+}
+
+/// Wait until the mount daemon has released the image.
+fn wait_unlocked(img: &Path) {
+    let t0 = Instant::now();
+    while FileDevice::open(img, FileDeviceOptions::default()).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the daemon kept the image locked");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An image whose journal needs recovery: `/dir/file` written and committed but not
+/// checkpointed (the image is copied while a library mount holds it).
+fn needs_recovery(dir: &Path) -> std::path::PathBuf {
+    let img = make_image(dir, "live.img", "64M");
+    let copy = dir.join("crashed.img");
+    let dev = FileDevice::open(&img, FileDeviceOptions::default()).expect("open");
+    let fs = Fs::open(Arc::new(dev), MountOptions::default()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).expect("mkdir");
+    let f = fs.create(d.ino, b"file", 0o644, 0, 0).expect("create");
+    fs.write(f.ino, 0, &random_bytes(50_000, 3)).expect("write");
+    fs.journal().force().expect("force");
+    std::fs::copy(&img, &copy).expect("copy while mounted");
+    fs.unmount().expect("unmount");
+    copy
+}
+
+/// Item 2: one descriptor tag's home block changed (its tail checksum fixed, so the scan
+/// accepts it): `recover` reports the damage; a writing command must not replay the rest
+/// and go on allocating.
+#[test]
+fn a_damaged_journal_is_not_replayed_by_a_writing_command() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = needs_recovery(dir.path());
+    let dev = ro_dev(&img);
+    let (sb, _) = read_layout(&*dev).expect("layout");
+    let area = cjfs_fs::fs::journal_area(&dev, &sb).expect("journal area");
+    let scan = cjfs_journal::recovery::scan(&*dev, &area).expect("scan");
+    assert!(scan.needed && !scan.transactions.is_empty(), "the copy needs no recovery");
+    let jsb = &scan.superblock;
+    let (features, seed) = (jsb.features(), jsb.csum_seed());
+    let tx = &scan.transactions[0];
+    let blk = area.map(tx.first_block).expect("map descriptor");
+    drop(dev);
+    let at = blk * BLOCK_SIZE as u64;
+    let mut desc = read_at(&img, at, BLOCK_SIZE);
+    assert_eq!(u32::from_be_bytes(desc[4..8].try_into().unwrap()), 1, "first block is not a descriptor");
+    // First tag's block number (big-endian, right after the 12-byte header): past the device.
+    desc[12..16].copy_from_slice(&0x7fff_0000u32.to_be_bytes());
+    cjfs_journal::descriptor::set_block_tail(&mut desc, &features, seed);
+    patch(&img, at, &desc);
+
+    let before = hash_file(&img);
+    fails(&["mkdir", s(&img), "/m"], "journal is damaged");
+    fails(&["put", s(&img), "-", "/p"], "journal is damaged");
+    assert_eq!(hash_file(&img), before, "a refused write replayed the damaged journal");
+    // `recover` replays what is intact and marks the file system as having errors ...
+    fails(&["recover", s(&img)], "journal was damaged");
+    let info = text(&ok(&["info", s(&img)]).stdout);
+    assert!(info.contains("errors"), "{info}");
+    // ... after which writes are refused until e2fsck has repaired it.
+    let before = hash_file(&img);
+    fails(&["mkdir", s(&img), "/m"], "having errors");
+    assert_eq!(hash_file(&img), before);
+    ok(&["ls", s(&img), "/"]);
+    if let Some(e2fsck) = tool("e2fsck") {
+        let o = Command::new(e2fsck).arg("-fy").arg(&img).output().expect("e2fsck -fy");
+        assert!(o.status.code().is_some_and(|c| c <= 2), "e2fsck -fy: {}", text(&o.stdout));
+        ok(&["mkdir", s(&img), "/m"]);
+        assert_e2fsck_clean(&img);
+    } else {
+        println!("SKIP: e2fsck not installed; not repairing the image");
+    }
+}
+
+/// Item 3: a write command refused because of a bad orphan-list head must not rewrite the
+/// superblock first (mount count, mount time, needs-recovery); read-only commands still
+/// work on such an image.
+#[test]
+fn a_refused_write_leaves_the_image_byte_identical() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, data) = populated(dir.path());
+    patch(&img, sb_byte(S_LAST_ORPHAN), &5000u32.to_le_bytes());
+    let before = hash_file(&img);
+    let err = fails(&["mkdir", s(&img), "/m"], "orphan");
+    assert!(err.contains("5000"), "{err}");
+    assert_eq!(hash_file(&img), before, "a refused write changed the image");
+    assert_eq!(ok(&["cat", s(&img), "/f"]).stdout, data);
+    ok(&["ls", s(&img), "/a"]);
+    let o = cjfs(&["check", s(&img), "--no-e2fsck"]);
+    assert_eq!(o.status.code(), Some(1), "check called the image clean: {}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("s_last_orphan"), "{}", text(&o.stdout));
+}
+
+/// Item 3, second recipe: a `..` entry whose name_len is 1; `mv` out of that directory
+/// fails on the corrupt entry and must leave the image as it was.
+#[test]
+fn mv_over_a_corrupt_dotdot_entry_leaves_the_image_byte_identical() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let a = ino_of(&img, "/a");
+    let at = inode_offset(&img, a);
+    let root = read_at(&img, at + I_BLOCK, 60);
+    assert_eq!(&root[..2], &[0x0a, 0xf3], "/a is not extent-mapped");
+    let blk = u64::from(u32::from_le_bytes(root[20..24].try_into().unwrap()));
+    // The `..` entry starts at byte 12 of the first block; name_len is its byte 6.
+    patch(&img, blk * BLOCK_SIZE as u64 + 12 + 6, &[1]);
+    let before = hash_file(&img);
+    let o = cjfs(&["mv", s(&img), "/a/x", "/b/y"]);
+    if o.status.success() {
+        // Moving a file does not need `..`: then the image must still be consistent for us.
+        ok(&["cat", s(&img), "/b/y"]);
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr).lines().count(), 1, "{}", text(&o.stderr));
+    assert_eq!(hash_file(&img), before, "a refused mv changed the image");
+    let o = cjfs(&["mv", s(&img), "/a", "/b/a"]);
+    assert_eq!(o.status.code(), Some(1), "moving a directory with a corrupt '..' succeeded");
+    assert_eq!(hash_file(&img), before, "a refused mv changed the image");
+}
+
+/// Item 4: reserved inodes in the orphan list are corruption, not orphans to free.
+#[test]
+fn a_reserved_inode_in_the_orphan_list_is_refused_and_reported() {
+    for head in [1u32, 7] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (img, _) = populated(dir.path());
+        patch(&img, sb_byte(S_LAST_ORPHAN), &head.to_le_bytes());
+        let before = hash_file(&img);
+        let err = fails(&["mkdir", s(&img), "/m"], "reserved");
+        assert!(err.contains(&format!("inode {head}")), "{err}");
+        fails(&["put", s(&img), "-", "/p"], "reserved");
+        assert_eq!(hash_file(&img), before, "orphan head {head}: a refused write changed the image");
+        let o = cjfs(&["check", s(&img), "--no-e2fsck"]);
+        assert_eq!(o.status.code(), Some(1), "check called the image clean: {}", text(&o.stdout));
+        assert!(text(&o.stdout).contains("s_last_orphan"), "{}", text(&o.stdout));
+    }
+}
+
+/// Item 5: an i_size no ext4 file can have is corruption; `cat` into a pipe closed early
+/// returns at once.
+#[test]
+fn sizes_beyond_reason_are_refused_and_a_closed_pipe_ends_cat() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    // A closed pipe: `cjfs cat IMG /f | head -c1` returns promptly with success.
+    let mut child = Command::new(bin())
+        .args(["cat", s(&img), "/f"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut one = [0u8; 1];
+    child.stdout.as_mut().expect("stdout").read_exact(&mut one).expect("read a byte");
+    drop(child.stdout.take());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "cat ignored the closed pipe");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    assert!(status.success(), "cat into a closed pipe: {status:?} {err}");
+    assert!(err.is_empty(), "{err}");
+
+    let f = ino_of(&img, "/f");
+    patch(&img, inode_offset(&img, f) + I_SIZE_HIGH, &0x8000_0000u32.to_le_bytes());
+    let before = hash_file(&img);
+    let err = fails(&["cat", s(&img), "/f"], "i_size");
+    assert!(err.contains(&format!("inode {f}")), "{err}");
+    fails(&["rm", s(&img), "/f"], "i_size");
+    assert_eq!(hash_file(&img), before);
+}
+
+/// Item 6: output errors are reported, never a panic; a closed pipe is not an error.
+#[test]
+fn output_errors_do_not_panic() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    for args in [vec!["info", s(&img)], vec!["ls", "-l", s(&img), "/"], vec!["cat", s(&img), "/f"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let o = Command::new(bin()).args(&args).stdout(full).output().expect("run");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?} > /dev/full: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("stdout") && err.contains("No space left"), "{err}");
+    }
+    // stdout closed before the command starts writing.
+    let mut child = Command::new(bin())
+        .args(["info", s(&img)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    assert!(o.status.success(), "info into a closed pipe: {:?} {}", o.status, text(&o.stderr));
+}
+
+/// Item 7: each message names the structure, the block or inode, and what is wrong, once.
+#[test]
+fn messages_name_the_structure_that_is_wrong() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // A corrupt extent: physical start beyond the file system.
+    let (img, _) = populated(dir.path());
+    let f = ino_of(&img, "/f");
+    let at = inode_offset(&img, f) + I_BLOCK;
+    patch(&img, at + 12 + 6, &0x7fffu16.to_le_bytes());
+    let err = fails(&["cat", s(&img), "/f"], "extent");
+    assert!(!err.contains("journal") && !err.contains("device"), "{err}");
+    assert!(err.contains("outside the file system"), "{err}");
+
+    // A zeroed directory inode: its entry names a free inode.
+    let d2 = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(d2.path());
+    let a = ino_of(&img, "/a");
+    patch(&img, inode_offset(&img, a), &[0u8; 128]);
+    let err = fails(&["mkdir", s(&img), "/a"], "not in use");
+    assert!(!err.contains("file exists"), "{err}");
+    assert!(err.contains(&format!("inode {a}")), "{err}");
+
+    // s_first_ino past the inode table.
+    let d3 = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(d3.path());
+    patch(&img, sb_byte(S_FIRST_INO), &u32::MAX.to_le_bytes());
+    let err = fails(&["mkdir", s(&img), "/m"], "s_first_ino");
+    assert!(!err.contains("no free inodes"), "{err}");
+
+    // A bad inode field: the inode is named once.
+    let d4 = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(d4.path());
+    let x = ino_of(&img, "/a/x");
+    patch(&img, inode_offset(&img, x) + I_EXTRA_ISIZE, &3u16.to_le_bytes());
+    let err = fails(&["cat", s(&img), "/a/x"], "i_extra_isize");
+    assert_eq!(err.matches("corrupt file system").count(), 1, "{err}");
+    assert_eq!(err.matches(&format!("inode {x}")).count(), 1, "inode named more than once: {err}");
+
+    // mkfs: a journal too big says what the limit is.
+    let big = dir.path().join("j.img");
+    let err = fails(&["mkfs", s(&big), "--size", "64M", "--journal-blocks", "12000"], "journal");
+    assert!(err.contains("at most"), "{err}");
+}
+
+/// Item 8: a trailing slash names a directory.
+#[test]
+fn put_to_a_path_with_a_trailing_slash_needs_a_directory() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let local = dir.path().join("local");
+    std::fs::write(&local, b"local").expect("write local");
+    let before = hash_file(&img);
+    fails(&["put", s(&img), s(&local), "/new/"], "no such file");
+    fails(&["put", s(&img), s(&local), "/f/"], "not a directory");
+    assert_eq!(hash_file(&img), before);
+    ok(&["put", s(&img), s(&local), "/b/"]);
+    assert_eq!(ok(&["cat", s(&img), "/b/local"]).stdout, b"local");
+}
