@@ -162,6 +162,12 @@ enum Command {
         image: String,
     },
     /// Check the image's structure (read-only), then run `e2fsck -fn` if installed.
+    ///
+    /// The own check walks every directory from the root and checks each reachable inode's
+    /// type, links and extent tree, blocks owned twice, the bitmaps and free counts, and the
+    /// orphan list. It does not check what only e2fsck checks (unreachable inodes' contents,
+    /// i_blocks of ordinary files, directory block slack and htree nodes, xattr contents,
+    /// backup superblocks, the journal's log): the e2fsck run is the final word.
     Check {
         /// Image file or block device.
         image: String,

@@ -3,13 +3,23 @@
 //! The walk mounts the image read-only and visits every directory from the root: each
 //! directory's entries must be readable with correct `.` and `..`, every reachable inode
 //! must have a valid mode matching its directory entry type, a sane link count and an
-//! extent tree that passes [`cjfs_fs::extent_tree::check`] (through
-//! [`Fs::check_inode`]); no block may be owned twice (files, the journal and the static
-//! metadata: superblock and descriptor copies, bitmaps, inode tables). The owned blocks
-//! and reachable inodes are then compared with the bitmaps and the free counts of the
-//! group descriptors and the superblock: a block or inode in use but marked free is an
-//! error, one marked in use but not found (leaked, or an orphan) and count differences are
-//! warnings.
+//! extent tree that passes [`cjfs_fs::extent_tree::check`] (through [`Fs::check_inode`]);
+//! no block may be owned twice (files, the journal and the static metadata: superblock and
+//! descriptor copies, bitmaps, inode tables) and `i_blocks` must count what each inode owns.
+//! The owned blocks and reachable inodes are then compared with the bitmaps and the free
+//! counts of the group descriptors and the superblock: a block or inode in use but marked
+//! free is an error, one marked in use but not found (leaked, or an orphan) and count
+//! differences are warnings. The orphan list is walked as the next read-write mount would
+//! walk it.
+//!
+//! What the own check does **not** look at (e2fsck does; `cjfs check` runs it afterwards
+//! unless `--no-e2fsck`): unreachable inodes beyond counting them (a leaked inode with a bad
+//! extent tree is not opened), `i_size` against the extents, directory block internals
+//! beyond what reading the entries needs (rec_len slack, unused tail space, htree node
+//! contents), duplicate names in a directory, timestamps, xattr block contents and
+//! reference counts, the backup superblocks and descriptors, the journal's log contents
+//! (only its inode's blocks), and flags or fields cjfs ignores. So an image the own check
+//! passes can still fail e2fsck; a clean e2fsck is the final word.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -136,6 +146,13 @@ impl<'a> Walker<'a> {
             if self.xattr_blocks.insert(b) {
                 self.claim(b, 1, &format!("{what} (xattr block)"));
             }
+        }
+        if c.stored_blocks() != c.counted_blocks() {
+            self.report.error(format!(
+                "{what}: i_blocks says {} block(s) but the inode owns {}",
+                c.stored_blocks(),
+                c.counted_blocks()
+            ));
         }
         n
     }
@@ -518,14 +535,6 @@ fn own_check(image: &str, ctx: &Ctx) -> CliResult<usize> {
             match fs.check_inode(sb.journal_inum) {
                 Ok(c) => {
                     w.journal_blocks = w.claim_inode(&c, &format!("journal (inode {})", sb.journal_inum));
-                    if c.stored_blocks() != c.counted_blocks() {
-                        w.report.error(format!(
-                            "journal (inode {}): i_blocks says {} block(s) but the inode owns {}",
-                            sb.journal_inum,
-                            c.stored_blocks(),
-                            c.counted_blocks()
-                        ));
-                    }
                 }
                 Err(e) => w.report.error(format!("journal inode: {e}")),
             }
