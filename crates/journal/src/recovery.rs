@@ -699,6 +699,11 @@ pub struct RecoveryReport {
     pub revoke_records: u64,
     /// A transaction whose commit block failed its checksum; replay stopped before it.
     pub failed_commit: Option<u32>,
+    /// A later transaction reached the log after [`RecoveryReport::failed_commit`], so the
+    /// failure lost committed work. Without one the failed commit block was the log's last
+    /// write, torn by a crash: that transaction was never acknowledged and is rightly
+    /// dropped.
+    pub failed_commit_followed: bool,
     /// Logged blocks of replayed transactions that were not written (bad checksum, out of
     /// range).
     pub bad_blocks: Vec<BadLogBlock>,
@@ -707,10 +712,14 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
-    /// The journal was damaged (failed commit or unreplayable blocks): the file system must
-    /// be marked as having errors and checked, as e2fsck does.
+    /// The journal was damaged (a failed commit followed by later transactions, or
+    /// unreplayable blocks): the file system must be marked as having errors and checked,
+    /// as e2fsck does. A torn last commit block is not damage (see
+    /// [`RecoveryReport::failed_commit_followed`]); JBD2 and e2fsck are stricter there
+    /// (the kernel refuses the mount, e2fsck marks errors), though the transaction they
+    /// drop is the same.
     pub fn damaged(&self) -> bool {
-        self.failed_commit.is_some() || !self.bad_blocks.is_empty()
+        self.failed_commit_followed || !self.bad_blocks.is_empty()
     }
 }
 
@@ -727,13 +736,46 @@ pub fn recover(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryRep
 }
 
 /// [`recover`] for a mount that goes on to change the file system: a damaged journal (a
-/// failed commit, or logged blocks that cannot be replayed) fails with
+/// failed commit followed by later transactions, or logged blocks that cannot be replayed)
+/// fails with
 /// [`JournalError::Damaged`] **before anything is written**, so the image stays as it was
 /// for `cjfs recover` and `e2fsck` to judge. Replaying what is intact and then allocating
 /// from bitmaps that a lost block should have changed would hand out blocks and inodes that
 /// are in use; the kernel likewise refuses to mount after a failed journal checksum.
 pub fn recover_strict(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<RecoveryReport> {
     recover_with(dev, area, true)
+}
+
+/// Whether a transaction after `failed` (whose commit block failed its checksum) reached
+/// the log: then the failure is damage that loses committed work. Without one, the failed
+/// commit block is the last write of the log — the signature of a crash tearing it — and
+/// dropping that transaction is what the crash means (it was never acknowledged durable:
+/// every mode writes a transaction's commit block only after the previous one is durable
+/// or, with a barrier, ordered before it). A tag checksum or a home block out of range
+/// cannot come from a crash in any mode, since log blocks are durable or ordered before
+/// their commit block.
+fn committed_after(
+    dev: &dyn BlockDevice,
+    area: &JournalArea,
+    sb: &JournalSuperblock,
+    scan: &ScanResult,
+    failed: u32,
+) -> bool {
+    if scan.txs.iter().any(|t| tid_gt(t.tid, failed) && t.commit.is_some()) {
+        return true;
+    }
+    let ScanStop::CommitChecksum { tid, log_block } = scan.stop else {
+        return false;
+    };
+    if tid != failed {
+        return false;
+    }
+    let next = LogGeometry::from_superblock(sb).next(log_block);
+    let mut reader = LogReader::new(dev, area, sb);
+    match reader.block(next).ok().and_then(|b| BlockHeader::decode(b).ok()) {
+        Some(h) => h.has_magic() && h.sequence == failed.wrapping_add(1),
+        None => false,
+    }
 }
 
 /// Why a damaged journal cannot be replayed whole, in one line.
@@ -770,13 +812,16 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
             blocks_revoked: 0,
             revoke_records: 0,
             failed_commit: None,
+            failed_commit_followed: false,
             bad_blocks: Vec::new(),
             stop: ScanStop::Clean,
         });
     }
     let d = decide(dev, area, &scan)?;
-    if strict && (scan.failed_commit.is_some() || !d.bad_blocks.is_empty()) {
-        return Err(JournalError::Damaged(damage_summary(scan.failed_commit, &d.bad_blocks)));
+    let followed = scan.failed_commit.is_some_and(|t| committed_after(dev, area, &sb, &scan, t));
+    if strict && (followed || !d.bad_blocks.is_empty()) {
+        let lost = scan.failed_commit.filter(|_| followed);
+        return Err(JournalError::Damaged(damage_summary(lost, &d.bad_blocks)));
     }
 
     let tag = WriteTag::kind(BlockKind::Recovery);
@@ -822,6 +867,7 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
         blocks_revoked: d.revoke_hits,
         revoke_records: d.revoke_records,
         failed_commit: scan.failed_commit,
+        failed_commit_followed: followed,
         bad_blocks: d.bad_blocks,
         stop: scan.stop,
     })

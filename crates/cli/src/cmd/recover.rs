@@ -29,6 +29,12 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
             r.revoke_records
         );
         outln!("{image}: next transaction id {}", r.end_tid);
+        if let Some(t) = r.failed_commit.filter(|_| !r.failed_commit_followed) {
+            outln!(
+                "{image}: transaction {t}'s commit block, the last write of the log, was torn by the \
+                 crash; that transaction was never acknowledged and was not replayed"
+            );
+        }
     } else {
         outln!("{image}: the journal log was empty; cleared the needs_recovery flag");
     }
@@ -46,8 +52,11 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     }
     if r.damaged() {
         let mut why = Vec::new();
-        if let Some(t) = r.failed_commit {
-            why.push(format!("transaction {t} failed its commit checksum and was not replayed"));
+        if let Some(t) = r.failed_commit.filter(|_| r.failed_commit_followed) {
+            why.push(format!(
+                "transaction {t} failed its commit checksum with later transactions behind it; neither \
+                 was replayed"
+            ));
         }
         if !r.bad_blocks.is_empty() {
             why.push(format!("{} logged block(s) could not be replayed", r.bad_blocks.len()));
