@@ -1264,6 +1264,41 @@ mod tests {
     }
 
     #[test]
+    fn strict_recovery_tells_a_torn_tail_from_lost_work() {
+        for followed in [false, true] {
+            let dev = MemDev::new(DEV_BLOCKS);
+            let mut w = Writer::new(&dev, true);
+            w.tx(1, &[(10, pattern(1))], &[], true);
+            let c2 = w.tx(2, &[(11, pattern(2))], &[], true);
+            if followed {
+                w.tx(3, &[(12, pattern(3))], &[], true);
+            }
+            let dblk = w.area.map(c2).expect("map");
+            let mut b = dev.peek(dblk);
+            b[COMMIT_SEC_OFFSET..].fill(0xAA);
+            dev.poke(dblk, &b);
+            w.set_start(1, 1);
+            let before = dev.snapshot();
+            match recover_strict(&dev, &w.area) {
+                // The torn commit block was the log's last write: a crash, not damage.
+                Ok(r) => {
+                    assert!(!followed, "lost work replayed: {r:?}");
+                    assert_eq!((r.transactions, r.failed_commit), (1, Some(2)));
+                    assert!(!r.damaged());
+                    assert_eq!(dev.peek(10), pattern(1));
+                }
+                // Transaction 3 committed behind it: refused, and nothing written.
+                Err(JournalError::Damaged(m)) => {
+                    assert!(followed, "a torn tail refused: {m}");
+                    assert!(m.contains("transaction 2"), "{m}");
+                    assert!(dev.snapshot() == before, "strict recovery wrote before refusing");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
     fn stale_commit_with_bad_checksum_ends_log_quietly() {
         // A commit with a bad checksum and an older time than the previous commit is stale.
         let dev = MemDev::new(DEV_BLOCKS);

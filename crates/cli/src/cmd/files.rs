@@ -378,7 +378,7 @@ pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
             return Err(CliError::Msg(format!("{local}: is a directory (put copies one file)")));
         }
         // Only a regular file's size is known in advance (not a pipe or a device).
-        let size = m.is_file().then(|| m.len());
+        let size = m.is_file().then_some(m.len());
         (Source::Path(local.to_string()), Some(m), size)
     };
     let local_name = (local != "-").then(|| basename(local));
