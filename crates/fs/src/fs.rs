@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
-use cjfs_journal::recovery::{recover, recover_strict};
+use cjfs_journal::recovery::recover_strict;
 use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, Tid};
 use parking_lot::Mutex;
 
@@ -218,23 +218,21 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
 }
 
 /// Replay the journal of the image on `dev` if it needs it. Returns the recovery report.
+///
+/// A damaged journal (see [`recover_strict`]) is refused with nothing written: replaying
+/// what is intact leaves a file system only a full check can repair, and `e2fsck -fy` both
+/// replays and repairs.
 pub fn recover_device(dev: &Device) -> FsResult<cjfs_journal::recovery::RecoveryReport> {
     let (sb, _) = read_layout(&**dev)?;
     let area = journal_area(dev, &sb)?;
-    let report = recover(&**dev, &area)?;
+    let report = recover_strict(&**dev, &area)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
     // block 0 than recovering once).
     let (mut sb, _) = read_layout(&**dev)?;
-    let damaged = report.damaged() && sb.state & STATE_ERROR == 0;
-    if sb.has_incompat(INCOMPAT_RECOVER) || damaged {
+    if sb.has_incompat(INCOMPAT_RECOVER) {
         sb.feature_incompat &= !INCOMPAT_RECOVER;
-        if damaged {
-            // As e2fsck does after a corrupt transaction: what was lost must be repaired by
-            // a full check before anything writes again (`Fs::open` refuses until then).
-            sb.state |= STATE_ERROR;
-        }
         write_sb_direct(dev, &sb)?;
     }
     Ok(report)

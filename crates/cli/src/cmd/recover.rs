@@ -1,21 +1,59 @@
 //! `cjfs recover`: replay the journal of an image and report what was replayed.
 
-use cjfs_fs::{Fs, MountOptions, recover_device};
+use std::sync::Arc;
+
+use cjfs_blockdev::{Device, OverlayDevice};
+use cjfs_fs::{Fs, FsError, MountOptions, recover_device};
+use cjfs_journal::JournalError;
+use cjfs_journal::recovery::RecoveryReport;
 
 use crate::error::{CliError, CliResult};
 use crate::image::{Ctx, open_device, probe};
 use crate::out::outln;
 
+/// What a recovery did: the journal replay and the orphans the mount after it released.
+struct Outcome {
+    replay: RecoveryReport,
+    orphans: u32,
+}
+
+/// Replay the journal on `dev` and, if anything was replayed or orphans are listed, mount
+/// read-write once so the orphans are released.
+fn recover_on(image: &str, ctx: &Ctx, dev: Device, orphans_listed: bool) -> CliResult<Outcome> {
+    let replay = recover_device(&dev).map_err(|e| match e {
+        FsError::Journal(JournalError::Damaged(why)) => CliError::Msg(format!(
+            "{image}: the journal is damaged ({why}); nothing was replayed: `e2fsck -fy {image}` \
+             replays the intact transactions and repairs the file system"
+        )),
+        e => CliError::fs(image, e),
+    })?;
+    let mut orphans = 0;
+    if orphans_listed || replay.needed {
+        let opts = MountOptions { journal: ctx.journal.clone(), data: ctx.data, ..MountOptions::default() };
+        let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
+        fs.unmount().map_err(|e| CliError::fs(image, e))?;
+        orphans = report.orphans_cleaned;
+    }
+    Ok(Outcome { replay, orphans })
+}
+
 /// Run `cjfs recover`.
+///
+/// Like every writing command, it validates the image read-only, takes the writer lock,
+/// and runs first on an overlay that keeps its writes to itself: a replay that would leave
+/// a file system the mount after it refuses (a damaged journal, logged metadata that
+/// decodes as corrupt, a bad orphan list) is refused with the image byte-identical.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
-    // Validate everything through a read-only device first: a refused image is not touched.
     let p = probe(image)?;
     if !p.needs_recovery {
         outln!("{image}: the journal is clean; nothing to replay");
         return Ok(());
     }
     let dev = open_device(image, false)?;
-    let r = recover_device(&dev).map_err(|e| CliError::fs(image, e))?;
+    let orphans_listed = p.sb.last_orphan != 0;
+    let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
+    recover_on(image, ctx, Arc::new(overlay), orphans_listed)?;
+    let Outcome { replay: r, orphans } = recover_on(image, ctx, dev, orphans_listed)?;
     if r.needed {
         outln!(
             "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
@@ -38,34 +76,8 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     } else {
         outln!("{image}: the journal log was empty; cleared the needs_recovery flag");
     }
-    drop(dev);
-    // Orphans left by the interrupted mount: a read-write mount releases them (not after
-    // damage: the file system is marked as having errors and e2fsck -f must repair it).
-    if !r.damaged() && (p.sb.last_orphan != 0 || r.needed) {
-        let dev = open_device(image, false)?;
-        let opts = MountOptions { journal: ctx.journal.clone(), data: ctx.data, ..MountOptions::default() };
-        let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
-        fs.unmount().map_err(|e| CliError::fs(image, e))?;
-        if report.orphans_cleaned > 0 {
-            outln!("{image}: released {} orphan inode(s)", report.orphans_cleaned);
-        }
-    }
-    if r.damaged() {
-        let mut why = Vec::new();
-        if let Some(t) = r.failed_commit.filter(|_| r.failed_commit_followed) {
-            why.push(format!(
-                "transaction {t} failed its commit checksum with later transactions behind it; neither \
-                 was replayed"
-            ));
-        }
-        if !r.bad_blocks.is_empty() {
-            why.push(format!("{} logged block(s) could not be replayed", r.bad_blocks.len()));
-        }
-        return Err(CliError::Msg(format!(
-            "{image}: the journal was damaged: {}; the intact transactions were replayed and the file \
-             system is marked as having errors: repair it with e2fsck -f {image} before writing to it",
-            why.join(", ")
-        )));
+    if orphans > 0 {
+        outln!("{image}: released {orphans} orphan inode(s)");
     }
     Ok(())
 }
