@@ -428,6 +428,19 @@ impl WritePool {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if !self.read_only {
+            // Release the writer lock explicitly instead of by `close`: a process forked
+            // elsewhere in this program (any `Command` spawn) holds a copy of the descriptor
+            // until it execs, and the lock lives as long as any copy does, so a reopen right
+            // after an unmount would find its own image busy. LOCK_UN drops it for every copy.
+            // SAFETY: flock on a descriptor owned by `self.file`, still open here.
+            unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+        }
+    }
+}
+
 impl Drop for WritePool {
     fn drop(&mut self) {
         // Workers drain the queue before exiting, so writes whose tickets were dropped
@@ -575,6 +588,46 @@ mod tests {
     fn pattern(seed: u8) -> BlockBuf {
         let v: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
         block_from_slice(&v)
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_until_the_first_is_dropped() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let path = dir.path().join("img");
+        let first = FileDevice::create(&path, 16 * BLOCK_SIZE as u64)?;
+        let second = FileDevice::open(&path, FileDeviceOptions::default());
+        assert!(matches!(second, Err(DevError::Busy(_))), "second writer: {:?}", second.err());
+        let reader = FileDevice::open(&path, FileDeviceOptions { read_only: true, ..Default::default() });
+        assert!(reader.is_ok(), "a reader takes no lock");
+        drop(first);
+        FileDevice::open(&path, FileDeviceOptions::default())?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_forked_copy_of_the_descriptor_does_not_keep_the_lock() -> DevResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DevError::io("tempdir", "", e))?;
+        let path = dir.path().join("img");
+        let dev = FileDevice::create(&path, 16 * BLOCK_SIZE as u64)?;
+        // A child that has not exec'd yet (any `Command` spawn elsewhere in the program)
+        // holds a copy of every descriptor; it must not keep the image busy after a drop.
+        // SAFETY: the child only calls async-signal-safe functions (sleep, _exit).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe {
+                libc::sleep(30);
+                libc::_exit(0);
+            }
+        }
+        assert!(pid > 0, "fork failed");
+        drop(dev);
+        let again = FileDevice::open(&path, FileDeviceOptions::default());
+        // SAFETY: `pid` is our child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        again.map(drop)
     }
 
     #[test]
