@@ -221,6 +221,23 @@ fn a_damaged_journal_is_not_replayed_by_a_writing_command() {
     }
 }
 
+/// A journal inode that is not a regular file is an invalid journal (the kernel and e2fsck
+/// say so): nothing it maps is replayed, no command uses it, the image stays as it was.
+/// Found by the image fuzzer (i_mode 0xffff on an image needing recovery).
+#[test]
+fn a_journal_inode_that_is_not_a_regular_file_is_refused() {
+    const I_MODE: u64 = 0x00;
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = needs_recovery(dir.path());
+    patch(&img, inode_offset(&img, 8) + I_MODE, &0xffffu16.to_le_bytes());
+    let before = hash_file(&img);
+    for args in [vec!["recover", s(&img)], vec!["mkdir", s(&img), "/m"], vec!["ls", s(&img), "/"]] {
+        let err = fails(&args, "journal inode 8");
+        assert!(err.contains("i_mode"), "{err}");
+        assert_eq!(hash_file(&img), before, "{args:?} changed the image");
+    }
+}
+
 /// A superblock that marks errors (set by the kernel or e2fsck -n) refuses writes until
 /// e2fsck has repaired the file system; reading stays possible.
 #[test]

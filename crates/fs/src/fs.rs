@@ -188,6 +188,14 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
         )));
     }
     let raw = crate::inode::read_raw_inode(&**dev, sb, JOURNAL_INO)?;
+    // As the kernel (`ext4_get_journal_inode`) and e2fsck ("invalid journal"): a journal
+    // inode that is not a regular file in use is corrupt, and nothing it maps is replayed.
+    if raw.mode & 0o170000 != 0o100000 || raw.links_count == 0 {
+        return Err(FsError::Corrupt(format!(
+            "journal inode 8: i_mode {:#o}, i_links_count {} (not a regular file in use)",
+            raw.mode, raw.links_count
+        )));
+    }
     if raw.flags & EXT4_EXTENTS_FL == 0 {
         return Err(FsError::Incompatible("journal inode is block-mapped (no extents)".into()));
     }
