@@ -9,7 +9,7 @@
 # Without root: says so and runs only the in-process targets.
 #
 # Usage: lab/peers.sh [extra `cjfs bench run` arguments...]
-# Settings (environment): OUT WORKDIR WORKLOADS THREADS DURATION REPS SEED PRESET IMAGE_SIZE_MB
+# Settings (environment): OUT WORKDIR WORKLOADS THREADS DURATION REPS CI_PCT MAX_REPS SEED PRESET IMAGE_SIZE_MB
 #                         VALIDATE_CLIENTS (empty: skip the dbench validation) VALIDATE_SECS
 #
 # Loop devices use direct I/O (`losetup --direct-io=on`): no double caching, and a flush of
@@ -24,6 +24,9 @@ WORKLOADS=${WORKLOADS:-varmail-shared,varmail-split,dbench}
 THREADS=${THREADS:-1,2,4,8,16,32}
 DURATION=${DURATION:-3}
 REPS=${REPS:-3}
+# Repeat each point until every ratio's 90 % interval is within ±CI_PCT % (up to MAX_REPS).
+CI_PCT=${CI_PCT:-5}
+MAX_REPS=${MAX_REPS:-10}
 SEED=${SEED:-1}
 PRESET=${PRESET:-nvme-consumer}
 IMAGE_SIZE_MB=${IMAGE_SIZE_MB:-4096}
@@ -36,7 +39,7 @@ cargo build --release -q -p cjfs-cli
 cjfs=$PWD/target/release/cjfs
 mkdir -p "$WORKDIR" "$OUT"
 
-common=(--workload "$WORKLOADS" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --seed "$SEED"
+common=(--workload "$WORKLOADS" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" --seed "$SEED"
         --mode jbd2 --mode nojournal --out "$OUT")
 
 if [ "$(id -u)" != 0 ]; then

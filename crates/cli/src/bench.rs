@@ -40,6 +40,15 @@ fn mode_parser() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(JournalConfig::preset_names().iter().copied())
 }
 
+fn ci_pct(s: &str) -> Result<f64, String> {
+    let v: f64 =
+        s.trim_end_matches('%').parse().map_err(|_| format!("bad interval bound {s:?} (percent)"))?;
+    if !(v > 0.0 && v < 100.0) {
+        return Err(format!("interval bound {s:?} must be between 0 and 100 percent"));
+    }
+    Ok(v)
+}
+
 fn secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("bad duration {s:?} (seconds)"))?;
     if !(v > 0.0 && v < 86_400.0) {
@@ -98,9 +107,16 @@ struct RunArgs {
     /// Measured seconds per run.
     #[arg(long, default_value = "3", value_parser = secs)]
     duration: Duration,
-    /// Interleaved repetitions per point (medians are reported).
+    /// Interleaved repetitions per point (medians are reported); the minimum with `--ci`.
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Repeat each point until the 90 % interval of every ratio to the first series is
+    /// within ±PCT % of its median (e.g. `--ci 5`), or `--max-reps` is reached.
+    #[arg(long, value_name = "PCT", value_parser = ci_pct)]
+    ci: Option<f64>,
+    /// With `--ci`: most repetitions per point.
+    #[arg(long, default_value_t = 12)]
+    max_reps: usize,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -177,6 +193,8 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 threads: bench::parse_threads(&r.threads).map_err(usage)?,
                 duration: r.duration,
                 reps: r.reps,
+                max_reps: r.max_reps,
+                ci_bound: r.ci.map(|p| p / 100.0),
                 seed: r.seed,
                 scale: r.scale,
                 dbench_loadfile: r.dbench_loadfile,

@@ -31,6 +31,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::machine::{Machine, disk_of};
+use crate::stats::{MedianCi, median, median_ci, paired_ratios};
 use crate::target::{CjfsTarget, DirTarget, Target};
 use crate::workloads::{self, Params, RunResult, Workload};
 
@@ -160,8 +161,15 @@ pub struct SweepConfig {
     pub threads: Vec<usize>,
     /// Measured time per run.
     pub duration: Duration,
-    /// Repetitions per point.
+    /// Repetitions per point (the minimum, with `ci_bound`).
     pub reps: usize,
+    /// With `ci_bound`: repetitions after which a point stops even if its intervals are
+    /// still wider than the bound (the report then says so).
+    pub max_reps: usize,
+    /// Repeat a point (all its series, interleaved) until the 90 % interval of every ratio
+    /// to the first series (of the ops/s, when there is one series) is within this relative
+    /// half-width (0.05 = ±5 %), or `max_reps` is reached. `None`: exactly `reps`.
+    pub ci_bound: Option<f64>,
     /// Seed.
     pub seed: u64,
     /// File-set scale (1.0 = the papers').
@@ -233,6 +241,15 @@ pub struct Point {
     pub series: String,
     /// Median ops/s over the repetitions that succeeded.
     pub ops_per_sec: f64,
+    /// The median ops/s with its interval (`None` with fewer than two repetitions).
+    pub ops_ci: Option<MedianCi>,
+    /// Ratio to the first series: the median of the paired per-repetition ratios with its
+    /// interval (`None` for the first series itself, or with fewer than two pairs).
+    pub ratio: Option<MedianCi>,
+    /// Repetitions run for this point (every series of a point runs the same number).
+    pub reps: usize,
+    /// With a bound: whether every interval of the point came within it.
+    pub bound_met: Option<bool>,
     /// Median MB/s.
     pub mb_per_sec: f64,
     /// ops/s of every repetition, in run order.
@@ -254,8 +271,12 @@ pub struct SweepReport {
     pub seed: u64,
     /// Seconds per run.
     pub duration_secs: f64,
-    /// Repetitions per point.
+    /// Repetitions per point (the minimum when `ci_bound` is set).
     pub reps: usize,
+    /// Repetition limit with `ci_bound`.
+    pub max_reps: usize,
+    /// The bound on every interval's relative half-width, if repetitions were adaptive.
+    pub ci_bound: Option<f64>,
     /// File-set scale.
     pub scale: f64,
     /// Series, in order.
@@ -420,15 +441,6 @@ pub fn run_once(s: &Series, w: Workload, p: &Params, image: Option<&Path>) -> io
     Ok(r)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-}
-
 /// Run a sweep.
 pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
     let series = cfg.series()?;
@@ -478,6 +490,7 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
             _ => None,
         });
     }
+    let max_reps = if cfg.ci_bound.is_some() { cfg.max_reps.max(cfg.reps) } else { cfg.reps };
     let total = (cfg.workloads.len() * cfg.threads.len() * cfg.reps * series.len()) as u64;
     let pb = if cfg.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
     if let Ok(style) =
@@ -490,9 +503,23 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
     for &w in &cfg.workloads {
         for &threads in &cfg.threads {
             let p = params(threads);
-            let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); series.len()];
+            // runs[i][r]: repetition r of series i (None if it failed), so ratios pair up.
+            let mut runs: Vec<Vec<Option<RunResult>>> = vec![Vec::new(); series.len()];
             let mut errors: Vec<Option<String>> = vec![None; series.len()];
-            for rep in 0..cfg.reps {
+            let mut rep = 0;
+            loop {
+                if rep >= cfg.reps {
+                    if rep >= max_reps {
+                        break;
+                    }
+                    match cfg.ci_bound {
+                        Some(bound) if !point_within(&runs, bound) => {
+                            // One more interleaved round of every series.
+                            pb.inc_length(series.len() as u64);
+                        }
+                        _ => break,
+                    }
+                }
                 for (i, s) in series.iter().enumerate() {
                     pb.set_message(format!("{w} t={threads} {} rep {}", s.name, rep + 1));
                     n += 1;
@@ -505,29 +532,39 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
                         Ok(r)
                     });
                     match r {
-                        Ok(r) => runs[i].push(r),
+                        Ok(r) => runs[i].push(Some(r)),
                         Err(e) => {
                             pb.println(format!("{w} t={threads} {}: {e}", s.name));
                             errors[i].get_or_insert(e.to_string());
+                            runs[i].push(None);
                         }
                     }
                     pb.inc(1);
                 }
+                rep += 1;
             }
+            let bound_met = cfg.ci_bound.map(|b| point_within(&runs, b));
+            let base_ops = rep_ops(&runs[0]);
             for (i, s) in series.iter().enumerate() {
-                let rs = std::mem::take(&mut runs[i]);
+                let per_rep = rep_ops(&runs[i]);
+                let rs: Vec<RunResult> = std::mem::take(&mut runs[i]).into_iter().flatten().collect();
                 let ops: Vec<f64> = rs.iter().map(|r| r.ops_per_sec).collect();
-                let med = median(ops.clone());
+                let med = median(&ops);
                 let median_run = rs
                     .iter()
                     .min_by(|a, b| (a.ops_per_sec - med).abs().total_cmp(&(b.ops_per_sec - med).abs()))
                     .cloned();
+                let ratio = if i == 0 { None } else { median_ci(&paired_ratios(&per_rep, &base_ops)) };
                 points.push(Point {
                     workload: w.to_string(),
                     threads,
                     series: s.name.clone(),
                     ops_per_sec: med,
-                    mb_per_sec: median(rs.iter().map(|r| r.mb_per_sec).collect()),
+                    ops_ci: median_ci(&ops),
+                    ratio,
+                    reps: rep,
+                    bound_met,
+                    mb_per_sec: median(&rs.iter().map(|r| r.mb_per_sec).collect::<Vec<_>>()),
                     reps_ops_per_sec: ops,
                     median_run,
                     error: errors[i].take(),
@@ -542,12 +579,31 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
         seed: cfg.seed,
         duration_secs: cfg.duration.as_secs_f64(),
         reps: cfg.reps,
+        max_reps,
+        ci_bound: cfg.ci_bound,
         scale: cfg.scale,
         series: series.iter().map(info).collect(),
         workloads: cfg.workloads.iter().map(|w| w.to_string()).collect(),
         threads: cfg.threads.clone(),
         points,
     })
+}
+
+/// ops/s of each repetition (`None` where it failed).
+fn rep_ops(runs: &[Option<RunResult>]) -> Vec<Option<f64>> {
+    runs.iter().map(|r| r.as_ref().map(|r| r.ops_per_sec)).collect()
+}
+
+/// Whether every interval of a point is within `bound`: each series' ratio to the first,
+/// or the first series' ops/s when it is alone.
+fn point_within(runs: &[Vec<Option<RunResult>>], bound: f64) -> bool {
+    let Some(first) = runs.first() else { return true };
+    let base = rep_ops(first);
+    if runs.len() == 1 {
+        let ops: Vec<f64> = base.iter().flatten().copied().collect();
+        return median_ci(&ops).is_some_and(|c| c.within(bound));
+    }
+    runs[1..].iter().all(|r| median_ci(&paired_ratios(&rep_ops(r), &base)).is_some_and(|c| c.within(bound)))
 }
 
 /// Parse a thread list such as `1,2,4,8` (ranges `1-4` allowed).

@@ -16,6 +16,7 @@ pub mod hist;
 pub mod machine;
 pub mod report;
 pub mod smoke;
+pub mod stats;
 pub mod target;
 pub mod workloads;
 

@@ -6,22 +6,38 @@ use std::io;
 use std::path::Path;
 
 use crate::bench::{Point, SweepReport};
+use crate::stats::CONFIDENCE;
 
 /// One row of the table/CSV.
 struct Row<'a> {
     p: &'a Point,
-    ratio: Option<f64>,
 }
 
 fn rows(r: &SweepReport) -> Vec<Row<'_>> {
-    let base = r.series.first().map(|s| s.name.as_str()).unwrap_or("");
-    r.points
-        .iter()
-        .map(|p| {
-            let b = r.point(&p.workload, p.threads, base).map(|b| b.ops_per_sec).unwrap_or(0.0);
-            Row { p, ratio: if b > 0.0 && p.error.is_none() { Some(p.ops_per_sec / b) } else { None } }
-        })
-        .collect()
+    r.points.iter().map(|p| Row { p }).collect()
+}
+
+/// The ratio to the first series with its interval; never a bare ratio (`-` when there is
+/// no interval: the first series itself, or fewer than two paired repetitions).
+fn ratio_text(p: &Point) -> String {
+    match (&p.ratio, &p.error) {
+        (Some(c), None) => c.ratio_text(),
+        _ => "-".into(),
+    }
+}
+
+/// How repetitions were chosen, for the header.
+fn reps_text(r: &SweepReport) -> String {
+    match r.ci_bound {
+        Some(b) => format!(
+            "{}–{} interleaved repetitions, until every ratio's {:.0} % interval is within ±{:.1} %",
+            r.reps,
+            r.max_reps,
+            CONFIDENCE * 100.0,
+            b * 100.0
+        ),
+        None => format!("{} interleaved repetitions", r.reps),
+    }
 }
 
 /// The header lines every output starts with.
@@ -29,8 +45,17 @@ pub fn header(r: &SweepReport) -> Vec<String> {
     let mut v = vec![
         r.machine.line(),
         format!(
-            "seed {} | {:.1} s per run | {} interleaved repetitions, medians shown | file-set scale {}",
-            r.seed, r.duration_secs, r.reps, r.scale
+            "seed {} | {:.1} s per run | {}, medians shown | file-set scale {}",
+            r.seed,
+            r.duration_secs,
+            reps_text(r),
+            r.scale
+        ),
+        format!(
+            "vs 1st: median of the paired per-repetition ratios to the first series \
+             [{:.0} % interval of that median; min–max with its lower coverage in () when \
+             there were too few repetitions]",
+            CONFIDENCE * 100.0
         ),
         format!("command: {}", r.command),
         "series:".to_string(),
@@ -45,12 +70,17 @@ fn f0(x: f64) -> String {
     if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") }
 }
 
-const COLUMNS: [&str; 23] = [
+const COLUMNS: [&str; 28] = [
     "workload",
     "threads",
     "series",
     "ops_per_sec",
     "vs_first",
+    "vs_first_lo",
+    "vs_first_hi",
+    "vs_first_coverage",
+    "reps",
+    "bound_met",
     "mb_per_sec",
     "reps_ops_per_sec",
     "op_p50_us",
@@ -73,15 +103,22 @@ const COLUMNS: [&str; 23] = [
 
 fn cells(row: &Row<'_>) -> Vec<String> {
     let p = row.p;
-    let mut c = vec![
-        p.workload.clone(),
-        p.threads.to_string(),
-        p.series.clone(),
-        f0(p.ops_per_sec),
-        row.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+    let mut c = vec![p.workload.clone(), p.threads.to_string(), p.series.clone(), f0(p.ops_per_sec)];
+    match (&p.ratio, &p.error) {
+        (Some(r), None) => c.extend([
+            format!("{:.3}", r.median),
+            format!("{:.3}", r.lo),
+            format!("{:.3}", r.hi),
+            format!("{:.3}", r.coverage),
+        ]),
+        _ => c.extend(std::iter::repeat_n("-".to_string(), 4)),
+    }
+    c.extend([
+        p.reps.to_string(),
+        p.bound_met.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
         f0(p.mb_per_sec),
         p.reps_ops_per_sec.iter().map(|x| f0(*x)).collect::<Vec<_>>().join("/"),
-    ];
+    ]);
     match &p.median_run {
         Some(m) => {
             c.extend([m.op_latency.p50, m.op_latency.p99, m.op_latency.p999].map(f0));
@@ -132,7 +169,8 @@ pub fn table(r: &SweepReport) -> String {
         "thr",
         "series",
         "ops/s",
-        "vs 1st",
+        "vs 1st [interval]",
+        "reps",
         "MB/s",
         "op p50",
         "op p99",
@@ -155,21 +193,26 @@ pub fn table(r: &SweepReport) -> String {
     for row in rows(r) {
         let c = cells(&row);
         let (qm, qx, _) = device_cells(row.p);
+        let reps = match row.p.bound_met {
+            Some(false) => format!("{} (wide)", c[8]),
+            _ => c[8].clone(),
+        };
         let mut l = vec![
             c[0].clone(),
             c[1].clone(),
             c[2].clone(),
             c[3].clone(),
-            c[4].clone(),
-            c[5].clone(),
-            c[7].clone(),
-            c[8].clone(),
+            ratio_text(row.p),
+            reps,
             c[10].clone(),
             c[12].clone(),
             c[13].clone(),
-            c[14].clone(),
+            c[15].clone(),
+            c[17].clone(),
+            c[18].clone(),
+            c[19].clone(),
         ];
-        l.extend(c[15..23].iter().cloned());
+        l.extend(c[20..28].iter().cloned());
         l.extend([qm, qx]);
         if let Some(e) = &row.p.error {
             l.push(format!("ERROR: {e}"));
@@ -233,7 +276,10 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
             let _ = writeln!(out, "![{c}]({c})\n");
         }
     }
-    let _ = writeln!(out, "## All figures (medians; `vs 1st` = ops/s relative to the first series)\n");
+    let _ = writeln!(
+        out,
+        "## All figures (medians; `vs_first` = median paired ratio to the first series, `vs_first_lo`–`vs_first_hi` its interval, covering the true median with probability `vs_first_coverage`)\n"
+    );
     let _ = writeln!(out, "| {} | qd_mean | qd_max |", COLUMNS.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len() + 2));
     for row in rows(r) {
@@ -262,7 +308,12 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
 pub fn headline(r: &SweepReport) -> String {
     let mut out = String::new();
     for w in &r.workloads {
-        let _ = writeln!(out, "### {w} (ops/s, median of {})\n", r.reps);
+        let _ = writeln!(
+            out,
+            "### {w} (ops/s, median; then the paired ratio to {} with its {:.0} % interval)\n",
+            r.series.first().map(|s| s.name.as_str()).unwrap_or("-"),
+            CONFIDENCE * 100.0
+        );
         let _ = writeln!(
             out,
             "| threads | {} |",
@@ -274,7 +325,10 @@ pub fn headline(r: &SweepReport) -> String {
                 .series
                 .iter()
                 .map(|s| match r.point(w, t, &s.name) {
-                    Some(p) if p.error.is_none() => f0(p.ops_per_sec),
+                    Some(p) if p.error.is_none() => match &p.ratio {
+                        Some(c) => format!("{} ({}×)", f0(p.ops_per_sec), c.ratio_text()),
+                        None => f0(p.ops_per_sec),
+                    },
                     Some(_) => "error".into(),
                     None => "-".into(),
                 })

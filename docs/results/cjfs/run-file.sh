@@ -6,7 +6,7 @@
 #
 # As root (loop device and mount); without root only the cjfs series run.
 #   docs/results/cjfs/run-file.sh                  # -> docs/results/cjfs/file-device/
-# Settings (environment): WORKDIR THREADS DURATION REPS SEED IMAGE_SIZE_MB OUT MODES
+# Settings (environment): WORKDIR THREADS DURATION REPS CI_PCT MAX_REPS SEED IMAGE_SIZE_MB OUT MODES
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -14,6 +14,9 @@ WORKDIR=${WORKDIR:-/var/tmp/cjfs-file}
 THREADS=${THREADS:-32}
 DURATION=${DURATION:-3}
 REPS=${REPS:-3}
+# Repeat each point until every ratio's 90 % interval is within ±CI_PCT % (up to MAX_REPS).
+CI_PCT=${CI_PCT:-5}
+MAX_REPS=${MAX_REPS:-10}
 SEED=${SEED:-1}
 IMAGE_SIZE_MB=${IMAGE_SIZE_MB:-4096}
 OUT=${OUT:-docs/results/cjfs/file-device}
@@ -22,7 +25,7 @@ MODES=${MODES:-jbd2 barrierfs cjfs}
 cargo build --release -q -p cjfs-cli
 cjfs=$PWD/target/release/cjfs
 mkdir -p "$WORKDIR"
-args=(--workload varmail-shared --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --seed "$SEED"
+args=(--workload varmail-shared --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" --seed "$SEED"
       --out "$OUT" --quiet)
 for m in $MODES; do args+=(--mode "$m"); done
 

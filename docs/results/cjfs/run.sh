@@ -15,6 +15,9 @@ cd "$(dirname "$0")/../../.."
 
 DURATION=${DURATION:-3}
 REPS=${REPS:-3}
+# Repeat each point until every ratio's 90 % interval is within ±CI_PCT % (up to MAX_REPS).
+CI_PCT=${CI_PCT:-5}
+MAX_REPS=${MAX_REPS:-10}
 THREADS=${THREADS:-1,16,32}
 SEED=${SEED:-1}
 WORKLOADS=${WORKLOADS:-varmail-shared}
@@ -25,6 +28,6 @@ args=()
 for m in $MODES; do args+=(--mode "$m"); done
 for w in $WORKLOADS; do
   ./target/release/cjfs bench run --target cjfs:nvme-consumer "${args[@]}" \
-    --workload "$w" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" \
+    --workload "$w" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" \
     --seed "$SEED" --out "${OUT:-docs/results/cjfs/$w}" --quiet
 done
