@@ -37,7 +37,8 @@ impl std::str::FromStr for DataMode {
 /// Options for [`crate::Fs::open`].
 #[derive(Debug, Clone)]
 pub struct MountOptions {
-    /// Journal settings (a preset such as `jbd2` or `nojournal`).
+    /// Journal settings (a preset such as `jbd2` or `nojournal`; by default `auto`, which
+    /// picks the preset for the device when the journal opens).
     pub journal: JournalConfig,
     /// Default data mode; files with `EXT4_JOURNAL_DATA_FL` are always journalled.
     pub data: DataMode,
@@ -63,7 +64,7 @@ pub struct FsBugs {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            journal: JournalConfig::jbd2(),
+            journal: JournalConfig::auto(),
             data: DataMode::Ordered,
             read_only: false,
             cache_blocks: 256 * 1024,

@@ -48,7 +48,7 @@ pub struct MountRequest {
     pub mountpoint: PathBuf,
     /// `-o` options.
     pub config: MountConfig,
-    /// Journal preset when `-o journal=` is not given.
+    /// Journal preset when `-o journal=` is not given (`auto`: chosen for the device).
     pub journal: JournalConfig,
     /// Data mode when `-o data=` is not given.
     pub data: DataMode,
@@ -65,7 +65,7 @@ impl MountRequest {
             image: image.into(),
             mountpoint: mountpoint.into(),
             config: MountConfig::default(),
-            journal: JournalConfig::jbd2(),
+            journal: JournalConfig::auto(),
             data: DataMode::Ordered,
             foreground: false,
             threads: None,
@@ -395,6 +395,9 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
     );
     let (fs, report) = Fs::open_with_report(dev, opts)
         .map_err(|source| MountError::Fs { path: image.to_path_buf(), source })?;
+    if let Some(why) = fs.journal().choice() {
+        eprintln!("cjfs: {}: journal preset auto chose {why}", image.display());
+    }
     if report.replayed_transactions > 0 || report.orphans_cleaned > 0 {
         eprintln!(
             "cjfs: {}: recovered: {} journal transactions ({} blocks) replayed, {} orphan inodes cleaned",

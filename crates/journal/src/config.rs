@@ -77,6 +77,10 @@ pub struct JournalConfig {
     pub csum_v3: bool,
     /// Test-only planted bugs.
     pub bugs: PlantedBugs,
+    /// Choose the preset when the journal opens, from the device's capabilities (the `auto`
+    /// preset, see [`crate::device_choice`]); the other technique settings here are then
+    /// replaced by the chosen preset's.
+    pub per_device: bool,
 }
 
 impl JournalConfig {
@@ -101,6 +105,7 @@ impl JournalConfig {
             checkpoint_high_water: 0.5,
             csum_v3: true,
             bugs: PlantedBugs::default(),
+            per_device: false,
         }
     }
 
@@ -149,9 +154,11 @@ impl JournalConfig {
     }
 
     /// Every preset, including the technique ablations; each is crash tested and may be
-    /// named anywhere (bench, crashtest, mount).
+    /// named anywhere (bench, crashtest, mount). `auto` resolves to one of the others per
+    /// device.
     pub fn preset_names() -> &'static [&'static str] {
         &[
+            "auto",
             "jbd2",
             "nojournal",
             "barrierfs",
@@ -171,6 +178,7 @@ impl JournalConfig {
             c
         };
         Some(match name {
+            "auto" => Self::auto(),
             "jbd2" => Self::jbd2(),
             "nojournal" => Self::nojournal(),
             "barrierfs" => Self::barrierfs(),

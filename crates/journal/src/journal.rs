@@ -336,6 +336,9 @@ impl JournalInner {
 pub struct Journal {
     inner: Arc<JournalInner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Why the `auto` preset chose the configuration in use (`None` for a named preset).
+    /// Immutable.
+    choice: Option<String>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -365,7 +368,10 @@ impl Journal {
             None => (log.capacity() / 4) as u32,
         }
         .max(16);
-        let mut config = config;
+        let (mut config, choice) = config.resolve_for(&dev.caps());
+        if let Some(why) = &choice {
+            log::info!("journal preset auto: {why}");
+        }
         if config.dual_thread && config.dual_thread_barrier_only && !dev.caps().barrier {
             log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
             config.dual_thread = false;
@@ -422,7 +428,7 @@ impl Journal {
                 .map_err(|e| JournalError::Aborted(format!("cannot start {name} thread: {e}")))?;
             threads.push(t);
         }
-        Ok(Journal { inner, threads: Mutex::new(threads) })
+        Ok(Journal { inner, threads: Mutex::new(threads), choice })
     }
 
     /// Start a handle with `credits` blocks reserved.
@@ -534,7 +540,12 @@ impl Journal {
         self.inner.stats.snapshot()
     }
 
-    /// Configuration in force.
+    /// With the `auto` preset: which preset it chose for this device, and why.
+    pub fn choice(&self) -> Option<&str> {
+        self.choice.as_deref()
+    }
+
+    /// The configuration in use (for `auto`, the preset it resolved to).
     pub fn config(&self) -> &JournalConfig {
         &self.inner.config
     }

@@ -44,6 +44,7 @@ pub mod commit_block;
 mod compound_flush;
 pub mod config;
 pub mod descriptor;
+pub mod device_choice;
 pub mod error;
 mod flush;
 pub mod handle;

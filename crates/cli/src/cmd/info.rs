@@ -21,7 +21,7 @@ use crate::image::{check_not_truncated, open_device, read_primary_superblock};
 use crate::out::outln;
 
 /// Run `cjfs info`.
-pub fn run(image: &str) -> CliResult<()> {
+pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> {
     let dev = open_device(image, true)?;
     let sb = read_primary_superblock(image, &dev)?;
     let mut problem: Option<CliError> = None;
@@ -49,6 +49,12 @@ pub fn run(image: &str) -> CliResult<()> {
     print_superblock(image, &dev, &sb, desc_free)?;
     if sb.has_journal() {
         outln!("Journal:");
+        // What a mount of this image would run: the preset named, or the one `auto` picks
+        // for this device, and why.
+        match journal.resolve_for(&dev.caps()) {
+            (_, Some(why)) => outln!("  preset (auto):       {why}"),
+            (c, None) => outln!("  preset:              {}", c.name),
+        }
         if let Err(e) = print_journal(image, &dev, &sb) {
             outln!("  error:               {e}");
             note(e);
