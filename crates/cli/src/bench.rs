@@ -202,7 +202,18 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 progress: !r.quiet,
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };
-            let rep = bench::run(&cfg).map_err(usage)?;
+            // A long sweep keeps what it has measured on disk after every point.
+            let mut partial_error = false;
+            let rep = bench::run_with(&cfg, |so_far| {
+                if let Some(out) = &r.out
+                    && !partial_error
+                    && let Err(e) = cjfs_lab::report::write_all(so_far, out, &[])
+                {
+                    eprintln!("cjfs: bench: partial results not written to {}: {e}", out.display());
+                    partial_error = true;
+                }
+            })
+            .map_err(usage)?;
             out!("{}", cjfs_lab::report::table(&rep));
             if let Some(out) = &r.out {
                 let io = |e: std::io::Error| CliError::Io { path: out.display().to_string(), source: e };

@@ -443,6 +443,15 @@ pub fn run_once(s: &Series, w: Workload, p: &Params, image: Option<&Path>) -> io
 
 /// Run a sweep.
 pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
+    run_with(cfg, |_| {})
+}
+
+/// [`run`], handing the report so far to `after_point` after every (workload, threads)
+/// point, so a long sweep can keep its results on disk as it goes.
+pub fn run_with(
+    cfg: &SweepConfig,
+    mut after_point: impl FnMut(&SweepReport),
+) -> Result<SweepReport, BenchError> {
     let series = cfg.series()?;
     if cfg.workloads.is_empty() || cfg.threads.is_empty() || cfg.reps == 0 {
         return Err(BenchError::Usage("need at least one workload, thread count and repetition".into()));
@@ -498,6 +507,20 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
     {
         pb.set_style(style.progress_chars("=> "));
     }
+    let report = |points: Vec<Point>| SweepReport {
+        machine: machine.clone(),
+        command: cfg.command.clone(),
+        seed: cfg.seed,
+        duration_secs: cfg.duration.as_secs_f64(),
+        reps: cfg.reps,
+        max_reps,
+        ci_bound: cfg.ci_bound,
+        scale: cfg.scale,
+        series: series.iter().map(info).collect(),
+        workloads: cfg.workloads.iter().map(|w| w.to_string()).collect(),
+        threads: cfg.threads.clone(),
+        points,
+    };
     let mut points = Vec::new();
     let mut n = 0usize;
     for &w in &cfg.workloads {
@@ -570,23 +593,11 @@ pub fn run(cfg: &SweepConfig) -> Result<SweepReport, BenchError> {
                     error: errors[i].take(),
                 });
             }
+            after_point(&report(points.clone()));
         }
     }
     pb.finish_and_clear();
-    Ok(SweepReport {
-        machine,
-        command: cfg.command.clone(),
-        seed: cfg.seed,
-        duration_secs: cfg.duration.as_secs_f64(),
-        reps: cfg.reps,
-        max_reps,
-        ci_bound: cfg.ci_bound,
-        scale: cfg.scale,
-        series: series.iter().map(info).collect(),
-        workloads: cfg.workloads.iter().map(|w| w.to_string()).collect(),
-        threads: cfg.threads.clone(),
-        points,
-    })
+    Ok(report(points))
 }
 
 /// ops/s of each repetition (`None` where it failed).

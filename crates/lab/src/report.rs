@@ -58,8 +58,15 @@ pub fn header(r: &SweepReport) -> Vec<String> {
             CONFIDENCE * 100.0
         ),
         format!("command: {}", r.command),
-        "series:".to_string(),
     ];
+    let planned = r.workloads.len() * r.threads.len() * r.series.len();
+    if r.points.len() < planned {
+        v.push(format!(
+            "partial: {} of {planned} points so far (the sweep is still running or was stopped)",
+            r.points.len()
+        ));
+    }
+    v.push("series:".to_string());
     for s in &r.series {
         v.push(format!("  {:<28} {} — {}", s.name, s.target, s.device));
     }

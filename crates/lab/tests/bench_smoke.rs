@@ -74,3 +74,34 @@ fn every_workload_runs_on_an_emulated_preset() {
         drop(t);
     }
 }
+
+#[test]
+fn a_sweep_hands_over_its_results_after_every_point() {
+    use cjfs_lab::bench::{SweepConfig, run_with};
+    let cfg = SweepConfig {
+        targets: vec!["cjfs:ramdisk".parse().unwrap()],
+        modes: vec!["jbd2".into(), "cjfs".into()],
+        workloads: vec![Workload::VarmailShared],
+        threads: vec![1, 2],
+        duration: Duration::from_millis(300),
+        reps: 1,
+        max_reps: 1,
+        ci_bound: None,
+        seed: 3,
+        scale: 0.02,
+        dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
+        bg_mb_s: 20.0,
+        progress: false,
+        command: "test".into(),
+    };
+    let mut seen = Vec::new();
+    let done = run_with(&cfg, |so_far| {
+        let partial = cjfs_lab::report::header(so_far).iter().any(|l| l.starts_with("partial:"));
+        seen.push((so_far.points.len(), partial));
+    })
+    .unwrap();
+    // Two series per point: 2 points after the first, all 4 (and no longer partial) after the last.
+    assert_eq!(seen, vec![(2, true), (4, false)]);
+    assert_eq!(done.points.len(), 4);
+    assert!(!cjfs_lab::report::header(&done).iter().any(|l| l.starts_with("partial:")));
+}

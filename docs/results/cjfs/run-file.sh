@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# CJFS on the file device: varmail-shared at 32 threads with cjfs in-process on an image
+# CJFS on the file device: varmail-shared at 32 threads (by default) with cjfs in-process on an image
 # file (FileDevice: no barrier, so compound flush pays flush -> commit blocks -> flush per
 # group) next to the kernel's ext4 (data=ordered) on a loop image in the same directory of
 # the same disk, in one interleaved run.
 #
 # As root (loop device and mount); without root only the cjfs series run.
 #   docs/results/cjfs/run-file.sh                  # -> docs/results/cjfs/file-device/
-# Settings (environment): WORKDIR THREADS DURATION REPS CI_PCT MAX_REPS SEED IMAGE_SIZE_MB OUT MODES
+# Settings (environment): WORKDIR WORKLOADS THREADS DURATION REPS CI_PCT MAX_REPS SEED IMAGE_SIZE_MB OUT MODES
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
 WORKDIR=${WORKDIR:-/var/tmp/cjfs-file}
+WORKLOADS=${WORKLOADS:-varmail-shared}
 THREADS=${THREADS:-32}
 DURATION=${DURATION:-3}
 REPS=${REPS:-3}
@@ -25,7 +26,7 @@ MODES=${MODES:-jbd2 barrierfs cjfs}
 cargo build --release -q -p cjfs-cli
 cjfs=$PWD/target/release/cjfs
 mkdir -p "$WORKDIR"
-args=(--workload varmail-shared --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" --seed "$SEED"
+args=(--workload "$WORKLOADS" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" --seed "$SEED"
       --out "$OUT" --quiet)
 for m in $MODES; do args+=(--mode "$m"); done
 
