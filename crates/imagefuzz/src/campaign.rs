@@ -237,22 +237,7 @@ impl Sink {
         if let Some(j) = &self.json {
             let mut w = j.lock().unwrap_or_else(|e| e.into_inner());
             for r in res.failures(self.strict) {
-                let rec = crate::report::FailureRecord {
-                    record: "failure",
-                    seed: self.seed,
-                    image: res.label.clone(),
-                    image_index: res.index,
-                    seed_image: res.seed_name.clone(),
-                    structure: res.structure,
-                    mutations: res.mutations.iter().map(|m| m.desc.clone()).collect(),
-                    command: r.command.clone(),
-                    args: r.args.clone(),
-                    outcome: r.outcome,
-                    exit: r.exit.clone(),
-                    stderr: r.stderr.clone(),
-                    note: r.note.clone(),
-                    saved: res.saved.clone(),
-                };
+                let rec = crate::report::failure_record(self.seed, res, r);
                 let line = serde_json::to_string(&rec)
                     .map_err(|e| FuzzError::Json { what: "encode a failure".into(), source: e })?;
                 writeln!(w, "{line}").map_err(|e| FuzzError::io("write the JSON file", e))?;
@@ -368,13 +353,7 @@ pub fn run_campaign(cfg: &Config) -> FuzzResult<Report> {
         mkfs_ext4: tools.mkfs_ext4.clone(),
         e2fsck: tools.e2fsck.clone(),
     })?;
-    let env = JudgeEnv {
-        cjfs: cfg.cjfs.clone(),
-        timeout: cfg.timeout,
-        e2fsck: tools.e2fsck.clone(),
-        cat_limit: cfg.cat_limit,
-        fusermount: tools.fusermount.clone(),
-    };
+    let env = judge_env(cfg, &tools);
     let mounts = if env.fusermount.is_some() { cfg.mounts.min(cfg.images) } else { 0 };
     let step = cfg.images.checked_div(mounts).map_or(usize::MAX, |s| s.max(1));
     let mut head = header(cfg, &tools, Some(cfg.seed), mounts);
@@ -448,6 +427,17 @@ fn keep(cfg: &Config, tmp: tempfile::TempDir) {
     }
 }
 
+/// What the judge needs from the configuration and the tools found.
+fn judge_env(cfg: &Config, tools: &Tools) -> JudgeEnv {
+    JudgeEnv {
+        cjfs: cfg.cjfs.clone(),
+        timeout: cfg.timeout,
+        e2fsck: tools.e2fsck.clone(),
+        cat_limit: cfg.cat_limit,
+        fusermount: tools.fusermount.clone(),
+    }
+}
+
 /// Judge every entry of the corpus directory `dir` with the commands it was saved with.
 pub fn replay_corpus(cfg: &Config, dir: &Path) -> FuzzResult<Report> {
     if !cfg.cjfs.is_file() {
@@ -457,13 +447,7 @@ pub fn replay_corpus(cfg: &Config, dir: &Path) -> FuzzResult<Report> {
     let entries = corpus::load_dir(dir)?;
     let tools = detect_tools(cfg.mounts > 0);
     let tmp = scratch(cfg)?;
-    let env = JudgeEnv {
-        cjfs: cfg.cjfs.clone(),
-        timeout: cfg.timeout,
-        e2fsck: tools.e2fsck.clone(),
-        cat_limit: cfg.cat_limit,
-        fusermount: tools.fusermount.clone(),
-    };
+    let env = judge_env(cfg, &tools);
     let mounts = if env.fusermount.is_some() { cfg.mounts.min(entries.len()) } else { 0 };
     let mut head = header(cfg, &tools, None, mounts);
     head.images = entries.len();

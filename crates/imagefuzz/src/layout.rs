@@ -91,6 +91,8 @@ pub struct InodeInfo {
     pub ibody_xattrs: Vec<u64>,
 }
 
+// Read from the raw bytes, not through `cjfs_fs`'s inode decoder: the fuzzer judges that code,
+// so it keeps its own reading of the few fields it needs.
 impl InodeInfo {
     /// The file type bits of the mode.
     pub fn file_type(&self) -> u16 {
@@ -336,20 +338,7 @@ impl Layout {
                 blocks: u64::from(sb.group_block_count(g as u32)),
             })
             .collect::<Vec<_>>();
-        let mut l = Layout {
-            image_len: bytes.len() as u64,
-            itable_blocks: u64::from(sb.inode_table_blocks()),
-            sb: Box::new(sb),
-            desc_size,
-            groups,
-            inodes: Vec::new(),
-            free_inodes: Vec::new(),
-            extent_blocks: Vec::new(),
-            dir_blocks: Vec::new(),
-            xattr_blocks: Vec::new(),
-            journal: None,
-            data_blocks: Vec::new(),
-        };
+        let mut l = Layout::bare(bytes.len() as u64, Box::new(sb), desc_size, groups);
         l.scan_inodes(bytes);
         l.journal = l.parse_journal(bytes);
         Ok(l)
@@ -509,13 +498,14 @@ impl Layout {
         Some(JournalInfo { log_to_dev, sb_block, features, csum_seed, sb: Box::new(jsb), log })
     }
 
-    fn clone_shallow(&self) -> Layout {
+    /// The geometry alone: no inode, block or journal found yet.
+    fn bare(image_len: u64, sb: Box<Superblock>, desc_size: usize, groups: Vec<GroupInfo>) -> Layout {
         Layout {
-            image_len: self.image_len,
-            sb: self.sb.clone(),
-            desc_size: self.desc_size,
-            groups: self.groups.clone(),
-            itable_blocks: self.itable_blocks,
+            image_len,
+            itable_blocks: u64::from(sb.inode_table_blocks()),
+            sb,
+            desc_size,
+            groups,
             inodes: Vec::new(),
             free_inodes: Vec::new(),
             extent_blocks: Vec::new(),
@@ -524,6 +514,10 @@ impl Layout {
             journal: None,
             data_blocks: Vec::new(),
         }
+    }
+
+    fn clone_shallow(&self) -> Layout {
+        Layout::bare(self.image_len, self.sb.clone(), self.desc_size, self.groups.clone())
     }
 
     /// Every path of the tree (breadth first from the root, at most 4096), with kinds and

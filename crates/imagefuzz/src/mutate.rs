@@ -273,6 +273,31 @@ impl Mutator<'_> {
     }
 
     /// Pick a value for the field at `off` and store it.
+    /// Mutate one little-endian field, chosen from `table` (name, offset from `base`, width,
+    /// values worth trying besides the generic ones).
+    fn one_field_of(&mut self, s: Structure, base: u64, table: &[(&str, usize, usize, Vec<u64>)]) {
+        let (name, off, w, extras) = table.choose(self.rng).expect("non-empty");
+        self.field(s, name, base + *off as u64, *w, false, extras);
+    }
+
+    /// Flip one bit of the 32-bit feature word at `off`: a known feature most of the time,
+    /// any bit otherwise.
+    fn flip_feature(&mut self, s: Structure, name: &str, off: u64, be: bool, known: &[u32]) {
+        let bit = if self.rng.gen_bool(0.75) {
+            u64::from(*known.choose(self.rng).expect("non-empty"))
+        } else {
+            1u64 << self.rng.gen_range(0..32)
+        };
+        let old = self.get(off, 4, be);
+        self.set(s, name, off, 4, be, old ^ bit);
+    }
+
+    /// Replace the byte at `byte` by `f` of its value.
+    fn update_byte(&mut self, s: Structure, what: &str, byte: u64, f: impl FnOnce(u64) -> u64) {
+        let old = self.get(byte, 1, false);
+        self.set(s, what, byte, 1, false, f(old));
+    }
+
     fn field(&mut self, s: Structure, what: &str, off: u64, width: usize, be: bool, extras: &[u64]) {
         let old = self.get(off, width, be);
         let new = self.pick(old, width, extras);
@@ -363,70 +388,80 @@ impl Mutator<'_> {
         let live_ino = live.choose(self.rng).copied().unwrap_or(12);
         match self.rng.gen_range(0..10) {
             0 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_inodes_count", sbo::S_INODES_COUNT, 4, vec![inodes + 1, inodes - 1, inodes * 2, 11]),
-                    (
-                        "s_blocks_count_lo",
-                        sbo::S_BLOCKS_COUNT_LO,
-                        4,
-                        vec![blocks + 1, blocks - 1, blocks * 2, 1],
-                    ),
-                    ("s_blocks_count_hi", sbo::S_BLOCKS_COUNT_HI, 4, vec![1]),
-                    ("s_r_blocks_count_lo", sbo::S_R_BLOCKS_COUNT_LO, 4, vec![blocks, blocks + 1]),
-                    ("s_free_blocks_count_lo", sbo::S_FREE_BLOCKS_COUNT_LO, 4, vec![blocks, blocks + 1]),
-                    ("s_free_inodes_count", sbo::S_FREE_INODES_COUNT, 4, vec![inodes, inodes + 1]),
-                    ("s_first_data_block", sbo::S_FIRST_DATA_BLOCK, 4, vec![1, 2, blocks]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        (
+                            "s_inodes_count",
+                            sbo::S_INODES_COUNT,
+                            4,
+                            vec![inodes + 1, inodes - 1, inodes * 2, 11],
+                        ),
+                        (
+                            "s_blocks_count_lo",
+                            sbo::S_BLOCKS_COUNT_LO,
+                            4,
+                            vec![blocks + 1, blocks - 1, blocks * 2, 1],
+                        ),
+                        ("s_blocks_count_hi", sbo::S_BLOCKS_COUNT_HI, 4, vec![1]),
+                        ("s_r_blocks_count_lo", sbo::S_R_BLOCKS_COUNT_LO, 4, vec![blocks, blocks + 1]),
+                        ("s_free_blocks_count_lo", sbo::S_FREE_BLOCKS_COUNT_LO, 4, vec![blocks, blocks + 1]),
+                        ("s_free_inodes_count", sbo::S_FREE_INODES_COUNT, 4, vec![inodes, inodes + 1]),
+                        ("s_first_data_block", sbo::S_FIRST_DATA_BLOCK, 4, vec![1, 2, blocks]),
+                    ],
+                );
             }
             1 => {
                 let ipg = u64::from(sb.inodes_per_group);
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_log_block_size", sbo::S_LOG_BLOCK_SIZE, 4, vec![0, 1, 3, 4, 6, 7, 16, 31]),
-                    ("s_log_cluster_size", sbo::S_LOG_CLUSTER_SIZE, 4, vec![0, 1, 3, 4, 16]),
-                    (
-                        "s_blocks_per_group",
-                        sbo::S_BLOCKS_PER_GROUP,
-                        4,
-                        vec![8, 256, 1024, 4095, 4096, 32767, 32769, 65536],
-                    ),
-                    (
-                        "s_clusters_per_group",
-                        sbo::S_CLUSTERS_PER_GROUP,
-                        4,
-                        vec![8, 4096, 32767, 32769, 65536],
-                    ),
-                    (
-                        "s_inodes_per_group",
-                        sbo::S_INODES_PER_GROUP,
-                        4,
-                        vec![8, 15, 16, ipg - 1, ipg + 1, ipg * 2, 32768, 32769, 65536],
-                    ),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        ("s_log_block_size", sbo::S_LOG_BLOCK_SIZE, 4, vec![0, 1, 3, 4, 6, 7, 16, 31]),
+                        ("s_log_cluster_size", sbo::S_LOG_CLUSTER_SIZE, 4, vec![0, 1, 3, 4, 16]),
+                        (
+                            "s_blocks_per_group",
+                            sbo::S_BLOCKS_PER_GROUP,
+                            4,
+                            vec![8, 256, 1024, 4095, 4096, 32767, 32769, 65536],
+                        ),
+                        (
+                            "s_clusters_per_group",
+                            sbo::S_CLUSTERS_PER_GROUP,
+                            4,
+                            vec![8, 4096, 32767, 32769, 65536],
+                        ),
+                        (
+                            "s_inodes_per_group",
+                            sbo::S_INODES_PER_GROUP,
+                            4,
+                            vec![8, 15, 16, ipg - 1, ipg + 1, ipg * 2, 32768, 32769, 65536],
+                        ),
+                    ],
+                );
             }
             2 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_first_ino", sbo::S_FIRST_INO, 4, vec![0, 1, 2, 8, 10, 12, inodes, inodes + 1]),
-                    (
-                        "s_inode_size",
-                        sbo::S_INODE_SIZE,
-                        2,
-                        vec![0, 64, 127, 128, 129, 255, 257, 512, 1024, 4096, 8192],
-                    ),
-                    ("s_min_extra_isize", sbo::S_MIN_EXTRA_ISIZE, 2, vec![0, 1, 3, 32, 100, 200, 0xFFFF]),
-                    ("s_want_extra_isize", sbo::S_WANT_EXTRA_ISIZE, 2, vec![0, 1, 3, 32, 100, 200, 0xFFFF]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        ("s_first_ino", sbo::S_FIRST_INO, 4, vec![0, 1, 2, 8, 10, 12, inodes, inodes + 1]),
+                        (
+                            "s_inode_size",
+                            sbo::S_INODE_SIZE,
+                            2,
+                            vec![0, 64, 127, 128, 129, 255, 257, 512, 1024, 4096, 8192],
+                        ),
+                        ("s_min_extra_isize", sbo::S_MIN_EXTRA_ISIZE, 2, vec![0, 1, 3, 32, 100, 200, 0xFFFF]),
+                        (
+                            "s_want_extra_isize",
+                            sbo::S_WANT_EXTRA_ISIZE,
+                            2,
+                            vec![0, 1, 3, 32, 100, 200, 0xFFFF],
+                        ),
+                    ],
+                );
             }
             3 => {
                 let mut extras: Vec<u64> = (1..=10).collect();
@@ -459,93 +494,92 @@ impl Mutator<'_> {
                 ]
                 .choose(self.rng)
                 .expect("non-empty");
-                let bit = if self.rng.gen_bool(0.75) {
-                    u64::from(*known.choose(self.rng).expect("non-empty"))
-                } else {
-                    1u64 << self.rng.gen_range(0..32)
-                };
-                let old = self.get(base + off as u64, 4, false);
-                self.set(S, name, base + off as u64, 4, false, old ^ bit);
+                self.flip_feature(S, name, base + off as u64, false, known);
             }
             5 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_rev_level", sbo::S_REV_LEVEL, 4, vec![0, 2, 0xFFFF_FFFF]),
-                    ("s_minor_rev_level", sbo::S_MINOR_REV_LEVEL, 2, vec![1, 0xFFFF]),
-                    ("s_magic", sbo::S_MAGIC, 2, vec![0, 0xEF52, 0x53EF, 0xFFFF]),
-                    ("s_state", sbo::S_STATE, 2, vec![0, 2, 3, 4, 6, 0xFFFF]),
-                    ("s_errors", sbo::S_ERRORS, 2, vec![0, 2, 3, 4, 0xFFFF]),
-                    ("s_creator_os", sbo::S_CREATOR_OS, 4, vec![1, 3, 5]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        ("s_rev_level", sbo::S_REV_LEVEL, 4, vec![0, 2, 0xFFFF_FFFF]),
+                        ("s_minor_rev_level", sbo::S_MINOR_REV_LEVEL, 2, vec![1, 0xFFFF]),
+                        ("s_magic", sbo::S_MAGIC, 2, vec![0, 0xEF52, 0x53EF, 0xFFFF]),
+                        ("s_state", sbo::S_STATE, 2, vec![0, 2, 3, 4, 6, 0xFFFF]),
+                        ("s_errors", sbo::S_ERRORS, 2, vec![0, 2, 3, 4, 0xFFFF]),
+                        ("s_creator_os", sbo::S_CREATOR_OS, 4, vec![1, 3, 5]),
+                    ],
+                );
             }
             6 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    (
-                        "s_desc_size",
-                        sbo::S_DESC_SIZE,
-                        2,
-                        vec![0, 16, 31, 32, 33, 63, 64, 65, 128, 1024, 4096],
-                    ),
-                    (
-                        "s_journal_inum",
-                        sbo::S_JOURNAL_INUM,
-                        4,
-                        vec![0, 1, 2, 7, 9, 11, inodes, inodes + 1, live_ino],
-                    ),
-                    (
-                        "s_reserved_gdt_blocks",
-                        sbo::S_RESERVED_GDT_BLOCKS,
-                        2,
-                        vec![0, 1, 256, 1024, 4096, 0xFFFF],
-                    ),
-                    ("s_log_groups_per_flex", sbo::S_LOG_GROUPS_PER_FLEX, 1, vec![0, 1, 31, 32, 64, 255]),
-                    ("s_first_meta_bg", sbo::S_FIRST_META_BG, 4, vec![0, 1, 2, 0xFFFF_FFFF]),
-                    ("s_def_hash_version", sbo::S_DEF_HASH_VERSION, 1, vec![0, 1, 2, 3, 4, 5, 6, 0xFF]),
-                    ("s_checksum_type", sbo::S_CHECKSUM_TYPE, 1, vec![0, 1, 0xFF]),
-                    ("s_jnl_backup_type", sbo::S_JNL_BACKUP_TYPE, 1, vec![0, 1, 2]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        (
+                            "s_desc_size",
+                            sbo::S_DESC_SIZE,
+                            2,
+                            vec![0, 16, 31, 32, 33, 63, 64, 65, 128, 1024, 4096],
+                        ),
+                        (
+                            "s_journal_inum",
+                            sbo::S_JOURNAL_INUM,
+                            4,
+                            vec![0, 1, 2, 7, 9, 11, inodes, inodes + 1, live_ino],
+                        ),
+                        (
+                            "s_reserved_gdt_blocks",
+                            sbo::S_RESERVED_GDT_BLOCKS,
+                            2,
+                            vec![0, 1, 256, 1024, 4096, 0xFFFF],
+                        ),
+                        ("s_log_groups_per_flex", sbo::S_LOG_GROUPS_PER_FLEX, 1, vec![0, 1, 31, 32, 64, 255]),
+                        ("s_first_meta_bg", sbo::S_FIRST_META_BG, 4, vec![0, 1, 2, 0xFFFF_FFFF]),
+                        ("s_def_hash_version", sbo::S_DEF_HASH_VERSION, 1, vec![0, 1, 2, 3, 4, 5, 6, 0xFF]),
+                        ("s_checksum_type", sbo::S_CHECKSUM_TYPE, 1, vec![0, 1, 0xFF]),
+                        ("s_jnl_backup_type", sbo::S_JNL_BACKUP_TYPE, 1, vec![0, 1, 2]),
+                    ],
+                );
             }
             7 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_lpf_ino", sbo::S_LPF_INO, 4, vec![2, 8, 11, live_ino, inodes + 1]),
-                    ("s_usr_quota_inum", sbo::S_USR_QUOTA_INUM, 4, vec![2, 3, 8, live_ino, inodes + 1]),
-                    ("s_grp_quota_inum", sbo::S_GRP_QUOTA_INUM, 4, vec![2, 4, 8, live_ino]),
-                    ("s_prj_quota_inum", sbo::S_PRJ_QUOTA_INUM, 4, vec![2, 8, live_ino]),
-                    ("s_orphan_file_inum", sbo::S_ORPHAN_FILE_INUM, 4, vec![2, 8, 11, 12, live_ino]),
-                    ("s_encoding", sbo::S_ENCODING, 2, vec![1, 0xFFFF]),
-                    ("s_flags", sbo::S_FLAGS, 4, vec![1, 2, 3, 4, 0xFFFF_FFFF]),
-                    ("s_overhead_clusters", sbo::S_OVERHEAD_CLUSTERS, 4, vec![blocks, blocks + 1]),
-                    ("s_mmp_block", sbo::S_MMP_BLOCK, 8, vec![0, 1, blocks + 1]),
-                    ("s_backup_bgs[0]", sbo::S_BACKUP_BGS, 4, vec![1, 2, 0xFFFF_FFFF]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        ("s_lpf_ino", sbo::S_LPF_INO, 4, vec![2, 8, 11, live_ino, inodes + 1]),
+                        ("s_usr_quota_inum", sbo::S_USR_QUOTA_INUM, 4, vec![2, 3, 8, live_ino, inodes + 1]),
+                        ("s_grp_quota_inum", sbo::S_GRP_QUOTA_INUM, 4, vec![2, 4, 8, live_ino]),
+                        ("s_prj_quota_inum", sbo::S_PRJ_QUOTA_INUM, 4, vec![2, 8, live_ino]),
+                        ("s_orphan_file_inum", sbo::S_ORPHAN_FILE_INUM, 4, vec![2, 8, 11, 12, live_ino]),
+                        ("s_encoding", sbo::S_ENCODING, 2, vec![1, 0xFFFF]),
+                        ("s_flags", sbo::S_FLAGS, 4, vec![1, 2, 3, 4, 0xFFFF_FFFF]),
+                        ("s_overhead_clusters", sbo::S_OVERHEAD_CLUSTERS, 4, vec![blocks, blocks + 1]),
+                        ("s_mmp_block", sbo::S_MMP_BLOCK, 8, vec![0, 1, blocks + 1]),
+                        ("s_backup_bgs[0]", sbo::S_BACKUP_BGS, 4, vec![1, 2, 0xFFFF_FFFF]),
+                    ],
+                );
             }
             8 => {
-                let (name, off, w, extras): (&str, usize, usize, Vec<u64>) = [
-                    ("s_mnt_count", sbo::S_MNT_COUNT, 2, vec![0xFFFF, 0x7FFF]),
-                    ("s_max_mnt_count", sbo::S_MAX_MNT_COUNT, 2, vec![0, 1, 0x7FFF, 0xFFFF]),
-                    ("s_wtime", sbo::S_WTIME, 4, vec![0, 0xFFFF_FFFF, 0x8000_0000]),
-                    ("s_mtime", sbo::S_MTIME, 4, vec![0, 0xFFFF_FFFF]),
-                    ("s_lastcheck", sbo::S_LASTCHECK, 4, vec![0, 0xFFFF_FFFF]),
-                    ("s_checkinterval", sbo::S_CHECKINTERVAL, 4, vec![1, 0xFFFF_FFFF]),
-                    ("s_kbytes_written", sbo::S_KBYTES_WRITTEN, 8, vec![u64::MAX]),
-                    ("s_error_count", sbo::S_ERROR_COUNT, 4, vec![1, 0xFFFF_FFFF]),
-                    ("s_default_mount_opts", sbo::S_DEFAULT_MOUNT_OPTS, 4, vec![0x60, 0x400, 0xFFFF_FFFF]),
-                ]
-                .choose(self.rng)
-                .expect("non-empty")
-                .clone();
-                self.field(S, name, base + off as u64, w, false, &extras);
+                self.one_field_of(
+                    S,
+                    base,
+                    &[
+                        ("s_mnt_count", sbo::S_MNT_COUNT, 2, vec![0xFFFF, 0x7FFF]),
+                        ("s_max_mnt_count", sbo::S_MAX_MNT_COUNT, 2, vec![0, 1, 0x7FFF, 0xFFFF]),
+                        ("s_wtime", sbo::S_WTIME, 4, vec![0, 0xFFFF_FFFF, 0x8000_0000]),
+                        ("s_mtime", sbo::S_MTIME, 4, vec![0, 0xFFFF_FFFF]),
+                        ("s_lastcheck", sbo::S_LASTCHECK, 4, vec![0, 0xFFFF_FFFF]),
+                        ("s_checkinterval", sbo::S_CHECKINTERVAL, 4, vec![1, 0xFFFF_FFFF]),
+                        ("s_kbytes_written", sbo::S_KBYTES_WRITTEN, 8, vec![u64::MAX]),
+                        ("s_error_count", sbo::S_ERROR_COUNT, 4, vec![1, 0xFFFF_FFFF]),
+                        (
+                            "s_default_mount_opts",
+                            sbo::S_DEFAULT_MOUNT_OPTS,
+                            4,
+                            vec![0x60, 0x400, 0xFFFF_FFFF],
+                        ),
+                    ],
+                );
             }
             _ => {
                 let k = self.rng.gen_range(0..17u64);
@@ -628,15 +662,9 @@ impl Mutator<'_> {
                     used.choose(self.rng).map(|i| i - first).unwrap_or(1)
                 };
                 let (byte, bit) = bit_of(n);
-                let old = self.get(byte, 1, false);
-                self.set(
-                    s,
-                    &format!("{what} of group {} bit {n} (clear)", g.index),
-                    byte,
-                    1,
-                    false,
-                    old & !(1 << bit),
-                );
+                self.update_byte(s, &format!("{what} of group {} bit {n} (clear)", g.index), byte, |old| {
+                    old & !(1 << bit)
+                });
             }
             2 => {
                 // Set the bit of something free.
@@ -649,15 +677,9 @@ impl Mutator<'_> {
                     n = self.rng.gen_range(0..units);
                 }
                 let (byte, bit) = bit_of(n);
-                let old = self.get(byte, 1, false);
-                self.set(
-                    s,
-                    &format!("{what} of group {} bit {n} (set)", g.index),
-                    byte,
-                    1,
-                    false,
-                    old | (1 << bit),
-                );
+                self.update_byte(s, &format!("{what} of group {} bit {n} (set)", g.index), byte, |old| {
+                    old | (1 << bit)
+                });
             }
             3 => {
                 self.fill(s, &format!("{what} of group {} (block {bm})", g.index), off, BS as usize, 0);
@@ -670,14 +692,11 @@ impl Mutator<'_> {
                 for _ in 0..n {
                     let k = self.rng.gen_range(0..units);
                     let (byte, bit) = bit_of(k);
-                    let old = self.get(byte, 1, false);
-                    self.set(
+                    self.update_byte(
                         s,
                         &format!("{what} of group {} bit {k} (flip)", g.index),
                         byte,
-                        1,
-                        false,
-                        old ^ (1 << bit),
+                        |old| old ^ (1 << bit),
                     );
                 }
             }
@@ -1182,13 +1201,7 @@ impl Mutator<'_> {
                 ]
                 .choose(self.rng)
                 .expect("non-empty");
-                let bit = if self.rng.gen_bool(0.75) {
-                    u64::from(*known.choose(self.rng).expect("non-empty"))
-                } else {
-                    1u64 << self.rng.gen_range(0..32)
-                };
-                let old = self.get(off + o, 4, true);
-                self.set(S, name, off + o, 4, true, old ^ bit);
+                self.flip_feature(S, name, off + o, true, known);
             }
             11 => {
                 let (name, o, w, extras): (&str, u64, usize, Vec<u64>) = [

@@ -359,7 +359,7 @@ impl Report {
     }
 }
 
-fn failure_record(seed: Option<u64>, img: &ImageResult, r: &CmdRecord) -> FailureRecord {
+pub(crate) fn failure_record(seed: Option<u64>, img: &ImageResult, r: &CmdRecord) -> FailureRecord {
     FailureRecord {
         record: "failure",
         seed,
