@@ -132,6 +132,10 @@ struct RunArgs {
     /// Write results.json, results.csv, README.md and charts here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Set every ratio beside the same point of this committed results.json and say whether
+    /// they agree (their intervals overlap).
+    #[arg(long, value_name = "RESULTS_JSON")]
+    compare: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -186,6 +190,15 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
             if !(r.scale > 0.0 && r.scale <= 100.0) {
                 return Err(CliError::Usage(format!("--scale {} out of range (0, 100]", r.scale)));
             }
+            // Read before the sweep, so a wrong path costs nothing.
+            let committed =
+                match &r.compare {
+                    Some(p) => Some(std::fs::read_to_string(p).map_err(|e| CliError::Io {
+                        path: format!("{} (--compare)", p.display()),
+                        source: e,
+                    })?),
+                    None => None,
+                };
             let cfg = SweepConfig {
                 targets,
                 modes: r.modes,
@@ -227,6 +240,11 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 };
                 cjfs_lab::report::write_all(&rep, out, &charts).map_err(io)?;
                 outln!("\nresults written to {}", out.display());
+            }
+            if let (Some(path), Some(text)) = (&r.compare, &committed) {
+                let rows = cjfs_lab::compare::compare(&rep, text)
+                    .map_err(|e| CliError::Usage(format!("cannot compare with {}: {e}", path.display())))?;
+                outln!("\n{}", cjfs_lab::compare::text(&rows, &path.display().to_string()));
             }
             Ok(())
         }

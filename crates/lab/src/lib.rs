@@ -5,11 +5,13 @@
 //!   tester and SQLite-like patterns, written once against [`Target`];
 //! * [`bench`]: sweeps over workloads, threads, targets and journal modes with interleaved
 //!   repetitions; [`report`] and [`charts`] turn them into tables, JSON/CSV and figures;
+//! * [`compare`]: whether a fresh run agrees with committed results, ratio by ratio;
 //! * [`device`]: the device sanity check; [`smoke`]: the quickest look at this machine;
 //! * [`crash`]: the crash-consistency harness behind `cjfs crashtest`.
 
 pub mod bench;
 pub mod charts;
+pub mod compare;
 pub mod crash;
 pub mod device;
 pub mod hist;

@@ -7,6 +7,7 @@
 # As root (loop device and mount); without root only the cjfs series run.
 #   docs/results/cjfs/run-file.sh                  # -> docs/results/cjfs/file-device/
 # Settings (environment): WORKDIR WORKLOADS THREADS DURATION REPS CI_PCT MAX_REPS SEED IMAGE_SIZE_MB OUT MODES
+# COMPARE (a committed results.json to set every ratio beside)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -29,6 +30,7 @@ mkdir -p "$WORKDIR"
 args=(--workload "$WORKLOADS" --threads "$THREADS" --duration "$DURATION" --reps "$REPS" --ci "$CI_PCT" --max-reps "$MAX_REPS" --seed "$SEED"
       --out "$OUT" --quiet)
 for m in $MODES; do args+=(--mode "$m"); done
+[ -n "${COMPARE:-}" ] && args+=(--compare "$COMPARE")
 
 if [ "$(id -u)" != 0 ]; then
   echo "run-file: not root, so no loop mount: the kernel ext4 series is skipped" >&2
