@@ -37,7 +37,7 @@ pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
 /// Checkpoint every durable transaction at the head of the log.
 pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
     let _g = j.checkpoint_lock.lock();
-    let Some(upto) = j.log.lock().durable_prefix() else {
+    let Some(upto) = j.log.lock().ring.durable_prefix() else {
         return Ok(());
     };
     let list = std::mem::take(&mut *j.checkpoint_list.lock());
@@ -88,7 +88,7 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
         j.dev.write_block(j.area.map(0)?, BlockBuf::from(img), WriteTag::kind(BlockKind::JournalSuper))?;
         flush(j)?;
         let mut l = j.log.lock();
-        l.release_upto(upto);
+        l.ring.release_upto(upto);
         l.sb_start_on_disk = start;
     }
     j.stats.checkpoints.fetch_add(1, Ordering::Relaxed);

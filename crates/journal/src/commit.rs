@@ -332,7 +332,7 @@ fn log_requests(
         let l = j.log.lock();
         let mut p = start;
         for _ in 0..blocks.len() {
-            p = l.next(p);
+            p = l.ring.next(p);
         }
         p
     };
@@ -359,7 +359,7 @@ fn log_requests(
         reqs.push(WriteRequest { block: dev_blk, bufs, tag: WriteTag::tx(kind, tid), fua: false });
         let l = j.log.lock();
         for _ in 0..cnt {
-            lblk = l.next(lblk);
+            lblk = l.ring.next(lblk);
         }
     }
     Ok((reqs, (commit_lblk, commit_img)))
@@ -378,7 +378,7 @@ fn reserve(j: &Arc<JournalInner>, tid: Tid, n: u64) -> JResult<u64> {
         }
         let (pending, cap) = {
             let l = j.log.lock();
-            (l.txs.iter().any(|t| !t.durable), l.capacity())
+            (l.ring.spans().iter().any(|t| !t.durable), l.ring.capacity())
         };
         if !pending {
             return Err(JournalError::Corrupt(format!(

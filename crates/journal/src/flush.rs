@@ -225,8 +225,8 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
     }
     let fill = {
         let mut l = j.log.lock();
-        l.mark_durable(tid);
-        l.fill()
+        l.ring.mark_durable(tid);
+        l.ring.fill()
     };
     {
         let mut st = j.state.lock();

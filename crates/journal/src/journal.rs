@@ -362,10 +362,10 @@ impl Journal {
             return Err(JournalError::Corrupt("journal needs recovery before it can be opened".into()));
         }
         let first_tid = u64::from(sb.s_sequence.max(1));
-        let log = LogState::new(sb, &config)?;
+        let log = LogState::new(sb)?;
         let max_tx_blocks = match config.max_tx_blocks {
-            Some(m) => m.min(log.capacity() as u32 / 2),
-            None => (log.capacity() / 4) as u32,
+            Some(m) => m.min(log.ring.capacity() as u32 / 2),
+            None => (log.ring.capacity() / 4) as u32,
         }
         .max(16);
         let (mut config, choice) = config.resolve_for(&dev.caps());

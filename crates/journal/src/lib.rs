@@ -52,6 +52,7 @@ pub mod journal;
 mod log;
 pub mod recovery;
 pub mod revoke_block;
+pub mod ring;
 pub mod shadow;
 pub mod stats;
 pub mod superblock;

@@ -73,6 +73,7 @@ use crate::descriptor::{
 };
 use crate::error::{JResult, JournalError};
 use crate::revoke_block::parse_revoke_records;
+use crate::ring::LogRing;
 use crate::superblock::{
     CHKSUM_TYPE_CRC32, JournalFeatures, JournalSuperblock, read_superblock, write_superblock,
 };
@@ -90,59 +91,6 @@ pub fn tid_gt(x: u32, y: u32) -> bool {
 /// `tid_geq(x, y)`: x is y or after it in the wrapping 32-bit transaction id space.
 pub fn tid_geq(x: u32, y: u32) -> bool {
     (x.wrapping_sub(y) as i32) >= 0
-}
-
-/// The circular part of the log: log blocks `first..last` (`s_first..s_maxlen`); the walk
-/// wraps from `last - 1` to `first`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogGeometry {
-    /// First log block (`s_first`).
-    pub first: u64,
-    /// One past the last log block (`s_maxlen`).
-    pub last: u64,
-}
-
-impl LogGeometry {
-    /// The geometry described by a superblock.
-    pub fn from_superblock(sb: &JournalSuperblock) -> Self {
-        LogGeometry { first: u64::from(sb.s_first), last: u64::from(sb.s_maxlen) }
-    }
-
-    /// Number of blocks in the circular log.
-    pub fn capacity(&self) -> u64 {
-        self.last.saturating_sub(self.first)
-    }
-
-    /// Bring a block number at or past `last` back into the log (JBD2's `wrap()`).
-    pub fn wrap(&self, lblk: u64) -> u64 {
-        let cap = self.capacity();
-        if lblk < self.last || cap == 0 { lblk } else { self.first + (lblk - self.first) % cap }
-    }
-
-    /// The log block after `lblk`.
-    pub fn next(&self, lblk: u64) -> u64 {
-        self.wrap(lblk + 1)
-    }
-
-    /// The log block `n` blocks after `lblk`.
-    pub fn advance(&self, lblk: u64, n: u64) -> u64 {
-        let cap = self.capacity();
-        if cap == 0 {
-            return lblk;
-        }
-        self.wrap(lblk + n % cap)
-    }
-
-    /// Blocks from `from` forward to `to` (0 if equal).
-    pub fn distance(&self, from: u64, to: u64) -> u64 {
-        if to >= from { to - from } else { self.capacity() - (from - to) }
-    }
-}
-
-/// The log block after `lblk` in the log described by `sb`, wrapping from `s_maxlen - 1`
-/// to `s_first`.
-pub fn next_log_block(lblk: u64, sb: &JournalSuperblock) -> u64 {
-    LogGeometry::from_superblock(sb).next(lblk)
 }
 
 /// Reads log blocks through a window of up to [`READ_RUN_BLOCKS`] device-contiguous blocks.
@@ -333,7 +281,7 @@ impl ScanResult {
 fn scan_log(dev: &dyn BlockDevice, area: &JournalArea, sb: &JournalSuperblock) -> JResult<ScanResult> {
     let f = sb.features();
     let seed = sb.csum_seed();
-    let geo = LogGeometry::from_superblock(sb);
+    let geo = LogRing::from_superblock(sb);
     let mut result = ScanResult {
         superblock: sb.clone(),
         needed: sb.s_start != 0,
@@ -537,7 +485,7 @@ fn decide(dev: &dyn BlockDevice, area: &JournalArea, scan: &ScanResult) -> JResu
     let sb = &scan.superblock;
     let f: JournalFeatures = sb.features();
     let seed = sb.csum_seed();
-    let geo = LogGeometry::from_superblock(sb);
+    let geo = LogRing::from_superblock(sb);
 
     // PASS_REVOKE: block -> highest revoking tid.
     let mut revoked: HashMap<u64, u32> = HashMap::new();
@@ -777,7 +725,7 @@ fn committed_after(
     }
     let f = sb.features();
     let seed = sb.csum_seed();
-    let geo = LogGeometry::from_superblock(sb);
+    let geo = LogRing::from_superblock(sb);
     let next_tid = failed.wrapping_add(1);
     let mut reader = LogReader::new(dev, area, sb);
     let mut lblk = geo.next(log_block);
@@ -1036,8 +984,8 @@ mod tests {
             let f = sb.features();
             Writer { dev, area, seed: csum_seed(&UUID), f, pos: 1, sb, time: 1_000 }
         }
-        fn geo(&self) -> LogGeometry {
-            LogGeometry::from_superblock(&self.sb)
+        fn geo(&self) -> LogRing {
+            LogRing::from_superblock(&self.sb)
         }
         fn put(&mut self, data: &[u8; BLOCK_SIZE]) -> u64 {
             let at = self.pos;
@@ -1114,10 +1062,10 @@ mod tests {
     #[test]
     fn geometry_wraps() {
         let sb = JournalSuperblock::new_v2(10, UUID, true);
-        let g = LogGeometry::from_superblock(&sb);
+        let g = LogRing::from_superblock(&sb);
         assert_eq!(g.capacity(), 9);
-        assert_eq!(next_log_block(8, &sb), 9);
-        assert_eq!(next_log_block(9, &sb), 1);
+        assert_eq!(g.next(8), 9);
+        assert_eq!(g.next(9), 1);
         assert_eq!(g.advance(8, 3), 2);
         assert_eq!(g.advance(3, 9), 3);
         assert_eq!(g.advance(3, 20), 5);
@@ -1475,7 +1423,7 @@ mod tests {
         let sb = format_journal(&dev, &area, UUID, true).expect("format");
         let f = sb.features();
         let seed = csum_seed(&UUID);
-        let geo = LogGeometry::from_superblock(&sb);
+        let geo = LogRing::from_superblock(&sb);
         let mut pos = 1u64;
         let put = |d: &[u8; BLOCK_SIZE], pos: &mut u64| {
             dev.poke(area.map(*pos).expect("map"), d);
@@ -1563,7 +1511,7 @@ mod tests {
         let area = JournalArea::contiguous(AREA_START, LOG_LEN);
         let f = JournalFeatures::new(COMPAT_CHECKSUM, crate::superblock::INCOMPAT_REVOKE, 0);
         let mut sb = JournalSuperblock::new_v2_with_features(LOG_LEN as u32, UUID, f);
-        let geo = LogGeometry::from_superblock(&sb);
+        let geo = LogRing::from_superblock(&sb);
         let mut pos = 1;
         let put = |d: &[u8; BLOCK_SIZE], pos: &mut u64| {
             dev.poke(area.map(*pos).expect("map"), d);
