@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cjfs_journal::JournalConfig;
 use cjfs_lab::bench::{self, BenchError, SweepConfig, TargetSpec};
 use cjfs_lab::workloads::{Workload, dbench};
 use clap::{Args, Subcommand};
@@ -37,7 +36,7 @@ enum BenchCmd {
 }
 
 fn mode_parser() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(JournalConfig::preset_names().iter().copied())
+    clap::builder::PossibleValuesParser::new(cjfs_fs::preset::names().iter().copied())
 }
 
 fn ci_pct(s: &str) -> Result<f64, String> {
@@ -152,15 +151,14 @@ fn usage(e: BenchError) -> CliError {
 pub fn run(a: BenchArgs) -> CliResult<()> {
     match a.cmd {
         BenchCmd::Smoke(s) => {
-            let journal = JournalConfig::preset(&s.mode)
-                .ok_or_else(|| CliError::Usage(format!("unknown journal mode {:?}", s.mode)))?;
+            let options = cjfs_fs::preset::resolve(&s.mode).map_err(|e| CliError::Usage(e.to_string()))?;
             let cfg = cjfs_lab::smoke::SmokeConfig {
                 dir: s.dir.unwrap_or_else(std::env::temp_dir),
                 iterations: s.iterations,
                 threads: s.threads,
                 duration: s.duration,
                 seed: s.seed,
-                journal,
+                options,
             };
             let r = cjfs_lab::smoke::run(&cfg)
                 .map_err(|e| CliError::Io { path: cfg.dir.display().to_string(), source: e })?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cjfs_fs::DataMode;
-use cjfs_journal::JournalConfig;
+use cjfs_fs::preset;
 use cjfs_lab::crash::{self, CrashConfig, Suite, Summary};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -98,14 +98,12 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
         };
     }
     let modes: Vec<String> = if a.modes.is_empty() {
-        JournalConfig::preset_names().iter().map(|s| s.to_string()).collect()
+        preset::names().iter().map(|s| s.to_string()).collect()
     } else {
         a.modes.clone()
     };
     for m in &modes {
-        if JournalConfig::preset(m).is_none() {
-            return Err(CliError::Usage(format!("unknown journal preset {m:?}")));
-        }
+        preset::resolve(m).map_err(|e| CliError::Usage(e.to_string()))?;
     }
     let mut suite = if a.all { Suite::all() } else { Suite::ci() };
     if a.workload.is_some() {

@@ -13,8 +13,7 @@ use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions, OverlayDe
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::ondisk::superblock::Superblock;
-use cjfs_fs::{DataMode, Fs, FsError, MountOptions, MountReport};
-use cjfs_journal::JournalConfig;
+use cjfs_fs::{Fs, FsError, MountOptions, MountReport};
 use cjfs_journal::superblock::read_superblock;
 
 use crate::error::{CliError, CliResult};
@@ -22,17 +21,15 @@ use crate::error::{CliError, CliResult};
 /// Mount settings from the global options.
 #[derive(Debug, Clone)]
 pub struct Ctx {
-    /// Journal preset.
-    pub journal: JournalConfig,
-    /// Data mode.
-    pub data: DataMode,
+    /// The preset's mount options with the data mode asked for.
+    pub options: MountOptions,
     /// The command's name, for notes printed on stderr.
     pub command: &'static str,
 }
 
 impl Ctx {
     fn mount_options(&self, read_only: bool) -> MountOptions {
-        MountOptions { journal: self.journal.clone(), data: self.data, read_only, ..MountOptions::default() }
+        MountOptions { read_only, ..self.options.clone() }
     }
 }
 

@@ -19,8 +19,7 @@ mod out;
 
 use std::process::ExitCode;
 
-use cjfs_fs::DataMode;
-use cjfs_journal::JournalConfig;
+use cjfs_fs::{DataMode, MountOptions};
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{CliError, CliResult};
@@ -44,7 +43,7 @@ struct Cli {
         global = true,
         value_name = "PRESET",
         default_value = "auto",
-        value_parser = clap::builder::PossibleValuesParser::new(JournalConfig::preset_names().iter().copied())
+        value_parser = clap::builder::PossibleValuesParser::new(cjfs_fs::preset::names().iter().copied())
     )]
     journal: String,
     /// Default data mode for commands that mount the image.
@@ -234,10 +233,10 @@ impl Command {
 
 fn run(cli: Cli) -> CliResult<()> {
     let command = cli.command.name();
-    let journal = JournalConfig::preset(&cli.journal)
-        .ok_or_else(|| CliError::Usage(format!("unknown journal preset {:?}", cli.journal)))?;
     let data: DataMode = cli.data.parse().map_err(CliError::Usage)?;
-    let ctx = Ctx { journal, data, command };
+    let options = cjfs_fs::preset::apply(&cli.journal, MountOptions { data, ..MountOptions::default() })
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let ctx = Ctx { options, command };
     let r = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(&cmd::mkfs::MkfsRequest {
             image: a.image,
@@ -247,7 +246,7 @@ fn run(cli: Cli) -> CliResult<()> {
             inode_ratio: a.inode_ratio,
             force: a.force,
         }),
-        Command::Info { image } => cmd::info::run(&image, &ctx.journal),
+        Command::Info { image } => cmd::info::run(&image, &ctx.options.journal),
         Command::Ls { image, path, long, all } => cmd::files::ls(&image, &ctx, &path, long, all),
         Command::Cat { image, path } => cmd::files::cat(&image, &ctx, &path),
         Command::Put { image, local, path } => cmd::files::put(&image, &ctx, &local, &path),
@@ -262,8 +261,8 @@ fn run(cli: Cli) -> CliResult<()> {
         Command::Recover { image } => cmd::recover::run(&image, &ctx),
         Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
         Command::Bench(a) => bench::run(a),
-        Command::Mount(a) => mount::run(a, &ctx.journal, ctx.data),
-        Command::Crashtest(a) => crashtest::run(a, ctx.data),
+        Command::Mount(a) => mount::run(a, &ctx.options),
+        Command::Crashtest(a) => crashtest::run(a, ctx.options.data),
     };
     r?;
     // Output still buffered (text without a final newline) must not fail unnoticed at exit.

@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use cjfs_fs::DataMode;
+use cjfs_fs::MountOptions;
 use cjfs_fuse::{MountConfig, MountError, MountRequest};
-use cjfs_journal::JournalConfig;
 use clap::Args;
 
 use crate::error::{CliError, CliResult};
@@ -45,7 +44,7 @@ pub struct MountArgs {
 }
 
 /// Run `cjfs mount` with the global journal preset and data mode as defaults.
-pub fn run(args: MountArgs, journal: &JournalConfig, data: DataMode) -> CliResult<()> {
+pub fn run(args: MountArgs, options: &MountOptions) -> CliResult<()> {
     let mut config = MountConfig::default();
     for o in &args.options {
         config.parse_into(o).map_err(to_cli)?;
@@ -54,8 +53,7 @@ pub fn run(args: MountArgs, journal: &JournalConfig, data: DataMode) -> CliResul
         image: args.image,
         mountpoint: args.dir,
         config,
-        journal: journal.clone(),
-        data,
+        options: options.clone(),
         foreground: args.foreground,
         threads: args.threads.map(usize::from),
     };

@@ -18,6 +18,7 @@ mod namei;
 pub mod ondisk;
 mod ops;
 mod orphan;
+pub mod preset;
 mod tx;
 pub mod types;
 pub mod xattr;

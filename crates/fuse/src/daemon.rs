@@ -27,8 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cjfs_blockdev::{DevError, Device, FileDevice, FileDeviceOptions};
-use cjfs_fs::{DataMode, Fs, FsError};
-use cjfs_journal::JournalConfig;
+use cjfs_fs::{Fs, FsError, MountOptions};
 use fuser::{Config, MountOption, Session, SessionACL};
 use parking_lot::Mutex;
 
@@ -48,10 +47,9 @@ pub struct MountRequest {
     pub mountpoint: PathBuf,
     /// `-o` options.
     pub config: MountConfig,
-    /// Journal preset when `-o journal=` is not given (`auto`: chosen for the device).
-    pub journal: JournalConfig,
-    /// Data mode when `-o data=` is not given.
-    pub data: DataMode,
+    /// File system options where `-o` does not say otherwise: the preset (`auto`: chosen for
+    /// the device) and the data mode.
+    pub options: MountOptions,
     /// Stay in the foreground (otherwise daemonize once the mount is ready).
     pub foreground: bool,
     /// FUSE worker threads (default: [`default_threads`]).
@@ -65,8 +63,7 @@ impl MountRequest {
             image: image.into(),
             mountpoint: mountpoint.into(),
             config: MountConfig::default(),
-            journal: JournalConfig::auto(),
-            data: DataMode::Ordered,
+            options: MountOptions::default(),
             foreground: false,
             threads: None,
         }
@@ -380,7 +377,7 @@ struct Started {
 }
 
 fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Started> {
-    let opts = req.config.fs_options(&req.journal, req.data);
+    let opts = req.config.fs_options(&req.options)?;
     // A read-only device takes no lock; the mount still excludes writers while it serves.
     let lock = if opts.read_only { Some(lock_image(image)?) } else { None };
     let dev: Device = Arc::new(

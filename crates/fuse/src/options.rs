@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use cjfs_fs::{DataMode, MountOptions};
-use cjfs_journal::JournalConfig;
+use cjfs_fs::{DataMode, MountOptions, preset};
 
 use crate::error::{MountError, MountResult};
 
@@ -18,8 +17,8 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Default data mode (`data=ordered|journal`).
     pub data: Option<DataMode>,
-    /// Journal preset (`journal=PRESET`); `None` keeps the caller's default.
-    pub journal: Option<JournalConfig>,
+    /// Preset (`journal=PRESET`, a name [`preset::names`] knows); `None` keeps the caller's.
+    pub preset: Option<String>,
     /// Commit interval (`commit=SECS`).
     pub commit: Option<Duration>,
     /// Buffer cache size in 4 KiB blocks (`cache_blocks=N`).
@@ -45,7 +44,7 @@ impl Default for MountConfig {
         MountConfig {
             read_only: false,
             data: None,
-            journal: None,
+            preset: None,
             commit: None,
             cache_blocks: None,
             allow_other: false,
@@ -126,12 +125,8 @@ impl MountConfig {
                 }
                 "journal" => {
                     let v = need(key, val)?;
-                    self.journal = Some(JournalConfig::preset(v).ok_or_else(|| {
-                        MountError::BadOption(format!(
-                            "journal={v}: unknown preset (one of {})",
-                            JournalConfig::preset_names().join(", ")
-                        ))
-                    })?);
+                    preset::resolve(v).map_err(|e| MountError::BadOption(format!("journal={v}: {e}")))?;
+                    self.preset = Some(v.to_string());
                 }
                 "commit" => {
                     let d = parse_secs(key, need(key, val)?)?;
@@ -180,22 +175,25 @@ impl MountConfig {
         Ok(c)
     }
 
-    /// The library's mount options: these settings over the caller's defaults.
-    pub fn fs_options(&self, default_journal: &JournalConfig, default_data: DataMode) -> MountOptions {
-        let mut journal = self.journal.clone().unwrap_or_else(|| default_journal.clone());
-        if let Some(c) = self.commit {
-            journal.commit_interval = c;
-        }
-        let mut o = MountOptions {
-            journal,
-            data: self.data.unwrap_or(default_data),
-            read_only: self.read_only,
-            ..MountOptions::default()
+    /// The library's mount options: these settings over the caller's `defaults` (its preset
+    /// and data mode).
+    pub fn fs_options(&self, defaults: &MountOptions) -> MountResult<MountOptions> {
+        let mut o = match &self.preset {
+            Some(name) => preset::apply(name, defaults.clone())
+                .map_err(|e| MountError::BadOption(format!("journal={name}: {e}")))?,
+            None => defaults.clone(),
         };
+        if let Some(c) = self.commit {
+            o.journal.commit_interval = c;
+        }
+        if let Some(d) = self.data {
+            o.data = d;
+        }
+        o.read_only = self.read_only;
         if let Some(n) = self.cache_blocks {
             o.cache_blocks = n;
         }
-        o
+        Ok(o)
     }
 }
 
@@ -210,9 +208,12 @@ mod tests {
         assert!(c.read_only && c.allow_other && !c.writeback_cache);
         assert_eq!(c.data, Some(DataMode::Journal));
         assert_eq!(c.commit, Some(Duration::from_millis(2500)));
-        let o = c.fs_options(&JournalConfig::jbd2(), DataMode::Ordered);
+        let o = c.fs_options(&MountOptions::default()).unwrap();
         assert_eq!(o.journal.commit_interval, Duration::from_millis(2500));
+        assert_eq!((o.journal.name.as_str(), o.data), ("jbd2", DataMode::Journal));
         assert!(o.read_only);
+        let d = MountConfig::parse("rw").unwrap().fs_options(&MountOptions::default()).unwrap();
+        assert_eq!((d.journal.name.as_str(), d.data), ("auto", DataMode::Ordered));
     }
 
     #[test]

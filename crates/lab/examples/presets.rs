@@ -96,14 +96,7 @@ fn main() {
         let dev: cjfs_blockdev::Device = Arc::new(ssd);
         let mo = cjfs_fs::MkfsOptions { assume_zeroed: true, ..Default::default() };
         cjfs_fs::mkfs(&*dev, &mo).expect("mkfs");
-        let fs = cjfs_fs::Fs::open(
-            dev,
-            cjfs_fs::MountOptions {
-                journal: cjfs_journal::JournalConfig::preset(&p).expect("preset"),
-                ..Default::default()
-            },
-        )
-        .expect("open");
+        let fs = cjfs_fs::Fs::open(dev, cjfs_fs::preset::resolve(&p).expect("preset")).expect("open");
         let inner = Arc::new(cjfs_lab::CjfsTarget::new(fs, p.clone()));
         let t = Arc::new(Timed { inner, ns: Default::default(), n: Default::default() });
         let cfg = cjfs_lab::workloads::varmail::VarmailConfig::shared(threads, Duration::from_secs(4), 1);

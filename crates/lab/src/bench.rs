@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cjfs_blockdev::{Device, EmulatedSsd, FileDevice, FileDeviceOptions, SsdPreset};
-use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs};
+use cjfs_fs::{Fs, MkfsOptions, MountOptions, mkfs, preset};
 use cjfs_journal::JournalConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -131,8 +131,8 @@ pub struct Series {
     pub name: String,
     /// Where it runs.
     pub kind: TargetKind,
-    /// Journal preset (cjfs targets).
-    pub journal: Option<JournalConfig>,
+    /// What the series' preset means for the mount (cjfs targets).
+    pub options: Option<MountOptions>,
 }
 
 /// What describes a series in every output.
@@ -189,29 +189,23 @@ impl SweepConfig {
     pub fn series(&self) -> Result<Vec<Series>, BenchError> {
         let mut modes = Vec::new();
         for m in &self.modes {
-            let j = JournalConfig::preset(m).ok_or_else(|| {
-                BenchError::Usage(format!(
-                    "unknown journal mode {m:?} (modes: {})",
-                    JournalConfig::preset_names().join(", ")
-                ))
-            })?;
-            modes.push(j);
+            modes.push(preset::resolve(m).map_err(|e| BenchError::Usage(e.to_string()))?);
         }
         if modes.is_empty() {
-            modes.push(JournalConfig::jbd2());
+            modes.push(MountOptions { journal: JournalConfig::jbd2(), ..MountOptions::default() });
         }
         let mut out = Vec::new();
         for t in &self.targets {
             match &t.kind {
                 TargetKind::Dir(_) => {
-                    out.push(Series { name: t.to_string(), kind: t.kind.clone(), journal: None })
+                    out.push(Series { name: t.to_string(), kind: t.kind.clone(), options: None })
                 }
                 _ => {
                     for j in &modes {
                         out.push(Series {
-                            name: format!("{t}/{}", j.name),
+                            name: format!("{t}/{}", j.journal.name),
                             kind: t.kind.clone(),
-                            journal: Some(j.clone()),
+                            options: Some(j.clone()),
                         })
                     }
                 }
@@ -338,7 +332,12 @@ fn info(s: &Series) -> SeriesInfo {
         ),
         TargetKind::Dir(p) => (format!("directory {}", p.display()), mount_of(p)),
     };
-    SeriesInfo { name: s.name.clone(), target, mode: s.journal.as_ref().map(|j| j.name.clone()), device }
+    SeriesInfo {
+        name: s.name.clone(),
+        target,
+        mode: s.options.as_ref().map(|o| o.journal.name.clone()),
+        device,
+    }
 }
 
 /// A prepared image file for a `cjfs:file:` series, reused across its runs.
@@ -386,10 +385,9 @@ fn fs_err(e: impl fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-fn mount_cjfs(dev: Device, journal: &JournalConfig, zeroed: bool, label: String) -> io::Result<Instance> {
+fn mount_cjfs(dev: Device, options: &MountOptions, zeroed: bool, label: String) -> io::Result<Instance> {
     mkfs(&*dev, &MkfsOptions { assume_zeroed: zeroed, ..Default::default() }).map_err(fs_err)?;
-    let fs =
-        Fs::open(dev, MountOptions { journal: journal.clone(), ..Default::default() }).map_err(fs_err)?;
+    let fs = Fs::open(dev, options.clone()).map_err(fs_err)?;
     let t = Arc::new(CjfsTarget::new(fs, label));
     let t2 = t.clone();
     Ok(Instance {
@@ -402,17 +400,17 @@ fn mount_cjfs(dev: Device, journal: &JournalConfig, zeroed: bool, label: String)
 }
 
 fn instance(s: &Series, w: Workload, p: &Params, image: Option<&Image>, n: usize) -> io::Result<Instance> {
-    let journal = s.journal.clone().unwrap_or_default();
+    let options = s.options.clone().unwrap_or_default();
     match &s.kind {
         TargetKind::Emulated(preset) => {
             let dev: Device = Arc::new(EmulatedSsd::new(*preset, w.device_blocks(p)));
-            mount_cjfs(dev, &journal, true, s.name.clone())
+            mount_cjfs(dev, &options, true, s.name.clone())
         }
         TargetKind::File(_) => {
             let img = image.ok_or_else(|| io::Error::other("image not prepared"))?;
             let dev: Device =
                 Arc::new(FileDevice::open(&img.path, FileDeviceOptions::default()).map_err(fs_err)?);
-            mount_cjfs(dev, &journal, false, s.name.clone())
+            mount_cjfs(dev, &options, false, s.name.clone())
         }
         TargetKind::Dir(root) => {
             let dir = root.join(format!("cjfs-bench-{}-{n}", std::process::id()));

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::{Fs, MkfsOptions, MountOptions, ROOT_INO, mkfs};
-use cjfs_journal::JournalConfig;
 use serde::Serialize;
 
 use crate::hist::{Latency, Percentiles};
@@ -36,8 +35,8 @@ pub struct SmokeConfig {
     pub duration: Duration,
     /// Seed.
     pub seed: u64,
-    /// Journal preset.
-    pub journal: JournalConfig,
+    /// Mount options (a resolved preset, see `cjfs_fs::preset`).
+    pub options: MountOptions,
 }
 
 /// What the smoke benchmark measured.
@@ -86,10 +85,10 @@ fn preallocate(path: &Path, len: u64) -> std::io::Result<()> {
     f.sync_all()
 }
 
-fn mount_image(path: &Path, journal: &JournalConfig) -> std::io::Result<Fs> {
+fn mount_image(path: &Path, options: &MountOptions) -> std::io::Result<Fs> {
     let dev: Device = Arc::new(FileDevice::open(path, FileDeviceOptions::default()).map_err(io_err)?);
     mkfs(&*dev, &MkfsOptions::default()).map_err(io_err)?;
-    Fs::open(dev, MountOptions { journal: journal.clone(), ..Default::default() }).map_err(io_err)
+    Fs::open(dev, options.clone()).map_err(io_err)
 }
 
 /// Run the smoke benchmark.
@@ -99,7 +98,7 @@ pub fn run(cfg: &SmokeConfig) -> std::io::Result<SmokeReport> {
     // (a) fsync latency, interleaved with the raw baseline.
     let img = work.path().join("smoke.img");
     preallocate(&img, 512 << 20)?;
-    let fs = mount_image(&img, &cfg.journal)?;
+    let fs = mount_image(&img, &cfg.options)?;
     let raw_path = work.path().join("raw.bin");
     preallocate(&raw_path, (cfg.iterations as u64 + 1) * 4096 * 8)?;
     let raw = OpenOptions::new().read(true).write(true).open(&raw_path)?;
@@ -139,8 +138,8 @@ pub fn run(cfg: &SmokeConfig) -> std::io::Result<SmokeReport> {
     // (b) varmail-shared.
     let img2 = work.path().join("varmail.img");
     preallocate(&img2, 2 << 30)?;
-    let fs = mount_image(&img2, &cfg.journal)?;
-    let target = Arc::new(CjfsTarget::new(fs, format!("cjfs:file ({})", cfg.journal.name)));
+    let fs = mount_image(&img2, &cfg.options)?;
+    let target = Arc::new(CjfsTarget::new(fs, format!("cjfs:file ({})", cfg.options.journal.name)));
     let vcfg = VarmailConfig::shared(cfg.threads, cfg.duration, cfg.seed);
     varmail::setup(&*target, &vcfg)?;
     let res = varmail::run(target.clone() as Arc<dyn Target>, &vcfg)?;
@@ -156,7 +155,7 @@ pub fn run(cfg: &SmokeConfig) -> std::io::Result<SmokeReport> {
         ratio_p50: ratio(ap.p50, rp.p50),
         create_ratio_p50: ratio(cp.p50, rp.p50),
         varmail: res,
-        journal: cfg.journal.name.clone(),
+        journal: cfg.options.journal.name.clone(),
         flushes_per_fsync: jd.flushes as f64 / (2 * cfg.iterations.max(1)) as f64,
         commit_us: jd.commit_us_per_tx(),
     })

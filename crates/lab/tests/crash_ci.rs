@@ -3,7 +3,7 @@
 //! * `ci_subset_every_mode` (data=ordered) and `ci_subset_every_mode_data_journal`: the fast subset (`Suite::ci()`: every 12th seq-1 workload, a
 //!   seeded sample of seq-2 and seq-3 workloads, the classics, small iJournaling scenarios
 //!   and multi-threaded workloads) on every crash-tested preset
-//!   (`JournalConfig::preset_names()`), with zero violations. `nojournal` is run as well; it
+//!   (`cjfs_fs::preset::names()`), with zero violations. `nojournal` is run as well; it
 //!   is not crash-consistent by design, so its violations are reported, not failed on.
 //!   The presets that overlap commits (dual thread, several versions) must have been caught
 //!   with several transactions in flight.
@@ -18,8 +18,7 @@
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ci`.
 
 use cjfs_blockdev::RecordedOp;
-use cjfs_fs::DataMode;
-use cjfs_journal::JournalConfig;
+use cjfs_fs::{DataMode, preset};
 use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Suite, Summary, Workload};
 
 use crash::check::e2fsck_or_skip;
@@ -48,7 +47,7 @@ fn ci_subset(data: DataMode, barrier: bool) {
     let t0 = std::time::Instant::now();
     let workloads = Suite::ci().workloads(1);
     let mut modes = Vec::new();
-    for m in JournalConfig::preset_names() {
+    for m in preset::names() {
         let mut cfg = CrashConfig::new(m);
         cfg.data = data;
         cfg.check.barrier = barrier;
@@ -73,8 +72,9 @@ fn ci_subset(data: DataMode, barrier: bool) {
         // Presets that let a transaction commit while earlier ones are still being made
         // durable must be tested in that situation too (the free-running workload). Without
         // a barrier the `cjfs` presets commit serially.
-        let overlaps = JournalConfig::preset(&m.mode)
-            .is_some_and(|c| c.dual_thread && c.max_versions > 1 && (barrier || !c.dual_thread_barrier_only));
+        let overlaps = preset::resolve(&m.mode)
+            .map(|o| o.journal)
+            .is_ok_and(|c| c.dual_thread && c.max_versions > 1 && (barrier || !c.dual_thread_barrier_only));
         if overlaps {
             assert!(m.multi_tx_states > 0, "{}: no crash state with several transactions in flight", m.mode);
         }
@@ -103,7 +103,7 @@ fn no_barrier_device_gets_no_barrier() {
             let barriers = count(|op| matches!(op, RecordedOp::Barrier { .. }));
             let flushes = count(|op| matches!(op, RecordedOp::Flush { .. }));
             assert!(flushes > 0, "{m}, barrier {barrier}: no flush recorded");
-            let dual = JournalConfig::preset(m).is_some_and(|c| c.dual_thread);
+            let dual = preset::resolve(m).is_ok_and(|o| o.journal.dual_thread);
             if barrier && dual {
                 assert!(barriers > 0, "{m}: a dual-thread preset on a barrier device issued no barrier");
             }

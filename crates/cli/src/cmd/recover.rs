@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cjfs_blockdev::{Device, OverlayDevice};
-use cjfs_fs::{Fs, FsError, MountOptions, recover_device};
+use cjfs_fs::{Fs, FsError, recover_device};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
 
@@ -29,7 +29,7 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device, orphans_listed: bool) -> CliR
     })?;
     let mut orphans = 0;
     if orphans_listed || replay.needed {
-        let opts = MountOptions { journal: ctx.journal.clone(), data: ctx.data, ..MountOptions::default() };
+        let opts = ctx.options.clone();
         let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         orphans = report.orphans_cleaned;

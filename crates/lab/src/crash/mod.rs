@@ -1,6 +1,6 @@
 //! The crash-consistency harness (`cjfs crashtest`).
 //!
-//! For every journal mode (a [`JournalConfig`] preset) and every workload:
+//! For every journal mode (a preset, resolved by `cjfs_fs::preset`) and every workload:
 //!
 //! 1. [`record`]: run the workload on a [`cjfs_blockdev::Recorder`] over an in-memory copy
 //!    of a known base image, logging every write (with its data, block kind and
@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cjfs_fs::{DataMode, FsBugs, FsError, MountOptions};
-use cjfs_journal::{JournalConfig, JournalKind, PlantedBugs};
+use cjfs_fs::{DataMode, FsBugs, FsError, MountOptions, preset};
+use cjfs_journal::PlantedBugs;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -49,9 +49,9 @@ pub enum CrashError {
     /// A workload operation failed.
     #[error("workload: {0}")]
     Workload(String),
-    /// Unknown journal preset.
-    #[error("unknown journal preset {0:?}")]
-    UnknownMode(String),
+    /// Unknown preset.
+    #[error(transparent)]
+    UnknownMode(#[from] preset::UnknownPreset),
     /// Reading or writing a failure file.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -125,34 +125,29 @@ impl CrashConfig {
         }
     }
 
-    /// The journal configuration: the preset with the harness' adjustments (no timer
-    /// commits, so the recorded log depends only on the workload) and the planted bugs.
-    pub fn journal(&self) -> Result<JournalConfig, CrashError> {
-        let mut j =
-            JournalConfig::preset(&self.mode).ok_or_else(|| CrashError::UnknownMode(self.mode.clone()))?;
-        j.commit_interval = Duration::from_secs(3600);
-        j.bugs = PlantedBugs {
-            skip_preflush: self.bugs.skip_preflush,
-            commit_before_data: self.bugs.commit_before_data,
-            drop_revokes: self.bugs.drop_revokes,
-        };
-        Ok(j)
-    }
-
-    /// Mount options for recording and checking.
+    /// Mount options for recording and checking: the preset with the harness' adjustments
+    /// (no timer commits, so the recorded log depends only on the workload) and the planted
+    /// bugs.
     pub fn mount_options(&self) -> Result<MountOptions, CrashError> {
-        Ok(MountOptions {
-            journal: self.journal()?,
+        let base = MountOptions {
             data: self.data,
             cache_blocks: 4096,
             bugs: FsBugs { skip_size_update_journal: self.bugs.skip_size_update_journal },
             ..MountOptions::default()
-        })
+        };
+        let mut o = preset::apply(&self.mode, base)?;
+        o.journal.commit_interval = Duration::from_secs(3600);
+        o.journal.bugs = PlantedBugs {
+            skip_preflush: self.bugs.skip_preflush,
+            commit_before_data: self.bugs.commit_before_data,
+            drop_revokes: self.bugs.drop_revokes,
+        };
+        Ok(o)
     }
 
     /// Whether the mode promises crash consistency at all (`nojournal` does not).
     pub fn crash_consistent_by_design(&self) -> bool {
-        JournalConfig::preset(&self.mode).is_some_and(|j| j.kind != JournalKind::None)
+        preset::crash_consistent(&self.mode).unwrap_or(false)
     }
 }
 
