@@ -235,7 +235,7 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
         let now = Timestamp::now();
         st.d.mtime = now;
         st.d.ctime = now;
-        if fs.opts.bugs.skip_size_update_journal && st.d.size != old_size {
+        if crate::planted::bugs(&fs.opts).skip_size_update_journal && st.d.size != old_size {
             // PLANTED BUG (test only, `FsBugs::skip_size_update_journal`): journal the inode
             // with its old size, so the size update never becomes durable.
             let new_size = std::mem::replace(&mut st.d.size, old_size);

@@ -18,6 +18,7 @@ mod namei;
 pub mod ondisk;
 mod ops;
 mod orphan;
+mod planted;
 pub mod preset;
 mod tx;
 pub mod types;
@@ -27,4 +28,6 @@ pub use error::{FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device};
 pub use mkfs::{MkfsOptions, mkfs};
 pub use types::*;
+#[cfg(feature = "planted-bugs")]
+pub use planted::FsBugs;
 pub use xattr::XattrFlags;

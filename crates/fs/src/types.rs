@@ -46,19 +46,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Buffer cache size in 4 KiB blocks.
     pub cache_blocks: usize,
-    /// Test-only planted bugs for the crash harness (all off by default).
-    #[doc(hidden)]
-    pub bugs: FsBugs,
-}
-
-/// Deliberate file system bugs the crash harness must catch. Test use only: each one breaks
-/// crash consistency. (The journal's own planted bugs are in `cjfs_journal::PlantedBugs`.)
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FsBugs {
-    /// A write that extends the file does not journal the new size: the inode is stored
-    /// with its old `i_size` (the in-memory size is right, the durable one is stale).
-    pub skip_size_update_journal: bool,
+    /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
+    #[cfg(feature = "planted-bugs")]
+    pub bugs: crate::planted::FsBugs,
 }
 
 impl Default for MountOptions {
@@ -68,7 +58,8 @@ impl Default for MountOptions {
             data: DataMode::Ordered,
             read_only: false,
             cache_blocks: 256 * 1024,
-            bugs: FsBugs::default(),
+            #[cfg(feature = "planted-bugs")]
+            bugs: crate::planted::FsBugs::default(),
         }
     }
 }

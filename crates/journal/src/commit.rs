@@ -119,7 +119,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
     let revoked = revokes.clone();
-    if j.config.bugs.drop_revokes {
+    if crate::planted::bugs(&j.config).drop_revokes {
         revokes.clear();
     }
     let mut commit = None;
@@ -152,10 +152,10 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         && j.config.dual_thread
         && j.config.use_barriers
         && j.dev.caps().barrier
-        && !j.config.bugs.commit_before_data
+        && !crate::planted::bugs(&j.config).commit_before_data
     {
         crate::flush::ensure_sb_start(j)?;
-        if !j.config.bugs.skip_preflush {
+        if !crate::planted::bugs(&j.config).skip_preflush {
             crate::flush::barrier(j)?;
         }
         let dev_blk = j.area.map(*lblk)?;
@@ -326,7 +326,7 @@ fn log_requests(
     let mut reqs = Vec::new();
     let mut lblk = start;
     let mut i = 0;
-    let commit_first = j.config.bugs.commit_before_data;
+    let commit_first = crate::planted::bugs(&j.config).commit_before_data;
     let commit_img = crate::writer::commit_block(tid, sb_features, uuid);
     let commit_lblk = {
         let l = j.log.lock();

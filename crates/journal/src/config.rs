@@ -13,18 +13,6 @@ pub enum JournalKind {
     None,
 }
 
-/// Deliberate bugs the crash harness must catch. Test use only: every one of them breaks
-/// crash consistency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PlantedBugs {
-    /// Do not flush before writing the commit block.
-    pub skip_preflush: bool,
-    /// Write the commit block before the logged blocks.
-    pub commit_before_data: bool,
-    /// Do not write revoke records.
-    pub drop_revokes: bool,
-}
-
 /// Every journal setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalConfig {
@@ -75,8 +63,9 @@ pub struct JournalConfig {
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
     pub csum_v3: bool,
-    /// Test-only planted bugs.
-    pub bugs: PlantedBugs,
+    /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
+    #[cfg(feature = "planted-bugs")]
+    pub bugs: crate::planted::PlantedBugs,
     /// Choose the preset when the journal opens, from the device's capabilities (the `auto`
     /// preset, see [`crate::device_choice`]); the other technique settings here are then
     /// replaced by the chosen preset's.
@@ -104,7 +93,8 @@ impl JournalConfig {
             max_ordered_blocks: 16384,
             checkpoint_high_water: 0.5,
             csum_v3: true,
-            bugs: PlantedBugs::default(),
+            #[cfg(feature = "planted-bugs")]
+            bugs: crate::planted::PlantedBugs::default(),
             per_device: false,
         }
     }

@@ -61,7 +61,10 @@ impl JournalConfig {
         c.max_ordered_blocks = self.max_ordered_blocks;
         c.checkpoint_high_water = self.checkpoint_high_water;
         c.csum_v3 = self.csum_v3;
-        c.bugs = self.bugs;
+        #[cfg(feature = "planted-bugs")]
+        {
+            c.bugs = self.bugs;
+        }
         (c, Some(format!("{name}, because {why}")))
     }
 }

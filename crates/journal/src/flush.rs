@@ -121,7 +121,7 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             dispatched = true;
         }
     }
-    let bugs = j.config.bugs;
+    let bugs = crate::planted::bugs(&j.config);
     let commits: Vec<(u64, BlockBuf, u64)> = jobs
         .iter()
         .filter_map(|jb| jb.commit.as_ref().map(|(l, img)| (*l, img.clone(), jb.tx.tid)))

@@ -50,6 +50,7 @@ mod flush;
 pub mod handle;
 pub mod journal;
 mod log;
+mod planted;
 pub mod recovery;
 pub mod revoke_block;
 pub mod ring;
@@ -61,7 +62,9 @@ mod writer;
 
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, JState, Tid};
-pub use config::{JournalConfig, JournalKind, PlantedBugs};
+pub use config::{JournalConfig, JournalKind};
+#[cfg(feature = "planted-bugs")]
+pub use planted::PlantedBugs;
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
 pub use journal::Journal;

@@ -11,24 +11,29 @@
 //!   mt8-002 (seed 1), a creation in a concurrent round reusing the inode number an unlink
 //!   of the same round freed (see `oracle::apply_round`), replays clean.
 //!
-//! Run in release mode: `cargo test --release -p cjfs-lab --test crash_replay`.
+//! The first three plant a bug, so they need the `planted-bugs` feature. Run in release mode:
+//! `cargo test --release -p cjfs-lab --features planted-bugs --test crash_replay`.
 
 use std::path::Path;
 
-use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, replay, workloads};
-
-use crash::check::e2fsck_or_skip;
+use cjfs_lab::crash::check::e2fsck_or_skip;
+use cjfs_lab::crash::replay;
+#[cfg(feature = "planted-bugs")]
+use cjfs_lab::crash::{self, BaseCache, Bugs, CrashConfig, Violation, Workload, workloads};
 
 /// The workload `name` of the full suite (seed 1).
+#[cfg(feature = "planted-bugs")]
 fn full_suite_workload(name: &str) -> Workload {
     crash::Suite::all().workloads(1).into_iter().find(|w| w.name == name).unwrap_or_else(|| panic!("{name}"))
 }
 
+#[cfg(feature = "planted-bugs")]
 /// Run `wl` under `bugs` (jbd2, device with a barrier) and save its first violation in `dir`.
 fn first_failure(wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
     first_failure_on(CrashConfig::new("jbd2"), wl, bugs, dir)
 }
 
+#[cfg(feature = "planted-bugs")]
 /// Run `wl` under `cfg` with `bugs` and save its first violation in `dir`.
 fn first_failure_on(mut cfg: CrashConfig, wl: &Workload, bugs: Bugs, dir: &Path) -> Violation {
     cfg.bugs = bugs;
@@ -40,6 +45,7 @@ fn first_failure_on(mut cfg: CrashConfig, wl: &Workload, bugs: Bugs, dir: &Path)
     v.unwrap_or_else(|| panic!("{}: the planted bug was not caught", wl.name))
 }
 
+#[cfg(feature = "planted-bugs")]
 #[test]
 fn concurrent_failure_replays_exactly() {
     if !e2fsck_or_skip() {
@@ -65,6 +71,7 @@ fn concurrent_failure_replays_exactly() {
     }
 }
 
+#[cfg(feature = "planted-bugs")]
 #[test]
 fn version_1_files_are_rerecorded() {
     if !e2fsck_or_skip() {
@@ -87,6 +94,7 @@ fn version_1_files_are_rerecorded() {
     assert_eq!(r.problems, v.problems);
 }
 
+#[cfg(feature = "planted-bugs")]
 #[test]
 fn no_barrier_failure_replays_on_a_device_without_barrier() {
     if !e2fsck_or_skip() {

@@ -30,8 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cjfs_fs::{DataMode, FsBugs, FsError, MountOptions, preset};
-use cjfs_journal::PlantedBugs;
+use cjfs_fs::{DataMode, FsError, MountOptions, preset};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -61,9 +60,14 @@ pub enum CrashError {
     /// A replay could not reproduce the recorded state.
     #[error("replay: {0}")]
     Replay(String),
+    /// Planted bugs were asked of a build without them.
+    #[error("planted bugs need a build with the `planted-bugs` feature (cargo ... --features cjfs-lab/planted-bugs)")]
+    NoPlantedBugs,
 }
 
-/// Test-only planted bugs, across the journal and the file system.
+/// Planted bugs across the journal and the file system, for the harness' self-tests. They
+/// take effect only in builds with the `planted-bugs` feature; elsewhere asking for one is
+/// [`CrashError::NoPlantedBugs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Bugs {
     /// Journal: no flush before the commit block.
@@ -129,19 +133,22 @@ impl CrashConfig {
     /// (no timer commits, so the recorded log depends only on the workload) and the planted
     /// bugs.
     pub fn mount_options(&self) -> Result<MountOptions, CrashError> {
-        let base = MountOptions {
-            data: self.data,
-            cache_blocks: 4096,
-            bugs: FsBugs { skip_size_update_journal: self.bugs.skip_size_update_journal },
-            ..MountOptions::default()
-        };
+        let base = MountOptions { data: self.data, cache_blocks: 4096, ..MountOptions::default() };
         let mut o = preset::apply(&self.mode, base)?;
         o.journal.commit_interval = Duration::from_secs(3600);
-        o.journal.bugs = PlantedBugs {
-            skip_preflush: self.bugs.skip_preflush,
-            commit_before_data: self.bugs.commit_before_data,
-            drop_revokes: self.bugs.drop_revokes,
-        };
+        #[cfg(feature = "planted-bugs")]
+        {
+            o.bugs = cjfs_fs::FsBugs { skip_size_update_journal: self.bugs.skip_size_update_journal };
+            o.journal.bugs = cjfs_journal::PlantedBugs {
+                skip_preflush: self.bugs.skip_preflush,
+                commit_before_data: self.bugs.commit_before_data,
+                drop_revokes: self.bugs.drop_revokes,
+            };
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        if self.bugs.any() {
+            return Err(CrashError::NoPlantedBugs);
+        }
         Ok(o)
     }
 
@@ -196,7 +203,7 @@ pub struct WorkloadResult {
     pub seconds: f64,
 }
 
-/// Base images, per (mode, data mode, bugs, setup).
+/// Base images, per (mount options, setup).
 #[derive(Default)]
 pub struct BaseCache {
     map: Mutex<HashMap<String, Arc<Vec<u8>>>>,
@@ -204,7 +211,8 @@ pub struct BaseCache {
 
 impl BaseCache {
     fn get(&self, opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, CrashError> {
-        let key = format!("{}/{:?}/{:?}/{:?}", opts.journal.name, opts.data, opts.bugs, setup);
+        // Everything that shapes the image: the whole mount options (planted bugs included).
+        let key = format!("{opts:?}/{setup:?}");
         if let Some(b) = self.map.lock().get(&key) {
             return Ok(b.clone());
         }
@@ -437,4 +445,24 @@ pub fn run_suite(
     }
     let summary = ModeSummary::from_results(cfg, &results, t0.elapsed());
     (summary, results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planted_bugs_take_effect_only_in_builds_that_carry_them() {
+        let mut cfg = CrashConfig::new("jbd2");
+        assert!(cfg.mount_options().is_ok(), "no bug asked: fine in every build");
+        cfg.bugs = Bugs { drop_revokes: true, skip_size_update_journal: true, ..Bugs::default() };
+        let r = cfg.mount_options();
+        #[cfg(feature = "planted-bugs")]
+        {
+            let o = r.expect("planted-bugs build");
+            assert!(o.journal.bugs.drop_revokes && o.bugs.skip_size_update_journal);
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        assert!(matches!(r, Err(CrashError::NoPlantedBugs)), "{r:?}");
+    }
 }

@@ -1,0 +1,28 @@
+//! Planted file system bugs, for the crash harness' self-tests: each one breaks crash
+//! consistency on purpose. They exist only in builds with the `planted-bugs` cargo feature
+//! (which also plants the journal's, `cjfs_journal::PlantedBugs`); without it
+//! [`MountOptions`] has no field for them and every check is the constant `false`.
+
+use crate::types::MountOptions;
+
+/// The file system's planted bugs (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsBugs {
+    /// A write that extends the file does not journal the new size: the inode is stored
+    /// with its old `i_size` (the in-memory size is right, the durable one is stale).
+    pub skip_size_update_journal: bool,
+}
+
+/// The bugs planted in `o` (none without the `planted-bugs` feature).
+#[inline(always)]
+pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
+    #[cfg(feature = "planted-bugs")]
+    {
+        o.bugs
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = o;
+        FsBugs { skip_size_update_journal: false }
+    }
+}

@@ -1,0 +1,32 @@
+//! Planted bugs, for the crash harness' self-tests: each one breaks crash consistency on
+//! purpose, so a harness that misses it is itself broken. They exist only in builds with the
+//! `planted-bugs` cargo feature; without it [`JournalConfig`] has no field for them and every
+//! check below is the constant `false`, so release builds carry neither the setting nor the
+//! branches.
+
+use crate::config::JournalConfig;
+
+/// The journal's planted bugs (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlantedBugs {
+    /// Do not flush before writing the commit block.
+    pub skip_preflush: bool,
+    /// Write the commit block before the logged blocks.
+    pub commit_before_data: bool,
+    /// Do not write revoke records.
+    pub drop_revokes: bool,
+}
+
+/// The bugs planted in `c` (none without the `planted-bugs` feature).
+#[inline(always)]
+pub(crate) fn bugs(c: &JournalConfig) -> PlantedBugs {
+    #[cfg(feature = "planted-bugs")]
+    {
+        c.bugs
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = c;
+        PlantedBugs { skip_preflush: false, commit_before_data: false, drop_revokes: false }
+    }
+}
