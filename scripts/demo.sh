@@ -35,7 +35,7 @@ echo
 echo "== cjfs against its JBD2 baseline: emulated consumer NVMe, varmail-shared, 32 threads =="
 $cjfs bench run --target cjfs:nvme-consumer --mode jbd2 --mode barrierfs --mode cjfs \
   --workload varmail-shared --threads 32 --duration 3 --reps 5 --ci 5 --max-reps 8 --seed 1 \
-  --out "$work/nvme" --quiet --compare docs/results/cjfs/varmail-shared/results.json
+  --out "$work/nvme" --quiet --compare docs/results/cjfs/nvme-32t/results.json
 echo
 echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
 WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 REPS=5 CI_PCT=5 MAX_REPS=8 MODES="jbd2 cjfs" OUT="$work/file-out" \
