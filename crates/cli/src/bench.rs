@@ -240,9 +240,9 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 outln!("\nresults written to {}", out.display());
             }
             if let (Some(path), Some(text)) = (&r.compare, &committed) {
-                let rows = cjfs_lab::compare::compare(&rep, text)
+                let rows = cjfs_lab::compare::compare(&rep, text, rep.ci_bound)
                     .map_err(|e| CliError::Usage(format!("cannot compare with {}: {e}", path.display())))?;
-                outln!("\n{}", cjfs_lab::compare::text(&rows, &path.display().to_string()));
+                outln!("\n{}", cjfs_lab::compare::text(&rows, &path.display().to_string(), rep.ci_bound));
             }
             Ok(())
         }

@@ -3,15 +3,21 @@
 //!
 //! # Lock order (outer to inner)
 //!
+//! Each lock carries its rank (`cjfs_journal::lock_rank::Rank`), checked in debug builds:
+//!
 //! 1. `FsInner::rename_lock` (cross-directory renames only);
 //! 2. inode locks (`Inode::state`): a directory before anything in it; a rename's two
 //!    parents ancestor-first (else ascending inode number), then its two children
-//!    directory-first (else ascending inode number);
+//!    directory-first (else ascending inode number) — the check allows several, their
+//!    order is this rule's;
 //! 3. a journal handle (started after the inode locks, never while waiting for one);
-//! 4. `FsInner::orphan_lock`;
-//! 5. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
-//! 6. `FsInner::sb` (the in-memory superblock);
-//! 7. journal-internal locks and buffer locks (see the journal crate).
+//! 4. an inode cache shard;
+//! 5. `FsInner::orphan_lock`;
+//! 6. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
+//! 7. `FsInner::sb` (the in-memory superblock);
+//! 8. journal-internal locks and buffer locks (see the journal crate);
+//! 9. a directory's name map (`Inode::names`) and the orphan list (`FsInner::orphans`),
+//!    leaves.
 //!
 //! No file-system-wide lock is taken on the data path.
 
@@ -20,9 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
+use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use cjfs_journal::recovery::recover_strict;
 use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, Tid};
-use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
@@ -129,9 +135,9 @@ pub(crate) struct FsInner {
     pub journal: Journal,
     pub geo: Geometry,
     /// In-memory superblock. Lock: itself.
-    pub sb: Mutex<Superblock>,
+    pub sb: RankedMutex<Superblock>,
     /// Allocator state per group. Lock: each its own.
-    pub groups: Vec<Mutex<GroupState>>,
+    pub groups: Vec<RankedMutex<GroupState>>,
     /// Free block count (summary; group descriptors are authoritative). Atomic.
     pub free_blocks: AtomicI64,
     /// Free inode count (summary). Atomic.
@@ -140,16 +146,16 @@ pub(crate) struct FsInner {
     pub inodes: InodeCache,
     pub opts: MountOptions,
     /// Serialises cross-directory renames (ancestry checks need a stable tree).
-    pub rename_lock: Mutex<()>,
+    pub rename_lock: RankedMutex<()>,
     /// Serialises orphan list edits.
-    pub orphan_lock: Mutex<()>,
+    pub orphan_lock: RankedMutex<()>,
     /// Group to start the next directory allocation at. Atomic.
     pub dir_rotor: AtomicU32,
     /// First inode table block of each group (fixed after mount).
     pub itable: Vec<u64>,
     /// The orphan list, head first (authoritative while mounted). Lock: itself, taken
     /// under `orphan_lock` for changes.
-    pub orphans: Mutex<Vec<crate::types::Ino>>,
+    pub orphans: RankedMutex<Vec<crate::types::Ino>>,
 }
 
 /// A mounted file system. Cheap to clone; `Send + Sync`.
@@ -318,22 +324,24 @@ impl Fs {
         let itable = descs.iter().map(|d| d.inode_table).collect();
         let inner = Arc::new(FsInner {
             itable,
-            orphans: Mutex::new(Vec::new()),
+            orphans: RankedMutex::new(Rank::Leaf, Vec::new()),
             dev,
             cache,
             journal,
             groups: descs
                 .into_iter()
-                .map(|desc| Mutex::new(GroupState { desc, busy: BusyExtents::default() }))
+                .map(|desc| {
+                    RankedMutex::new(Rank::FsGroup, GroupState { desc, busy: BusyExtents::default() })
+                })
                 .collect(),
             geo,
-            sb: Mutex::new(sb),
+            sb: RankedMutex::new(Rank::FsSuperblock, sb),
             free_blocks: AtomicI64::new(free_blocks),
             free_inodes: AtomicI64::new(free_inodes),
             inodes: InodeCache::new(),
             opts,
-            rename_lock: Mutex::new(()),
-            orphan_lock: Mutex::new(()),
+            rename_lock: RankedMutex::new(Rank::FsRename, ()),
+            orphan_lock: RankedMutex::new(Rank::FsOrphan, ()),
             dir_rotor: AtomicU32::new(0),
         });
         let fs = Fs { inner };

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
+use cjfs_journal::lock_rank::{Rank, RankedMutex, RankedRwLock};
 use cjfs_journal::{Buffer, Tid};
-use parking_lot::{Mutex, RwLock};
 
 use crate::dir::{DirIndex, DirSlot};
 use crate::error::{FsError, FsResult};
@@ -41,7 +41,7 @@ pub(crate) struct InodeState {
 /// One cached inode. `state` is the per-inode lock (taken before any journal handle).
 pub(crate) struct Inode {
     pub ino: Ino,
-    pub state: RwLock<InodeState>,
+    pub state: RankedRwLock<InodeState>,
     /// A directory's names for lookups that do not take `state` (see [`Names`]).
     pub names: Arc<Names>,
 }
@@ -49,7 +49,7 @@ pub(crate) struct Inode {
 impl Inode {
     fn new(ino: Ino, st: InodeState) -> Self {
         let names = st.names.clone();
-        Inode { ino, state: RwLock::new(st), names }
+        Inode { ino, state: RankedRwLock::new(Rank::FsInode, st), names }
     }
 }
 
@@ -58,8 +58,14 @@ impl Inode {
 /// never waits behind a create or unlink that holds the directory across a journal start;
 /// written only by holders of the inode's write lock. Lock order: inode lock, then this
 /// (a leaf: nothing is taken or waited for while it is held).
-#[derive(Debug, Default)]
-pub(crate) struct Names(pub parking_lot::RwLock<Option<HashMap<Box<[u8]>, DirSlot>>>);
+#[derive(Debug)]
+pub(crate) struct Names(pub RankedRwLock<Option<HashMap<Box<[u8]>, DirSlot>>>);
+
+impl Default for Names {
+    fn default() -> Self {
+        Names(RankedRwLock::new(Rank::FsNames, None))
+    }
+}
 
 const SHARDS: usize = 64;
 /// Cached inodes per shard above which unused ones are dropped.
@@ -67,15 +73,17 @@ const SHARD_SOFT_CAP: usize = 4096;
 
 /// Cache of in-memory inodes, sharded. Each shard's map is protected by its Mutex.
 pub(crate) struct InodeCache {
-    shards: Vec<Mutex<HashMap<Ino, Arc<Inode>>>>,
+    shards: Vec<RankedMutex<HashMap<Ino, Arc<Inode>>>>,
 }
 
 impl InodeCache {
     pub fn new() -> Self {
-        InodeCache { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        InodeCache {
+            shards: (0..SHARDS).map(|_| RankedMutex::new(Rank::FsInodeCache, HashMap::new())).collect(),
+        }
     }
 
-    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, Arc<Inode>>> {
+    fn shard(&self, ino: Ino) -> &RankedMutex<HashMap<Ino, Arc<Inode>>> {
         &self.shards[ino as usize % SHARDS]
     }
 

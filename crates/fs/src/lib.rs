@@ -27,7 +27,7 @@ pub mod xattr;
 pub use error::{FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device};
 pub use mkfs::{MkfsOptions, mkfs};
-pub use types::*;
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;
+pub use types::*;
 pub use xattr::XattrFlags;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLockWriteGuard;
+use cjfs_journal::lock_rank::RankedWrite;
 
 use crate::dir;
 use crate::error::{FsError, FsResult};
@@ -27,7 +27,7 @@ pub(crate) fn is_fast_symlink(st: &InodeState) -> bool {
 }
 
 /// A directory's inode, write-locked, checked to be a live directory.
-fn dir_guard<'a>(node: &'a Arc<Inode>) -> FsResult<RwLockWriteGuard<'a, InodeState>> {
+fn dir_guard<'a>(node: &'a Arc<Inode>) -> FsResult<RankedWrite<'a, InodeState>> {
     let g = node.state.write();
     if g.freed || (g.d.links_count == 0 && !g.orphan) {
         return Err(FsError::NotFound(format!("directory inode {}", node.ino)));

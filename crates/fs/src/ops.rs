@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+use cjfs_journal::lock_rank::{RankedRead, RankedWrite};
 
 use crate::dir;
 use crate::error::{FsError, FsResult};
@@ -54,13 +54,13 @@ impl Fs {
         self.inner.inodes.get(&self.inner, ino)
     }
 
-    fn read_state<'a>(&self, node: &'a Inode) -> FsResult<RwLockReadGuard<'a, InodeState>> {
+    fn read_state<'a>(&self, node: &'a Inode) -> FsResult<RankedRead<'a, InodeState>> {
         let st = node.state.read();
         live(node, &st)?;
         Ok(st)
     }
 
-    fn write_state<'a>(&self, node: &'a Inode) -> FsResult<RwLockWriteGuard<'a, InodeState>> {
+    fn write_state<'a>(&self, node: &'a Inode) -> FsResult<RankedWrite<'a, InodeState>> {
         let st = node.state.write();
         live(node, &st)?;
         Ok(st)

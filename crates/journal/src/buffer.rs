@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, zeroed_block};
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Condvar, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::lock_rank::{Rank, RankedGuard, RankedMutex};
 
 use crate::error::JResult;
 
@@ -61,7 +63,7 @@ pub struct Buffer {
     /// Live image. Lock: itself.
     data: RwLock<Box<[u8; BLOCK_SIZE]>>,
     /// Journal bookkeeping. Lock: itself.
-    jstate: Mutex<JState>,
+    jstate: RankedMutex<JState>,
     /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here)
     /// and when `jstate.home_writes` drops (fdatasync waiting for another's data write).
     cv: Condvar,
@@ -82,7 +84,7 @@ impl Buffer {
         Buffer {
             blocknr,
             data: RwLock::new(zeroed_block()),
-            jstate: Mutex::new(JState::default()),
+            jstate: RankedMutex::new(Rank::BufferJState, JState::default()),
             cv: Condvar::new(),
             uptodate: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
@@ -111,13 +113,13 @@ impl Buffer {
     }
 
     /// Journal bookkeeping lock.
-    pub fn jstate(&self) -> MutexGuard<'_, JState> {
+    pub fn jstate(&self) -> RankedGuard<'_, JState> {
         self.jstate.lock()
     }
 
     /// Wait on the buffer's condition variable (releases and retakes `g`).
-    pub fn wait_jstate(&self, g: &mut MutexGuard<'_, JState>) {
-        self.cv.wait(g);
+    pub fn wait_jstate(&self, g: &mut RankedGuard<'_, JState>) {
+        g.wait(&self.cv);
     }
 
     /// Wake everyone waiting on this buffer.
@@ -148,7 +150,7 @@ const SHARDS: usize = 64;
 pub struct BufferCache {
     dev: Device,
     /// block number -> buffer, per shard. Lock: the shard's Mutex.
-    shards: Vec<Mutex<HashMap<u64, Arc<Buffer>>>>,
+    shards: Vec<RankedMutex<HashMap<u64, Arc<Buffer>>>>,
     /// Soft limit on cached buffers per shard.
     shard_cap: usize,
     /// Access clock for eviction. Relaxed.
@@ -162,7 +164,7 @@ impl BufferCache {
     pub fn new(dev: Device, capacity_blocks: usize) -> Self {
         BufferCache {
             dev,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| RankedMutex::new(Rank::CacheShard, HashMap::new())).collect(),
             shard_cap: (capacity_blocks / SHARDS).max(64),
             tick: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -174,7 +176,7 @@ impl BufferCache {
         &self.dev
     }
 
-    fn shard(&self, blocknr: u64) -> &Mutex<HashMap<u64, Arc<Buffer>>> {
+    fn shard(&self, blocknr: u64) -> &RankedMutex<HashMap<u64, Arc<Buffer>>> {
         // Fibonacci hashing spreads neighbouring blocks across shards.
         let h = blocknr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         &self.shards[h as usize % SHARDS]

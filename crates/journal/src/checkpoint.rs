@@ -21,7 +21,10 @@ pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
             if st.shutdown || st.aborted.is_some() {
                 return;
             }
-            j.checkpoint_cv.wait_for(&mut st, j.config.commit_interval.max(Duration::from_millis(50)));
+            if !st.checkpoint_wanted {
+                st.wait_for(&j.checkpoint_cv, j.config.commit_interval.max(Duration::from_millis(50)));
+            }
+            st.checkpoint_wanted = false;
             if st.shutdown || st.aborted.is_some() {
                 return;
             }

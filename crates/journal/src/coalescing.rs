@@ -151,7 +151,7 @@ fn wait_preceding_commit(j: &JournalInner) -> JResult<()> {
         if st.shutdown {
             return Err(JournalError::Shutdown);
         }
-        j.done_cv.wait(&mut st);
+        st.wait(&j.done_cv);
     }
     Ok(())
 }
@@ -182,7 +182,7 @@ pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
         {
             let mut g = j.updates_lock.lock();
             while tx.updates.load(Ordering::SeqCst) > 0 {
-                j.updates_cv.wait(&mut g);
+                g.wait(&j.updates_cv);
             }
         }
         // Without coalescing, a multi-version transaction's conflicts are counted here and

@@ -67,9 +67,9 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
         if let Some(t) = st.running.clone() {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
-            let requested = st.commit_request >= t.tid || t.sync.load(Ordering::Relaxed);
+            let requested = st.commit_request >= t.tid;
             if requested && let Some(wait) = crate::coalescing::pace(j, &t) {
-                j.commit_cv.wait_for(&mut st, wait);
+                st.wait_for(&j.commit_cv, wait);
                 continue;
             }
             if requested || (has_work && age >= j.config.commit_interval) {
@@ -77,7 +77,7 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
             }
             timeout = j.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
         }
-        j.commit_cv.wait_for(&mut st, timeout);
+        st.wait_for(&j.commit_cv, timeout);
     }
 }
 
@@ -88,7 +88,7 @@ fn wait_previous_durable(j: &JournalInner, tid: Tid) -> JResult<()> {
         if let Some(a) = &st.aborted {
             return Err(JournalError::Aborted(a.clone()));
         }
-        j.done_cv.wait(&mut st);
+        st.wait(&j.done_cv);
     }
     Ok(())
 }
@@ -389,6 +389,6 @@ fn reserve(j: &Arc<JournalInner>, tid: Tid, n: u64) -> JResult<u64> {
         if let Some(a) = &st.aborted {
             return Err(JournalError::Aborted(a.clone()));
         }
-        j.done_cv.wait_for(&mut st, std::time::Duration::from_millis(10));
+        st.wait_for(&j.done_cv, std::time::Duration::from_millis(10));
     }
 }

@@ -29,7 +29,7 @@ pub(crate) fn next_group(j: &Arc<JournalInner>) -> Option<Vec<FlushJob>> {
         if j.state.lock().shutdown {
             return None;
         }
-        j.flush_cv.wait(&mut q);
+        q.wait(&j.flush_cv);
     };
     let mut group = vec![first];
     let deadline = Instant::now() + JOIN_WAIT;
@@ -54,7 +54,7 @@ pub(crate) fn next_group(j: &Arc<JournalInner>) -> Option<Vec<FlushJob>> {
         if !more || Instant::now() >= deadline {
             break;
         }
-        j.flush_cv.wait_until(&mut q, deadline);
+        q.wait_until(&j.flush_cv, deadline);
     }
     j.flush_pending.store(q.len(), Ordering::Relaxed);
     Some(group)

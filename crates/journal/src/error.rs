@@ -33,9 +33,6 @@ pub enum JournalError {
         /// Maximum per transaction.
         max: u32,
     },
-    /// A handle dirtied more buffers than it reserved.
-    #[error("handle exceeded its {0} credits")]
-    CreditsExceeded(u32),
     /// The journal has been shut down.
     #[error("journal is shut down")]
     Shutdown,
@@ -48,7 +45,7 @@ impl JournalError {
             JournalError::Device(d) => d.errno(),
             JournalError::Corrupt(_) | JournalError::Damaged(_) => 117, // EUCLEAN
             JournalError::Incompatible(_) => 95,                        // EOPNOTSUPP
-            JournalError::TooManyCredits { .. } | JournalError::CreditsExceeded(_) => 28, // ENOSPC
+            JournalError::TooManyCredits { .. } => 28,                  // ENOSPC
             _ => 5,                                                     // EIO
         }
     }

@@ -236,14 +236,17 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
             st.durable = tid;
             j.durable_fast.store(tid, Ordering::Release);
         }
+        // Under `state`, with the flag the checkpoint thread checks before it waits: a
+        // wake-up between its check and its wait cannot be lost.
+        if fill > j.config.checkpoint_high_water {
+            st.checkpoint_wanted = true;
+            j.checkpoint_cv.notify_all();
+        }
     }
     job.tx.set_done();
     j.stats.transactions.fetch_add(1, Ordering::Relaxed);
     j.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.done_cv.notify_all();
-    if fill > j.config.checkpoint_high_water {
-        j.checkpoint_cv.notify_all();
-    }
 }
 
 /// Issue a cache barrier, counting it.

@@ -143,13 +143,6 @@ impl Handle {
         Ok(())
     }
 
-    /// Ask that the transaction be committed when this handle stops, and wait for it.
-    pub fn set_sync(&mut self) {
-        if let Some(t) = &self.tx {
-            t.sync.store(true, Ordering::Relaxed);
-        }
-    }
-
     /// Credits used so far (buffers filed by this handle).
     pub fn used(&self) -> u32 {
         self.used
@@ -159,11 +152,7 @@ impl Handle {
     /// takes to make this operation durable.
     pub fn stop(mut self) -> JResult<Tid> {
         let tid = self.tid();
-        let sync = self.tx.as_ref().map(|t| t.sync.load(Ordering::Relaxed)).unwrap_or(false);
         self.release();
-        if sync {
-            self.j.commit_wait(tid)?;
-        }
         Ok(tid)
     }
 

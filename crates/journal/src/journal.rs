@@ -7,7 +7,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use cjfs_blockdev::Device;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
+
+use crate::lock_rank::{Rank, RankedMutex};
 
 use crate::area::JournalArea;
 use crate::buffer::{BufferCache, Tid};
@@ -35,6 +37,8 @@ pub(crate) struct JState {
     pub aborted: Option<String>,
     /// Threads must exit.
     pub shutdown: bool,
+    /// The log passed its high-water mark since the checkpoint thread last looked.
+    pub checkpoint_wanted: bool,
 }
 
 /// Shared core of the journal.
@@ -50,7 +54,7 @@ pub(crate) struct JournalInner {
     pub config: JournalConfig,
     pub stats: JournalStats,
     /// Journal state. Lock: itself.
-    pub state: Mutex<JState>,
+    pub state: RankedMutex<JState>,
     /// Wakes the commit thread (commit requests, shutdown).
     pub commit_cv: Condvar,
     /// Wakes starters waiting for a Locked transaction to switch.
@@ -59,26 +63,26 @@ pub(crate) struct JournalInner {
     /// (callers waiting for a given transaction sleep on its `done_cv`).
     pub done_cv: Condvar,
     /// Pairs with `updates_cv`.
-    pub updates_lock: Mutex<()>,
+    pub updates_lock: RankedMutex<()>,
     /// Signalled when a transaction's last handle stops.
     pub updates_cv: Condvar,
     /// Log head/tail and transactions in the log. Lock: itself.
-    pub log: Mutex<LogState>,
+    pub log: RankedMutex<LogState>,
     /// Serialises journal superblock writes.
-    pub sb_write: Mutex<()>,
+    pub sb_write: RankedMutex<()>,
     /// One checkpoint at a time.
-    pub checkpoint_lock: Mutex<()>,
+    pub checkpoint_lock: RankedMutex<()>,
     /// Held by whoever runs a commit in serial modes (commit thread or an inline committer).
-    pub commit_lock: Mutex<()>,
+    pub commit_lock: RankedMutex<()>,
     /// Held from taking a live image of data buffers until its writes are submitted (commit
     /// and fdatasync), so two writes of one block reach the device in the order their
     /// images were taken: an older image submitted last would overwrite the newer one.
-    pub home_write_lock: Mutex<()>,
+    pub home_write_lock: RankedMutex<()>,
     /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
     /// Lock: itself.
-    pub checkpoint_list: Mutex<Vec<Arc<crate::buffer::Buffer>>>,
+    pub checkpoint_list: RankedMutex<Vec<Arc<crate::buffer::Buffer>>>,
     /// Work for the flush thread. Lock: itself.
-    pub flush_queue: Mutex<VecDeque<crate::flush::FlushJob>>,
+    pub flush_queue: RankedMutex<VecDeque<crate::flush::FlushJob>>,
     /// Wakes the flush thread.
     pub flush_cv: Condvar,
     /// Transactions handed to the flush thread and not yet taken into a group (commit
@@ -195,7 +199,7 @@ impl JournalInner {
             let mut st = self.state.lock();
             while st.durable < tid {
                 self.closed_error(&st)?;
-                self.done_cv.wait(&mut st);
+                st.wait(&self.done_cv);
             }
             return Ok(());
         };
@@ -211,7 +215,7 @@ impl JournalInner {
                 done = tx.done.lock();
                 continue;
             }
-            tx.done_cv.wait(&mut done);
+            done.wait(&tx.done_cv);
         }
         Ok(())
     }
@@ -307,7 +311,7 @@ impl JournalInner {
             };
             if tx.state() != TxState::Running {
                 let t0 = Instant::now();
-                self.locked_cv.wait(&mut st);
+                st.wait(&self.locked_cv);
                 self.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }
@@ -318,7 +322,7 @@ impl JournalInner {
                     st.commit_request = tx.tid;
                     self.commit_cv.notify_all();
                 }
-                self.locked_cv.wait(&mut st);
+                st.wait(&self.locked_cv);
                 continue;
             }
             tx.credits.fetch_add(credits, Ordering::Relaxed);
@@ -335,7 +339,7 @@ impl JournalInner {
 /// checkpoints everything and marks the log empty.
 pub struct Journal {
     inner: Arc<JournalInner>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: RankedMutex<Vec<JoinHandle<()>>>,
     /// Why the `auto` preset chose the configuration in use (`None` for a named preset).
     /// Immutable.
     choice: Option<String>,
@@ -383,28 +387,32 @@ impl Journal {
             cache,
             config,
             stats: JournalStats::default(),
-            state: Mutex::new(JState {
-                running: None,
-                committing: VecDeque::new(),
-                next_tid: first_tid,
-                commit_request: first_tid - 1,
-                durable: first_tid - 1,
-                aborted: None,
-                shutdown: false,
-            }),
+            state: RankedMutex::new(
+                Rank::State,
+                JState {
+                    running: None,
+                    committing: VecDeque::new(),
+                    next_tid: first_tid,
+                    commit_request: first_tid - 1,
+                    durable: first_tid - 1,
+                    aborted: None,
+                    shutdown: false,
+                    checkpoint_wanted: false,
+                },
+            ),
             commit_cv: Condvar::new(),
             locked_cv: Condvar::new(),
             done_cv: Condvar::new(),
-            updates_lock: Mutex::new(()),
+            updates_lock: RankedMutex::new(Rank::Leaf, ()),
             updates_cv: Condvar::new(),
-            log: Mutex::new(log),
-            sb_write: Mutex::new(()),
-            checkpoint_lock: Mutex::new(()),
-            commit_lock: Mutex::new(()),
-            home_write_lock: Mutex::new(()),
-            checkpoint_list: Mutex::new(Vec::new()),
+            log: RankedMutex::new(Rank::Log, log),
+            sb_write: RankedMutex::new(Rank::SbWrite, ()),
+            checkpoint_lock: RankedMutex::new(Rank::CheckpointLock, ()),
+            commit_lock: RankedMutex::new(Rank::CommitLock, ()),
+            home_write_lock: RankedMutex::new(Rank::HomeWriteLock, ()),
+            checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
             flush_pending: std::sync::atomic::AtomicUsize::new(0),
-            flush_queue: Mutex::new(VecDeque::new()),
+            flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
             flush_cv: Condvar::new(),
             checkpoint_cv: Condvar::new(),
             running_fast: arc_swap::ArcSwapOption::empty(),
@@ -428,7 +436,7 @@ impl Journal {
                 .map_err(|e| JournalError::Aborted(format!("cannot start {name} thread: {e}")))?;
             threads.push(t);
         }
-        Ok(Journal { inner, threads: Mutex::new(threads), choice })
+        Ok(Journal { inner, threads: RankedMutex::new(Rank::Leaf, threads), choice })
     }
 
     /// Start a handle with `credits` blocks reserved.
@@ -590,11 +598,6 @@ impl Journal {
             return Err(JournalError::Aborted(a));
         }
         result
-    }
-
-    /// Seconds since the running transaction opened (for tests of the timer).
-    pub fn running_age(&self) -> Option<std::time::Duration> {
-        self.inner.state.lock().running.as_ref().map(|t| Instant::now() - t.started)
     }
 }
 

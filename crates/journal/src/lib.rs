@@ -7,22 +7,29 @@
 //!
 //! # Lock order
 //!
-//! Outer to inner; a thread holding a lock may only take locks below it:
+//! Outer to inner; a thread holding a lock may only take locks below it. The ranks are
+//! [`lock_rank::Rank`], and debug builds check every acquisition against them (a violation
+//! panics naming both locks), so this list is the code's, not a wish:
 //!
-//! 1. file system locks (inode locks, in inode-number order) — taken *before* a handle starts;
-//! 2. a running handle (holding one blocks the commit of its transaction);
-//! 3. file system allocator / group locks;
+//! 1. file system locks (rename lock, inode locks, orphan lock, group locks, superblock;
+//!    see `cjfs_fs`) — inode locks are taken *before* a handle starts;
+//! 2. `JournalInner::commit_lock` → `checkpoint_lock` → `home_write_lock` (a commit may
+//!    checkpoint synchronously for log space; a checkpoint takes buffers' `jstate`; the
+//!    commit path and fdatasync take data buffers' images under `home_write_lock`);
+//! 3. `BufferCache` shard (one at a time);
 //! 4. `Buffer::jstate` (one buffer at a time);
 //! 5. `Transaction::lists`;
-//! 6. `JournalInner::commit_lock` → `checkpoint_lock` → `sb_write` → `log` →
-//!    `flush_queue` → `state` (`updates_lock`, `checkpoint_list` and `Transaction::done`
-//!    are leaves);
-//! 7. `Buffer::data` (the live image; never held while calling into the journal for
-//!    writing, the commit path takes it for reading under `jstate`).
+//! 6. `sb_write` → `log` → `flush_queue` → `state`;
+//! 7. leaves: `updates_lock`, `checkpoint_list`, `Transaction::done`, the shadow pool.
 //!
-//! `home_write_lock` is held from taking data buffers' live images (each under its `jstate`,
-//! then `data` for reading) until their writes are submitted; the commit path takes it
-//! under `commit_lock`, fdatasync with no journal lock held.
+//! `Buffer::data` (the live image, a `RwLock`) is outside the ranking: it is never held
+//! while calling into the journal for writing, and the commit path takes it for reading
+//! under `jstate`.
+//!
+//! Each condition variable pairs with one mutex: `commit_cv`, `locked_cv`, `done_cv` and
+//! `checkpoint_cv` with `state`; `updates_cv` with `updates_lock`; `flush_cv` with
+//! `flush_queue`; a transaction's `done_cv` with its `done`; a buffer's condvar with its
+//! `jstate`.
 //!
 //! No lock is held across device I/O except `checkpoint_lock`, `sb_write`,
 //! `home_write_lock` (across submission only) and a buffer's `data` while it is read in.
@@ -49,6 +56,7 @@ pub mod error;
 mod flush;
 pub mod handle;
 pub mod journal;
+pub mod lock_rank;
 mod log;
 mod planted;
 pub mod recovery;
@@ -63,10 +71,10 @@ mod writer;
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, JState, Tid};
 pub use config::{JournalConfig, JournalKind};
-#[cfg(feature = "planted-bugs")]
-pub use planted::PlantedBugs;
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
 pub use journal::Journal;
+#[cfg(feature = "planted-bugs")]
+pub use planted::PlantedBugs;
 pub use stats::StatsSnapshot;
 pub use transaction::TxState;

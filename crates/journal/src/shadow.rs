@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::lock_rank::{Rank, RankedMutex};
 use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, zeroed_buf};
-use parking_lot::Mutex;
 
 use crate::buffer::Buffer;
 
@@ -16,7 +16,7 @@ use crate::buffer::Buffer;
 #[derive(Debug)]
 pub struct ShadowPool {
     /// Free pages, each referenced only by the pool. Lock: itself.
-    free: Mutex<Vec<BlockBuf>>,
+    free: RankedMutex<Vec<BlockBuf>>,
     /// Most pages kept.
     cap: usize,
     /// Pages handed out from the pool (statistics). Relaxed.
@@ -31,7 +31,7 @@ impl ShadowPool {
     /// A pool of up to `n` pages (0 disables pooling), [`EAGER_PAGES`] of them allocated now.
     pub fn new(n: usize) -> Self {
         let free = (0..n.min(EAGER_PAGES)).map(|_| zeroed_buf()).collect();
-        ShadowPool { free: Mutex::new(free), cap: n, reused: AtomicU64::new(0) }
+        ShadowPool { free: RankedMutex::new(Rank::Leaf, free), cap: n, reused: AtomicU64::new(0) }
     }
 
     /// A version of `buf`: a copy of its live image, taken under its read lock.

@@ -4,20 +4,22 @@
 //! Running ──lock──▶ Locked ──versions taken──▶ Committing ──log written──▶ Flushing
 //!    ▲                 │                                                      │
 //!    └── (coalescing: conflict, back to Running)                durable ──▶ Committed
-//!                                                                             │
-//!                                                       written home ──▶ Checkpointed
 //! ```
 //! A running transaction collects handles; the commit thread locks it (no new handles),
 //! waits for outstanding handles to stop, takes a version of every buffer, lets a new
 //! running transaction open and writes the versions to the log; the flush step makes them
-//! durable and wakes waiters; a checkpoint later writes the blocks home and frees the log.
+//! durable and wakes waiters, and the transaction object is done. What remains — writing
+//! the blocks home and freeing the log — is per buffer (its checkpoint version) and per
+//! log span ([`crate::ring::LogRing`]), not a state of the transaction (JBD2 keeps
+//! checkpoint lists per transaction; here a checkpoint writes each buffer's newest durable
+//! version once, whichever transaction it came from).
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use crate::lock_rank::{Rank, RankedMutex};
 
 use crate::buffer::{Buffer, Tid};
 
@@ -35,8 +37,6 @@ pub enum TxState {
     Flushing = 3,
     /// Durable.
     Committed = 4,
-    /// Written home; its log space is free.
-    Checkpointed = 5,
 }
 
 impl TxState {
@@ -46,8 +46,7 @@ impl TxState {
             1 => TxState::Locked,
             2 => TxState::Committing,
             3 => TxState::Flushing,
-            4 => TxState::Committed,
-            _ => TxState::Checkpointed,
+            _ => TxState::Committed,
         }
     }
 }
@@ -65,8 +64,10 @@ pub struct TxLists {
 
 /// One transaction.
 ///
-/// Locks: `state` is written only under the journal state lock and read anywhere;
-/// `updates`, `credits` and the counters are atomics; `lists` is its own Mutex.
+/// Locks: `state` is an atomic — Running, Locked and Committing are set under the journal
+/// state lock (admission decides on them there), Flushing and Committed by the commit and
+/// flush paths without it (they are reported, never decided on); `updates`, `credits` and
+/// the counters are atomics; `lists` is its own mutex (rank `TxLists`).
 #[derive(Debug)]
 pub struct Transaction {
     /// Transaction id (JBD2 sequence number; the low 32 bits go on disk).
@@ -80,18 +81,16 @@ pub struct Transaction {
     pub(crate) handles: AtomicU64,
     /// Writers that waited for a buffer version.
     pub(crate) conflicts: AtomicU64,
-    /// A handle asked for a synchronous commit.
-    pub(crate) sync: AtomicBool,
     /// Ordered data buffers added (to trigger a commit when large).
     pub(crate) ordered_count: AtomicU32,
     /// Contents. Lock: itself.
-    pub(crate) lists: Mutex<TxLists>,
+    pub(crate) lists: RankedMutex<TxLists>,
     /// When the transaction opened (for the commit timer).
     pub started: Instant,
     /// Set when the transaction is durable. Lock: itself (a leaf lock, taken without any
     /// other): callers waiting for this transaction sleep on it and never touch the
     /// journal state lock, so making a transaction durable wakes only its own waiters.
-    pub(crate) done: Mutex<bool>,
+    pub(crate) done: RankedMutex<bool>,
     /// Pairs with `done`.
     pub(crate) done_cv: parking_lot::Condvar,
 }
@@ -105,11 +104,10 @@ impl Transaction {
             credits: AtomicU32::new(0),
             handles: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
-            sync: AtomicBool::new(false),
             ordered_count: AtomicU32::new(0),
-            lists: Mutex::new(TxLists::default()),
+            lists: RankedMutex::new(Rank::TxLists, TxLists::default()),
             started: Instant::now(),
-            done: Mutex::new(false),
+            done: RankedMutex::new(Rank::Leaf, false),
             done_cv: parking_lot::Condvar::new(),
         }
     }

@@ -1,8 +1,10 @@
 //! Does a run agree with the committed results? Each ratio of a fresh sweep is set beside the
 //! same (workload, threads, series) of a committed `results.json`, with both intervals.
 //!
-//! Two ratios agree when their intervals overlap; a committed figure from before the lab
-//! printed intervals (a bare ratio of medians) agrees when it lies inside the fresh interval.
+//! Two ratios agree when their intervals overlap (a committed figure from before the lab
+//! printed intervals is a bare ratio of medians, an interval of width zero), or when their
+//! medians differ by no more than the run's bound (`--ci`), the spread the lab was asked to
+//! reach.
 //! Only ratios are compared: on a shared machine the ops/s of a series move with the
 //! neighbours, the paired ratio much less (see [`crate::stats`]).
 
@@ -28,14 +30,17 @@ pub struct Agreement {
     pub committed: MedianCi,
     /// Whether the committed figure had an interval.
     pub committed_has_interval: bool,
-    /// Whether they agree (overlapping intervals, or the bare ratio inside the fresh one).
+    /// `now / committed - 1` of the medians.
+    pub diff: f64,
+    /// Whether they agree (overlapping intervals, or medians within the bound).
     pub agree: bool,
 }
 
-/// Compare every ratio of `now` with `committed` (the text of a `results.json`). Points the
-/// committed run does not have are skipped; it is an error when the two runs' first series
-/// (the baseline of every ratio) differ or nothing could be compared.
-pub fn compare(now: &SweepReport, committed: &str) -> Result<Vec<Agreement>, String> {
+/// Compare every ratio of `now` with `committed` (the text of a `results.json`); `bound` is
+/// the relative difference of medians that still agrees (the run's `--ci` bound, if any).
+/// Points the committed run does not have are skipped; it is an error when the two runs'
+/// first series (the baseline of every ratio) differ or nothing could be compared.
+pub fn compare(now: &SweepReport, committed: &str, bound: Option<f64>) -> Result<Vec<Agreement>, String> {
     let c: Value = serde_json::from_str(committed).map_err(|e| format!("not a results.json: {e}"))?;
     let c_points = c["points"].as_array().ok_or("not a results.json: no points")?;
     let c_first = c["series"][0]["name"].as_str().ok_or("not a results.json: no series")?;
@@ -71,7 +76,9 @@ pub fn compare(now: &SweepReport, committed: &str) -> Result<Vec<Agreement>, Str
                 (MedianCi { median: r, lo: r, hi: r, coverage: 0.0, n: 1 }, false)
             }
         };
-        let agree = committed.lo <= now_ci.hi && now_ci.lo <= committed.hi;
+        let diff = now_ci.median / committed.median - 1.0;
+        let agree = (committed.lo <= now_ci.hi && now_ci.lo <= committed.hi)
+            || bound.is_some_and(|b| diff.abs() <= b + 1e-9);
         out.push(Agreement {
             workload: p.workload.clone(),
             threads: p.threads,
@@ -79,6 +86,7 @@ pub fn compare(now: &SweepReport, committed: &str) -> Result<Vec<Agreement>, Str
             now: now_ci,
             committed,
             committed_has_interval: has_interval,
+            diff,
             agree,
         });
     }
@@ -99,14 +107,18 @@ fn committed_ratio(v: &Value) -> Option<MedianCi> {
 }
 
 /// The comparison as a table, and a last line saying how many agree.
-pub fn text(rows: &[Agreement], source: &str) -> String {
+pub fn text(rows: &[Agreement], source: &str, bound: Option<f64>) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "compared with the committed {source} (ratios to the same first series):");
+    let rule = match bound {
+        Some(b) => format!("agree: intervals overlap or medians within ±{:.0} %", b * 100.0),
+        None => "agree: intervals overlap".to_string(),
+    };
+    let _ = writeln!(out, "compared with the committed {source} (ratios to the same first series; {rule}):");
     let w = rows.iter().map(|r| r.series.len()).max().unwrap_or(6).max(6);
     let _ = writeln!(
         out,
-        "  {:<16} {:>3}  {:<w$}  {:<22} {:<22} agree",
-        "workload", "thr", "series", "now", "committed"
+        "  {:<16} {:>3}  {:<w$}  {:<24} {:<24} {:>7}  agree",
+        "workload", "thr", "series", "now", "committed", "diff"
     );
     for r in rows {
         let committed = if r.committed_has_interval {
@@ -116,19 +128,20 @@ pub fn text(rows: &[Agreement], source: &str) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<16} {:>3}  {:<w$}  {:<28} {:<28} {}",
+            "  {:<16} {:>3}  {:<w$}  {:<24} {:<24} {:>+6.1}%  {}",
             r.workload,
             r.threads,
             r.series,
             r.now.ratio_text(),
             committed,
+            r.diff * 100.0,
             if r.agree { "yes" } else { "NO" }
         );
     }
     let agree = rows.iter().filter(|r| r.agree).count();
     let _ = write!(out, "  {agree} of {} ratios agree with the committed results", rows.len());
     if agree < rows.len() {
-        out.push_str(" (the others moved beyond both intervals: see the rows marked NO)");
+        out.push_str(" (the rows marked NO moved by more than that)");
     }
     out
 }
@@ -201,12 +214,16 @@ mod tests {
             point("a/cjfs", 100.0, Some(ci(1.16, 1.14, 1.20))),
             point("ext4", 60.0, Some(ci(0.70, 0.66, 0.74))),
         ]);
-        let rows = compare(&now, &serde_json::to_string(&committed).unwrap()).unwrap();
+        let rows = compare(&now, &serde_json::to_string(&committed).unwrap(), None).unwrap();
         assert_eq!(rows.len(), 2);
         assert!(rows[0].agree && rows[0].committed_has_interval);
         assert!(!rows[1].agree);
-        let t = text(&rows, "x");
+        let t = text(&rows, "x", None);
         assert!(t.contains("1 of 2 ratios agree") && t.contains("NO"), "{t}");
+        // 0.70 against 0.60 is 17 % apart: beyond a 5 % bound, within a 20 % one.
+        let c = serde_json::to_string(&committed).unwrap();
+        assert!(!compare(&now, &c, Some(0.05)).unwrap()[1].agree);
+        assert!(compare(&now, &c, Some(0.20)).unwrap()[1].agree);
     }
 
     #[test]
@@ -216,12 +233,15 @@ mod tests {
         let text_of = |r: &SweepReport| serde_json::to_string(r).unwrap();
         let inside =
             report(vec![point("a/jbd2", 1.0, None), point("a/cjfs", 1.0, Some(ci(1.80, 1.74, 1.86)))]);
-        let rows = compare(&inside, &text_of(&committed)).unwrap();
+        let rows = compare(&inside, &text_of(&committed), None).unwrap();
         assert!(rows[0].agree && !rows[0].committed_has_interval);
         assert!((rows[0].committed.median - 1.76).abs() < 1e-9);
         let outside =
             report(vec![point("a/jbd2", 1.0, None), point("a/cjfs", 1.0, Some(ci(1.80, 1.78, 1.86)))]);
-        assert!(!compare(&outside, &text_of(&committed)).unwrap()[0].agree);
+        assert!(!compare(&outside, &text_of(&committed), None).unwrap()[0].agree);
+        let r = compare(&outside, &text_of(&committed), Some(0.05)).unwrap();
+        assert!(r[0].agree, "1.80 is 2.3 % from 1.76");
+        assert!((r[0].diff - (1.80 / 1.76 - 1.0)).abs() < 1e-9);
     }
 
     #[test]
@@ -231,7 +251,7 @@ mod tests {
         let mut other = committed.clone();
         other.series[0].name = "b/jbd2".into();
         assert!(
-            compare(&other, &serde_json::to_string(&committed).unwrap())
+            compare(&other, &serde_json::to_string(&committed).unwrap(), None)
                 .unwrap_err()
                 .contains("baselines differ")
         );
@@ -239,7 +259,7 @@ mod tests {
         for p in &mut elsewhere.points {
             p.threads = 1;
         }
-        assert!(compare(&elsewhere, &serde_json::to_string(&committed).unwrap()).is_err());
-        assert!(compare(&committed, "not json").is_err());
+        assert!(compare(&elsewhere, &serde_json::to_string(&committed).unwrap(), None).is_err());
+        assert!(compare(&committed, "not json", None).is_err());
     }
 }

@@ -61,7 +61,9 @@ pub enum CrashError {
     #[error("replay: {0}")]
     Replay(String),
     /// Planted bugs were asked of a build without them.
-    #[error("planted bugs need a build with the `planted-bugs` feature (cargo ... --features cjfs-lab/planted-bugs)")]
+    #[error(
+        "planted bugs need a build with the `planted-bugs` feature (cargo ... --features cjfs-lab/planted-bugs)"
+    )]
     NoPlantedBugs,
 }
 
