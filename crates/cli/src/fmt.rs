@@ -50,19 +50,6 @@ pub fn type_char(k: FileType) -> char {
     }
 }
 
-/// A type's name.
-pub fn type_name(k: FileType) -> &'static str {
-    match k {
-        FileType::Regular => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symbolic link",
-        FileType::Fifo => "fifo",
-        FileType::CharDev => "character device",
-        FileType::BlockDev => "block device",
-        FileType::Socket => "socket",
-    }
-}
-
 /// `rwxr-xr-x` style permission string (with setuid/setgid/sticky).
 pub fn perm_string(perm: u16) -> String {
     let mut s = String::with_capacity(9);

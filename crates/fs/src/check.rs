@@ -1,4 +1,4 @@
-//! Read-only structural checks of single inodes, for `cjfs check`.
+//! Read-only structural checks of single inodes, for [`crate::image_check`] (`cjfs check`).
 //!
 //! [`Fs::check_inode`] validates one inode's block map (the extent tree through
 //! [`crate::extent_tree::check`], every mapped block inside the file system, the xattr block

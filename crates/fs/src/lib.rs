@@ -11,6 +11,7 @@ pub mod error;
 pub mod extent_tree;
 mod file;
 pub mod fs;
+pub mod image_check;
 mod inode;
 pub mod meta;
 pub mod mkfs;

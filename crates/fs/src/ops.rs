@@ -398,6 +398,19 @@ impl Fs {
         dir::readdir(&self.inner, &st, offset, max)
     }
 
+    /// Every entry of directory `ino`, `.` and `..` included.
+    pub fn readdir_all(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut off = 0;
+        loop {
+            let batch = self.readdir(ino, off, 1024)?;
+            let Some(last) = batch.last() else { break };
+            off = last.next_offset;
+            out.extend(batch);
+        }
+        Ok(out)
+    }
+
     /// Every attribute name.
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
         let node = self.node(ino)?;

@@ -84,6 +84,19 @@ pub enum FileType {
 }
 
 impl FileType {
+    /// What `ls` and error messages call it ("regular file", "directory", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Regular => "regular file",
+            FileType::Directory => "directory",
+            FileType::Symlink => "symbolic link",
+            FileType::Fifo => "fifo",
+            FileType::CharDev => "character device",
+            FileType::BlockDev => "block device",
+            FileType::Socket => "socket",
+        }
+    }
+
     /// From the `S_IFMT` bits of a mode.
     pub fn from_mode(mode: u32) -> Option<FileType> {
         Some(match mode & 0o170000 {

@@ -5,6 +5,30 @@
 //! timestamps, revoke blocks, escaping of the magic number), so `e2fsck` and the kernel can
 //! replay what it writes.
 //!
+//! # Files
+//!
+//! The JBD2 state machine, a stage per file, with each technique in the file named after it:
+//!
+//! | file | owns |
+//! |---|---|
+//! | `journal.rs` | the journal object: admission of handles, commit requests, waiting for durability, abort, shutdown |
+//! | `handle.rs` | a handle: write/create access, dirty data, revoke, stop |
+//! | `transaction.rs` | a transaction, its lists and its state machine |
+//! | `buffer.rs` | the buffer cache and each buffer's journal state |
+//! | `commit.rs` | the commit thread: lock-up, versions, log and ordered-data writes |
+//! | `flush.rs` | the flush step: completion, flushes/barriers, commit records, durability |
+//! | `checkpoint.rs` | writing committed blocks home and moving the log tail |
+//! | `log.rs` | the log's superblock position over the ring |
+//! | `ring.rs` | the circular log itself (arithmetic and span allocation), shared with recovery |
+//! | `area.rs` | where a log lives on the device |
+//! | `recovery.rs` | scan, decide, replay (JBD2's recovery) |
+//! | `superblock.rs`, `descriptor.rs`, `commit_block.rs`, `revoke_block.rs`, `checksum.rs`, `writer.rs` | the JBD2 on-disk format |
+//! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
+//! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
+//! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
+//! | `compound_flush.rs` | compound flush (CJFS §4.4) |
+//! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `planted.rs`: test-only bugs |
+//!
 //! # Lock order
 //!
 //! Outer to inner; a thread holding a lock may only take locks below it. The ranks are

@@ -7,12 +7,10 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use cjfs_fs::{
-    Attr, DirEntry, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp,
-};
+use cjfs_fs::{Attr, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp};
 
 use crate::error::{CliError, CliResult};
-use crate::fmt::{inode_flag_names, lossy, perm_string, timestamp, type_char, type_name};
+use crate::fmt::{inode_flag_names, lossy, perm_string, timestamp, type_char};
 use crate::image::{Ctx, with_ro, with_rw};
 use crate::out::Out;
 
@@ -25,19 +23,6 @@ const MAX_SYMLINKS: u32 = 40;
 fn owner() -> (u32, u32) {
     // SAFETY: getuid and getgid take no arguments, cannot fail and touch no memory of ours.
     unsafe { (libc::getuid(), libc::getgid()) }
-}
-
-/// Every entry of directory `ino`, `.` and `..` included.
-pub fn readdir_all(fs: &Fs, ino: Ino) -> FsResult<Vec<DirEntry>> {
-    let mut out = Vec::new();
-    let mut off = 0;
-    loop {
-        let batch = fs.readdir(ino, off, 1024)?;
-        let Some(last) = batch.last() else { break };
-        off = last.next_offset;
-        out.extend(batch);
-    }
-    Ok(out)
 }
 
 /// Resolve `path`, following symbolic links in intermediate components, and in the last
@@ -139,7 +124,7 @@ pub fn ls(image: &str, ctx: &Ctx, path: &str, long: bool, all: bool) -> CliResul
             }
             return out.finish();
         }
-        let mut ents = readdir_all(fs, ino).map_err(err)?;
+        let mut ents = fs.readdir_all(ino).map_err(err)?;
         ents.retain(|e| all || (e.name != b"." && e.name != b".."));
         ents.sort_by(|a, b| a.name.cmp(&b.name));
         for e in &ents {
@@ -163,7 +148,7 @@ fn regular_file(fs: &Fs, image: &str, path: &str) -> CliResult<Attr> {
     match a.kind {
         FileType::Regular => Ok(a),
         FileType::Directory => Err(err(FsError::IsDir(path.to_string()))),
-        k => Err(CliError::Msg(format!("{image}: {path}: is a {}, not a regular file", type_name(k)))),
+        k => Err(CliError::Msg(format!("{image}: {path}: is a {}, not a regular file", k.name()))),
     }
 }
 
@@ -264,7 +249,7 @@ fn plan_put(
                 if t.kind != FileType::Regular {
                     return Err(CliError::Msg(format!(
                         "{image}: {shown}: is a symbolic link to a {}",
-                        type_name(t.kind)
+                        t.kind.name()
                     )));
                 }
                 Some(t)
@@ -272,7 +257,7 @@ fn plan_put(
             k => {
                 return Err(CliError::Msg(format!(
                     "{image}: {shown}: exists and is a {}, not a regular file",
-                    type_name(k)
+                    k.name()
                 )));
             }
         },
@@ -483,7 +468,7 @@ fn walk_prefix(path: &str, rest: &[Vec<u8>]) -> String {
 
 /// Remove everything inside directory `dir`.
 fn remove_tree(fs: &Fs, dir: Ino) -> FsResult<()> {
-    for e in readdir_all(fs, dir)? {
+    for e in fs.readdir_all(dir)? {
         if e.name == b"." || e.name == b".." {
             continue;
         }
@@ -507,7 +492,7 @@ pub fn rm(image: &str, ctx: &Ctx, path: &str, recursive: bool) -> CliResult<()> 
         let (p, name) = parent_of(fs, path).map_err(err)?;
         let a = fs.lookup(p, name.as_bytes()).map_err(err)?;
         if a.kind == FileType::Directory && !recursive {
-            let n = readdir_all(fs, a.ino).map_err(err)?.len();
+            let n = fs.readdir_all(a.ino).map_err(err)?.len();
             if n > 2 {
                 return Err(err(FsError::NotEmpty(format!("{path} (use -r to remove its contents)"))));
             }
@@ -616,7 +601,7 @@ pub fn stat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
         } else {
             line(format!("  File: {path}"));
         }
-        line(format!("  Inode: {}   Type: {}   Generation: {}", a.ino, type_name(a.kind), a.generation));
+        line(format!("  Inode: {}   Type: {}   Generation: {}", a.ino, a.kind.name(), a.generation));
         line(format!(
             "  Mode: {:04o} ({}{})   Links: {}   Uid: {}   Gid: {}",
             a.perm,
