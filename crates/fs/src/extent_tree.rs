@@ -38,26 +38,20 @@ use cjfs_journal::Buffer;
 
 use crate::error::{FsError, FsResult};
 use crate::meta::MetaStore;
+use crate::ondisk::extent::{
+    BLOCK_MAX_ENTRIES, ENTRY_SIZE, EXTENT_MAGIC, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN, ROOT_MAX_ENTRIES,
+};
+use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// Size of the inode's `i_block` area holding the root node.
 pub const ROOT_BYTES: usize = 60;
-/// `eh_magic` of every node.
-const EXTENT_MAGIC: u16 = 0xF30A;
-/// Entries of the root node.
-const ROOT_MAX_ENTRIES: u16 = 4;
-/// Entries of a non-root node (a 4096-byte block without checksum tail).
-const BLOCK_MAX_ENTRIES: u16 = 340;
-/// Deepest tree allowed (the kernel's `EXT4_MAX_EXTENT_DEPTH`).
-const MAX_DEPTH: u16 = 5;
-/// Longest written (initialized) extent.
-const MAX_INIT_LEN: u32 = 32768;
-/// Longest unwritten extent.
-const MAX_UNWRITTEN_LEN: u32 = 32767;
 /// Exclusive upper bound of mappable logical blocks (`EXT_MAX_BLOCKS`).
 pub const MAX_LBLK_END: u32 = u32::MAX;
 
-const HDR: usize = 12;
-const ENT: usize = 12;
+// The on-disk format (magic, limits, entry size) is `ondisk::extent`'s; this file walks
+// and changes trees.
+const HDR: usize = ENTRY_SIZE;
+const ENT: usize = ENTRY_SIZE;
 const BLOCK_BYTES: usize = 4096;
 const PBLK_LIMIT: u64 = 1 << 48;
 /// `ee_len` values above this mark an unwritten extent.
@@ -199,22 +193,6 @@ struct Header {
     generation: u32,
 }
 
-fn rd16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-
-fn rd32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-
-fn wr16(b: &mut [u8], o: usize, v: u16) {
-    b[o..o + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn wr32(b: &mut [u8], o: usize, v: u32) {
-    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
-}
-
 /// Entries a node area of `bytes` bytes can hold.
 fn capacity(bytes: usize) -> usize {
     bytes.saturating_sub(HDR) / ENT
@@ -225,11 +203,16 @@ fn parse_header(b: &[u8], loc: Loc) -> FsResult<Header> {
     if b.len() < HDR {
         return Err(corrupt(loc, "node area too small"));
     }
-    let magic = rd16(b, 0);
+    let magic = get_u16(b, 0);
     if magic != EXTENT_MAGIC {
         return Err(corrupt(loc, format!("bad magic {magic:#06x}")));
     }
-    let h = Header { entries: rd16(b, 2), max: rd16(b, 4), depth: rd16(b, 6), generation: rd32(b, 8) };
+    let h = Header {
+        entries: get_u16(b, 2),
+        max: get_u16(b, 4),
+        depth: get_u16(b, 6),
+        generation: get_u32(b, 8),
+    };
     let cap = capacity(b.len());
     if h.max == 0 || h.max as usize > cap {
         return Err(corrupt(loc, format!("eh_max {} (capacity {cap})", h.max)));
@@ -252,33 +235,37 @@ fn check_depth(h: &Header, expect: Option<u16>, loc: Loc) -> FsResult<()> {
 }
 
 fn key_at(b: &[u8], i: usize) -> u32 {
-    rd32(b, HDR + i * ENT)
+    get_u32(b, HDR + i * ENT)
 }
 
 fn ent_at(b: &[u8], i: usize, leaf: bool) -> Ent {
     let o = HDR + i * ENT;
     if leaf {
         Ent {
-            key: rd32(b, o),
-            raw_len: rd16(b, o + 4),
-            ptr: (rd16(b, o + 6) as u64) << 32 | rd32(b, o + 8) as u64,
+            key: get_u32(b, o),
+            raw_len: get_u16(b, o + 4),
+            ptr: (get_u16(b, o + 6) as u64) << 32 | get_u32(b, o + 8) as u64,
         }
     } else {
-        Ent { key: rd32(b, o), raw_len: 0, ptr: (rd16(b, o + 8) as u64) << 32 | rd32(b, o + 4) as u64 }
+        Ent {
+            key: get_u32(b, o),
+            raw_len: 0,
+            ptr: (get_u16(b, o + 8) as u64) << 32 | get_u32(b, o + 4) as u64,
+        }
     }
 }
 
 fn put_ent(b: &mut [u8], i: usize, leaf: bool, e: &Ent) {
     let o = HDR + i * ENT;
-    wr32(b, o, e.key);
+    put_u32(b, o, e.key);
     if leaf {
-        wr16(b, o + 4, e.raw_len);
-        wr16(b, o + 6, (e.ptr >> 32) as u16);
-        wr32(b, o + 8, e.ptr as u32);
+        put_u16(b, o + 4, e.raw_len);
+        put_u16(b, o + 6, (e.ptr >> 32) as u16);
+        put_u32(b, o + 8, e.ptr as u32);
     } else {
-        wr32(b, o + 4, e.ptr as u32);
-        wr16(b, o + 8, (e.ptr >> 32) as u16);
-        wr16(b, o + 10, 0);
+        put_u32(b, o + 4, e.ptr as u32);
+        put_u16(b, o + 8, (e.ptr >> 32) as u16);
+        put_u16(b, o + 10, 0);
     }
 }
 
@@ -315,11 +302,11 @@ fn encode(node: &Node, b: &mut [u8], loc: Loc) -> FsResult<()> {
             format!("internal: {} entries do not fit (eh_max {}, capacity {cap})", node.ents.len(), node.max),
         ));
     }
-    wr16(b, 0, EXTENT_MAGIC);
-    wr16(b, 2, node.ents.len() as u16);
-    wr16(b, 4, node.max);
-    wr16(b, 6, node.depth);
-    wr32(b, 8, node.generation);
+    put_u16(b, 0, EXTENT_MAGIC);
+    put_u16(b, 2, node.ents.len() as u16);
+    put_u16(b, 4, node.max);
+    put_u16(b, 6, node.depth);
+    put_u32(b, 8, node.generation);
     let leaf = node.depth == 0;
     for (i, e) in node.ents.iter().enumerate() {
         put_ent(b, i, leaf, e);
@@ -1110,8 +1097,8 @@ where
 /// Make `root` an empty tree: a depth-0 root node with no entries.
 pub fn init_root(root: &mut [u8; ROOT_BYTES]) {
     root.fill(0);
-    wr16(root, 0, EXTENT_MAGIC);
-    wr16(root, 4, ROOT_MAX_ENTRIES);
+    put_u16(root, 0, EXTENT_MAGIC);
+    put_u16(root, 4, ROOT_MAX_ENTRIES);
 }
 
 /// Depth of the tree (0: the extents are in the inode).
@@ -1771,13 +1758,13 @@ mod tests {
         assert!(mark_written(&mut root, &mut st, 0, 1).is_err());
 
         let mut root = new_root();
-        wr16(&mut root, 2, 5); // entries > max
+        put_u16(&mut root, 2, 5); // entries > max
         all_fail(&mut root, &mut st);
         let mut root = new_root();
-        wr16(&mut root, 4, 5); // max > capacity
+        put_u16(&mut root, 4, 5); // max > capacity
         all_fail(&mut root, &mut st);
         let mut root = new_root();
-        wr16(&mut root, 6, 6); // depth 6, no entries
+        put_u16(&mut root, 6, 6); // depth 6, no entries
         all_fail(&mut root, &mut st);
 
         // Index pointing at a leaf where a depth-1 node is expected.
