@@ -106,6 +106,7 @@ mod held {
     }
 
     /// Ranks held by this thread, outermost first.
+    #[cfg(test)]
     pub fn held() -> Vec<Rank> {
         HELD.with(|h| h.borrow().clone())
     }
@@ -153,25 +154,6 @@ impl Drop for Token {
     }
 }
 
-/// The ranks this thread holds, outermost first (always empty in release builds).
-pub fn held() -> Vec<Rank> {
-    #[cfg(debug_assertions)]
-    {
-        held::held()
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        Vec::new()
-    }
-}
-
-/// Assert (debug builds) that this thread may take a lock of `rank` now, without taking
-/// one: for code about to block on something that acts as a lock (waiting for a handle's
-/// transaction, for a buffer version).
-pub fn assert_may_take(rank: Rank) {
-    drop(Token::enter(rank));
-}
-
 /// A mutex with a rank.
 #[derive(Debug)]
 pub struct RankedMutex<T> {
@@ -183,11 +165,6 @@ impl<T> RankedMutex<T> {
     /// A mutex of `rank` holding `value`.
     pub const fn new(rank: Rank, value: T) -> Self {
         RankedMutex { rank, inner: Mutex::new(value) }
-    }
-
-    /// Its rank.
-    pub fn rank(&self) -> Rank {
-        self.rank
     }
 
     /// Take the lock (debug builds check the order first, so a violation panics instead of
@@ -203,16 +180,6 @@ impl<T> RankedMutex<T> {
     pub fn try_lock(&self) -> Option<RankedGuard<'_, T>> {
         let token = Token::trying(self.rank);
         self.inner.try_lock().map(|guard| RankedGuard { guard, _token: token })
-    }
-
-    /// The value, with exclusive access (no lock needed).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
-    }
-
-    /// The value.
-    pub fn into_inner(self) -> T {
-        self.inner.into_inner()
     }
 }
 
@@ -287,18 +254,6 @@ impl<T> RankedRwLock<T> {
     pub fn try_read(&self) -> Option<RankedRead<'_, T>> {
         let token = Token::trying(self.rank);
         self.inner.try_read().map(|guard| RankedRead { guard, _token: token })
-    }
-
-    /// Take it exclusive if it is free.
-    #[inline]
-    pub fn try_write(&self) -> Option<RankedWrite<'_, T>> {
-        let token = Token::trying(self.rank);
-        self.inner.try_write().map(|guard| RankedWrite { guard, _token: token })
-    }
-
-    /// The value, with exclusive access (no lock needed).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
     }
 }
 
@@ -392,7 +347,7 @@ mod tests {
             let _s = state.lock();
             let refused =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(commit.lock()))).is_err();
-            (refused, held())
+            (refused, held::held())
         })
         .join()
         .unwrap();
