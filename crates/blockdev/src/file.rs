@@ -641,7 +641,7 @@ mod tests {
         let t = dev.submit(WriteRequest {
             block: 10,
             bufs: vec![pattern(2), pattern(3)],
-            tag: WriteTag::tx(BlockKind::JournalLogged, 7),
+            tag: WriteTag::tx(BlockKind::JournalLogged, crate::TxId::new(0, 7)),
             fua: true,
         })?;
         t.wait()?;

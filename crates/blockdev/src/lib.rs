@@ -107,23 +107,52 @@ pub enum BlockKind {
     Recovery,
 }
 
-/// Tag attached to a write: block kind and journal transaction id when known.
+/// Which log a transaction belongs to: 0 is the primary journal (inode 8's JBD2 log); the
+/// journal may run more logs over one buffer cache, each numbering its own transactions.
+pub type LogId = u16;
+
+/// A transaction's identity: its log and its id within that log. Ids of one log are in commit
+/// order; ids of two logs are not comparable, so nothing orders by the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TxId {
+    /// The log that commits the transaction.
+    pub log: LogId,
+    /// The transaction's id in its log (the JBD2 sequence number, not wrapped).
+    pub tid: u64,
+}
+
+impl TxId {
+    /// Transaction `tid` of log `log`.
+    pub const fn new(log: LogId, tid: u64) -> Self {
+        TxId { log, tid }
+    }
+}
+
+impl std::fmt::Display for TxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The primary log's transactions print as JBD2 sequence numbers, as e2fsck and the
+        // kernel name them.
+        if self.log == 0 { write!(f, "{}", self.tid) } else { write!(f, "{}:{}", self.log, self.tid) }
+    }
+}
+
+/// Tag attached to a write: block kind and journal transaction when known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct WriteTag {
     /// What the block is.
     pub kind: BlockKind,
-    /// Journal transaction id, if the write belongs to one.
-    pub tid: Option<u64>,
+    /// The journal transaction the write belongs to, if any.
+    pub tx: Option<TxId>,
 }
 
 impl WriteTag {
     /// A tag with a kind and no transaction.
     pub const fn kind(kind: BlockKind) -> Self {
-        WriteTag { kind, tid: None }
+        WriteTag { kind, tx: None }
     }
     /// A tag with a kind and a transaction.
-    pub const fn tx(kind: BlockKind, tid: u64) -> Self {
-        WriteTag { kind, tid: Some(tid) }
+    pub const fn tx(kind: BlockKind, tx: TxId) -> Self {
+        WriteTag { kind, tx: Some(tx) }
     }
 }
 

@@ -289,7 +289,7 @@ impl BlockDevice for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BlockKind, DevError, EmulatedSsd, SsdPreset, block_from_slice};
+    use crate::{BlockKind, DevError, EmulatedSsd, SsdPreset, TxId, block_from_slice};
 
     fn buf(v: u8) -> BlockBuf {
         block_from_slice(&[v; crate::BLOCK_SIZE])
@@ -301,12 +301,15 @@ mod tests {
         let rec = Recorder::new(Arc::clone(&inner));
         assert!(rec.describe().starts_with("recorder over emulated SSD"));
         let data = buf(1);
-        let t1 =
-            rec.submit(WriteRequest::one(5, Arc::clone(&data), WriteTag::tx(BlockKind::JournalLogged, 3)))?;
+        let t1 = rec.submit(WriteRequest::one(
+            5,
+            Arc::clone(&data),
+            WriteTag::tx(BlockKind::JournalLogged, TxId::new(0, 3)),
+        ))?;
         let t2 = rec.submit(WriteRequest {
             block: 6,
             bufs: vec![buf(2)],
-            tag: WriteTag::tx(BlockKind::JournalCommit, 3),
+            tag: WriteTag::tx(BlockKind::JournalCommit, TxId::new(1, 3)),
             fua: true,
         })?;
         t1.wait()?;
@@ -325,7 +328,7 @@ mod tests {
         }
         match &ops[0] {
             RecordedOp::Write { seq: 0, block: 5, bufs, tag, fua: false } => {
-                assert_eq!(*tag, WriteTag::tx(BlockKind::JournalLogged, 3));
+                assert_eq!(*tag, WriteTag::tx(BlockKind::JournalLogged, TxId::new(0, 3)));
                 // Shared, not copied.
                 assert!(Arc::ptr_eq(&bufs[0], &data));
             }
@@ -334,7 +337,7 @@ mod tests {
         assert!(matches!(
             &ops[1],
             RecordedOp::Write { seq: 1, block: 6, fua: true, tag, .. }
-                if tag.kind == BlockKind::JournalCommit && tag.tid == Some(3)
+                if tag.kind == BlockKind::JournalCommit && tag.tx == Some(TxId::new(1, 3))
         ));
         assert!(matches!(ops[2], RecordedOp::WriteDone { seq: 2, write_seq: 0, ok: true }));
         assert!(matches!(ops[3], RecordedOp::WriteDone { seq: 3, write_seq: 1, ok: true }));

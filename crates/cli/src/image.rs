@@ -14,7 +14,7 @@ use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::ondisk::superblock::Superblock;
 use cjfs_fs::{Fs, FsError, MountOptions, MountReport};
-use cjfs_journal::superblock::read_superblock;
+use cjfs_journal::superblock::read_log_areas;
 
 use crate::error::{CliError, CliResult};
 
@@ -94,9 +94,11 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     check_not_truncated(image, dev, &sb0)?;
     let (sb, _descs) = read_layout(&**dev).map_err(|e| CliError::fs(image, e))?;
     let area = cjfs_fs::fs::journal_area(dev, &sb).map_err(|e| CliError::fs(image, e))?;
-    let jsb = read_superblock(&**dev, &area)
-        .map_err(|e| CliError::Journal { image: image.to_string(), source: e })?;
-    let needs_recovery = jsb.needs_recovery() || sb.has_incompat(INCOMPAT_RECOVER);
+    let jerr = |e| CliError::Journal { image: image.to_string(), source: e };
+    let (jsb, areas) = read_log_areas(&**dev, &area).map_err(jerr)?;
+    let logs_dirty =
+        cjfs_fs::fs::logs_need_recovery(dev, &jsb, &areas).map_err(|e| CliError::fs(image, e))?;
+    let needs_recovery = logs_dirty || sb.has_incompat(INCOMPAT_RECOVER);
     Ok(Probe { sb, needs_recovery })
 }
 

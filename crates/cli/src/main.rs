@@ -199,6 +199,10 @@ struct MkfsArgs {
     /// Journal size in 4 KiB blocks (default: like mke2fs for the file system size).
     #[arg(long, value_name = "N")]
     journal_blocks: Option<u32>,
+    /// An extra log area of N 4 KiB blocks inside the journal inode, after the journal
+    /// (repeat for more; for techniques that run several logs; invisible to stock tools).
+    #[arg(long = "log-area", value_name = "N")]
+    log_areas: Vec<u32>,
     /// Bytes per inode (default 16384; suffixes like 16K accepted).
     #[arg(long, value_name = "BYTES", value_parser = image::parse_size)]
     inode_ratio: Option<u64>,
@@ -243,6 +247,7 @@ fn run(cli: Cli) -> CliResult<()> {
             size: a.size,
             label: a.label,
             journal_blocks: a.journal_blocks,
+            log_areas: a.log_areas,
             inode_ratio: a.inode_ratio,
             force: a.force,
         }),

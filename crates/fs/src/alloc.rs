@@ -51,8 +51,7 @@ fn prune_busy(fs: &FsInner, gs: &mut GroupState) {
     if gs.busy.map.is_empty() {
         return;
     }
-    let durable = fs.journal.durable_tid();
-    gs.busy.map.retain(|_, (_, tid)| *tid > durable);
+    gs.busy.map.retain(|_, (_, tx)| !fs.journal.is_durable(*tx));
 }
 
 /// If block `b` is busy, the first block after its busy extent.
@@ -174,7 +173,7 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
     if start < geo.first_data_block || start + u64::from(len) > geo.blocks_count {
         return Err(FsError::Corrupt(format!("freeing blocks {start}+{len} outside the file system")));
     }
-    let tid = tx.h.tid();
+    let txid = tx.h.tx_id();
     let mut b = start;
     let end = start + u64::from(len);
     while b < end {
@@ -194,7 +193,7 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
             bitmap::clear_range(&mut bm[..], off, n as usize);
         }
         gs.desc.free_blocks_count += n;
-        gs.busy.map.insert(b, (n, tid));
+        gs.busy.map.insert(b, (n, txid));
         let desc = gs.desc.clone();
         write_desc(tx, g, &desc)?;
         drop(gs);

@@ -39,23 +39,22 @@ use cjfs_journal::Buffer;
 use crate::error::{FsError, FsResult};
 use crate::meta::MetaStore;
 use crate::ondisk::extent::{
-    BLOCK_MAX_ENTRIES, ENTRY_SIZE, EXTENT_MAGIC, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN, ROOT_MAX_ENTRIES,
+    BLOCK_MAX_ENTRIES, ENTRY_SIZE, Extent, ExtentIndex, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN,
+    NodeHeader, ROOT_MAX_ENTRIES, entry_key, read_extent, read_header, read_index, split_raw_len,
+    write_extent, write_header, write_index,
 };
-use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// Size of the inode's `i_block` area holding the root node.
 pub const ROOT_BYTES: usize = 60;
 /// Exclusive upper bound of mappable logical blocks (`EXT_MAX_BLOCKS`).
 pub const MAX_LBLK_END: u32 = u32::MAX;
 
-// The on-disk format (magic, limits, entry size) is `ondisk::extent`'s; this file walks
-// and changes trees.
+// The on-disk format and its one codec (headers and entries, read and written in place) are
+// `ondisk::extent`'s; this file walks and changes trees.
 const HDR: usize = ENTRY_SIZE;
 const ENT: usize = ENTRY_SIZE;
 const BLOCK_BYTES: usize = 4096;
 const PBLK_LIMIT: u64 = 1 << 48;
-/// `ee_len` values above this mark an unwritten extent.
-const UNWRITTEN_BIAS: u32 = 32768;
 
 /// One extent: `len` logical blocks from `lblk` mapped to the physical blocks from `pblk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -155,8 +154,8 @@ struct Ent {
 
 impl Ent {
     fn leaf(m: &Mapping) -> Ent {
-        let raw = if m.unwritten { m.len + UNWRITTEN_BIAS } else { m.len };
-        Ent { key: m.lblk, raw_len: raw as u16, ptr: m.pblk }
+        let x = Extent { logical: m.lblk, len: m.len, unwritten: m.unwritten, start: m.pblk };
+        Ent { key: m.lblk, raw_len: x.raw_len(), ptr: m.pblk }
     }
 
     fn index(key: u32, child: u64) -> Ent {
@@ -164,8 +163,7 @@ impl Ent {
     }
 
     fn mapping(&self) -> Mapping {
-        let raw = self.raw_len as u32;
-        let (len, unwritten) = if raw > UNWRITTEN_BIAS { (raw - UNWRITTEN_BIAS, true) } else { (raw, false) };
+        let (len, unwritten) = split_raw_len(self.raw_len);
         Mapping { lblk: self.key, pblk: self.ptr, len, unwritten }
     }
 }
@@ -185,87 +183,40 @@ impl Node {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Header {
-    entries: u16,
-    max: u16,
-    depth: u16,
-    generation: u32,
-}
-
 /// Entries a node area of `bytes` bytes can hold.
 fn capacity(bytes: usize) -> usize {
     bytes.saturating_sub(HDR) / ENT
 }
 
 /// Parse and validate a node header; `b` is the whole node area (60 or 4096 bytes).
-fn parse_header(b: &[u8], loc: Loc) -> FsResult<Header> {
-    if b.len() < HDR {
-        return Err(corrupt(loc, "node area too small"));
-    }
-    let magic = get_u16(b, 0);
-    if magic != EXTENT_MAGIC {
-        return Err(corrupt(loc, format!("bad magic {magic:#06x}")));
-    }
-    let h = Header {
-        entries: get_u16(b, 2),
-        max: get_u16(b, 4),
-        depth: get_u16(b, 6),
-        generation: get_u32(b, 8),
-    };
-    let cap = capacity(b.len());
-    if h.max == 0 || h.max as usize > cap {
-        return Err(corrupt(loc, format!("eh_max {} (capacity {cap})", h.max)));
-    }
-    if h.entries > h.max {
-        return Err(corrupt(loc, format!("{} entries exceed eh_max {}", h.entries, h.max)));
-    }
-    if h.depth > MAX_DEPTH {
-        return Err(corrupt(loc, format!("depth {} exceeds {MAX_DEPTH}", h.depth)));
-    }
-    Ok(h)
+fn parse_header(b: &[u8], loc: Loc) -> FsResult<NodeHeader> {
+    read_header(b).map_err(|msg| corrupt(loc, msg))
 }
 
 /// Check a node's depth against the one its parent implies.
-fn check_depth(h: &Header, expect: Option<u16>, loc: Loc) -> FsResult<()> {
+fn check_depth(h: &NodeHeader, expect: Option<u16>, loc: Loc) -> FsResult<()> {
     match expect {
         Some(d) if d != h.depth => Err(corrupt(loc, format!("depth {} where {d} was expected", h.depth))),
         _ => Ok(()),
     }
 }
 
-fn key_at(b: &[u8], i: usize) -> u32 {
-    get_u32(b, HDR + i * ENT)
-}
-
 fn ent_at(b: &[u8], i: usize, leaf: bool) -> Ent {
-    let o = HDR + i * ENT;
     if leaf {
-        Ent {
-            key: get_u32(b, o),
-            raw_len: get_u16(b, o + 4),
-            ptr: (get_u16(b, o + 6) as u64) << 32 | get_u32(b, o + 8) as u64,
-        }
+        let x = read_extent(b, i);
+        Ent { key: x.logical, raw_len: x.raw_len(), ptr: x.start }
     } else {
-        Ent {
-            key: get_u32(b, o),
-            raw_len: 0,
-            ptr: (get_u16(b, o + 8) as u64) << 32 | get_u32(b, o + 4) as u64,
-        }
+        let x = read_index(b, i);
+        Ent { key: x.logical, raw_len: 0, ptr: x.leaf }
     }
 }
 
 fn put_ent(b: &mut [u8], i: usize, leaf: bool, e: &Ent) {
-    let o = HDR + i * ENT;
-    put_u32(b, o, e.key);
     if leaf {
-        put_u16(b, o + 4, e.raw_len);
-        put_u16(b, o + 6, (e.ptr >> 32) as u16);
-        put_u32(b, o + 8, e.ptr as u32);
+        let m = e.mapping();
+        write_extent(b, i, &Extent { logical: m.lblk, len: m.len, unwritten: m.unwritten, start: m.pblk });
     } else {
-        put_u32(b, o + 4, e.ptr as u32);
-        put_u16(b, o + 8, (e.ptr >> 32) as u16);
-        put_u16(b, o + 10, 0);
+        write_index(b, i, &ExtentIndex { logical: e.key, leaf: e.ptr });
     }
 }
 
@@ -274,7 +225,7 @@ fn count_le(b: &[u8], n: usize, lblk: u32) -> usize {
     let (mut lo, mut hi) = (0, n);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if key_at(b, mid) <= lblk {
+        if entry_key(b, mid) <= lblk {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -302,16 +253,19 @@ fn encode(node: &Node, b: &mut [u8], loc: Loc) -> FsResult<()> {
             format!("internal: {} entries do not fit (eh_max {}, capacity {cap})", node.ents.len(), node.max),
         ));
     }
-    put_u16(b, 0, EXTENT_MAGIC);
-    put_u16(b, 2, node.ents.len() as u16);
-    put_u16(b, 4, node.max);
-    put_u16(b, 6, node.depth);
-    put_u32(b, 8, node.generation);
+    let h = NodeHeader {
+        entries: node.ents.len() as u16,
+        max: node.max,
+        depth: node.depth,
+        generation: node.generation,
+    };
+    write_header(b, &h);
+    // A node's entry area is rewritten whole: no stale entry or `ei_unused` survives.
+    b[HDR..HDR + cap * ENT].fill(0);
     let leaf = node.depth == 0;
     for (i, e) in node.ents.iter().enumerate() {
         put_ent(b, i, leaf, e);
     }
-    b[HDR + node.ents.len() * ENT..HDR + cap * ENT].fill(0);
     Ok(())
 }
 
@@ -1097,8 +1051,7 @@ where
 /// Make `root` an empty tree: a depth-0 root node with no entries.
 pub fn init_root(root: &mut [u8; ROOT_BYTES]) {
     root.fill(0);
-    put_u16(root, 0, EXTENT_MAGIC);
-    put_u16(root, 4, ROOT_MAX_ENTRIES);
+    write_header(root, &NodeHeader { entries: 0, max: ROOT_MAX_ENTRIES, depth: 0, generation: 0 });
 }
 
 /// Depth of the tree (0: the extents are in the inode).
@@ -1294,6 +1247,8 @@ mod tests {
     use cjfs_blockdev::EmulatedSsd;
     use cjfs_journal::BufferCache;
     use proptest::prelude::*;
+
+    use crate::ondisk::superblock::put_u16;
 
     const DEV_BLOCKS: u64 = 1 << 16;
 

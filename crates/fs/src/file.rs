@@ -143,7 +143,7 @@ fn map_for_write(
             // The conversion is needed to read the data back: fdatasync must commit it (found
             // by the crash harness: data written into a fallocated range and fdatasynced read
             // back as zeros after a crash, the extent still unwritten).
-            st.datasync_tid = tx.h.tid();
+            st.datasync_tx = tx.h.tx_id();
             *cur = None;
             return Ok((p, true));
         }
@@ -163,7 +163,7 @@ fn map_for_write(
     let m = Mapping { lblk, pblk, len, unwritten: false };
     let d = insert_or_free(tx, st, m, goal)?;
     charge_blocks(tx.fs, st, i64::from(len) + i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
-    st.datasync_tid = tx.h.tid();
+    st.datasync_tx = tx.h.tx_id();
     *cur = Some((m, true));
     Ok((pblk, true))
 }
@@ -218,7 +218,7 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
             buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
             if jdata {
                 tx.h.dirty_metadata(&buf)?;
-                st.datasync_tid = tx.h.tid();
+                st.datasync_tx = tx.h.tx_id();
             } else {
                 tx.h.dirty_data(&buf)?;
                 st.dirty_data.push(buf);
@@ -230,7 +230,7 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
         let old_size = st.d.size;
         if new_end > st.d.size {
             st.d.size = new_end;
-            st.datasync_tid = tx.h.tid();
+            st.datasync_tx = tx.h.tx_id();
         }
         let now = Timestamp::now();
         st.d.mtime = now;
@@ -306,7 +306,7 @@ fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata
         n += i64::from(len);
     }
     charge_blocks(tx.fs, st, -n + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed))?;
-    st.datasync_tid = tx.h.tid();
+    st.datasync_tx = tx.h.tx_id();
     Ok(())
 }
 
@@ -327,7 +327,7 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         st.d.size = new_size;
         st.d.mtime = now;
         st.d.ctime = now;
-        st.datasync_tid = tx.h.tid();
+        st.datasync_tx = tx.h.tx_id();
         store_inode(&mut tx, ino, st)?;
         tx.stop()?;
         return Ok(());
@@ -361,7 +361,7 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         }
         st.d.mtime = now;
         st.d.ctime = now;
-        st.datasync_tid = tx.h.tid();
+        st.datasync_tx = tx.h.tx_id();
         store_inode(&mut tx, ino, st)?;
         tx.stop()?;
         if last {
@@ -495,7 +495,7 @@ pub(crate) fn fallocate(
                 st.d.size = end;
             }
             st.d.ctime = Timestamp::now();
-            st.datasync_tid = tx.h.tid();
+            st.datasync_tx = tx.h.tx_id();
             store_inode(&mut tx, ino, st)?;
             tx.stop()?;
             if let Some(e) = failed {

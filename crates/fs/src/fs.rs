@@ -27,8 +27,11 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
-use cjfs_journal::recovery::recover_strict;
-use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, Tid};
+use cjfs_journal::recovery::{RecoveryReport, recover_strict};
+use cjfs_journal::superblock::{
+    INCOMPAT_CJFS_LOGS, JournalSuperblock, read_log_areas, read_superblock, write_superblock,
+};
+use cjfs_journal::{BufferCache, Journal, JournalArea, JournalError, JournalKind, TxId};
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
@@ -116,7 +119,7 @@ impl Geometry {
 #[derive(Debug, Default)]
 pub(crate) struct BusyExtents {
     /// start block -> (length, freeing transaction).
-    pub map: BTreeMap<u64, (u32, Tid)>,
+    pub map: BTreeMap<u64, (u32, TxId)>,
 }
 
 /// Per-group allocator state. Protected by its group's Mutex.
@@ -231,15 +234,80 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
     Ok(area)
 }
 
-/// Replay the journal of the image on `dev` if it needs it. Returns the recovery report.
+/// The journal's logs: the primary journal (the first `s_maxlen` blocks of inode 8), then
+/// the extra log areas its superblock's table lists, and the primary superblock. Reads only.
+pub fn journal_logs(dev: &Device, sb: &Superblock) -> FsResult<(JournalSuperblock, Vec<JournalArea>)> {
+    let inode_area = journal_area(dev, sb)?;
+    Ok(read_log_areas(&**dev, &inode_area)?)
+}
+
+/// Whether a log of the journal needs replay: the primary is not empty, the private
+/// `cjfs_logs` bit says extra logs may hold transactions, or an extra log is not empty.
+pub fn logs_need_recovery(dev: &Device, jsb: &JournalSuperblock, areas: &[JournalArea]) -> FsResult<bool> {
+    if jsb.needs_recovery() || jsb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
+        return Ok(true);
+    }
+    for a in areas.iter().skip(1) {
+        if read_superblock(&**dev, a)?.needs_recovery() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Replay every log (see [`recover_strict`]): the primary journal, then each extra log on its
+/// own, in table order. Only per-core journaling writes extra logs, and its chain marks are
+/// what would order two logs' transactions; until it lands the extra logs are empty or
+/// independent. Then clears the private `cjfs_logs` bit. The report is the primary's with the
+/// extra logs' counts added. With extra logs, every log is first replayed on an overlay that
+/// keeps its writes, so a damaged one is refused before anything is written.
+fn recover_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport> {
+    if areas.len() > 1 {
+        let overlay: Device = Arc::new(cjfs_blockdev::OverlayDevice::new(dev.clone())?);
+        replay_logs(&overlay, areas)?;
+    }
+    replay_logs(dev, areas)
+}
+
+/// The replay of [`recover_logs`], on `dev`.
+fn replay_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport> {
+    let Some((primary, extra)) = areas.split_first() else {
+        return Err(FsError::Corrupt("the journal has no log".into()));
+    };
+    let mut report = recover_strict(&**dev, primary)?;
+    for (i, a) in extra.iter().enumerate() {
+        // Keep the error's kind (a damaged log is reported as one), adding which log.
+        let r = recover_strict(&**dev, a).map_err(|e| match e {
+            JournalError::Damaged(m) => JournalError::Damaged(format!("log {}: {m}", i + 1)),
+            JournalError::Corrupt(m) => JournalError::Corrupt(format!("log {}: {m}", i + 1)),
+            other => other,
+        })?;
+        report.needed |= r.needed;
+        report.transactions += r.transactions;
+        report.blocks_replayed += r.blocks_replayed;
+        report.blocks_written += r.blocks_written;
+        report.blocks_revoked += r.blocks_revoked;
+        report.revoke_records += r.revoke_records;
+    }
+    let mut jsb = read_superblock(&**dev, primary)?;
+    if jsb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
+        jsb.s_feature_incompat &= !INCOMPAT_CJFS_LOGS;
+        write_superblock(&**dev, primary, &jsb, false)?;
+        dev.flush()?;
+    }
+    Ok(report)
+}
+
+/// Replay the journal of the image on `dev` if it needs it (every log; see
+/// [`journal_logs`]). Returns the recovery report.
 ///
 /// A damaged journal (see [`recover_strict`]) is refused with nothing written: replaying
 /// what is intact leaves a file system only a full check can repair, and `e2fsck -fy` both
 /// replays and repairs.
-pub fn recover_device(dev: &Device) -> FsResult<cjfs_journal::recovery::RecoveryReport> {
+pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
     let (sb, _) = read_layout(&**dev)?;
-    let area = journal_area(dev, &sb)?;
-    let report = recover_strict(&**dev, &area)?;
+    let (_, areas) = journal_logs(dev, &sb)?;
+    let report = recover_logs(dev, &areas)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
@@ -280,10 +348,9 @@ impl Fs {
                     .into(),
             ));
         }
-        let area = journal_area(&dev, &sb0)?;
+        let (jsb, areas) = journal_logs(&dev, &sb0)?;
         let mut report = MountReport::default();
-        let jsb = cjfs_journal::superblock::read_superblock(&*dev, &area)?;
-        if jsb.needs_recovery() || sb0.has_incompat(INCOMPAT_RECOVER) {
+        if logs_need_recovery(&dev, &jsb, &areas)? || sb0.has_incompat(INCOMPAT_RECOVER) {
             if opts.read_only {
                 return Err(FsError::Invalid(
                     "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"
@@ -291,7 +358,7 @@ impl Fs {
                 ));
             }
             // A damaged journal is refused before anything is written (see `recover_strict`).
-            let r = recover_strict(&*dev, &area)?;
+            let r = recover_logs(&dev, &areas)?;
             report.replayed_transactions = r.transactions;
             report.replayed_blocks = r.blocks_replayed;
         }
@@ -320,7 +387,7 @@ impl Fs {
         if opts.read_only {
             jcfg.kind = JournalKind::None;
         }
-        let journal = Journal::open(dev.clone(), area, cache.clone(), jcfg)?;
+        let journal = Journal::open_logs(dev.clone(), areas, cache.clone(), jcfg)?;
         let itable = descs.iter().map(|d| d.inode_table).collect();
         let inner = Arc::new(FsInner {
             itable,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
 use cjfs_journal::lock_rank::{Rank, RankedMutex, RankedRwLock};
-use cjfs_journal::{Buffer, Tid};
+use cjfs_journal::{Buffer, TxId};
 
 use crate::dir::{DirIndex, DirSlot};
 use crate::error::{FsError, FsResult};
@@ -25,9 +25,9 @@ pub(crate) struct InodeState {
     /// The directory's names, shared with [`Inode::names`]; `Some` exactly when `dir` is.
     pub names: Arc<Names>,
     /// Last transaction that changed this inode (fsync waits for it).
-    pub meta_tid: Tid,
+    pub meta_tx: TxId,
     /// Last transaction that changed what fdatasync needs (size, block mapping).
-    pub datasync_tid: Tid,
+    pub datasync_tx: TxId,
     /// Data buffers written since the last fsync (fdatasync without a commit writes these).
     pub dirty_data: Vec<Arc<Buffer>>,
     /// Open file handles (the FUSE layer's opens and the library's explicit opens).
@@ -105,10 +105,10 @@ impl InodeCache {
     }
 
     /// Install a freshly allocated inode.
-    pub fn insert_new(&self, ino: Ino, d: DiskInode, tid: Tid) -> Arc<Inode> {
+    pub fn insert_new(&self, ino: Ino, d: DiskInode, tx: TxId) -> Arc<Inode> {
         let mut st = InodeState::new(d);
-        st.meta_tid = tid;
-        st.datasync_tid = tid;
+        st.meta_tx = tx;
+        st.datasync_tx = tx;
         let node = Arc::new(Inode::new(ino, st));
         self.shard(ino).lock().insert(ino, node.clone());
         node
@@ -164,8 +164,8 @@ impl InodeState {
             d,
             dir: None,
             names: Arc::new(Names::default()),
-            meta_tid: 0,
-            datasync_tid: 0,
+            meta_tx: TxId::default(),
+            datasync_tx: TxId::default(),
             dirty_data: Vec::new(),
             open: 0,
             orphan: false,
@@ -230,7 +230,7 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
         let mut g = buf.write();
         st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize]);
     }
-    st.meta_tid = tx.h.tid();
+    st.meta_tx = tx.h.tx_id();
     Ok(())
 }
 

@@ -68,6 +68,10 @@ pub struct MkfsOptions {
     pub inode_ratio: u32,
     /// Journal size in blocks (`None`: like mke2fs' `ext2fs_default_journal_size`).
     pub journal_blocks: Option<u32>,
+    /// Extra log areas (sizes in blocks, each at least 1024) inside the journal inode after
+    /// the primary journal, for techniques that run more than one log. Invisible to stock
+    /// tools, which see the primary journal's `s_maxlen` only.
+    pub log_areas: Vec<u32>,
     /// Use the `64bit` feature (64-byte group descriptors; needed above 16 TiB).
     pub sixty_four_bit: bool,
     /// Groups per flex group (a power of two; default 16).
@@ -86,6 +90,7 @@ impl Default for MkfsOptions {
             hash_seed: None,
             inode_ratio: 16384,
             journal_blocks: None,
+            log_areas: Vec::new(),
             sixty_four_bit: true,
             flex_bg_size: 16,
             assume_zeroed: false,
@@ -111,7 +116,7 @@ pub struct MkfsReport {
     pub inode_table_blocks: u32,
     /// Journal runs `(first device block, blocks)` in log order.
     pub journal_runs: Vec<(u64, u64)>,
-    /// Journal size in blocks.
+    /// Journal inode size in blocks: the primary journal and any extra log areas.
     pub journal_blocks: u32,
     /// Extent index block of the journal inode (only when it needs more than 4 extents).
     pub journal_index_block: Option<u64>,
@@ -496,13 +501,30 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     let lf_block = used.alloc(root_block + 1, LOST_FOUND_BLOCKS, "lost+found")?;
 
     // journal
-    let jblocks = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(g.blocks));
+    let primary_blocks = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(g.blocks));
     let free_now = g.blocks - used.count_in(0, g.blocks);
-    if !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&jblocks) {
+    if !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&primary_blocks) {
         return Err(FsError::Invalid(format!(
-            "journal of {jblocks} blocks (must be {MIN_JOURNAL_BLOCKS}..={MAX_JOURNAL_BLOCKS})"
+            "journal of {primary_blocks} blocks (must be {MIN_JOURNAL_BLOCKS}..={MAX_JOURNAL_BLOCKS})"
         )));
     }
+    if let Some(a) = opts.log_areas.iter().find(|&&a| !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&a))
+    {
+        return Err(FsError::Invalid(format!(
+            "log area of {a} blocks (must be {MIN_JOURNAL_BLOCKS}..={MAX_JOURNAL_BLOCKS})"
+        )));
+    }
+    if opts.log_areas.len() > cjfs_journal::superblock::MAX_LOG_AREAS {
+        return Err(FsError::Invalid(format!(
+            "{} extra log areas (at most {})",
+            opts.log_areas.len(),
+            cjfs_journal::superblock::MAX_LOG_AREAS
+        )));
+    }
+    // The journal inode holds the primary journal and every extra log area.
+    let jblocks =
+        u32::try_from(u64::from(primary_blocks) + opts.log_areas.iter().map(|&a| u64::from(a)).sum::<u64>())
+            .map_err(|_| FsError::Invalid("the journal and its log areas exceed 2^32 blocks".into()))?;
     if jblocks as u64 > free_now / 2 {
         return Err(FsError::Invalid(format!(
             "journal of {jblocks} blocks is too big: at most half of the {free_now} free blocks ({}) \
@@ -652,7 +674,15 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     w.finish()?;
     // journal superblock (also flushes)
     let area = JournalArea::new(runs.iter().copied());
-    cjfs_journal::superblock::format_journal(dev, &area, uuid, true)?;
+    let extra: Vec<u64> = opts.log_areas.iter().map(|&a| u64::from(a)).collect();
+    cjfs_journal::superblock::format_journal_areas(
+        dev,
+        &area,
+        uuid,
+        true,
+        u64::from(primary_blocks),
+        &extra,
+    )?;
 
     // group descriptor table copies
     let mut gdt = vec![0u8; g.gdt_blocks as usize * BLOCK_SIZE];

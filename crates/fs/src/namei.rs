@@ -80,7 +80,7 @@ fn make_node(
     let mut tx = Tx::start(fs, credits)?;
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let d = new_disk_inode(fs, mode, uid, gid);
-    let node = fs.inodes.insert_new(ino, d, tx.h.tid());
+    let node = fs.inodes.insert_new(ino, d, tx.h.tx_id());
     let mut st = node.state.write();
     let made = (|| {
         init(&mut tx, ino, &mut st)?;
@@ -104,9 +104,9 @@ fn make_node(
     ps.d.mtime = now;
     ps.d.ctime = now;
     store_inode(&mut tx, parent, &mut ps)?;
-    let tid = tx.stop()?;
-    ps.datasync_tid = tid;
-    st.datasync_tid = tid;
+    let txid = tx.stop()?;
+    ps.datasync_tx = txid;
+    st.datasync_tx = txid;
     drop(st);
     Ok(node)
 }
@@ -337,8 +337,8 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     ps.d.ctime = now;
     store_inode(&mut tx, parent, &mut ps)?;
     let evict = drop_link(&mut tx, &node, &mut st, is_dir)?;
-    let tid = tx.stop()?;
-    ps.datasync_tid = tid;
+    let txid = tx.stop()?;
+    ps.datasync_tx = txid;
     drop(ps);
     if evict {
         crate::orphan::evict(fs, &node, &mut st)?;
@@ -570,12 +570,12 @@ pub(crate) fn rename(
         g.d.ctime = now;
         store_inode(&mut tx, newparent, g)?;
     }
-    let tid = tx.stop()?;
-    g1.datasync_tid = tid;
-    sg.datasync_tid = tid;
+    let txid = tx.stop()?;
+    g1.datasync_tx = txid;
+    sg.datasync_tx = txid;
     // fdatasync of either parent (dbench's --sync-dir) must make the rename durable.
     if let Some(g) = g2.as_mut() {
-        g.datasync_tid = tid;
+        g.datasync_tx = txid;
     }
     if evict {
         // The replaced name was the victim's last link and nothing holds it open.

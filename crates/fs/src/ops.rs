@@ -354,14 +354,14 @@ impl Fs {
     /// Make `ino` durable: with `datasync`, only what is needed to read its data back.
     pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         let node = self.node(ino)?;
-        let (tid, bufs) = {
+        let (tx, bufs) = {
             let mut st = node.state.write();
-            let tid = if datasync { st.datasync_tid } else { st.meta_tid };
-            (tid, std::mem::take(&mut st.dirty_data))
+            let tx = if datasync { st.datasync_tx } else { st.meta_tx };
+            (tx, std::mem::take(&mut st.dirty_data))
         };
         let j = &self.inner.journal;
-        if tid > j.durable_tid() {
-            j.commit_wait(tid)?;
+        if !j.is_durable(tx) {
+            j.commit_wait(tx)?;
         }
         j.sync_data(&bufs)?;
         Ok(())

@@ -25,8 +25,8 @@ impl<'a> Tx<'a> {
         Ok(Tx { fs, h: fs.journal.start(credits)? })
     }
 
-    /// Stop the handle; returns its transaction id.
-    pub fn stop(self) -> FsResult<cjfs_journal::Tid> {
+    /// Stop the handle; returns its transaction.
+    pub fn stop(self) -> FsResult<cjfs_journal::TxId> {
         Ok(self.h.stop()?)
     }
 }

@@ -220,11 +220,12 @@ fn fdatasync_of_an_overwrite_commits_nothing_yet_survives_a_crash() {
     fs.write(a, 5000, &patch).expect("overwrite");
     want[5000..25_000].copy_from_slice(&patch);
     let before = fs.journal().stats();
-    let durable = fs.journal().durable_tid();
+    let last = fs.journal().current_tx();
+    let was_durable = fs.journal().is_durable(last);
     fs.fsync(a, true).expect("fdatasync");
     let d = fs.journal().stats().delta(&before);
     assert_eq!(d.transactions, 0, "fdatasync of an overwrite committed a transaction");
-    assert_eq!(fs.journal().durable_tid(), durable);
+    assert_eq!(fs.journal().is_durable(last), was_durable);
     // Crash right after the fdatasync: the overwrite is on the device.
     let crash = ssd.image_bytes();
     let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
@@ -248,8 +249,8 @@ fn commit_timer_commits_without_fsync() {
     let data = content(40_000, 9);
     fs.write(a, 0, &data).expect("write");
     let t0 = Instant::now();
-    let tid = fs.journal().current_tid();
-    while fs.journal().durable_tid() < tid {
+    let tx = fs.journal().current_tx();
+    while !fs.journal().is_durable(tx) {
         assert!(t0.elapsed() < Duration::from_secs(5), "the commit timer did not commit within 5 s");
         std::thread::sleep(Duration::from_millis(10));
     }

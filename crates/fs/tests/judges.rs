@@ -22,6 +22,9 @@
 //!    extent tree of depth 1, fast and slow symlinks, hard links, xattrs, device nodes,
 //!    preallocated extents, a data=journal file) reads back exactly through the kernel's
 //!    ext4; what the kernel then writes reads back exactly through cjfs; e2fsck stays clean.
+//! 5. [`extra_log_area_hidden_from_stock_tools`]: a second log area in the journal inode is
+//!    invisible to e2fsck and the kernel on a clean image; a crash state with the private
+//!    `cjfs_logs` journal feature is refused by both; after cjfs' recovery both accept it.
 //!
 //! A test prints `SKIP: <reason>` and passes when what it needs is missing: e2fsprogs, root,
 //! loop devices or the kernel's ext4. Mounts and loop devices are released by drop guards,
@@ -2534,4 +2537,114 @@ fn cjfs_image_mounts_in_kernel() {
     require!(kernel_env());
     cjfs_in_kernel_variant("64bit", &MkfsOptions::default(), 31);
     cjfs_in_kernel_variant("32bit", &MkfsOptions { sixty_four_bit: false, ..Default::default() }, 32);
+}
+
+// ---- 5. extra log areas and the private journal feature bit --------------------------------
+
+/// The primary journal superblock's `s_feature_incompat`, read through cjfs' own reader.
+fn journal_incompat(img: &Path) -> (u32, usize) {
+    let dev = open_dev(img, true);
+    let (sb, _) = read_layout(&*dev).expect("layout");
+    let (jsb, areas) = cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal logs");
+    (jsb.s_feature_incompat, areas.len())
+}
+
+/// Whether the kernel mounts `img`; on success the mount shows `name` holding `want`.
+fn kernel_mounts(img: &Path, dir: &Path, name: &str, want: &[u8]) -> Result<(), String> {
+    let lo = LoopDev::attach(img, false)?;
+    let mnt = dir.join("kmnt");
+    let _ = std::fs::create_dir(&mnt);
+    let mut km = KMount::mount(&lo, &mnt, "")?;
+    let got = std::fs::read(mnt.join(name)).map_err(|e| format!("read {name} through the kernel: {e}"))?;
+    km.umount();
+    if got != want {
+        return Err(format!(
+            "{name} reads back {} bytes through the kernel, {} were written",
+            got.len(),
+            want.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Judge 5: a journal inode with a second (empty) log area. After a clean unmount the
+/// image is plain ext4 (`e2fsck -fn` clean, the kernel mounts it); a crash state while the
+/// area is open carries the private `cjfs_logs` journal feature, which `e2fsck -fn` and the
+/// kernel refuse; after cjfs' recovery both accept it again.
+#[test]
+fn extra_log_area_hidden_from_stock_tools() {
+    require!(need_tools(&["e2fsck"]));
+    const CJFS_LOGS: u32 = cjfs_journal::superblock::INCOMPAT_CJFS_LOGS;
+    let dir = tmpdir();
+    let img = dir.path().join("areas.img");
+    let crash = dir.path().join("crash.img");
+    let opts = MkfsOptions { journal_blocks: Some(1024), log_areas: vec![1024], ..Default::default() };
+    let dev = new_image(&img, 64, &opts);
+    assert_eq!(
+        journal_incompat(&img),
+        (journal_incompat(&img).0 & !CJFS_LOGS, 2),
+        "fresh image: two logs, bit clear"
+    );
+    assert_fsck_clean(&img, "a fresh image with a second log area");
+
+    let data = pattern(300_000, 51);
+    // No timer commit or background checkpoint moves the log while the crash copy is taken.
+    let fs = Fs::open(dev, MountOptions { journal: quiet_journal(), ..Default::default() }).expect("mount");
+    assert_eq!(fs.journal().log_count(), 2);
+    let a = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).expect("create").ino;
+    fs.write(a, 0, &data).expect("write");
+    fs.fsync(a, false).expect("fsync");
+    let checkpoints = fs.journal().stats().checkpoints;
+    copy_image(&img, &crash);
+    assert_eq!(fs.journal().stats().checkpoints, checkpoints, "a checkpoint ran during the copy");
+    fs.unmount().expect("unmount");
+
+    let (bits, logs) = journal_incompat(&img);
+    assert_eq!((bits & CJFS_LOGS, logs), (0, 2), "a clean unmount clears the private bit");
+    assert_fsck_clean(&img, "clean unmount with a second log area");
+    let kernel = kernel_env();
+    match &kernel {
+        Ok(()) => kernel_mounts(&img, dir.path(), "kept", &data)
+            .unwrap_or_else(|e| panic!("the kernel refused a cleanly unmounted image: {e}")),
+        Err(why) => println!("SKIP (kernel part): {why}"),
+    }
+
+    assert_ne!(journal_incompat(&crash).0 & CJFS_LOGS, 0, "the crash state carries the private bit");
+    let o = e2fsck(&crash, "-fn");
+    assert_ne!(o.code, 0, "e2fsck -fn accepted a journal with the private bit:\n{}", o.text());
+    assert!(
+        o.text().contains("unknown incompatible feature"),
+        "e2fsck -fn refused, but not naming the journal feature:\n{}",
+        o.text()
+    );
+    if kernel.is_ok() {
+        let lo = LoopDev::attach(&crash, false).expect("loop device for the crash state");
+        let mnt = dir.path().join("kmnt");
+        let _ = std::fs::create_dir(&mnt);
+        match KMount::mount(&lo, &mnt, "") {
+            Ok(_) => panic!("the kernel mounted a journal with the private bit"),
+            Err(e) => {
+                // mount(8) reports the failed journal load as a bad superblock / wrong type;
+                // the kernel log says why ("JBD2: Unrecognised features on journal").
+                println!("kernel refused the crash state: {}", e.trim());
+                let dmesg = run("dmesg", ["--notime"]);
+                if let Some(line) = dmesg.stdout.lines().rev().find(|l| l.contains("JBD2")) {
+                    println!("kernel log: {line}");
+                }
+            }
+        }
+    }
+    let report = cjfs_fs::recover_device(&open_dev(&crash, false)).expect("recover the crash state");
+    println!("recovery: {} transaction(s), {} block(s)", report.transactions, report.blocks_replayed);
+    assert_eq!(journal_incompat(&crash).0 & CJFS_LOGS, 0, "recovery clears the private bit");
+    assert_fsck_clean(&crash, "the crash state after cjfs recovery");
+    if kernel.is_ok() {
+        kernel_mounts(&crash, dir.path(), "kept", &data)
+            .unwrap_or_else(|e| panic!("the kernel refused the recovered image: {e}"));
+    }
+    let fs = mount_ro(&crash);
+    let mut got = vec![0u8; data.len() + 10];
+    let n = fs.read(a, 0, &mut got).expect("read");
+    assert_eq!(&got[..n], &data[..], "the fsynced file after recovery");
+    fs.unmount().expect("unmount");
 }

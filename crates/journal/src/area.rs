@@ -59,6 +59,22 @@ impl JournalArea {
         &self.extents
     }
 
+    /// The `len` blocks of this area from its block `first`, as an area of its own (an extra
+    /// log inside the journal inode).
+    pub fn slice(&self, first: u64, len: u64) -> DevResult<JournalArea> {
+        if first.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(DevError::OutOfRange { block: first, count: len, num_blocks: self.len });
+        }
+        let mut runs = Vec::new();
+        let (mut at, end) = (first, first + len);
+        while at < end {
+            let (dev, n) = self.map_run(at, end - at)?;
+            runs.push((dev, n));
+            at += n;
+        }
+        Ok(JournalArea::new(runs))
+    }
+
     /// Device block of log block `lblk`.
     pub fn map(&self, lblk: u64) -> DevResult<u64> {
         let i = self.extents.partition_point(|e| e.log_start + e.len <= lblk);
@@ -96,5 +112,8 @@ mod tests {
         assert_eq!(a.map(4).ok(), Some(501));
         assert!(a.map(5).is_err());
         assert_eq!(a.map_run(1, 10).ok(), Some((101, 2)));
+        let s = a.slice(2, 2).expect("slice");
+        assert_eq!((s.len(), s.map(0).ok(), s.map(1).ok()), (2, Some(102), Some(500)));
+        assert!(a.slice(4, 2).is_err());
     }
 }

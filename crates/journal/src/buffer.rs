@@ -10,33 +10,35 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, zeroed_block};
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, TxId, zeroed_block};
 use parking_lot::{Condvar, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::lock_rank::{Rank, RankedGuard, RankedMutex};
 
 use crate::error::JResult;
 
-/// Transaction id.
+/// Transaction id within one log (JBD2's sequence number, not wrapped; the low 32 bits go on
+/// disk). A transaction's full identity is a [`TxId`] (log and id): the buffer cache is shared
+/// by every log, so everything kept per buffer names transactions by [`TxId`].
 pub type Tid = u64;
 
 /// Journal bookkeeping for one buffer. Protected by [`Buffer::jstate`].
 #[derive(Debug, Default)]
 pub struct JState {
     /// Running transaction that has this buffer on its metadata list (will log it).
-    pub running: Option<Tid>,
+    pub running: Option<TxId>,
     /// Committing transactions holding a version of this buffer that is not yet released.
     pub versions: u32,
     /// Latest committed version that still has to be written to its home location, and
     /// the transaction that committed it.
-    pub checkpoint: Option<(Tid, BlockBuf)>,
+    pub checkpoint: Option<(TxId, BlockBuf)>,
     /// Data buffer whose live image has not been written home (ordered / no-journal).
     pub dirty: bool,
     /// Running transaction whose ordered-data list holds this buffer.
-    pub ordered: Option<Tid>,
+    pub ordered: Option<TxId>,
     /// Who last wrote this data buffer home: the transaction whose commit wrote it as
-    /// ordered data (durable with that transaction), or 0 for an fdatasync's own write.
-    pub home_tid: Tid,
+    /// ordered data (durable with that transaction), or `None` for an fdatasync's own write.
+    pub home_tx: Option<TxId>,
     /// fdatasync writes of this buffer submitted and not yet completed.
     pub home_writes: u32,
 }

@@ -10,11 +10,11 @@ use cjfs_blockdev::{BlockBuf, BlockKind, WriteTag};
 
 use crate::error::JResult;
 use crate::flush::flush;
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
 
 /// Body of the background checkpoint thread: checkpoints when the log passes its high-water
 /// mark, and when the journal has been idle for a commit interval with work pending.
-pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
+pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
     loop {
         {
             let mut st = j.state.lock();
@@ -22,7 +22,7 @@ pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
                 return;
             }
             if !st.checkpoint_wanted {
-                st.wait_for(&j.checkpoint_cv, j.config.commit_interval.max(Duration::from_millis(50)));
+                st.wait_for(&j.checkpoint_cv, j.set.config.commit_interval.max(Duration::from_millis(50)));
             }
             st.checkpoint_wanted = false;
             if st.shutdown || st.aborted.is_some() {
@@ -38,7 +38,7 @@ pub(crate) fn checkpoint_thread(j: Arc<JournalInner>) {
 }
 
 /// Checkpoint every durable transaction at the head of the log.
-pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
+pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
     let _g = j.checkpoint_lock.lock();
     let Some(upto) = j.log.lock().ring.durable_prefix() else {
         return Ok(());
@@ -54,24 +54,25 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
         }
         let js = b.jstate();
         match &js.checkpoint {
-            Some((t, v)) if *t <= upto => {
+            Some((t, v)) if t.log == j.id && t.tid <= upto => {
                 writes.push((b.blocknr(), v.clone()));
                 let t = *t;
                 drop(js);
                 done.push((b, t));
             }
-            Some(_) => {
+            Some((t, _)) if t.log == j.id => {
                 drop(js);
                 keep.push(b);
             }
-            None => {}
+            // Empty, or another log's copy now (that log's list holds the buffer).
+            _ => {}
         }
     }
     if !keep.is_empty() {
         j.checkpoint_list.lock().extend(keep);
     }
     let n = writes.len() as u64;
-    let tickets = crate::commit::submit_runs(j, writes, WriteTag::kind(BlockKind::Metadata))?;
+    let tickets = crate::commit::submit_runs(&j.set, writes, WriteTag::kind(BlockKind::Metadata))?;
     cjfs_blockdev::wait_all(tickets)?;
     flush(j)?;
     for (b, t) in done {
@@ -80,7 +81,7 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
             && let Some((_, page)) = js.checkpoint.take()
         {
             drop(js);
-            j.shadow.put(page);
+            j.set.shadow.put(page);
         }
     }
     // The new tail must be durable in the superblock before its blocks can be reused,
@@ -88,13 +89,17 @@ pub(crate) fn checkpoint(j: &JournalInner) -> JResult<()> {
     {
         let _sg = j.sb_write.lock();
         let (img, start) = j.log.lock().sb_image_after(upto);
-        j.dev.write_block(j.area.map(0)?, BlockBuf::from(img), WriteTag::kind(BlockKind::JournalSuper))?;
+        j.set.dev.write_block(
+            j.area.map(0)?,
+            BlockBuf::from(img),
+            WriteTag::kind(BlockKind::JournalSuper),
+        )?;
         flush(j)?;
         let mut l = j.log.lock();
         l.ring.release_upto(upto);
         l.sb_start_on_disk = start;
     }
-    j.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-    j.stats.checkpoint_blocks.fetch_add(n, Ordering::Relaxed);
+    j.set.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+    j.set.stats.checkpoint_blocks.fetch_add(n, Ordering::Relaxed);
     Ok(())
 }

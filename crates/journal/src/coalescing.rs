@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{JResult, JournalError};
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
 use crate::transaction::{Transaction, TxState};
 
 /// Longest a paced commit waits before looking again (a backstop: the flush thread wakes it).
@@ -35,10 +35,10 @@ const PACE_SLACK: Duration = Duration::from_micros(30);
 /// until the flush in progress is about to end: then a commit started now is handed over
 /// just as the flush thread takes the queue, so it joins that group without the flush
 /// thread idling for it.
-pub(crate) fn pace(j: &JournalInner, t: &Transaction) -> Option<Duration> {
-    if !(j.config.coalescing
-        && j.config.dual_thread
-        && j.config.compound_flush > 1
+pub(crate) fn pace(j: &LogCore, t: &Transaction) -> Option<Duration> {
+    if !(j.set.config.coalescing
+        && j.set.config.dual_thread
+        && j.set.config.compound_flush > 1
         && j.flush_pending.load(Ordering::Relaxed) > 0
         && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2)
     {
@@ -122,26 +122,26 @@ fn ewma(a: &AtomicU64, d: Duration) {
 
 /// How many of `tx`'s buffers need a version when none is left (a transaction conflict).
 /// Counted once per transaction in the conflict statistics.
-pub(crate) fn conflicts(j: &JournalInner, tx: &Transaction) -> u64 {
-    let max = j.config.max_versions.max(1);
+pub(crate) fn conflicts(j: &LogCore, tx: &Transaction) -> u64 {
+    let max = j.set.config.max_versions.max(1);
     let bufs = tx.lists.lock().buffers.clone();
     let n = bufs
         .iter()
         .filter(|b| {
             let js = b.jstate();
-            js.running == Some(tx.tid) && js.versions >= max
+            js.running == Some(tx.id()) && js.versions >= max
         })
         .count() as u64;
-    if n > 0 && j.config.multi_version && tx.conflicts.load(Ordering::Relaxed) == 0 {
+    if n > 0 && j.set.config.multi_version && tx.conflicts.load(Ordering::Relaxed) == 0 {
         tx.conflicts.fetch_add(n, Ordering::Relaxed);
-        j.stats.conflicts.fetch_add(n, Ordering::Relaxed);
+        j.set.stats.conflicts.fetch_add(n, Ordering::Relaxed);
     }
     n
 }
 
 /// Wait until the preceding commit finishes (some transaction becomes durable) or nothing
 /// is committing.
-fn wait_preceding_commit(j: &JournalInner) -> JResult<()> {
+fn wait_preceding_commit(j: &LogCore) -> JResult<()> {
     let mut st = j.state.lock();
     let d0 = st.durable;
     while st.durable == d0 && !st.committing.is_empty() {
@@ -156,19 +156,19 @@ fn wait_preceding_commit(j: &JournalInner) -> JResult<()> {
     Ok(())
 }
 
-fn nothing_committing(j: &JournalInner) -> bool {
+fn nothing_committing(j: &LogCore) -> bool {
     j.state.lock().committing.is_empty()
 }
 
 /// Lock `tx` for commit: on return it is Locked, has no outstanding handles and (with
 /// coalescing) no conflict. Time spent Locked is added to the statistics.
-pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
+pub(crate) fn lock_up(j: &LogCore, tx: &Arc<Transaction>) -> JResult<()> {
     loop {
         // A transaction that already conflicts would only be put back to Running after the
         // lock-up had stalled every new handle: wait for the preceding commit unlocked. (Its
         // versions in flight only go down meanwhile, so this never misses a chance.)
-        if j.config.coalescing && conflicts(j, tx) > 0 {
-            j.stats.coalesce_retries.fetch_add(1, Ordering::Relaxed);
+        if j.set.config.coalescing && conflicts(j, tx) > 0 {
+            j.set.stats.coalesce_retries.fetch_add(1, Ordering::Relaxed);
             wait_preceding_commit(j)?;
             if conflicts(j, tx) > 0 && !nothing_committing(j) {
                 continue;
@@ -187,9 +187,9 @@ pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
         }
         // Without coalescing, a multi-version transaction's conflicts are counted here and
         // waited out in `take_versions`, still Locked.
-        let conflicted = (j.config.coalescing || j.config.multi_version) && conflicts(j, tx) > 0;
-        if !j.config.coalescing || !conflicted {
-            j.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let conflicted = (j.set.config.coalescing || j.set.config.multi_version) && conflicts(j, tx) > 0;
+        if !j.set.config.coalescing || !conflicted {
+            j.set.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             return Ok(());
         }
         {
@@ -197,8 +197,8 @@ pub(crate) fn lock_up(j: &JournalInner, tx: &Arc<Transaction>) -> JResult<()> {
             tx.set_state(TxState::Running);
         }
         j.locked_cv.notify_all();
-        j.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        j.stats.coalesce_retries.fetch_add(1, Ordering::Relaxed);
+        j.set.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        j.set.stats.coalesce_retries.fetch_add(1, Ordering::Relaxed);
         wait_preceding_commit(j)?;
     }
 }

@@ -10,15 +10,18 @@ use cjfs_blockdev::{
     BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, raise_io_thread_priority, set_low_timer_slack,
 };
 
+use cjfs_blockdev::TxId;
+
 use crate::buffer::{Buffer, Tid};
 use crate::config::JournalKind;
 use crate::error::{JResult, JournalError};
 use crate::flush::FlushJob;
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
+use crate::set::Shared;
 use crate::transaction::{Transaction, TxState};
 
 /// Body of the commit thread.
-pub(crate) fn commit_thread(j: Arc<JournalInner>) {
+pub(crate) fn commit_thread(j: Arc<LogCore>) {
     set_low_timer_slack();
     raise_io_thread_priority();
     while let Some(tx) = next_to_commit(&j) {
@@ -37,7 +40,7 @@ pub(crate) fn commit_thread(j: Arc<JournalInner>) {
 /// Serial modes: commit `tid` in the caller's thread if it is the running transaction and
 /// no commit is in progress, saving the two thread wake-ups of a handoff. Returns whether
 /// it committed.
-pub(crate) fn commit_inline(j: &Arc<JournalInner>, tid: Tid) -> JResult<bool> {
+pub(crate) fn commit_inline(j: &Arc<LogCore>, tid: Tid) -> JResult<bool> {
     let Some(_g) = j.commit_lock.try_lock() else { return Ok(false) };
     let tx = {
         let st = j.state.lock();
@@ -57,13 +60,13 @@ pub(crate) fn commit_inline(j: &Arc<JournalInner>, tid: Tid) -> JResult<bool> {
 
 /// Wait until the running transaction is due (requested, full, or older than the commit
 /// interval). `None` on shutdown or abort.
-fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
+fn next_to_commit(j: &LogCore) -> Option<Arc<Transaction>> {
     let mut st = j.state.lock();
     loop {
         if st.aborted.is_some() || st.shutdown {
             return None;
         }
-        let mut timeout = j.config.commit_interval;
+        let mut timeout = j.set.config.commit_interval;
         if let Some(t) = st.running.clone() {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
@@ -72,17 +75,18 @@ fn next_to_commit(j: &JournalInner) -> Option<Arc<Transaction>> {
                 st.wait_for(&j.commit_cv, wait);
                 continue;
             }
-            if requested || (has_work && age >= j.config.commit_interval) {
+            if requested || (has_work && age >= j.set.config.commit_interval) {
                 return Some(t);
             }
-            timeout = j.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
+            timeout =
+                j.set.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
         }
         st.wait_for(&j.commit_cv, timeout);
     }
 }
 
 /// Wait until every transaction before `tx` is durable (serial JBD2 commit).
-fn wait_previous_durable(j: &JournalInner, tid: Tid) -> JResult<()> {
+fn wait_previous_durable(j: &LogCore, tid: Tid) -> JResult<()> {
     let mut st = j.state.lock();
     while st.durable + 1 < tid && st.committing.iter().any(|t| t.tid < tid) {
         if let Some(a) = &st.aborted {
@@ -93,8 +97,8 @@ fn wait_previous_durable(j: &JournalInner, tid: Tid) -> JResult<()> {
     Ok(())
 }
 
-fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
-    if !j.config.dual_thread {
+fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
+    if !j.set.config.dual_thread {
         wait_previous_durable(j, tx.tid)?;
     }
     let t_lock = Instant::now();
@@ -112,22 +116,22 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         st.committing.len() as u64
     };
     j.locked_cv.notify_all();
-    j.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
-    j.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+    j.set.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
+    j.set.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
     let mut reqs = Vec::new();
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
     let revoked = revokes.clone();
-    if crate::planted::bugs(&j.config).drop_revokes {
+    if crate::planted::bugs(&j.set.config).drop_revokes {
         revokes.clear();
     }
     let mut commit = None;
     let has_log = !versions.is_empty() || !revokes.is_empty();
-    match j.config.kind {
+    match j.set.config.kind {
         JournalKind::None => {
             let home: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
-            reqs = run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.tid));
+            reqs = run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.id()));
         }
         JournalKind::Jbd2 if has_log => {
             let (r, c) = log_requests(j, tx.tid, &versions, &revokes)?;
@@ -139,9 +143,9 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     // Ordered data and log blocks go to the device together before anything waits (JBD2
     // submits both, then waits); one batch lets the device merge the contiguous log run.
     let (n_data, mut tickets) = {
-        let _hw = j.home_write_lock.lock();
-        let (data_reqs, _) = ordered_requests(j, &lists.ordered, tx.tid);
-        (data_reqs.len(), j.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
+        let _hw = j.set.home_write_lock.lock();
+        let (data_reqs, _) = ordered_requests(&j.set, &lists.ordered, Some(tx.id()));
+        (data_reqs.len(), j.set.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
     };
     let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
     // Order-preserving dispatch (BarrierFS, CJFS): with a cache barrier the commit thread
@@ -149,20 +153,20 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
     // their transfer; the flush thread then only waits and flushes.
     let mut commit_ticket = None;
     if let Some((lblk, img)) = &commit
-        && j.config.dual_thread
-        && j.config.use_barriers
-        && j.dev.caps().barrier
-        && !crate::planted::bugs(&j.config).commit_before_data
+        && j.set.config.dual_thread
+        && j.set.config.use_barriers
+        && j.set.dev.caps().barrier
+        && !crate::planted::bugs(&j.set.config).commit_before_data
     {
         crate::flush::ensure_sb_start(j)?;
-        if !crate::planted::bugs(&j.config).skip_preflush {
+        if !crate::planted::bugs(&j.set.config).skip_preflush {
             crate::flush::barrier(j)?;
         }
         let dev_blk = j.area.map(*lblk)?;
-        commit_ticket = Some(j.dev.submit(WriteRequest::one(
+        commit_ticket = Some(j.set.dev.submit(WriteRequest::one(
             dev_blk,
             img.clone(),
-            WriteTag::tx(BlockKind::JournalCommit, tx.tid),
+            WriteTag::tx(BlockKind::JournalCommit, tx.id()),
         ))?);
     }
     tx.set_state(TxState::Flushing);
@@ -179,7 +183,7 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
         revoked,
     };
     j.timing.commit_took(t_lock.elapsed());
-    if j.config.dual_thread {
+    if j.set.config.dual_thread {
         let mut q = j.flush_queue.lock();
         q.push_back(job);
         j.flush_pending.store(q.len(), Ordering::Relaxed);
@@ -195,15 +199,15 @@ fn commit_one(j: &Arc<JournalInner>, tx: &Arc<Transaction>) -> JResult<()> {
 
 /// Take a version (copy) of every buffer still filed on `tx`.
 fn take_versions(
-    j: &JournalInner,
+    j: &LogCore,
     tx: &Transaction,
     bufs: Vec<Arc<Buffer>>,
 ) -> JResult<Vec<(Arc<Buffer>, BlockBuf)>> {
-    let max = j.config.max_versions.max(1);
+    let max = j.set.config.max_versions.max(1);
     let mut out = Vec::with_capacity(bufs.len());
     for b in bufs {
         let mut js = b.jstate();
-        if js.running != Some(tx.tid) {
+        if js.running != Some(tx.id()) {
             continue; // revoked after being filed
         }
         while js.versions >= max {
@@ -212,28 +216,28 @@ fn take_versions(
             }
             b.wait_jstate(&mut js);
         }
-        let v = j.shadow.copy_of(&b);
+        let v = j.set.shadow.copy_of(&b);
         js.versions += 1;
         js.running = None;
         drop(js);
         out.push((b, v));
     }
-    j.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
-    j.stats.bytes_copied.fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
+    j.set.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
+    j.set.stats.bytes_copied.fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
     Ok(out)
 }
 
 /// Write the dirty buffers among `bufs` home and wait: an fdatasync's own data writes (no
 /// transaction). Each written buffer counts in `home_writes` until its write completes, so
 /// a concurrent fdatasync that finds it clean waits for the write before its flush.
-pub(crate) fn write_data(j: &JournalInner, bufs: &[Arc<Buffer>]) -> JResult<()> {
+pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
     let (submitted, written) = {
-        let _hw = j.home_write_lock.lock();
-        let (reqs, written) = ordered_requests(j, bufs, 0);
+        let _hw = set.home_write_lock.lock();
+        let (reqs, written) = ordered_requests(set, bufs, None);
         if reqs.is_empty() {
             return Ok(());
         }
-        (j.dev.submit_batch(reqs), written)
+        (set.dev.submit_batch(reqs), written)
     };
     let r = submitted.and_then(cjfs_blockdev::wait_all);
     for b in &written {
@@ -246,25 +250,25 @@ pub(crate) fn write_data(j: &JournalInner, bufs: &[Arc<Buffer>]) -> JResult<()> 
 }
 
 /// The write requests for the dirty buffers among `bufs`, which are marked clean and
-/// returned (ordered data of transaction `tid`, or an fdatasync's own writes when `tid` is
-/// 0, counted in `home_writes`). The caller holds `home_write_lock` until the requests are
-/// submitted.
+/// returned (ordered data of transaction `tx`, or an fdatasync's own writes when `tx` is
+/// `None`, counted in `home_writes`). The caller holds `home_write_lock` until the requests
+/// are submitted.
 fn ordered_requests(
-    j: &JournalInner,
+    set: &Shared,
     bufs: &[Arc<Buffer>],
-    tid: Tid,
+    tx: Option<TxId>,
 ) -> (Vec<WriteRequest>, Vec<Arc<Buffer>>) {
     let mut writes = Vec::with_capacity(bufs.len());
     let mut written = Vec::new();
     for b in bufs {
         let mut js = b.jstate();
-        if js.ordered == Some(tid) {
+        if tx.is_some() && js.ordered == tx {
             js.ordered = None;
         }
         if js.dirty {
             js.dirty = false;
-            js.home_tid = tid;
-            if tid == 0 {
+            js.home_tx = tx;
+            if tx.is_none() {
                 js.home_writes += 1;
                 written.push(b.clone());
             }
@@ -272,17 +276,21 @@ fn ordered_requests(
             writes.push((b.blocknr(), b.snapshot()));
         }
     }
-    j.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
-    (run_requests(writes, WriteTag::tx(BlockKind::Data, tid)), written)
+    set.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
+    let tag = match tx {
+        Some(id) => WriteTag::tx(BlockKind::Data, id),
+        None => WriteTag::kind(BlockKind::Data),
+    };
+    (run_requests(writes, tag), written)
 }
 
 /// Submit `(block, data)` writes, merging device-contiguous runs into one request.
 pub(crate) fn submit_runs(
-    j: &JournalInner,
+    set: &Shared,
     writes: Vec<(u64, BlockBuf)>,
     tag: WriteTag,
 ) -> JResult<Vec<IoTicket>> {
-    Ok(j.dev.submit_batch(run_requests(writes, tag))?)
+    Ok(set.dev.submit_batch(run_requests(writes, tag))?)
 }
 
 /// `(block, data)` writes as requests, one per device-contiguous run.
@@ -309,7 +317,7 @@ fn run_requests(mut writes: Vec<(u64, BlockBuf)>, tag: WriteTag) -> Vec<WriteReq
 /// reserve log space for them; return their write requests and the commit block with its
 /// position.
 fn log_requests(
-    j: &Arc<JournalInner>,
+    j: &Arc<LogCore>,
     tid: Tid,
     versions: &[(Arc<Buffer>, BlockBuf)],
     revokes: &[u64],
@@ -319,14 +327,14 @@ fn log_requests(
         (l.sb.features(), l.sb.s_uuid)
     };
     let blocks = crate::writer::build_log_blocks(tid, sb_features, uuid, versions, revokes)?;
-    j.stats.revokes.fetch_add(revokes.len() as u64, Ordering::Relaxed);
-    j.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
+    j.set.stats.revokes.fetch_add(revokes.len() as u64, Ordering::Relaxed);
+    j.set.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
     let n = blocks.len() as u64 + 1;
     let start = reserve(j, tid, n)?;
     let mut reqs = Vec::new();
     let mut lblk = start;
     let mut i = 0;
-    let commit_first = crate::planted::bugs(&j.config).commit_before_data;
+    let commit_first = crate::planted::bugs(&j.set.config).commit_before_data;
     let commit_img = crate::writer::commit_block(tid, sb_features, uuid);
     let commit_lblk = {
         let l = j.log.lock();
@@ -339,13 +347,13 @@ fn log_requests(
     if commit_first {
         // Planted bug: the commit record goes out before the blocks it vouches for.
         let dev_blk = j.area.map(commit_lblk)?;
-        let t = j.dev.submit(WriteRequest::one(
+        let t = j.set.dev.submit(WriteRequest::one(
             dev_blk,
             commit_img.clone(),
-            WriteTag::tx(BlockKind::JournalCommit, tid),
+            WriteTag::tx(BlockKind::JournalCommit, j.tx_id(tid)),
         ))?;
         t.wait()?;
-        j.dev.flush()?;
+        j.set.dev.flush()?;
     }
     while i < blocks.len() {
         let (dev_blk, run) = j.area.map_run(lblk, (blocks.len() - i) as u64)?;
@@ -356,7 +364,7 @@ fn log_requests(
             i += 1;
         }
         let cnt = bufs.len() as u64;
-        reqs.push(WriteRequest { block: dev_blk, bufs, tag: WriteTag::tx(kind, tid), fua: false });
+        reqs.push(WriteRequest { block: dev_blk, bufs, tag: WriteTag::tx(kind, j.tx_id(tid)), fua: false });
         let l = j.log.lock();
         for _ in 0..cnt {
             lblk = l.ring.next(lblk);
@@ -367,7 +375,7 @@ fn log_requests(
 
 /// Reserve `n` log blocks, checkpointing (and in dual-thread modes waiting for in-flight
 /// transactions to become durable) until they fit.
-fn reserve(j: &Arc<JournalInner>, tid: Tid, n: u64) -> JResult<u64> {
+fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
     loop {
         if let Some(s) = j.log.lock().reserve(tid, n) {
             return Ok(s);

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::flush::FlushJob;
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
 use crate::transaction::TxState;
 
 /// How long the flush thread waits for a transaction that is committing but not yet handed
@@ -19,8 +19,8 @@ use crate::transaction::TxState;
 const JOIN_WAIT: Duration = Duration::from_micros(200);
 
 /// The next group of transactions to make durable together; `None` on shutdown.
-pub(crate) fn next_group(j: &Arc<JournalInner>) -> Option<Vec<FlushJob>> {
-    let limit = j.config.compound_flush.max(1) as usize;
+pub(crate) fn next_group(j: &Arc<LogCore>) -> Option<Vec<FlushJob>> {
+    let limit = j.set.config.compound_flush.max(1) as usize;
     let mut q = j.flush_queue.lock();
     let first = loop {
         if let Some(job) = q.pop_front() {

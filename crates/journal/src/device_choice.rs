@@ -46,8 +46,8 @@ impl JournalConfig {
     }
 
     /// This configuration for a device with `caps`: itself, or for `auto` the chosen preset
-    /// with this one's non-technique settings (commit interval, transaction and ordered
-    /// limits, checkpoint water mark, checksums, planted bugs) and the reason for the
+    /// with this one's non-technique settings (journal kind, commit interval, transaction and
+    /// ordered limits, checkpoint water mark, checksums, planted bugs) and the reason for the
     /// choice.
     pub fn resolve_for(&self, caps: &DeviceCaps) -> (JournalConfig, Option<String>) {
         if !self.per_device {
@@ -56,6 +56,8 @@ impl JournalConfig {
         let (name, why) = choose(caps);
         let mut c = JournalConfig::preset(name).unwrap_or_else(JournalConfig::jbd2);
         c.name = format!("auto: {name}");
+        // Whether anything is logged at all stays the caller's (a read-only mount says none).
+        c.kind = self.kind;
         c.commit_interval = self.commit_interval;
         c.max_tx_blocks = self.max_tx_blocks;
         c.max_ordered_blocks = self.max_ordered_blocks;

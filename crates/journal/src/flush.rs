@@ -10,13 +10,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cjfs_blockdev::{
-    BlockBuf, BlockKind, IoTicket, WriteRequest, WriteTag, raise_io_thread_priority, set_low_timer_slack,
+    BlockBuf, BlockKind, IoTicket, TxId, WriteRequest, WriteTag, raise_io_thread_priority,
+    set_low_timer_slack,
 };
 
 use crate::buffer::Buffer;
 use crate::config::JournalKind;
 use crate::error::{JResult, JournalError};
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
 use crate::transaction::{Transaction, TxState};
 
 /// A transaction handed from the commit thread to the flush thread.
@@ -44,7 +45,7 @@ pub(crate) struct FlushJob {
 }
 
 /// Body of the flush thread.
-pub(crate) fn flush_thread(j: Arc<JournalInner>) {
+pub(crate) fn flush_thread(j: Arc<LogCore>) {
     set_low_timer_slack();
     raise_io_thread_priority();
     while let Some(group) = crate::compound_flush::next_group(&j) {
@@ -56,23 +57,23 @@ pub(crate) fn flush_thread(j: Arc<JournalInner>) {
 }
 
 /// Flush the device, counting it; a failure aborts the journal.
-pub(crate) fn flush(j: &JournalInner) -> JResult<()> {
+pub(crate) fn flush(j: &LogCore) -> JResult<()> {
     flush_step(j, true)
 }
 
 /// Flush the device; `last` when no other flush of this group follows (commit pacing).
-fn flush_step(j: &JournalInner, last: bool) -> JResult<()> {
-    j.stats.flushes.fetch_add(1, Ordering::Relaxed);
+fn flush_step(j: &LogCore, last: bool) -> JResult<()> {
+    j.set.stats.flushes.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    let r = j.dev.flush().map_err(JournalError::from);
+    let r = j.set.dev.flush().map_err(JournalError::from);
     j.timing.flush_ended(t0.elapsed(), last);
-    j.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    j.set.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     r
 }
 
 /// Write the journal superblock if the on-disk log is marked empty, so recovery will find
 /// the transaction about to be committed.
-pub(crate) fn ensure_sb_start(j: &JournalInner) -> JResult<()> {
+pub(crate) fn ensure_sb_start(j: &LogCore) -> JResult<()> {
     let _g = j.sb_write.lock();
     let (img, start) = {
         let l = j.log.lock();
@@ -82,13 +83,13 @@ pub(crate) fn ensure_sb_start(j: &JournalInner) -> JResult<()> {
         (l.sb_image(), l.sb_position().0)
     };
     let dev_blk = j.area.map(0)?;
-    j.dev.write_block(dev_blk, BlockBuf::from(img), WriteTag::kind(BlockKind::JournalSuper))?;
+    j.set.dev.write_block(dev_blk, BlockBuf::from(img), WriteTag::kind(BlockKind::JournalSuper))?;
     j.log.lock().sb_start_on_disk = start;
     Ok(())
 }
 
 /// Make one transaction durable (serial commit path).
-pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
+pub(crate) fn complete(j: &LogCore, job: FlushJob) -> JResult<()> {
     complete_group(j, vec![job])
 }
 
@@ -99,17 +100,17 @@ pub(crate) fn complete(j: &JournalInner, job: FlushJob) -> JResult<()> {
 /// among themselves, is by cache barrier when the device has one and the mode uses them;
 /// otherwise one flush before the commit blocks makes every log block of the group durable
 /// first (so a crash can only lose a suffix of unacknowledged transactions).
-pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResult<()> {
+pub(crate) fn complete_group(j: &LogCore, mut jobs: Vec<FlushJob>) -> JResult<()> {
     if let Some(a) = j.aborted() {
         return Err(JournalError::Aborted(a));
     }
     let queued: u64 = jobs.iter().map(|jb| jb.handed.elapsed().as_nanos() as u64).sum();
-    j.stats.flush_queue_ns.fetch_add(queued, Ordering::Relaxed);
+    j.set.stats.flush_queue_ns.fetch_add(queued, Ordering::Relaxed);
     for job in &mut jobs {
         // Versions are released as soon as their own log writes complete (JBD2 releases its
         // shadow buffers at metadata I/O completion), not after the ordered data.
         cjfs_blockdev::wait_all(std::mem::take(&mut job.tickets))?;
-        if j.config.release_on_log_write {
+        if j.set.config.release_on_log_write {
             release_versions(&job.versions);
         }
     }
@@ -121,14 +122,14 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             dispatched = true;
         }
     }
-    let bugs = crate::planted::bugs(&j.config);
+    let bugs = crate::planted::bugs(&j.set.config);
     let commits: Vec<(u64, BlockBuf, u64)> = jobs
         .iter()
         .filter_map(|jb| jb.commit.as_ref().map(|(l, img)| (*l, img.clone(), jb.tx.tid)))
         .collect();
     if !commits.is_empty() {
         ensure_sb_start(j)?;
-        let barriers = j.config.use_barriers && j.dev.caps().barrier;
+        let barriers = j.set.config.use_barriers && j.set.dev.caps().barrier;
         if bugs.commit_before_data {
             // Planted bug: the commit records were already written before their blocks.
         } else if barriers {
@@ -138,10 +139,10 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
                     barrier(j)?;
                 }
                 let dev_blk = j.area.map(*lblk)?;
-                tickets.push(j.dev.submit(WriteRequest::one(
+                tickets.push(j.set.dev.submit(WriteRequest::one(
                     dev_blk,
                     img.clone(),
-                    WriteTag::tx(BlockKind::JournalCommit, *tid),
+                    WriteTag::tx(BlockKind::JournalCommit, j.tx_id(*tid)),
                 ))?);
             }
             cjfs_blockdev::wait_all(tickets)?;
@@ -153,10 +154,10 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
             let mut tickets = Vec::with_capacity(commits.len());
             for (lblk, img, tid) in &commits {
                 let dev_blk = j.area.map(*lblk)?;
-                tickets.push(j.dev.submit(WriteRequest::one(
+                tickets.push(j.set.dev.submit(WriteRequest::one(
                     dev_blk,
                     img.clone(),
-                    WriteTag::tx(BlockKind::JournalCommit, *tid),
+                    WriteTag::tx(BlockKind::JournalCommit, j.tx_id(*tid)),
                 ))?);
             }
             cjfs_blockdev::wait_all(tickets)?;
@@ -166,12 +167,12 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
     } else if dispatched
         || jobs
             .iter()
-            .any(|jb| jb.had_data || (j.config.kind == JournalKind::None && !jb.versions.is_empty()))
+            .any(|jb| jb.had_data || (j.set.config.kind == JournalKind::None && !jb.versions.is_empty()))
     {
         j.timing.group_flushes_start(1);
         flush(j)?;
     }
-    j.stats.compound_groups.fetch_add(1, Ordering::Relaxed);
+    j.set.stats.compound_groups.fetch_add(1, Ordering::Relaxed);
     for job in jobs {
         mark_durable(j, job);
     }
@@ -180,19 +181,20 @@ pub(crate) fn complete_group(j: &JournalInner, mut jobs: Vec<FlushJob>) -> JResu
 
 /// Hand a durable transaction's versions to the checkpoint, release their slots and wake
 /// its waiters.
-fn mark_durable(j: &JournalInner, job: FlushJob) {
+fn mark_durable(j: &LogCore, job: FlushJob) {
     let tid = job.tx.tid;
-    let ckpt = j.config.kind == JournalKind::Jbd2;
+    let id = job.tx.id();
+    let ckpt = j.set.config.kind == JournalKind::Jbd2;
     for (b, v) in &job.versions {
         let mut js = b.jstate();
-        if !j.config.release_on_log_write {
+        if !j.set.config.release_on_log_write {
             js.versions = js.versions.saturating_sub(1);
         }
         if ckpt
-            && js.checkpoint.as_ref().is_none_or(|(t, _)| *t < tid)
-            && let Some((_, old)) = js.checkpoint.replace((tid, v.clone()))
+            && js.checkpoint.as_ref().is_none_or(|(t, _)| superseded(*t, id))
+            && let Some((_, old)) = js.checkpoint.replace((id, v.clone()))
         {
-            j.shadow.put(old);
+            j.set.shadow.put(old);
         }
         drop(js);
         b.notify();
@@ -208,19 +210,21 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
     // (it is still needed home if this transaction never commits).
     if ckpt {
         for blk in &job.revoked {
-            if let Some(b) = j.cache.peek(*blk) {
+            if let Some(b) = j.set.cache.peek(*blk) {
                 let mut js = b.jstate();
-                if js.checkpoint.as_ref().is_some_and(|(t, _)| *t < tid)
+                // Only this log's older copy dies with the revoke; another log's copy is
+                // ordered against it by chain marks, not by this log's ids.
+                if js.checkpoint.as_ref().is_some_and(|(t, _)| t.log == id.log && t.tid < id.tid)
                     && let Some((_, old)) = js.checkpoint.take()
                 {
-                    j.shadow.put(old);
+                    j.set.shadow.put(old);
                 }
             }
         }
     }
     if !ckpt {
         for (_, v) in job.versions {
-            j.shadow.put(v);
+            j.set.shadow.put(v);
         }
     }
     let fill = {
@@ -238,21 +242,29 @@ fn mark_durable(j: &JournalInner, job: FlushJob) {
         }
         // Under `state`, with the flag the checkpoint thread checks before it waits: a
         // wake-up between its check and its wait cannot be lost.
-        if fill > j.config.checkpoint_high_water {
+        if fill > j.set.config.checkpoint_high_water {
             st.checkpoint_wanted = true;
             j.checkpoint_cv.notify_all();
         }
     }
     job.tx.set_done();
-    j.stats.transactions.fetch_add(1, Ordering::Relaxed);
-    j.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    j.set.stats.transactions.fetch_add(1, Ordering::Relaxed);
+    j.set.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.done_cv.notify_all();
 }
 
+/// Whether a buffer's checkpoint copy committed by `held` is older than what `id`, just
+/// durable, did to the block. Within one log, ids are commit order. Across logs the copy that
+/// became durable last is taken as the newer; ordering two logs' versions of one block is
+/// the job of per-core journaling's chain marks, and no other mode runs two logs.
+fn superseded(held: TxId, id: TxId) -> bool {
+    held.log != id.log || held.tid < id.tid
+}
+
 /// Issue a cache barrier, counting it.
-pub(crate) fn barrier(j: &JournalInner) -> JResult<()> {
-    j.stats.barriers.fetch_add(1, Ordering::Relaxed);
-    j.dev.barrier().map_err(JournalError::from)
+pub(crate) fn barrier(j: &LogCore) -> JResult<()> {
+    j.set.stats.barriers.fetch_add(1, Ordering::Relaxed);
+    j.set.dev.barrier().map_err(JournalError::from)
 }
 
 fn release_versions(versions: &[(Arc<Buffer>, BlockBuf)]) {

@@ -3,17 +3,19 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::buffer::{Buffer, Tid};
+use cjfs_blockdev::TxId;
+
+use crate::buffer::Buffer;
 use crate::config::JournalKind;
 use crate::error::{JResult, JournalError};
-use crate::journal::JournalInner;
+use crate::log_core::LogCore;
 use crate::transaction::Transaction;
 
 /// A handle on the running transaction, from [`crate::Journal::start`] to [`Handle::stop`]
 /// (or drop). While any handle of a transaction is open the transaction cannot commit, so
 /// hold handles briefly and never start a second handle while holding one.
 pub struct Handle {
-    pub(crate) j: Arc<JournalInner>,
+    pub(crate) j: Arc<LogCore>,
     pub(crate) tx: Option<Arc<Transaction>>,
     pub(crate) credits: u32,
     pub(crate) used: u32,
@@ -23,7 +25,7 @@ pub struct Handle {
 impl std::fmt::Debug for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Handle")
-            .field("tid", &self.tx.as_ref().map(|t| t.tid))
+            .field("tx", &self.tx.as_ref().map(|t| t.id()))
             .field("credits", &self.credits)
             .field("used", &self.used)
             .finish()
@@ -35,22 +37,24 @@ impl Handle {
         self.tx.as_ref().ok_or(JournalError::Shutdown)
     }
 
-    /// The transaction this handle belongs to.
-    pub fn tid(&self) -> Tid {
-        self.tx.as_ref().map(|t| t.tid).unwrap_or(0)
+    /// The transaction this handle belongs to (a stopped handle's is log 0's id 0, which is
+    /// always durable).
+    pub fn tx_id(&self) -> TxId {
+        self.tx.as_ref().map(|t| t.id()).unwrap_or_default()
     }
 
     /// Declare that `buf` (metadata, or data in data=journal mode) is about to be modified.
     /// Blocks while every allowed version of the buffer is in flight (a transaction conflict).
     pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
         let tx = self.tx()?.clone();
-        let max_versions = self.j.config.max_versions.max(1);
-        let multi_version = self.j.config.multi_version;
+        let id = tx.id();
+        let max_versions = self.j.set.config.max_versions.max(1);
+        let multi_version = self.j.set.config.multi_version;
         let mut conflicted = false;
         {
             let mut js = buf.jstate();
             loop {
-                if js.running == Some(tx.tid) {
+                if js.running == Some(id) {
                     return Ok(());
                 }
                 if let Some(a) = self.j.aborted() {
@@ -63,17 +67,18 @@ impl Handle {
                     if !conflicted {
                         conflicted = true;
                         tx.conflicts.fetch_add(1, Ordering::Relaxed);
-                        self.j.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                        self.j.set.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     }
                     let t0 = std::time::Instant::now();
                     buf.wait_jstate(&mut js);
                     self.j
+                        .set
                         .stats
                         .conflict_wait_ns
                         .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     continue;
                 }
-                js.running = Some(tx.tid);
+                js.running = Some(id);
                 break;
             }
         }
@@ -96,7 +101,7 @@ impl Handle {
     /// this only checks the handle's use of the buffer.
     pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
         let tx = self.tx()?;
-        if buf.jstate().running != Some(tx.tid) {
+        if buf.jstate().running != Some(tx.id()) {
             return Err(JournalError::Corrupt(format!(
                 "block {} dirtied without write access",
                 buf.blocknr()
@@ -111,12 +116,12 @@ impl Handle {
         let tx = self.tx()?.clone();
         let mut js = buf.jstate();
         js.dirty = true;
-        if js.ordered != Some(tx.tid) {
-            js.ordered = Some(tx.tid);
+        if js.ordered != Some(tx.id()) {
+            js.ordered = Some(tx.id());
             drop(js);
             tx.lists.lock().ordered.push(buf.clone());
             let n = tx.ordered_count.fetch_add(1, Ordering::Relaxed) + 1;
-            if n >= self.j.config.max_ordered_blocks {
+            if n >= self.j.set.config.max_ordered_blocks {
                 self.j.request_commit(tx.tid);
             }
         }
@@ -129,15 +134,15 @@ impl Handle {
     /// owner; until then a crash may still need that copy written home.
     pub fn revoke(&mut self, blocknr: u64) -> JResult<()> {
         let tx = self.tx()?.clone();
-        if let Some(buf) = self.j.cache.peek(blocknr) {
+        if let Some(buf) = self.j.set.cache.peek(blocknr) {
             let mut js = buf.jstate();
-            if js.running == Some(tx.tid) {
+            if js.running == Some(tx.id()) {
                 js.running = None;
                 drop(js);
                 tx.lists.lock().buffers.retain(|b| b.blocknr() != blocknr);
             }
         }
-        if self.j.config.kind == JournalKind::Jbd2 {
+        if self.j.set.config.kind == JournalKind::Jbd2 {
             tx.lists.lock().revokes.insert(blocknr);
         }
         Ok(())
@@ -148,12 +153,12 @@ impl Handle {
         self.used
     }
 
-    /// Stop the handle. Returns the transaction id, which [`crate::Journal::commit_wait`]
+    /// Stop the handle. Returns the transaction, which [`crate::Journal::commit_wait`]
     /// takes to make this operation durable.
-    pub fn stop(mut self) -> JResult<Tid> {
-        let tid = self.tid();
+    pub fn stop(mut self) -> JResult<TxId> {
+        let id = self.tx_id();
         self.release();
-        Ok(tid)
+        Ok(id)
     }
 
     fn release(&mut self) {
@@ -169,7 +174,7 @@ impl Handle {
                     .credits
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
             }
-            self.j.stats.handle_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.j.set.stats.handle_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
             }

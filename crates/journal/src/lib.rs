@@ -7,11 +7,13 @@
 //!
 //! # Files
 //!
-//! The JBD2 state machine, a stage per file, with each technique in the file named after it:
+//! The journal is a set of logs sharing one buffer cache; each log is the JBD2 state machine,
+//! a stage per file, with each technique in the file named after it:
 //!
 //! | file | owns |
 //! |---|---|
-//! | `journal.rs` | the journal object: admission of handles, commit requests, waiting for durability, abort, shutdown |
+//! | `set.rs` | the shared set: device, buffer cache, home-write order, the fdatasync data step, abort fan-out, statistics; the public [`Journal`] and admission of a handle to a log |
+//! | `log_core.rs` | one log's core: its running and committing transactions, handle start, commit requests, waiting for durability, shutdown |
 //! | `handle.rs` | a handle: write/create access, dirty data, revoke, stop |
 //! | `transaction.rs` | a transaction, its lists and its state machine |
 //! | `buffer.rs` | the buffer cache and each buffer's journal state |
@@ -37,14 +39,16 @@
 //!
 //! 1. file system locks (rename lock, inode locks, orphan lock, group locks, superblock;
 //!    see `cjfs_fs`) — inode locks are taken *before* a handle starts;
-//! 2. `JournalInner::commit_lock` → `checkpoint_lock` → `home_write_lock` (a commit may
+//! 2. `LogCore::commit_lock` → `checkpoint_lock` → `Shared::home_write_lock` (a commit may
 //!    checkpoint synchronously for log space; a checkpoint takes buffers' `jstate`; the
 //!    commit path and fdatasync take data buffers' images under `home_write_lock`);
 //! 3. `BufferCache` shard (one at a time);
 //! 4. `Buffer::jstate` (one buffer at a time);
 //! 5. `Transaction::lists`;
-//! 6. `sb_write` → `log` → `flush_queue` → `state`;
-//! 7. leaves: `updates_lock`, `checkpoint_list`, `Transaction::done`, the shadow pool.
+//! 6. `sb_write` → `log` → `flush_queue` → `state` (all of one log: no thread holds two
+//!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
+//! 7. leaves: `updates_lock`, `checkpoint_list`, `Transaction::done`, the shadow pool,
+//!    `Shared::aborted`.
 //!
 //! `Buffer::data` (the live image, a `RwLock`) is outside the ranking: it is never held
 //! while calling into the journal for writing, and the commit path takes it for reading
@@ -59,7 +63,7 @@
 //! `home_write_lock` (across submission only) and a buffer's `data` while it is read in.
 //!
 //! The hot paths take no journal-wide lock: a handle joins the running transaction through
-//! `JournalInner::running_fast` and the transaction's atomics (the lock-up's store of
+//! `LogCore::running_fast` and the transaction's atomics (the lock-up's store of
 //! Locked and a starter's increment of `updates` are sequentially consistent, so one of the
 //! two always sees the other), and a caller waiting for durability sleeps on its
 //! transaction's `done`. A user-space lock taken by every handle turns into a convoy as soon
@@ -79,13 +83,14 @@ pub mod device_choice;
 pub mod error;
 mod flush;
 pub mod handle;
-pub mod journal;
 pub mod lock_rank;
 mod log;
+mod log_core;
 mod planted;
 pub mod recovery;
 pub mod revoke_block;
 pub mod ring;
+mod set;
 pub mod shadow;
 pub mod stats;
 pub mod superblock;
@@ -94,11 +99,12 @@ mod writer;
 
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, JState, Tid};
+pub use cjfs_blockdev::{LogId, TxId};
 pub use config::{JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
-pub use journal::Journal;
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBugs;
+pub use set::Journal;
 pub use stats::StatsSnapshot;
 pub use transaction::TxState;

@@ -6,7 +6,7 @@ use crate::error::{JResult, JournalError};
 use crate::ring::LogRing;
 use crate::superblock::JournalSuperblock;
 
-/// Log bookkeeping. Protected by `JournalInner::log`.
+/// Log bookkeeping. Protected by `LogCore::log`.
 #[derive(Debug)]
 pub(crate) struct LogState {
     /// Superblock template (features, uuid, geometry) for rewriting it.

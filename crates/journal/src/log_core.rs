@@ -1,28 +1,28 @@
-//! The journal: handle admission, commit requests, waiting for durability, shutdown.
+//! One log's core: its running and committing transactions, handle admission into them,
+//! commit requests, waiting for durability, its log space and checkpoint list. Its commit,
+//! flush and checkpoint threads run over it (`commit.rs`, `flush.rs`, `checkpoint.rs`); what
+//! every log of the journal shares is [`crate::set::Shared`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-use cjfs_blockdev::Device;
+use cjfs_blockdev::{LogId, TxId};
 use parking_lot::Condvar;
 
 use crate::lock_rank::{Rank, RankedMutex};
 
 use crate::area::JournalArea;
-use crate::buffer::{BufferCache, Tid};
-use crate::config::{JournalConfig, JournalKind};
+use crate::buffer::Tid;
 use crate::error::{JResult, JournalError};
 use crate::handle::Handle;
 use crate::log::LogState;
-use crate::stats::{JournalStats, StatsSnapshot};
-use crate::superblock::JournalSuperblock;
+use crate::set::Shared;
 use crate::transaction::{Transaction, TxState};
 
-/// Journal-wide state. Protected by [`JournalInner::state`] (JBD2's j_state_lock).
-pub(crate) struct JState {
+/// One log's state. Protected by [`LogCore::state`] (JBD2's j_state_lock).
+pub(crate) struct LogStateLocked {
     /// The running transaction, created on demand by the first handle.
     pub running: Option<Arc<Transaction>>,
     /// Transactions past Running and not yet durable, oldest first.
@@ -41,20 +41,22 @@ pub(crate) struct JState {
     pub checkpoint_wanted: bool,
 }
 
-/// Shared core of the journal.
+/// One log of the journal (JBD2's `journal_t` minus what the set shares).
 ///
-/// Locks (see the crate's lock order): `state` (journal state), `updates_lock` (pairs with
-/// `updates_cv` so a stop never misses the commit thread's wait), `log` (log head/tail,
-/// owned by the commit, flush and checkpoint paths), `sb_write` (serialises journal
-/// superblock writes), `checkpoint_lock` (one checkpoint at a time).
-pub(crate) struct JournalInner {
-    pub dev: Device,
+/// Locks (see the crate's lock order): `state` (the log's transactions), `updates_lock`
+/// (pairs with `updates_cv` so a stop never misses the commit thread's wait), `log` (log
+/// head/tail, owned by the commit, flush and checkpoint paths), `sb_write` (serialises this
+/// log's superblock writes), `checkpoint_lock` (one checkpoint at a time), `commit_lock`
+/// (one commit at a time in serial modes). Everything else is immutable or atomic.
+pub(crate) struct LogCore {
+    /// What every log shares: device, buffer cache, configuration, statistics. Immutable.
+    pub set: Arc<Shared>,
+    /// This log's number in the set (0: the primary journal). Immutable.
+    pub id: LogId,
+    /// Where the log lives. Immutable.
     pub area: JournalArea,
-    pub cache: Arc<BufferCache>,
-    pub config: JournalConfig,
-    pub stats: JournalStats,
-    /// Journal state. Lock: itself.
-    pub state: RankedMutex<JState>,
+    /// The log's transactions. Lock: itself.
+    pub state: RankedMutex<LogStateLocked>,
     /// Wakes the commit thread (commit requests, shutdown).
     pub commit_cv: Condvar,
     /// Wakes starters waiting for a Locked transaction to switch.
@@ -74,10 +76,6 @@ pub(crate) struct JournalInner {
     pub checkpoint_lock: RankedMutex<()>,
     /// Held by whoever runs a commit in serial modes (commit thread or an inline committer).
     pub commit_lock: RankedMutex<()>,
-    /// Held from taking a live image of data buffers until its writes are submitted (commit
-    /// and fdatasync), so two writes of one block reach the device in the order their
-    /// images were taken: an older image submitted last would overwrite the newer one.
-    pub home_write_lock: RankedMutex<()>,
     /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
     /// Lock: itself.
     pub checkpoint_list: RankedMutex<Vec<Arc<crate::buffer::Buffer>>>,
@@ -103,13 +101,82 @@ pub(crate) struct JournalInner {
     pub commit_request_fast: AtomicU64,
     /// Flush and commit time estimates for commit pacing (atomics).
     pub timing: crate::coalescing::PaceTiming,
-    /// Largest transaction, in blocks.
+    /// Largest transaction, in blocks. Immutable.
     pub max_tx_blocks: u32,
-    /// Shadow pages for versions.
-    pub shadow: crate::shadow::ShadowPool,
 }
 
-impl JournalInner {
+impl LogCore {
+    /// Log `id` of the set, over `area`, with `log` read from its superblock; its next
+    /// transaction continues the superblock's sequence.
+    pub fn new(set: Arc<Shared>, id: LogId, area: JournalArea, log: LogState) -> LogCore {
+        let first_tid = u64::from(log.sb.s_sequence.max(1));
+        let max_tx_blocks = match set.config.max_tx_blocks {
+            Some(m) => m.min(log.ring.capacity() as u32 / 2),
+            None => (log.ring.capacity() / 4) as u32,
+        }
+        .max(16);
+        LogCore {
+            set,
+            id,
+            area,
+            state: RankedMutex::new(
+                Rank::State,
+                LogStateLocked {
+                    running: None,
+                    committing: VecDeque::new(),
+                    next_tid: first_tid,
+                    commit_request: first_tid - 1,
+                    durable: first_tid - 1,
+                    aborted: None,
+                    shutdown: false,
+                    checkpoint_wanted: false,
+                },
+            ),
+            commit_cv: Condvar::new(),
+            locked_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            updates_lock: RankedMutex::new(Rank::Leaf, ()),
+            updates_cv: Condvar::new(),
+            log: RankedMutex::new(Rank::Log, log),
+            sb_write: RankedMutex::new(Rank::SbWrite, ()),
+            checkpoint_lock: RankedMutex::new(Rank::CheckpointLock, ()),
+            commit_lock: RankedMutex::new(Rank::CommitLock, ()),
+            checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
+            flush_pending: std::sync::atomic::AtomicUsize::new(0),
+            flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
+            flush_cv: Condvar::new(),
+            checkpoint_cv: Condvar::new(),
+            running_fast: arc_swap::ArcSwapOption::empty(),
+            timing: crate::coalescing::PaceTiming::new(),
+            closed: AtomicBool::new(false),
+            durable_fast: AtomicU64::new(first_tid - 1),
+            commit_request_fast: AtomicU64::new(first_tid - 1),
+            max_tx_blocks,
+        }
+    }
+
+    /// Transaction `tid` of this log.
+    pub fn tx_id(&self, tid: Tid) -> TxId {
+        TxId::new(self.id, tid)
+    }
+
+    /// Whether this log's transaction `tid` is durable.
+    pub fn is_durable(&self, tid: Tid) -> bool {
+        self.durable_fast.load(Ordering::Acquire) >= tid
+    }
+
+    /// Id of the running transaction, or of the last one if none is running.
+    pub fn current_tid(&self) -> Tid {
+        if let Some(t) = self.running_fast.load().as_ref() {
+            return t.tid;
+        }
+        let st = self.state.lock();
+        match &st.running {
+            Some(t) => t.tid,
+            None => st.next_tid - 1,
+        }
+    }
+
     /// The abort cause, if the journal aborted.
     pub fn aborted(&self) -> Option<String> {
         // Hot (every first write access to a buffer): no state lock unless closed.
@@ -119,12 +186,18 @@ impl JournalInner {
         self.state.lock().aborted.clone()
     }
 
-    /// Abort the journal: every waiter and every later operation gets the cause.
+    /// Abort the journal, every log of it: every waiter and every later operation gets the
+    /// cause.
     pub fn abort(&self, cause: String) {
+        self.set.abort(cause);
+    }
+
+    /// This log's part of an abort (see [`Shared::abort`]): record the cause and wake
+    /// everyone who waits on this log.
+    pub(crate) fn abort_log(&self, cause: &str) {
         let mut st = self.state.lock();
         if st.aborted.is_none() {
-            log::error!("journal aborted: {cause}");
-            st.aborted = Some(cause);
+            st.aborted = Some(cause.to_string());
         }
         self.closed.store(true, Ordering::SeqCst);
         drop(st);
@@ -133,15 +206,33 @@ impl JournalInner {
         self.commit_cv.notify_all();
         self.flush_cv.notify_all();
         self.checkpoint_cv.notify_all();
-        // Writers blocked on a buffer version must see the abort too.
-        for b in self.cache.collect(|j| j.versions > 0) {
-            b.notify();
-        }
     }
 
     pub fn updates_done(&self) {
         let _g = self.updates_lock.lock();
         self.updates_cv.notify_all();
+    }
+
+    /// Stop the log's threads' loops and wake everyone waiting on it (shutdown; the caller
+    /// joins the threads).
+    pub(crate) fn stop(&self) {
+        {
+            let mut st = self.state.lock();
+            st.shutdown = true;
+            self.closed.store(true, Ordering::SeqCst);
+        }
+        self.commit_cv.notify_all();
+        {
+            // The flush thread checks `shutdown` while holding `flush_queue` and then waits on
+            // `flush_cv` with no timeout: notify under that lock, or the wake-up can fall
+            // between its check and its wait and the join hangs forever (found by the crash
+            // harness: an unmount that never returned).
+            let _q = self.flush_queue.lock();
+            self.flush_cv.notify_all();
+        }
+        self.checkpoint_cv.notify_all();
+        self.wake_all_waiters();
+        self.locked_cv.notify_all();
     }
 
     /// Ask for `tid` to be committed (no wait).
@@ -161,11 +252,11 @@ impl JournalInner {
 
     /// Commit `tid` (if not yet) and wait until it is durable.
     pub fn commit_wait(self: &Arc<Self>, tid: Tid) -> JResult<()> {
-        if !self.config.dual_thread
+        if !self.set.config.dual_thread
             && self.durable_fast.load(Ordering::Acquire) < tid
             && crate::commit::commit_inline(self, tid)?
         {
-            self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
+            self.set.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         self.request_commit(tid);
@@ -174,7 +265,7 @@ impl JournalInner {
 
     /// Wait until `tid` is durable.
     pub fn wait(&self, tid: Tid) -> JResult<()> {
-        self.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
+        self.set.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
         if self.durable_fast.load(Ordering::Acquire) >= tid {
             return Ok(());
         }
@@ -221,7 +312,7 @@ impl JournalInner {
     }
 
     /// The error for an aborted or shut-down journal, if it is.
-    fn closed_error(&self, st: &JState) -> JResult<()> {
+    fn closed_error(&self, st: &LogStateLocked) -> JResult<()> {
         if let Some(a) = &st.aborted {
             return Err(JournalError::Aborted(a.clone()));
         }
@@ -269,7 +360,7 @@ impl JournalInner {
             return None;
         }
         tx.handles.fetch_add(1, Ordering::Relaxed);
-        self.stats.handles.fetch_add(1, Ordering::Relaxed);
+        self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
         Some(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() })
     }
 
@@ -298,7 +389,7 @@ impl JournalInner {
             if st.running.is_none() {
                 let tid = st.next_tid;
                 st.next_tid += 1;
-                let t = Arc::new(Transaction::new(tid));
+                let t = Arc::new(Transaction::new(self.id, tid));
                 self.running_fast.store(Some(t.clone()));
                 st.running = Some(t);
                 // The commit thread is not woken: its timed sleep, armed when nothing or an
@@ -312,7 +403,7 @@ impl JournalInner {
             if tx.state() != TxState::Running {
                 let t0 = Instant::now();
                 st.wait(&self.locked_cv);
-                self.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.set.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }
             let have = tx.credits.load(Ordering::Relaxed);
@@ -329,282 +420,8 @@ impl JournalInner {
             tx.updates.fetch_add(1, Ordering::SeqCst);
             tx.handles.fetch_add(1, Ordering::Relaxed);
             drop(st);
-            self.stats.handles.fetch_add(1, Ordering::Relaxed);
+            self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
             return Ok(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() });
-        }
-    }
-}
-
-/// The journal. Dropping it (or [`Journal::shutdown`]) commits what is running,
-/// checkpoints everything and marks the log empty.
-pub struct Journal {
-    inner: Arc<JournalInner>,
-    threads: RankedMutex<Vec<JoinHandle<()>>>,
-    /// Why the `auto` preset chose the configuration in use (`None` for a named preset).
-    /// Immutable.
-    choice: Option<String>,
-}
-
-impl std::fmt::Debug for Journal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Journal").field("config", &self.inner.config.name).finish()
-    }
-}
-
-impl Journal {
-    /// Open the journal in `area` (which must have been recovered: `s_start == 0`) and
-    /// start its threads.
-    pub fn open(
-        dev: Device,
-        area: JournalArea,
-        cache: Arc<BufferCache>,
-        config: JournalConfig,
-    ) -> JResult<Journal> {
-        let raw = dev.read_block(area.map(0)?)?;
-        let sb = JournalSuperblock::decode(&raw[..], area.len())?;
-        if sb.s_start != 0 && config.kind == JournalKind::Jbd2 {
-            return Err(JournalError::Corrupt("journal needs recovery before it can be opened".into()));
-        }
-        let first_tid = u64::from(sb.s_sequence.max(1));
-        let log = LogState::new(sb)?;
-        let max_tx_blocks = match config.max_tx_blocks {
-            Some(m) => m.min(log.ring.capacity() as u32 / 2),
-            None => (log.ring.capacity() / 4) as u32,
-        }
-        .max(16);
-        let (mut config, choice) = config.resolve_for(&dev.caps());
-        if let Some(why) = &choice {
-            log::info!("journal preset auto: {why}");
-        }
-        if config.dual_thread && config.dual_thread_barrier_only && !dev.caps().barrier {
-            log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
-            config.dual_thread = false;
-        }
-        let config_shadow = config.shadow_pool;
-        let inner = Arc::new(JournalInner {
-            dev,
-            area,
-            cache,
-            config,
-            stats: JournalStats::default(),
-            state: RankedMutex::new(
-                Rank::State,
-                JState {
-                    running: None,
-                    committing: VecDeque::new(),
-                    next_tid: first_tid,
-                    commit_request: first_tid - 1,
-                    durable: first_tid - 1,
-                    aborted: None,
-                    shutdown: false,
-                    checkpoint_wanted: false,
-                },
-            ),
-            commit_cv: Condvar::new(),
-            locked_cv: Condvar::new(),
-            done_cv: Condvar::new(),
-            updates_lock: RankedMutex::new(Rank::Leaf, ()),
-            updates_cv: Condvar::new(),
-            log: RankedMutex::new(Rank::Log, log),
-            sb_write: RankedMutex::new(Rank::SbWrite, ()),
-            checkpoint_lock: RankedMutex::new(Rank::CheckpointLock, ()),
-            commit_lock: RankedMutex::new(Rank::CommitLock, ()),
-            home_write_lock: RankedMutex::new(Rank::HomeWriteLock, ()),
-            checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
-            flush_pending: std::sync::atomic::AtomicUsize::new(0),
-            flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
-            flush_cv: Condvar::new(),
-            checkpoint_cv: Condvar::new(),
-            running_fast: arc_swap::ArcSwapOption::empty(),
-            timing: crate::coalescing::PaceTiming::new(),
-            closed: AtomicBool::new(false),
-            durable_fast: AtomicU64::new(first_tid - 1),
-            commit_request_fast: AtomicU64::new(first_tid - 1),
-            max_tx_blocks,
-            shadow: crate::shadow::ShadowPool::new(config_shadow),
-        });
-        let mut threads = Vec::new();
-        for (name, f) in [
-            ("cjfs-commit", crate::commit::commit_thread as fn(Arc<JournalInner>)),
-            ("cjfs-flush", crate::flush::flush_thread),
-            ("cjfs-ckpt", crate::checkpoint::checkpoint_thread),
-        ] {
-            let j = inner.clone();
-            let t = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || f(j))
-                .map_err(|e| JournalError::Aborted(format!("cannot start {name} thread: {e}")))?;
-            threads.push(t);
-        }
-        Ok(Journal { inner, threads: RankedMutex::new(Rank::Leaf, threads), choice })
-    }
-
-    /// Start a handle with `credits` blocks reserved.
-    pub fn start(&self, credits: u32) -> JResult<Handle> {
-        self.inner.start(credits)
-    }
-
-    /// Ask for transaction `tid` to be committed (no wait).
-    pub fn commit(&self, tid: Tid) {
-        self.inner.request_commit(tid)
-    }
-
-    /// Wait until `tid` is durable.
-    pub fn wait(&self, tid: Tid) -> JResult<()> {
-        self.inner.wait(tid)
-    }
-
-    /// Commit `tid` and wait for it (fsync).
-    pub fn commit_wait(&self, tid: Tid) -> JResult<()> {
-        self.inner.commit_wait(tid)
-    }
-
-    /// Commit whatever is running and wait for everything to be durable (sync).
-    pub fn force(&self) -> JResult<()> {
-        let tid = {
-            let st = self.inner.state.lock();
-            match &st.running {
-                Some(t) => t.tid,
-                None => st.next_tid - 1,
-            }
-        };
-        self.inner.commit_wait(tid)
-    }
-
-    /// Id of the running transaction, or of the last one if none is running.
-    pub fn current_tid(&self) -> Tid {
-        if let Some(t) = self.inner.running_fast.load().as_ref() {
-            return t.tid;
-        }
-        let st = self.inner.state.lock();
-        match &st.running {
-            Some(t) => t.tid,
-            None => st.next_tid - 1,
-        }
-    }
-
-    /// Highest durable transaction id.
-    pub fn durable_tid(&self) -> Tid {
-        self.inner.durable_fast.load(Ordering::Acquire)
-    }
-
-    /// Write every committed block home and free the log.
-    pub fn checkpoint(&self) -> JResult<()> {
-        crate::checkpoint::checkpoint(&self.inner)
-    }
-
-    /// Make the data buffers `bufs` durable (the data part of fsync/fdatasync, once the
-    /// metadata they need is durable): write the dirty ones home, wait for the writes other
-    /// paths made of the rest — a commit's ordered-data write is durable with its
-    /// transaction, another fdatasync's write once it completed and a flush followed —
-    /// and flush. A buffer found clean is not yet durable just because it is clean.
-    pub fn sync_data(&self, bufs: &[Arc<crate::buffer::Buffer>]) -> JResult<()> {
-        if bufs.is_empty() {
-            return Ok(());
-        }
-        // The common case (data already written by the commit fsync waited for) takes no
-        // global lock.
-        if bufs.iter().any(|b| b.jstate().dirty) {
-            crate::commit::write_data(&self.inner, bufs)?;
-        }
-        let mut wait_tid = 0;
-        let mut flush = false;
-        for b in bufs {
-            let mut js = b.jstate();
-            while js.home_writes > 0 {
-                b.wait_jstate(&mut js);
-            }
-            if js.home_tid == 0 {
-                flush = true;
-            } else {
-                wait_tid = wait_tid.max(js.home_tid);
-            }
-        }
-        if wait_tid > self.durable_tid() {
-            self.commit_wait(wait_tid)?;
-        }
-        if flush {
-            self.flush_device()?;
-        }
-        Ok(())
-    }
-
-    /// Flush the device's cache (counts as a journal flush).
-    pub fn flush_device(&self) -> JResult<()> {
-        self.inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.inner.dev.flush().map_err(|e| {
-            self.inner.abort(format!("device flush failed: {e}"));
-            JournalError::from(e)
-        })
-    }
-
-    /// The abort cause, if aborted.
-    pub fn aborted(&self) -> Option<String> {
-        self.inner.aborted()
-    }
-
-    /// Statistics.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.inner.stats.snapshot()
-    }
-
-    /// With the `auto` preset: which preset it chose for this device, and why.
-    pub fn choice(&self) -> Option<&str> {
-        self.choice.as_deref()
-    }
-
-    /// The configuration in use (for `auto`, the preset it resolved to).
-    pub fn config(&self) -> &JournalConfig {
-        &self.inner.config
-    }
-
-    /// Largest number of credits one handle may ask for.
-    pub fn max_tx_blocks(&self) -> u32 {
-        self.inner.max_tx_blocks
-    }
-
-    /// The buffer cache the journal works on.
-    pub fn cache(&self) -> &Arc<BufferCache> {
-        &self.inner.cache
-    }
-
-    /// Commit everything, checkpoint, mark the log empty and stop the threads.
-    pub fn shutdown(&self) -> JResult<()> {
-        let mut result = Ok(());
-        if self.inner.aborted().is_none() {
-            result = self.force().and_then(|_| self.checkpoint());
-        }
-        {
-            let mut st = self.inner.state.lock();
-            st.shutdown = true;
-            self.inner.closed.store(true, Ordering::SeqCst);
-        }
-        self.inner.commit_cv.notify_all();
-        {
-            // The flush thread checks `shutdown` while holding `flush_queue` and then waits on
-            // `flush_cv` with no timeout: notify under that lock, or the wake-up can fall
-            // between its check and its wait and the join below hangs forever (found by the
-            // crash harness: an unmount that never returned).
-            let _q = self.inner.flush_queue.lock();
-            self.inner.flush_cv.notify_all();
-        }
-        self.inner.checkpoint_cv.notify_all();
-        self.inner.wake_all_waiters();
-        self.inner.locked_cv.notify_all();
-        for t in self.threads.lock().drain(..) {
-            let _ = t.join();
-        }
-        if let Some(a) = self.inner.aborted() {
-            return Err(JournalError::Aborted(a));
-        }
-        result
-    }
-}
-
-impl Drop for Journal {
-    fn drop(&mut self) {
-        if !self.threads.lock().is_empty() {
-            let _ = self.shutdown();
         }
     }
 }

@@ -90,12 +90,31 @@ pub const INCOMPAT_CSUM_V2: u32 = 0x8;
 pub const INCOMPAT_CSUM_V3: u32 = 0x10;
 /// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area follows the log (not supported).
 pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
+/// cjfs-private: log areas besides this journal (see [`LogArea`]) may hold transactions that
+/// need replay. Unknown to the kernel and e2fsck, which therefore refuse the journal ("JBD2:
+/// Unrecognised features on journal"; "journal superblock has an unknown incompatible
+/// feature flag set") instead of replaying only this log. Set while extra logs are open,
+/// cleared by a clean unmount and by `cjfs recover`. The top bit, far from JBD2's own.
+pub const INCOMPAT_CJFS_LOGS: u32 = 0x8000_0000;
+
+/// Offset of cjfs' log-area table in the journal superblock's block: past the 1024 bytes
+/// JBD2 defines (and checksums), which is all the kernel and e2fsck read; both write the
+/// block back whole, so the table survives their superblock updates.
+pub const AREA_TABLE_OFFSET: usize = 0x400;
+/// Magic of the log-area table ("CJLA", big-endian as the rest of JBD2).
+pub const AREA_TABLE_MAGIC: u32 = 0x434A_4C41;
+/// Most extra log areas the table holds.
+pub const MAX_LOG_AREAS: usize = 64;
 
 /// Compat features we understand.
 pub const KNOWN_COMPAT: u32 = COMPAT_CHECKSUM;
 /// Incompat features we can replay and write.
-pub const SUPPORTED_INCOMPAT: u32 =
-    INCOMPAT_REVOKE | INCOMPAT_64BIT | INCOMPAT_ASYNC_COMMIT | INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3;
+pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_REVOKE
+    | INCOMPAT_64BIT
+    | INCOMPAT_ASYNC_COMMIT
+    | INCOMPAT_CSUM_V2
+    | INCOMPAT_CSUM_V3
+    | INCOMPAT_CJFS_LOGS;
 /// Ro-compat features we understand (none are defined by JBD2).
 pub const KNOWN_RO_COMPAT: u32 = 0;
 
@@ -200,6 +219,7 @@ impl JournalFeatures {
 /// Names of the set incompat bits (unknown bits in hex), for error messages.
 fn incompat_names(bits: u32) -> String {
     let names = [
+        (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
         (INCOMPAT_REVOKE, "revoke"),
         (INCOMPAT_64BIT, "64bit"),
         (INCOMPAT_ASYNC_COMMIT, "async_commit"),
@@ -219,6 +239,80 @@ fn incompat_names(bits: u32) -> String {
         out.push(format!("0x{rest:x}"));
     }
     out.join(",")
+}
+
+/// An extra log area: a JBD2 log of its own (its superblock at its first block) inside the
+/// journal inode, past the primary journal's `s_maxlen` (the kernel and e2fsck take
+/// `s_maxlen` as the journal's length and never look beyond it).
+///
+/// The table of them is stored big-endian at [`AREA_TABLE_OFFSET`] of the primary journal's
+/// superblock block: `u32 magic` ([`AREA_TABLE_MAGIC`]), `u32 count`, `count × (u32 first,
+/// u32 len)` in journal-inode blocks, ascending and disjoint, then `u32 crc32c` (seed !0) of
+/// everything before it. Absent (no magic) means no extra areas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogArea {
+    /// First block of the area, counted in the journal inode (its superblock).
+    pub first: u32,
+    /// Blocks in the area, its superblock included.
+    pub len: u32,
+}
+
+/// Decode the log-area table in `block` (a whole journal superblock block), checked for
+/// shape: past the primary log's `maxlen`, ascending, disjoint, each at least 1024 blocks.
+/// Whether the areas lie inside the journal inode is [`read_log_areas`]'s check (the primary
+/// log is decoded over its own `s_maxlen` blocks, which never hold an area).
+fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
+    let corrupt = |msg: String| JournalError::Corrupt(format!("journal log-area table: {msg}"));
+    if block.len() < AREA_TABLE_OFFSET + 8 || rd_be32(block, AREA_TABLE_OFFSET) != AREA_TABLE_MAGIC {
+        return Ok(Vec::new());
+    }
+    let count = rd_be32(block, AREA_TABLE_OFFSET + 4) as usize;
+    if count > MAX_LOG_AREAS {
+        return Err(corrupt(format!("{count} areas (at most {MAX_LOG_AREAS})")));
+    }
+    let end = AREA_TABLE_OFFSET + 8 + 8 * count;
+    if block.len() < end + 4 {
+        return Err(corrupt(format!("{count} areas do not fit the block")));
+    }
+    let stored = rd_be32(block, end);
+    let computed = crate::checksum::crc32c(!0, &block[AREA_TABLE_OFFSET..end]);
+    if stored != computed {
+        return Err(corrupt(format!("checksum 0x{stored:08x} does not match computed 0x{computed:08x}")));
+    }
+    let mut areas = Vec::with_capacity(count);
+    let mut next_free = u64::from(maxlen);
+    for i in 0..count {
+        let off = AREA_TABLE_OFFSET + 8 + 8 * i;
+        let a = LogArea { first: rd_be32(block, off), len: rd_be32(block, off + 4) };
+        let (first, len) = (u64::from(a.first), u64::from(a.len));
+        if first < next_free {
+            return Err(corrupt(format!(
+                "area {i} at block {first} overlaps the journal or the area before it (free from {next_free})"
+            )));
+        }
+        if len < 1024 {
+            return Err(corrupt(format!("area {i} (blocks {first}+{len}) is under 1024 blocks")));
+        }
+        next_free = first + len;
+        areas.push(a);
+    }
+    Ok(areas)
+}
+
+/// Write the log-area table for `areas` into `block` (nothing when there are none).
+fn encode_area_table(areas: &[LogArea], block: &mut [u8]) {
+    if areas.is_empty() {
+        return;
+    }
+    wr_be32(block, AREA_TABLE_OFFSET, AREA_TABLE_MAGIC);
+    wr_be32(block, AREA_TABLE_OFFSET + 4, areas.len() as u32);
+    for (i, a) in areas.iter().enumerate() {
+        wr_be32(block, AREA_TABLE_OFFSET + 8 + 8 * i, a.first);
+        wr_be32(block, AREA_TABLE_OFFSET + 12 + 8 * i, a.len);
+    }
+    let end = AREA_TABLE_OFFSET + 8 + 8 * areas.len();
+    let crc = crate::checksum::crc32c(!0, &block[AREA_TABLE_OFFSET..end]);
+    wr_be32(block, end, crc);
 }
 
 /// A decoded journal superblock. Field names follow `journal_superblock_t`.
@@ -264,6 +358,8 @@ pub struct JournalSuperblock {
     pub s_checksum: u32,
     /// UUIDs of the file systems sharing the log.
     pub s_users: [u8; SB_USERS_LEN],
+    /// cjfs' extra log areas (stored past the 1024-byte superblock; see [`LogArea`]).
+    pub log_areas: Vec<LogArea>,
 }
 
 impl JournalSuperblock {
@@ -299,6 +395,7 @@ impl JournalSuperblock {
             s_head: 0,
             s_checksum: 0,
             s_users: users,
+            log_areas: Vec::new(),
         }
     }
 
@@ -382,7 +479,7 @@ impl JournalSuperblock {
             uuid.copy_from_slice(&buf[SB_UUID_OFFSET..SB_UUID_OFFSET + 16]);
             users.copy_from_slice(&buf[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN]);
         }
-        let sb = JournalSuperblock {
+        let mut sb = JournalSuperblock {
             blocktype: hdr.blocktype,
             s_blocksize,
             s_maxlen,
@@ -403,6 +500,7 @@ impl JournalSuperblock {
             s_head: field(SB_HEAD_OFFSET),
             s_checksum: field(SB_CHECKSUM_OFFSET),
             s_users: users,
+            log_areas: Vec::new(),
         };
 
         let f = sb.features();
@@ -422,6 +520,12 @@ impl JournalSuperblock {
         let unknown_ro = f.ro_compat & !KNOWN_RO_COMPAT;
         if unknown_ro != 0 {
             return Err(incompatible(format!("unknown ro_compat features 0x{unknown_ro:x}")));
+        }
+        if !v1 {
+            sb.log_areas = decode_area_table(buf, sb.s_maxlen)?;
+        }
+        if f.incompat & INCOMPAT_CJFS_LOGS != 0 && sb.log_areas.is_empty() {
+            return Err(corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
         }
         if f.csum_v2() && f.csum_v3() {
             return Err(corrupt("both csum_v2 and csum_v3 are set".into()));
@@ -475,6 +579,7 @@ impl JournalSuperblock {
         b[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN].copy_from_slice(&self.s_users);
         let csum = if self.features().csum_v2or3() { superblock_csum(&b) } else { self.s_checksum };
         wr_be32(&mut b, SB_CHECKSUM_OFFSET, csum);
+        encode_area_table(&self.log_areas, &mut b);
         b
     }
 }
@@ -535,6 +640,72 @@ pub fn format_journal(
     Ok(sb)
 }
 
+/// The logs of a journal inode mapped by `inode_area`: the primary journal (log 0, its first
+/// `s_maxlen` blocks) and the extra areas its superblock's table lists, each a log of its own.
+/// Reads only; returns the primary superblock too.
+pub fn read_log_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+) -> JResult<(JournalSuperblock, Vec<JournalArea>)> {
+    let sb = read_superblock(dev, inode_area)?;
+    let mut areas = vec![inode_area.slice(0, u64::from(sb.s_maxlen))?];
+    for (i, a) in sb.log_areas.iter().enumerate() {
+        let area = inode_area.slice(u64::from(a.first), u64::from(a.len)).map_err(|_| {
+            JournalError::Corrupt(format!(
+                "journal log-area table: area {i} (blocks {}+{}) lies beyond the journal inode ({} blocks)",
+                a.first,
+                a.len,
+                inode_area.len()
+            ))
+        })?;
+        areas.push(area);
+    }
+    Ok((sb, areas))
+}
+
+/// Format the journal inode mapped by `inode_area`: a primary journal of `primary_len`
+/// blocks and, after it, one extra log area per entry of `extra_lens`, each an empty JBD2
+/// log with the primary's features, listed in the primary superblock's log-area table.
+/// Flushes; returns the primary superblock.
+pub fn format_journal_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+    uuid: [u8; 16],
+    csum_v3: bool,
+    primary_len: u64,
+    extra_lens: &[u64],
+) -> JResult<JournalSuperblock> {
+    let total: u64 = primary_len + extra_lens.iter().sum::<u64>();
+    if total > inode_area.len() || extra_lens.len() > MAX_LOG_AREAS {
+        return Err(JournalError::Incompatible(format!(
+            "{} log areas of {total} blocks in all do not fit a journal inode of {} blocks (at most {MAX_LOG_AREAS} extra areas)",
+            extra_lens.len() + 1,
+            inode_area.len()
+        )));
+    }
+    let mut log_areas = Vec::with_capacity(extra_lens.len());
+    let mut first = primary_len;
+    for &len in extra_lens {
+        if len < 1024 {
+            return Err(JournalError::Incompatible(format!("log area of {len} blocks (at least 1024)")));
+        }
+        format_journal(dev, &inode_area.slice(first, len)?, uuid, csum_v3)?;
+        let narrow = |v: u64| {
+            u32::try_from(v)
+                .map_err(|_| JournalError::Incompatible(format!("log area at block {v} beyond 2^32")))
+        };
+        log_areas.push(LogArea { first: narrow(first)?, len: narrow(len)? });
+        first += len;
+    }
+    let mut sb = format_journal(dev, &inode_area.slice(0, primary_len)?, uuid, csum_v3)?;
+    if !log_areas.is_empty() {
+        sb.log_areas = log_areas;
+        write_superblock(dev, inode_area, &sb, false)?;
+        dev.flush()?;
+    }
+    Ok(sb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,6 +741,67 @@ mod tests {
         assert_eq!(rd_be32(&b, SB_SEQUENCE_OFFSET), 77);
         assert_eq!(&b[SB_USERS_OFFSET..SB_USERS_OFFSET + 16], &uuid());
         assert!(b[SB_CSUM_LEN..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn log_area_table_roundtrips_and_is_checked() {
+        let mut sb = JournalSuperblock::new_v2(1024, uuid(), true);
+        sb.log_areas = vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 3000, len: 2000 }];
+        sb.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
+        let b = sb.encode();
+        // The JBD2 superblock proper (and its checksum) is untouched by the table.
+        assert_eq!(rd_be32(&b, SB_CHECKSUM_OFFSET), superblock_csum(&b));
+        assert_eq!(rd_be32(&b, AREA_TABLE_OFFSET), AREA_TABLE_MAGIC);
+        let d = JournalSuperblock::decode(&b, 5000).expect("decode");
+        assert_eq!(d.log_areas, sb.log_areas);
+        assert_ne!(d.s_feature_incompat & INCOMPAT_CJFS_LOGS, 0);
+        let corrupt = |b: &[u8], area: u64, want: &str| match JournalSuperblock::decode(b, area) {
+            Err(JournalError::Corrupt(m)) => assert!(m.contains(want), "{m}"),
+            other => panic!("expected Corrupt({want}), got {other:?}"),
+        };
+        let mut bad = b;
+        bad[AREA_TABLE_OFFSET + 9] ^= 1;
+        corrupt(&bad, 5000, "checksum");
+        let mut overlap = sb.clone();
+        overlap.log_areas[1].first = 1500;
+        corrupt(&overlap.encode(), 5000, "overlaps");
+        let mut inside = sb.clone();
+        inside.log_areas[0].first = 1000;
+        corrupt(&inside.encode(), 5000, "overlaps");
+        let mut bit_only = JournalSuperblock::new_v2(1024, uuid(), true);
+        bit_only.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
+        corrupt(&bit_only.encode(), 5000, "no log-area table");
+    }
+
+    #[test]
+    fn extra_log_areas_are_formatted_and_found() {
+        let dev = MemDev::new(4000);
+        let inode = JournalArea::new([(100, 1500), (2000, 1600)]);
+        let sb = format_journal_areas(&dev, &inode, uuid(), true, 1024, &[1024, 1024]).expect("format");
+        assert_eq!(sb.s_maxlen, 1024);
+        assert_eq!(
+            sb.log_areas,
+            vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 2048, len: 1024 }]
+        );
+        let (primary, areas) = read_log_areas(&dev, &inode).expect("read areas");
+        assert_eq!((primary.s_maxlen, &primary.log_areas), (1024, &sb.log_areas));
+        assert_eq!(areas.len(), 3);
+        // The second area spans the two runs of the inode: its superblock at device block
+        // 100 + 1024, its last block at 2000 + (2048 - 1500) - 1.
+        assert_eq!(areas[1].map(0).ok(), Some(1124));
+        assert_eq!(areas[1].map(1023).ok(), Some(2000 + 1024 + 1024 - 1500 - 1));
+        for a in &areas[1..] {
+            let s = read_superblock(&dev, a).expect("area superblock");
+            assert_eq!((s.s_maxlen, s.s_start, s.log_areas.len()), (1024, 0, 0));
+        }
+        assert!(format_journal_areas(&dev, &inode, uuid(), true, 1024, &[3000]).is_err(), "too big");
+        // A table naming blocks past the inode is refused where the inode is known.
+        let short = inode.slice(0, 3000).expect("slice");
+        match read_log_areas(&dev, &short) {
+            Err(JournalError::Corrupt(m)) => assert!(m.contains("beyond the journal inode"), "{m}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert!(format_journal_areas(&dev, &inode, uuid(), true, 1024, &[100]).is_err(), "too small");
     }
 
     #[test]

@@ -21,6 +21,8 @@ use std::time::Instant;
 
 use crate::lock_rank::{Rank, RankedMutex};
 
+use cjfs_blockdev::{LogId, TxId};
+
 use crate::buffer::{Buffer, Tid};
 
 /// Where a transaction is in its life.
@@ -70,7 +72,9 @@ pub struct TxLists {
 /// the counters are atomics; `lists` is its own mutex (rank `TxLists`).
 #[derive(Debug)]
 pub struct Transaction {
-    /// Transaction id (JBD2 sequence number; the low 32 bits go on disk).
+    /// The log that commits it.
+    pub log: LogId,
+    /// Transaction id in its log (JBD2 sequence number; the low 32 bits go on disk).
     pub tid: Tid,
     state: AtomicU8,
     /// Handles started and not yet stopped (JBD2's t_updates).
@@ -96,8 +100,9 @@ pub struct Transaction {
 }
 
 impl Transaction {
-    pub(crate) fn new(tid: Tid) -> Self {
+    pub(crate) fn new(log: LogId, tid: Tid) -> Self {
         Transaction {
+            log,
             tid,
             state: AtomicU8::new(TxState::Running as u8),
             updates: AtomicU32::new(0),
@@ -110,6 +115,11 @@ impl Transaction {
             done: RankedMutex::new(Rank::Leaf, false),
             done_cv: parking_lot::Condvar::new(),
         }
+    }
+
+    /// The transaction's identity (log and id).
+    pub fn id(&self) -> TxId {
+        TxId::new(self.log, self.tid)
     }
 
     /// Current state.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use cjfs_blockdev::{BlockDevice, Device, EmulatedSsd};
 use cjfs_journal::recovery::recover;
 use cjfs_journal::superblock::format_journal;
-use cjfs_journal::{BufferCache, Journal, JournalArea, JournalConfig};
+use cjfs_journal::{BufferCache, Journal, JournalArea, JournalConfig, TxId};
 
 const DEV_BLOCKS: u64 = 8192;
 const LOG_START: u64 = 4096;
@@ -22,7 +22,7 @@ fn setup(config: JournalConfig) -> (Arc<EmulatedSsd>, Journal) {
     (ssd, j)
 }
 
-fn write_pattern(j: &Journal, blk: u64, byte: u8) -> u64 {
+fn write_pattern(j: &Journal, blk: u64, byte: u8) -> TxId {
     let buf = j.cache().read(blk).expect("read");
     let mut h = j.start(4).expect("start");
     h.get_write_access(&buf).expect("access");
@@ -227,11 +227,57 @@ fn sync_data_waits_for_the_commit_that_wrote_a_clean_buffer() {
             }
             j.sync_data(std::slice::from_ref(&data)).expect("sync data");
             assert!(
-                j.durable_tid() >= tid,
+                j.is_durable(tid),
                 "{name}: fdatasync returned before the commit that wrote its data was durable"
             );
             committer.join().expect("committer").expect("commit");
         });
         j.shutdown().expect("shutdown");
     }
+}
+
+/// A journal of two logs (the primary and one extra area): the first handle marks the
+/// primary superblock with the private `cjfs_logs` bit before anything is logged, a clean
+/// shutdown clears it; both logs share the buffer cache and the statistics; an abort in
+/// either reaches both; a transaction naming a log the set does not have is refused.
+#[test]
+fn two_logs_share_the_cache_and_mark_the_primary() {
+    use cjfs_journal::superblock::{
+        INCOMPAT_CJFS_LOGS, format_journal_areas, read_log_areas, read_superblock,
+    };
+    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
+    let dev: Device = ssd.clone();
+    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
+    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
+    let (sb, areas) = read_log_areas(&*dev, &inode).expect("areas");
+    assert_eq!((sb.s_maxlen as u64, areas.len()), (LOG_LEN, 2));
+    let bit =
+        |dev: &Device| read_superblock(&**dev, &inode).expect("sb").s_feature_incompat & INCOMPAT_CJFS_LOGS;
+
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let j = Journal::open_logs(dev.clone(), areas.clone(), cache, JournalConfig::jbd2()).expect("open");
+    assert_eq!(j.log_count(), 2);
+    assert_eq!(bit(&dev), 0, "nothing is written before the first handle");
+    let tx = write_pattern(&j, 100, 7);
+    assert_ne!(bit(&dev), 0, "the first handle sets the private bit");
+    assert_eq!(tx.log, 0, "a set admits handles to the primary log");
+    j.commit_wait(tx).expect("commit");
+    assert!(j.is_durable(tx));
+    assert!(!j.is_durable(TxId::new(1, 1)), "the extra log has committed nothing");
+    assert!(j.commit_wait(TxId::new(7, 1)).is_err(), "log 7 does not exist");
+    j.shutdown().expect("shutdown");
+    assert_eq!(bit(&dev), 0, "a clean shutdown clears the private bit");
+    assert_eq!(home(&*dev, 100), 7);
+
+    // Abort fan-out: a failed flush on the primary's commit closes the extra log too.
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let j = Journal::open_logs(dev.clone(), areas, cache, JournalConfig::jbd2()).expect("reopen");
+    let tx = write_pattern(&j, 101, 8);
+    ssd.inject_flush_failure();
+    assert!(j.commit_wait(tx).is_err());
+    assert!(j.aborted().is_some());
+    let err = j.wait(TxId::new(1, 5)).expect_err("the extra log must see the abort");
+    assert!(err.to_string().contains("flush"), "{err}");
+    assert!(j.shutdown().is_err());
+    assert_ne!(bit(&dev), 0, "an aborted journal keeps the bit: its logs may need replay");
 }

@@ -10,8 +10,8 @@ use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
 use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
 use cjfs_journal::superblock::{
-    COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3,
-    INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE, JournalSuperblock, read_superblock,
+    COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_LOGS, INCOMPAT_CSUM_V2,
+    INCOMPAT_CSUM_V3, INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE, JournalSuperblock, read_superblock,
 };
 use cjfs_journal::{JournalArea, JournalError};
 
@@ -94,10 +94,9 @@ fn print_superblock(
     desc_free: Option<(u64, u64)>,
 ) -> CliResult<()> {
     let bs = u64::from(sb.block_size());
-    let journal_dirty = cjfs_fs::fs::journal_area(dev, sb)
+    let journal_dirty = cjfs_fs::fs::journal_logs(dev, sb)
         .ok()
-        .and_then(|a| read_superblock(&**dev, &a).ok())
-        .map(|j| j.needs_recovery());
+        .and_then(|(j, areas)| cjfs_fs::fs::logs_need_recovery(dev, &j, &areas).ok());
     let label = sb.label();
     outln!("Image:                 {image} ({} bytes on the device)", dev.num_blocks() * BLOCK_SIZE as u64);
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
@@ -150,6 +149,7 @@ fn journal_feature_names(j: &JournalSuperblock) -> String {
         v.push("checksum".to_string());
     }
     for (bit, name) in [
+        (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
         (INCOMPAT_REVOKE, "revoke"),
         (INCOMPAT_64BIT, "64bit"),
         (INCOMPAT_ASYNC_COMMIT, "async_commit"),
@@ -161,7 +161,8 @@ fn journal_feature_names(j: &JournalSuperblock) -> String {
             v.push(name.to_string());
         }
     }
-    let known = INCOMPAT_REVOKE
+    let known = INCOMPAT_CJFS_LOGS
+        | INCOMPAT_REVOKE
         | INCOMPAT_64BIT
         | INCOMPAT_ASYNC_COMMIT
         | INCOMPAT_CSUM_V2
@@ -216,6 +217,43 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
     outln!("  needs recovery:      {}", if j.needs_recovery() { "yes" } else { "no" });
     let s = scan(&**dev, &area).map_err(jerr)?;
     print_scan(&s)?;
+    print_log_areas(image, dev, &area, &j)
+}
+
+/// The extra log areas the primary journal's table lists, each with its own superblock state.
+fn print_log_areas(image: &str, dev: &Device, inode: &JournalArea, j: &JournalSuperblock) -> CliResult<()> {
+    if j.log_areas.is_empty() {
+        outln!("  log areas:           the journal only");
+        return Ok(());
+    }
+    outln!(
+        "  log areas:           {} besides the journal (cjfs_logs bit {})",
+        j.log_areas.len(),
+        if j.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
+            "set: stock tools refuse the image until `cjfs recover` or a clean unmount"
+        } else {
+            "clear"
+        }
+    );
+    let jerr = |e: JournalError| CliError::Journal { image: image.to_string(), source: e };
+    for (i, a) in j.log_areas.iter().enumerate() {
+        let area =
+            inode.slice(u64::from(a.first), u64::from(a.len)).map_err(|e| jerr(JournalError::Device(e)))?;
+        let state = match read_superblock(&**dev, &area) {
+            Ok(s) if s.needs_recovery() => {
+                format!("holds transactions from {} (needs recovery)", s.s_sequence)
+            }
+            Ok(s) => format!("empty, next transaction {}", s.s_sequence),
+            Err(e) => format!("unreadable: {e}"),
+        };
+        outln!(
+            "    log {}:               journal blocks {}..{} ({}), {state}",
+            i + 1,
+            a.first,
+            u64::from(a.first) + u64::from(a.len),
+            human_bytes(u64::from(a.len) * BLOCK_SIZE as u64)
+        );
+    }
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub struct MkfsRequest {
     pub label: Option<String>,
     /// Journal blocks.
     pub journal_blocks: Option<u32>,
+    /// Extra log areas (blocks each).
+    pub log_areas: Vec<u32>,
     /// Bytes per inode.
     pub inode_ratio: Option<u64>,
     /// Overwrite an existing file system.
@@ -103,6 +105,21 @@ fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
         }
         o.journal_blocks = Some(j);
     }
+    for &a in &req.log_areas {
+        if !(MIN_JOURNAL_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&a) {
+            return Err(CliError::Usage(format!(
+                "--log-area {a}: must be {MIN_JOURNAL_BLOCKS}..={MAX_JOURNAL_BLOCKS}"
+            )));
+        }
+    }
+    if req.log_areas.len() > cjfs_journal::superblock::MAX_LOG_AREAS {
+        return Err(CliError::Usage(format!(
+            "--log-area given {} times (at most {})",
+            req.log_areas.len(),
+            cjfs_journal::superblock::MAX_LOG_AREAS
+        )));
+    }
+    o.log_areas = req.log_areas.clone();
     if let Some(s) = req.size
         && s < MIN_DEVICE_BYTES
     {

@@ -2,7 +2,10 @@
 //! or extents (leaves). The root lives in the inode's 60-byte `i_block` (4 entries), other
 //! nodes fill a block (340 entries in 4 KiB).
 //!
-//! Pure encode/decode; walking and modifying the tree is the caller's business.
+//! The one codec of the format: the header and entry readers and writers below work in place
+//! on a node's bytes (the tree code searches a node through them without decoding it
+//! whole), and [`ExtentNode`] decodes and encodes whole nodes with them. Walking and
+//! modifying the tree is `extent_tree`'s business.
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
@@ -128,6 +131,116 @@ fn corrupt(msg: String) -> FsError {
     FsError::Corrupt(format!("extent node: {msg}"))
 }
 
+/// A node header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeHeader {
+    /// `eh_entries`.
+    pub entries: u16,
+    /// `eh_max`.
+    pub max: u16,
+    /// `eh_depth`: 0 for leaves.
+    pub depth: u16,
+    /// `eh_generation`.
+    pub generation: u32,
+}
+
+/// Read and check the header of the node in `b` (the 60-byte `i_block` or a whole tree
+/// block): the magic, `eh_max` against the size, `eh_entries <= eh_max`, `eh_depth <= 5`.
+/// The error is the problem alone; the caller says where the node is.
+pub fn read_header(b: &[u8]) -> Result<NodeHeader, String> {
+    if b.len() < ENTRY_SIZE {
+        return Err(format!("{} bytes given, at least 12 needed", b.len()));
+    }
+    let magic = get_u16(b, EH_MAGIC);
+    if magic != EXTENT_MAGIC {
+        return Err(format!("eh_magic = 0x{magic:04x} (expected 0xf30a)"));
+    }
+    let h = NodeHeader {
+        entries: get_u16(b, EH_ENTRIES),
+        max: get_u16(b, EH_MAX),
+        depth: get_u16(b, EH_DEPTH),
+        generation: get_u32(b, EH_GENERATION),
+    };
+    let cap = max_entries_for(b.len());
+    if h.max == 0 || h.max > cap {
+        return Err(format!("eh_max = {} (a {}-byte node holds {cap})", h.max, b.len()));
+    }
+    if h.entries > h.max {
+        return Err(format!("eh_entries = {} exceeds eh_max = {}", h.entries, h.max));
+    }
+    if h.depth > MAX_DEPTH {
+        return Err(format!("eh_depth = {} (at most {MAX_DEPTH})", h.depth));
+    }
+    Ok(h)
+}
+
+/// Write a header (with the magic) at the start of `b`.
+pub fn write_header(b: &mut [u8], h: &NodeHeader) {
+    put_u16(b, EH_MAGIC, EXTENT_MAGIC);
+    put_u16(b, EH_ENTRIES, h.entries);
+    put_u16(b, EH_MAX, h.max);
+    put_u16(b, EH_DEPTH, h.depth);
+    put_u32(b, EH_GENERATION, h.generation);
+}
+
+/// Bytes of entry `i` of the node in `b`.
+fn entry(b: &[u8], i: usize) -> &[u8] {
+    &b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)]
+}
+
+fn entry_mut(b: &mut [u8], i: usize) -> &mut [u8] {
+    &mut b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)]
+}
+
+/// The first logical block of entry `i` (extent or index alike).
+pub fn entry_key(b: &[u8], i: usize) -> u32 {
+    get_u32(entry(b, i), E_BLOCK)
+}
+
+/// Length and unwritten flag of a raw `ee_len` (above 32768: unwritten, biased by 32768).
+pub fn split_raw_len(raw: u16) -> (u32, bool) {
+    let raw = u32::from(raw);
+    if raw > MAX_INIT_LEN { (raw - MAX_INIT_LEN, true) } else { (raw, false) }
+}
+
+/// Extent `i` of the leaf in `b`, as stored (a zero length is the caller's to refuse).
+pub fn read_extent(b: &[u8], i: usize) -> Extent {
+    let e = entry(b, i);
+    let (len, unwritten) = split_raw_len(get_u16(e, EE_LEN));
+    Extent {
+        logical: get_u32(e, E_BLOCK),
+        len,
+        unwritten,
+        start: u64::from(get_u32(e, EE_START_LO)) | u64::from(get_u16(e, EE_START_HI)) << 32,
+    }
+}
+
+/// Index entry `i` of the interior node in `b`.
+pub fn read_index(b: &[u8], i: usize) -> ExtentIndex {
+    let e = entry(b, i);
+    ExtentIndex {
+        logical: get_u32(e, E_BLOCK),
+        leaf: u64::from(get_u32(e, EI_LEAF_LO)) | u64::from(get_u16(e, EI_LEAF_HI)) << 32,
+    }
+}
+
+/// Write extent `i` of the leaf in `b`.
+pub fn write_extent(b: &mut [u8], i: usize, x: &Extent) {
+    let e = entry_mut(b, i);
+    put_u32(e, E_BLOCK, x.logical);
+    put_u16(e, EE_LEN, x.raw_len());
+    put_u16(e, EE_START_HI, (x.start >> 32) as u16);
+    put_u32(e, EE_START_LO, x.start as u32);
+}
+
+/// Write index entry `i` of the interior node in `b` (`ei_unused` left as it is).
+pub fn write_index(b: &mut [u8], i: usize, x: &ExtentIndex) {
+    let e = entry_mut(b, i);
+    put_u32(e, E_BLOCK, x.logical);
+    put_u32(e, EI_LEAF_LO, x.leaf as u32);
+    put_u16(e, EI_LEAF_HI, (x.leaf >> 32) as u16);
+}
+
 impl ExtentNode {
     /// An empty leaf with room for `max` entries.
     pub fn new_leaf(max: u16) -> Self {
@@ -177,41 +290,12 @@ impl ExtentNode {
     /// magic, `eh_max` against the size, `eh_entries <= eh_max`, `eh_depth <= 5`, extent
     /// lengths, and that entries are sorted and (for leaves) do not overlap.
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
-        if buf.len() < ENTRY_SIZE {
-            return Err(corrupt(format!("{} bytes given, at least 12 needed", buf.len())));
-        }
-        let magic = get_u16(buf, EH_MAGIC);
-        if magic != EXTENT_MAGIC {
-            return Err(corrupt(format!("eh_magic = 0x{magic:04x} (expected 0xf30a)")));
-        }
-        let entries = get_u16(buf, EH_ENTRIES);
-        let max = get_u16(buf, EH_MAX);
-        let depth = get_u16(buf, EH_DEPTH);
-        let generation = get_u32(buf, EH_GENERATION);
-        let cap = max_entries_for(buf.len());
-        if max == 0 || max > cap {
-            return Err(corrupt(format!("eh_max = {max} (a {}-byte node holds {cap})", buf.len())));
-        }
-        if entries > max {
-            return Err(corrupt(format!("eh_entries = {entries} exceeds eh_max = {max}")));
-        }
-        if depth > MAX_DEPTH {
-            return Err(corrupt(format!("eh_depth = {depth} (at most {MAX_DEPTH})")));
-        }
-        let ent = |i: usize| &buf[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
+        let NodeHeader { entries, max, depth, generation } = read_header(buf).map_err(corrupt)?;
         let entries = if depth == 0 {
             let mut v: Vec<Extent> = Vec::with_capacity(entries as usize);
             for i in 0..entries as usize {
-                let e = ent(i);
-                let raw_len = get_u16(e, EE_LEN) as u32;
-                let (len, unwritten) =
-                    if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
-                let x = Extent {
-                    logical: get_u32(e, E_BLOCK),
-                    len,
-                    unwritten,
-                    start: get_u32(e, EE_START_LO) as u64 | (get_u16(e, EE_START_HI) as u64) << 32,
-                };
+                let x = read_extent(buf, i);
+                let len = x.len;
                 if len == 0 {
                     return Err(corrupt(format!("extent {i}: ee_len = 0")));
                 }
@@ -237,11 +321,7 @@ impl ExtentNode {
         } else {
             let mut v: Vec<ExtentIndex> = Vec::with_capacity(entries as usize);
             for i in 0..entries as usize {
-                let e = ent(i);
-                let x = ExtentIndex {
-                    logical: get_u32(e, E_BLOCK),
-                    leaf: get_u32(e, EI_LEAF_LO) as u64 | (get_u16(e, EI_LEAF_HI) as u64) << 32,
-                };
+                let x = read_index(buf, i);
                 if let Some(p) = v.last()
                     && x.logical <= p.logical
                 {
@@ -271,27 +351,22 @@ impl ExtentNode {
         }
         let fit = area / ENTRY_SIZE - 1;
         let b = &mut out[..area];
-        put_u16(b, EH_MAGIC, EXTENT_MAGIC);
-        put_u16(b, EH_ENTRIES, self.len().min(fit) as u16);
-        put_u16(b, EH_MAX, self.max);
-        put_u16(b, EH_DEPTH, self.depth);
-        put_u32(b, EH_GENERATION, self.generation);
+        let h = NodeHeader {
+            entries: self.len().min(fit) as u16,
+            max: self.max,
+            depth: self.depth,
+            generation: self.generation,
+        };
+        write_header(b, &h);
         match &self.entries {
             NodeEntries::Leaf(v) => {
                 for (i, x) in v.iter().take(fit).enumerate() {
-                    let e = &mut b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
-                    put_u32(e, E_BLOCK, x.logical);
-                    put_u16(e, EE_LEN, x.raw_len());
-                    put_u16(e, EE_START_HI, (x.start >> 32) as u16);
-                    put_u32(e, EE_START_LO, x.start as u32);
+                    write_extent(b, i, x);
                 }
             }
             NodeEntries::Index(v) => {
                 for (i, x) in v.iter().take(fit).enumerate() {
-                    let e = &mut b[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)];
-                    put_u32(e, E_BLOCK, x.logical);
-                    put_u32(e, EI_LEAF_LO, x.leaf as u32);
-                    put_u16(e, EI_LEAF_HI, (x.leaf >> 32) as u16);
+                    write_index(b, i, x);
                 }
             }
         }

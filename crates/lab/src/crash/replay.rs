@@ -20,17 +20,19 @@
 //! * `data`: base64 of a deflate stream of the base image (as mounted) and the device log:
 //!
 //! ```text
-//! "CJFR" u32:1  u64:image blocks  u32:N  N distinct non-zero 4 KiB blocks
+//! "CJFR" u32:2  u64:image blocks  u32:N  N distinct non-zero 4 KiB blocks
 //! u32:count  count × (u64:block  u32:content)                    non-zero base blocks
 //! u32:count  count × event:
-//!   u8:0 u64:seq u64:block u8:kind u8:has_tid u64:tid u8:fua u32:n  n × u32:content   write
+//!   u8:0 u64:seq u64:block u8:kind u8:has_tx u16:log u64:tid u8:fua u32:n  n × u32:content  write
 //!   u8:1 u64:seq u64:write_seq u8:ok                                              write done
 //!   u8:2 u64:seq                                                                 flush start
 //!   u8:3 u64:seq u8:ok                                                                 flush
 //!   u8:4 u64:seq                                                                     barrier
 //! ```
 //!
-//! little endian; `content` 0 is a zero block, `k` the `k`-th stored block.
+//! little endian; `content` 0 is a zero block, `k` the `k`-th stored block. A write's
+//! transaction is its log and its id in that log; binary version 1 (no `u16:log`, every
+//! transaction in log 0) is still read.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -39,7 +41,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, WriteTag};
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, TxId, WriteTag};
 use serde::{Deserialize, Serialize};
 
 use super::oracle::hash64;
@@ -52,7 +54,7 @@ pub const FAILURE_VERSION: u32 = 2;
 
 /// Magic and version of the binary part of an [`EmbeddedRecording`].
 const BIN_MAGIC: &[u8; 4] = b"CJFR";
-const BIN_VERSION: u32 = 1;
+const BIN_VERSION: u32 = 2;
 /// Largest image an embedded recording may describe (blocks), and largest decoded size.
 const MAX_IMAGE_BLOCKS: u64 = 1 << 20;
 const MAX_DECODED: u64 = 1 << 30;
@@ -189,6 +191,11 @@ impl Reader<'_> {
     fn u8(&mut self) -> Result<u8, CrashError> {
         Ok(self.take(1)?[0])
     }
+    fn u16(&mut self) -> Result<u16, CrashError> {
+        let mut w = [0u8; 2];
+        w.copy_from_slice(self.take(2)?);
+        Ok(u16::from_le_bytes(w))
+    }
     fn u32(&mut self) -> Result<u32, CrashError> {
         let mut w = [0u8; 4];
         w.copy_from_slice(self.take(4)?);
@@ -235,8 +242,10 @@ impl EmbeddedRecording {
                     put64(&mut body, *seq);
                     put64(&mut body, *block);
                     body.push(kind_code(tag.kind));
-                    body.push(u8::from(tag.tid.is_some()));
-                    put64(&mut body, tag.tid.unwrap_or(0));
+                    let tx = tag.tx.unwrap_or_default();
+                    body.push(u8::from(tag.tx.is_some()));
+                    body.extend_from_slice(&tx.log.to_le_bytes());
+                    put64(&mut body, tx.tid);
                     body.push(u8::from(*fua));
                     put32(&mut body, bufs.len() as u32);
                     for b in bufs {
@@ -296,8 +305,14 @@ impl EmbeddedRecording {
             .read_to_end(&mut raw)
             .map_err(|e| bad(format!("deflate: {e}")))?;
         let mut r = Reader { buf: &raw, pos: 0 };
-        if r.take(4)? != BIN_MAGIC || r.u32()? != BIN_VERSION {
-            return Err(bad("not a version 1 binary recording".into()));
+        if r.take(4)? != BIN_MAGIC {
+            return Err(bad("not a binary recording".into()));
+        }
+        let version = r.u32()?;
+        if version == 0 || version > BIN_VERSION {
+            return Err(bad(format!(
+                "binary recording version {version}; this build reads 1 to {BIN_VERSION}"
+            )));
         }
         let nblocks = r.u64()?;
         if nblocks == 0 || nblocks > MAX_IMAGE_BLOCKS {
@@ -332,13 +347,14 @@ impl EmbeddedRecording {
                 0 => {
                     let (seq, block) = (r.u64()?, r.u64()?);
                     let kind = kind_of_code(r.u8()?)?;
-                    let has_tid = r.flag()?;
+                    let has_tx = r.flag()?;
+                    let log = if version >= 2 { r.u16()? } else { 0 };
                     let tid = r.u64()?;
                     let fua = r.flag()?;
                     let n = r.u32()?;
                     in_image(block, u64::from(n))?;
                     let bufs = (0..n).map(|_| content(r.u32()?).cloned()).collect::<Result<Vec<_>, _>>()?;
-                    let tag = WriteTag { kind, tid: has_tid.then_some(tid) };
+                    let tag = WriteTag { kind, tx: has_tx.then_some(TxId::new(log, tid)) };
                     RecordedOp::Write { seq, block, bufs, tag, fua }
                 }
                 1 => RecordedOp::WriteDone { seq: r.u64()?, write_seq: r.u64()?, ok: r.flag()? },

@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp};
+use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, TxId};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -51,8 +51,8 @@ pub struct LogWrite {
     pub bufs: Vec<BlockBuf>,
     /// Block kind.
     pub kind: BlockKind,
-    /// Journal transaction.
-    pub tid: Option<u64>,
+    /// Journal transaction (log and id).
+    pub tx: Option<TxId>,
     /// FUA.
     pub fua: bool,
     /// Log position of its completion (if waited for).
@@ -91,7 +91,7 @@ impl ParsedLog {
                         block: *block,
                         bufs: bufs.clone(),
                         kind: tag.kind,
-                        tid: tag.tid,
+                        tx: tag.tx,
                         fua: *fua,
                         done: None,
                         durable: None,
@@ -157,7 +157,7 @@ impl ParsedLog {
     /// point `x`: 2 or more means several transactions were committing when the crash hit.
     pub fn txs_in_flight(&self, x: usize) -> usize {
         let (_, pending) = self.split(x);
-        let mut tids: Vec<u64> = pending
+        let mut txs: Vec<TxId> = pending
             .iter()
             .map(|&i| &self.writes[i])
             .filter(|w| {
@@ -169,11 +169,11 @@ impl ParsedLog {
                         | BlockKind::JournalRevoke
                 )
             })
-            .filter_map(|w| w.tid)
+            .filter_map(|w| w.tx)
             .collect();
-        tids.sort_unstable();
-        tids.dedup();
-        tids.len()
+        txs.sort_unstable_by_key(|t| (t.log, t.tid));
+        txs.dedup();
+        txs.len()
     }
 
     /// Whether a subset of the in-flight writes respects barrier order.
@@ -233,8 +233,8 @@ impl StateDesc {
         let name = |pos: usize| match log.write_at(pos) {
             Some(i) => {
                 let w = &log.writes[i];
-                let tid = w.tid.map(|t| format!(" tx {t}")).unwrap_or_default();
-                format!("@{pos} {:?}{tid} block {}+{}", w.kind, w.block, w.bufs.len())
+                let tx = w.tx.map(|t| format!(" tx {t}")).unwrap_or_default();
+                format!("@{pos} {:?}{tx} block {}+{}", w.kind, w.block, w.bufs.len())
             }
             None => format!("@{pos} (not a write)"),
         };

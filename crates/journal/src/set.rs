@@ -1,0 +1,422 @@
+//! The journal as a set of logs over one buffer cache.
+//!
+//! [`Shared`] is what every log of the set shares: the device, the buffer cache and each
+//! buffer's journal state, the order of home writes of one block (`home_write_lock`), the
+//! fdatasync data step, the shadow pool, the statistics (every log adds to the same
+//! counters) and abort fan-out (one log's failure stops them all). [`Journal`] is the public
+//! object: the shared part, the logs (each a [`LogCore`] with its own transactions, threads
+//! and log space) and admission, which picks the log a handle joins.
+//!
+//! Today a set holds one log, the primary journal in inode 8, and behaves exactly as JBD2.
+//! Transactions are named by [`TxId`] (log and id) everywhere outside a log's own code, so a
+//! second log cannot be mistaken for the first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::JoinHandle;
+
+use cjfs_blockdev::{Device, TxId};
+
+use crate::area::JournalArea;
+use crate::buffer::{Buffer, BufferCache};
+use crate::config::{JournalConfig, JournalKind};
+use crate::error::{JResult, JournalError};
+use crate::handle::Handle;
+use crate::lock_rank::{Rank, RankedMutex};
+use crate::log::LogState;
+use crate::log_core::LogCore;
+use crate::stats::{JournalStats, StatsSnapshot};
+use crate::superblock::{INCOMPAT_CJFS_LOGS, JournalSuperblock};
+
+/// What every log of the journal shares.
+///
+/// Locks: `home_write_lock` (see its field), `aborted` (a leaf). Everything else is
+/// immutable, atomic or locked inside (the cache, the shadow pool).
+pub(crate) struct Shared {
+    /// The device every log and every home location is on.
+    pub dev: Device,
+    /// The buffer cache; each buffer's journal state names transactions by [`TxId`].
+    pub cache: Arc<BufferCache>,
+    /// The configuration in use (for `auto`, what it resolved to).
+    pub config: JournalConfig,
+    /// Statistics of all logs together.
+    pub stats: JournalStats,
+    /// Held from taking a live image of data buffers until its writes are submitted (commit
+    /// and fdatasync, of any log), so two writes of one block reach the device in the order
+    /// their images were taken: an older image submitted last would overwrite the newer one.
+    pub home_write_lock: RankedMutex<()>,
+    /// Shadow pages for versions.
+    pub shadow: crate::shadow::ShadowPool,
+    /// The first abort cause. Lock: itself (a leaf, released before the fan-out).
+    aborted: RankedMutex<Option<String>>,
+    /// The logs, for abort fan-out (weak: each log holds the set). Set once at open.
+    logs: OnceLock<Vec<Weak<LogCore>>>,
+}
+
+impl Shared {
+    /// Abort every log: the first cause is kept and handed to each, and every waiter of
+    /// every log and every writer waiting for a buffer version sees it.
+    pub fn abort(&self, cause: String) {
+        let first = {
+            let mut a = self.aborted.lock();
+            if a.is_none() {
+                log::error!("journal aborted: {cause}");
+            }
+            a.get_or_insert(cause).clone()
+        };
+        for log in self.logs.get().into_iter().flatten().filter_map(Weak::upgrade) {
+            log.abort_log(&first);
+        }
+        for b in self.cache.collect(|j| j.versions > 0) {
+            b.notify();
+        }
+    }
+}
+
+/// The journal: a set of logs sharing one buffer cache. Dropping it (or
+/// [`Journal::shutdown`]) commits what is running, checkpoints everything and marks every
+/// log empty.
+pub struct Journal {
+    shared: Arc<Shared>,
+    /// The logs; index = [`TxId::log`]. Immutable.
+    logs: Vec<Arc<LogCore>>,
+    /// Every log's commit, flush and checkpoint threads. Lock: itself.
+    threads: RankedMutex<Vec<JoinHandle<()>>>,
+    /// Why the `auto` preset chose the configuration in use (`None` for a named preset).
+    /// Immutable.
+    choice: Option<String>,
+    /// The primary journal carries the private `cjfs_logs` bit (extra logs are open for
+    /// writing). Written under log 0's `sb_write`.
+    claimed: AtomicBool,
+    /// The first handle must set the private bit: extra logs exist and the journal logs
+    /// (a journal of kind `None` or a read-only one never writes a log). Immutable.
+    claim_needed: bool,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("config", &self.shared.config.name)
+            .field("logs", &self.logs.len())
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Open the journal whose only log is `area` (which must have been recovered:
+    /// `s_start == 0`) and start its threads.
+    pub fn open(
+        dev: Device,
+        area: JournalArea,
+        cache: Arc<BufferCache>,
+        config: JournalConfig,
+    ) -> JResult<Journal> {
+        Self::open_logs(dev, vec![area], cache, config)
+    }
+
+    /// Open the journal whose logs are `areas` (the primary journal first, then the extra
+    /// log areas its superblock lists; every one recovered) and start their threads. Nothing
+    /// is written until the first handle starts; with extra logs, that first start marks the
+    /// primary journal with the private `cjfs_logs` bit, which a clean shutdown clears.
+    pub fn open_logs(
+        dev: Device,
+        areas: Vec<JournalArea>,
+        cache: Arc<BufferCache>,
+        config: JournalConfig,
+    ) -> JResult<Journal> {
+        if areas.is_empty() || areas.len() > usize::from(u16::MAX) {
+            return Err(JournalError::Corrupt(format!("a journal of {} logs", areas.len())));
+        }
+        let mut states = Vec::with_capacity(areas.len());
+        for (i, area) in areas.iter().enumerate() {
+            let raw = dev.read_block(area.map(0)?)?;
+            let sb = JournalSuperblock::decode(&raw[..], area.len())?;
+            if sb.s_start != 0 && config.kind == JournalKind::Jbd2 {
+                return Err(JournalError::Corrupt(format!("log {i} needs recovery before it can be opened")));
+            }
+            states.push(LogState::new(sb)?);
+        }
+        let (mut config, choice) = config.resolve_for(&dev.caps());
+        if let Some(why) = &choice {
+            log::info!("journal preset auto: {why}");
+        }
+        if config.dual_thread && config.dual_thread_barrier_only && !dev.caps().barrier {
+            log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
+            config.dual_thread = false;
+        }
+        let shared = Arc::new(Shared {
+            dev,
+            cache,
+            shadow: crate::shadow::ShadowPool::new(config.shadow_pool),
+            config,
+            stats: JournalStats::default(),
+            home_write_lock: RankedMutex::new(Rank::HomeWriteLock, ()),
+            aborted: RankedMutex::new(Rank::Leaf, None),
+            logs: OnceLock::new(),
+        });
+        let logs: Vec<Arc<LogCore>> = areas
+            .into_iter()
+            .zip(states)
+            .enumerate()
+            .map(|(i, (area, log))| Arc::new(LogCore::new(shared.clone(), i as u16, area, log)))
+            .collect();
+        let _ = shared.logs.set(logs.iter().map(Arc::downgrade).collect());
+        let claim_needed = logs.len() > 1 && shared.config.kind == JournalKind::Jbd2;
+        let journal = Journal {
+            shared,
+            logs,
+            threads: RankedMutex::new(Rank::Leaf, Vec::new()),
+            choice,
+            claimed: AtomicBool::new(false),
+            claim_needed,
+        };
+        for log in &journal.logs {
+            journal.spawn_threads(log)?;
+        }
+        Ok(journal)
+    }
+
+    /// Start a log's commit, flush and checkpoint threads.
+    fn spawn_threads(&self, log: &Arc<LogCore>) -> JResult<()> {
+        for (name, f) in [
+            ("cjfs-commit", crate::commit::commit_thread as fn(Arc<LogCore>)),
+            ("cjfs-flush", crate::flush::flush_thread),
+            ("cjfs-ckpt", crate::checkpoint::checkpoint_thread),
+        ] {
+            let name = if log.id == 0 { name.to_string() } else { format!("{name}-{}", log.id) };
+            let l = log.clone();
+            let t = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || f(l))
+                .map_err(|e| JournalError::Aborted(format!("cannot start {name} thread: {e}")))?;
+            self.threads.lock().push(t);
+        }
+        Ok(())
+    }
+
+    /// The log that commits `id`.
+    fn log(&self, id: TxId) -> JResult<&Arc<LogCore>> {
+        self.logs.get(usize::from(id.log)).ok_or_else(|| {
+            JournalError::Corrupt(format!("transaction {id} names log {} of {}", id.log, self.logs.len()))
+        })
+    }
+
+    /// Admission: the log a new handle joins. A set of one log admits every handle to it.
+    fn admit(&self) -> &Arc<LogCore> {
+        &self.logs[0]
+    }
+
+    /// Start a handle with `credits` blocks reserved.
+    pub fn start(&self, credits: u32) -> JResult<Handle> {
+        if self.claim_needed && !self.claimed.load(Ordering::Acquire) {
+            self.set_logs_bit(true)?;
+        }
+        self.admit().start(credits)
+    }
+
+    /// Set (or clear) the private `cjfs_logs` bit in the primary journal's superblock and
+    /// make it durable: set before anything can reach an extra log, so the kernel and e2fsck
+    /// refuse the image instead of replaying the primary journal alone; cleared once every
+    /// log is empty. A journal that logs nothing (no journal, read-only) never sets it.
+    fn set_logs_bit(&self, on: bool) -> JResult<()> {
+        let log0 = &self.logs[0];
+        let r = {
+            let _g = log0.sb_write.lock();
+            // Setting it on a closed journal (shut down, aborted) would mark a clean image:
+            // the start that follows fails anyway.
+            if self.claimed.load(Ordering::Acquire) == on || (on && log0.closed.load(Ordering::Acquire)) {
+                return Ok(());
+            }
+            let (img, start) = {
+                let mut l = log0.log.lock();
+                if on {
+                    l.sb.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
+                } else {
+                    l.sb.s_feature_incompat &= !INCOMPAT_CJFS_LOGS;
+                }
+                (l.sb_image(), l.sb_position().0)
+            };
+            let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
+            let r = self
+                .shared
+                .dev
+                .write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)
+                .and_then(|_| self.shared.dev.flush());
+            if r.is_ok() {
+                log0.log.lock().sb_start_on_disk = start;
+                self.claimed.store(on, Ordering::Release);
+            }
+            r
+        };
+        // Aborted with nothing held: abort takes every log's state and buffers' jstate.
+        if let Err(e) = r {
+            self.shared.abort(format!("writing the journal superblock's cjfs_logs bit failed: {e}"));
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Number of logs (1: the primary journal only).
+    pub fn log_count(&self) -> usize {
+        self.logs.len()
+    }
+
+    /// Ask for transaction `id` to be committed (no wait).
+    pub fn commit(&self, id: TxId) -> JResult<()> {
+        self.log(id)?.request_commit(id.tid);
+        Ok(())
+    }
+
+    /// Wait until `id` is durable.
+    pub fn wait(&self, id: TxId) -> JResult<()> {
+        self.log(id)?.wait(id.tid)
+    }
+
+    /// Commit `id` and wait for it (fsync).
+    pub fn commit_wait(&self, id: TxId) -> JResult<()> {
+        self.log(id)?.commit_wait(id.tid)
+    }
+
+    /// Whether transaction `id` is durable (an unknown log's never is).
+    pub fn is_durable(&self, id: TxId) -> bool {
+        self.logs.get(usize::from(id.log)).is_some_and(|l| l.is_durable(id.tid))
+    }
+
+    /// Commit whatever is running in every log and wait for everything to be durable (sync).
+    pub fn force(&self) -> JResult<()> {
+        for log in &self.logs {
+            log.commit_wait(log.current_tid())?;
+        }
+        Ok(())
+    }
+
+    /// The transaction a handle started now would join (or the last one, if none runs).
+    pub fn current_tx(&self) -> TxId {
+        let log = self.admit();
+        log.tx_id(log.current_tid())
+    }
+
+    /// Write every committed block home and free every log.
+    pub fn checkpoint(&self) -> JResult<()> {
+        for log in &self.logs {
+            crate::checkpoint::checkpoint(log)?;
+        }
+        Ok(())
+    }
+
+    /// Make the data buffers `bufs` durable (the data part of fsync/fdatasync, once the
+    /// metadata they need is durable): write the dirty ones home, wait for the writes other
+    /// paths made of the rest — a commit's ordered-data write is durable with its
+    /// transaction, another fdatasync's write once it completed and a flush followed —
+    /// and flush. A buffer found clean is not yet durable just because it is clean.
+    pub fn sync_data(&self, bufs: &[Arc<Buffer>]) -> JResult<()> {
+        if bufs.is_empty() {
+            return Ok(());
+        }
+        // The common case (data already written by the commit fsync waited for) takes no
+        // global lock.
+        if bufs.iter().any(|b| b.jstate().dirty) {
+            crate::commit::write_data(&self.shared, bufs)?;
+        }
+        // The newest ordered-data writer per log: waiting for it covers the older ones.
+        let mut wait: Vec<Option<TxId>> = vec![None; self.logs.len()];
+        let mut flush = false;
+        for b in bufs {
+            let mut js = b.jstate();
+            while js.home_writes > 0 {
+                b.wait_jstate(&mut js);
+            }
+            match js.home_tx {
+                None => flush = true,
+                Some(id) => {
+                    let slot = &mut wait[usize::from(id.log)];
+                    if slot.is_none_or(|w| w.tid < id.tid) {
+                        *slot = Some(id);
+                    }
+                }
+            }
+        }
+        for id in wait.into_iter().flatten() {
+            if !self.is_durable(id) {
+                self.commit_wait(id)?;
+            }
+        }
+        if flush {
+            self.flush_device()?;
+        }
+        Ok(())
+    }
+
+    /// Flush the device's cache (counts as a journal flush).
+    pub fn flush_device(&self) -> JResult<()> {
+        self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.shared.dev.flush().map_err(|e| {
+            self.shared.abort(format!("device flush failed: {e}"));
+            JournalError::from(e)
+        })
+    }
+
+    /// The abort cause, if aborted (every log has it: abort fans out).
+    pub fn aborted(&self) -> Option<String> {
+        self.logs.iter().find_map(|l| l.aborted())
+    }
+
+    /// Statistics of all logs together.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// With the `auto` preset: which preset it chose for this device, and why.
+    pub fn choice(&self) -> Option<&str> {
+        self.choice.as_deref()
+    }
+
+    /// The configuration in use (for `auto`, the preset it resolved to).
+    pub fn config(&self) -> &JournalConfig {
+        &self.shared.config
+    }
+
+    /// Largest number of credits one handle may ask for (of the smallest log).
+    pub fn max_tx_blocks(&self) -> u32 {
+        self.logs.iter().map(|l| l.max_tx_blocks).min().unwrap_or(0)
+    }
+
+    /// The buffer cache the journal works on.
+    pub fn cache(&self) -> &Arc<BufferCache> {
+        &self.shared.cache
+    }
+
+    /// Commit everything, checkpoint, mark every log empty and stop the threads.
+    pub fn shutdown(&self) -> JResult<()> {
+        let mut result = Ok(());
+        if self.aborted().is_none() {
+            result = self.force().and_then(|_| self.checkpoint());
+        }
+        for log in &self.logs {
+            log.stop();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        // Every log empty: the image is plain ext4 again.
+        if result.is_ok()
+            && self.aborted().is_none()
+            && self.claimed.load(Ordering::Acquire)
+            && self.logs.iter().all(|l| l.log.lock().ring.spans().is_empty())
+        {
+            result = self.set_logs_bit(false);
+        }
+        if let Some(a) = self.aborted() {
+            return Err(JournalError::Aborted(a));
+        }
+        result
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if !self.threads.lock().is_empty() {
+            let _ = self.shutdown();
+        }
+    }
+}
