@@ -42,7 +42,7 @@ PY
   done
   echo "run $i of $REPS done" >&2
 done
-machine=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["machine"]; print(m if isinstance(m,str) else " | ".join(str(v) for v in m.values()))' "$tmp/head-1/results.json")
+machine=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["machine"]; print("%s x%d | kernel %s | %.0f GiB RAM" % (m["cpu"], m["cores"], m["kernel"], m["mem_gib"]))' "$tmp/head-1/results.json")
 python3 - "$runs" "$BASE" "$head_rev" "$REPS" "$DURATION" "$machine" > "$OUT/README.md" <<'PY'
 import csv, statistics, sys
 runs, base, head, reps, dur, machine = sys.argv[1:]
