@@ -138,6 +138,11 @@ struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Also print where each point's threads waited (lock contention and parked time per lock
+    /// and condition variable, context switches and CPU per 1,000 fsyncs); the README written
+    /// with `--out` always has it.
+    #[arg(long)]
+    waits: bool,
 }
 
 fn usage(e: BenchError) -> CliError {
@@ -226,6 +231,9 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
             })
             .map_err(usage)?;
             out!("{}", cjfs_lab::report::table(&rep));
+            if r.waits {
+                outln!("\n{}", cjfs_lab::report::waits(&rep));
+            }
             if let Some(out) = &r.out {
                 let io = |e: std::io::Error| CliError::Io { path: out.display().to_string(), source: e };
                 std::fs::create_dir_all(out).map_err(io)?;

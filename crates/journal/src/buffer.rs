@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, TxId, zeroed_block};
-use parking_lot::{Condvar, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::lock_stat::{WaitCv, WaitSite};
 
 use crate::lock_rank::{Rank, RankedGuard, RankedMutex};
 
@@ -68,7 +70,7 @@ pub struct Buffer {
     jstate: RankedMutex<JState>,
     /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here)
     /// and when `jstate.home_writes` drops (fdatasync waiting for another's data write).
-    cv: Condvar,
+    cv: WaitCv,
     /// The live image holds the block's content (read from disk or fully written).
     uptodate: AtomicBool,
     /// Last access tick, for eviction. Relaxed.
@@ -87,7 +89,7 @@ impl Buffer {
             blocknr,
             data: RwLock::new(zeroed_block()),
             jstate: RankedMutex::new(Rank::BufferJState, JState::default()),
-            cv: Condvar::new(),
+            cv: WaitCv::new(WaitSite::Buffer),
             uptodate: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
         }

@@ -29,7 +29,7 @@
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
 //! | `compound_flush.rs` | compound flush (CJFS §4.4) |
-//! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `planted.rs`: test-only bugs |
+//! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `lock_stat.rs`: lock-wait accounting (lockstat); `planted.rs`: test-only bugs |
 //!
 //! # Lock order
 //!
@@ -84,6 +84,7 @@ pub mod error;
 mod flush;
 pub mod handle;
 pub mod lock_rank;
+pub mod lock_stat;
 mod log;
 mod log_core;
 mod planted;

@@ -12,7 +12,9 @@
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, WaitTimeoutResult};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, WaitTimeoutResult};
+
+use crate::lock_stat::{WaitCv, contended};
 
 /// Where a lock stands in the order, outermost first. A thread holding a lock of one rank
 /// may take locks of higher ranks only.
@@ -60,6 +62,28 @@ pub enum Rank {
 }
 
 impl Rank {
+    /// Every rank, outermost first.
+    pub const ALL: [Rank; 18] = [
+        Rank::FsRename,
+        Rank::FsInode,
+        Rank::FsInodeCache,
+        Rank::FsOrphan,
+        Rank::FsGroup,
+        Rank::FsSuperblock,
+        Rank::CommitLock,
+        Rank::CheckpointLock,
+        Rank::HomeWriteLock,
+        Rank::CacheShard,
+        Rank::BufferJState,
+        Rank::TxLists,
+        Rank::SbWrite,
+        Rank::Log,
+        Rank::FlushQueue,
+        Rank::State,
+        Rank::FsNames,
+        Rank::Leaf,
+    ];
+
     /// Whether several locks of this rank may be held at once (their own order is the
     /// caller's rule: inode numbers, group numbers).
     pub fn repeatable(self) -> bool {
@@ -172,7 +196,17 @@ impl<T> RankedMutex<T> {
     #[inline]
     pub fn lock(&self) -> RankedGuard<'_, T> {
         let token = Token::enter(self.rank);
-        RankedGuard { guard: self.inner.lock(), _token: token }
+        // A failed try is contention: time the wait (`lock_stat`), nothing on the fast path.
+        let guard = match self.inner.try_lock() {
+            Some(g) => g,
+            None => {
+                let t0 = Instant::now();
+                let g = self.inner.lock();
+                contended(self.rank, t0.elapsed());
+                g
+            }
+        };
+        RankedGuard { guard, _token: token }
     }
 
     /// Take the lock if it is free (not checked against the order: it never waits).
@@ -192,19 +226,19 @@ pub struct RankedGuard<'a, T> {
 impl<T> RankedGuard<'_, T> {
     /// Wait on `cv`, which must be paired with this mutex.
     #[inline]
-    pub fn wait(&mut self, cv: &Condvar) {
+    pub fn wait(&mut self, cv: &WaitCv) {
         cv.wait(&mut self.guard);
     }
 
     /// Wait on `cv` for at most `timeout`.
     #[inline]
-    pub fn wait_for(&mut self, cv: &Condvar, timeout: Duration) -> WaitTimeoutResult {
+    pub fn wait_for(&mut self, cv: &WaitCv, timeout: Duration) -> WaitTimeoutResult {
         cv.wait_for(&mut self.guard, timeout)
     }
 
     /// Wait on `cv` until `deadline`.
     #[inline]
-    pub fn wait_until(&mut self, cv: &Condvar, deadline: Instant) -> WaitTimeoutResult {
+    pub fn wait_until(&mut self, cv: &WaitCv, deadline: Instant) -> WaitTimeoutResult {
         cv.wait_until(&mut self.guard, deadline)
     }
 }
@@ -239,14 +273,32 @@ impl<T> RankedRwLock<T> {
     #[inline]
     pub fn read(&self) -> RankedRead<'_, T> {
         let token = Token::enter(self.rank);
-        RankedRead { guard: self.inner.read(), _token: token }
+        let guard = match self.inner.try_read() {
+            Some(g) => g,
+            None => {
+                let t0 = Instant::now();
+                let g = self.inner.read();
+                contended(self.rank, t0.elapsed());
+                g
+            }
+        };
+        RankedRead { guard, _token: token }
     }
 
     /// Take it exclusive.
     #[inline]
     pub fn write(&self) -> RankedWrite<'_, T> {
         let token = Token::enter(self.rank);
-        RankedWrite { guard: self.inner.write(), _token: token }
+        let guard = match self.inner.try_write() {
+            Some(g) => g,
+            None => {
+                let t0 = Instant::now();
+                let g = self.inner.write();
+                contended(self.rank, t0.elapsed());
+                g
+            }
+        };
+        RankedWrite { guard, _token: token }
     }
 
     /// Take it shared if no writer holds it.

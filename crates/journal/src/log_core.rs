@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::lock_stat::{WaitCv, WaitSite};
 use cjfs_blockdev::{LogId, TxId};
-use parking_lot::Condvar;
 
 use crate::lock_rank::{Rank, RankedMutex};
 
@@ -58,16 +58,16 @@ pub(crate) struct LogCore {
     /// The log's transactions. Lock: itself.
     pub state: RankedMutex<LogStateLocked>,
     /// Wakes the commit thread (commit requests, shutdown).
-    pub commit_cv: Condvar,
+    pub commit_cv: WaitCv,
     /// Wakes starters waiting for a Locked transaction to switch.
-    pub locked_cv: Condvar,
+    pub locked_cv: WaitCv,
     /// Wakes the journal's own threads waiting for some transaction to become durable
     /// (callers waiting for a given transaction sleep on its `done_cv`).
-    pub done_cv: Condvar,
+    pub done_cv: WaitCv,
     /// Pairs with `updates_cv`.
     pub updates_lock: RankedMutex<()>,
     /// Signalled when a transaction's last handle stops.
-    pub updates_cv: Condvar,
+    pub updates_cv: WaitCv,
     /// Log head/tail and transactions in the log. Lock: itself.
     pub log: RankedMutex<LogState>,
     /// Serialises journal superblock writes.
@@ -82,12 +82,12 @@ pub(crate) struct LogCore {
     /// Work for the flush thread. Lock: itself.
     pub flush_queue: RankedMutex<VecDeque<crate::flush::FlushJob>>,
     /// Wakes the flush thread.
-    pub flush_cv: Condvar,
+    pub flush_cv: WaitCv,
     /// Transactions handed to the flush thread and not yet taken into a group (commit
     /// pacing reads it). Written under `flush_queue`.
     pub flush_pending: std::sync::atomic::AtomicUsize,
     /// Wakes the checkpoint thread.
-    pub checkpoint_cv: Condvar,
+    pub checkpoint_cv: WaitCv,
     /// The running transaction as `state.running` holds it, for the lock-free handle start
     /// (JBD2 takes its state lock shared there; a user-space mutex taken by every handle
     /// is a convoy as soon as a holder is preempted). Written only under `state`.
@@ -132,11 +132,11 @@ impl LogCore {
                     checkpoint_wanted: false,
                 },
             ),
-            commit_cv: Condvar::new(),
-            locked_cv: Condvar::new(),
-            done_cv: Condvar::new(),
+            commit_cv: WaitCv::new(WaitSite::CommitRequest),
+            locked_cv: WaitCv::new(WaitSite::LockedTx),
+            done_cv: WaitCv::new(WaitSite::LogDurable),
             updates_lock: RankedMutex::new(Rank::Leaf, ()),
-            updates_cv: Condvar::new(),
+            updates_cv: WaitCv::new(WaitSite::Updates),
             log: RankedMutex::new(Rank::Log, log),
             sb_write: RankedMutex::new(Rank::SbWrite, ()),
             checkpoint_lock: RankedMutex::new(Rank::CheckpointLock, ()),
@@ -144,8 +144,8 @@ impl LogCore {
             checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
             flush_pending: std::sync::atomic::AtomicUsize::new(0),
             flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
-            flush_cv: Condvar::new(),
-            checkpoint_cv: Condvar::new(),
+            flush_cv: WaitCv::new(WaitSite::FlushQueue),
+            checkpoint_cv: WaitCv::new(WaitSite::Checkpoint),
             running_fast: arc_swap::ArcSwapOption::empty(),
             timing: crate::coalescing::PaceTiming::new(),
             closed: AtomicBool::new(false),

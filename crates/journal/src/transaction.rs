@@ -96,7 +96,7 @@ pub struct Transaction {
     /// journal state lock, so making a transaction durable wakes only its own waiters.
     pub(crate) done: RankedMutex<bool>,
     /// Pairs with `done`.
-    pub(crate) done_cv: parking_lot::Condvar,
+    pub(crate) done_cv: crate::lock_stat::WaitCv,
 }
 
 impl Transaction {
@@ -113,7 +113,7 @@ impl Transaction {
             lists: RankedMutex::new(Rank::TxLists, TxLists::default()),
             started: Instant::now(),
             done: RankedMutex::new(Rank::Leaf, false),
-            done_cv: parking_lot::Condvar::new(),
+            done_cv: crate::lock_stat::WaitCv::new(crate::lock_stat::WaitSite::TxDurable),
         }
     }
 

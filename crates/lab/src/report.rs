@@ -283,6 +283,7 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
             let _ = writeln!(out, "![{c}]({c})\n");
         }
     }
+    let _ = write!(out, "{}", waits(r));
     let _ = writeln!(
         out,
         "## All figures (medians; `vs_first` = median paired ratio to the first series, `vs_first_lo`–`vs_first_hi` its interval, covering the true median with probability `vs_first_coverage`)\n"
@@ -307,6 +308,70 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
                 p.error.as_deref().unwrap_or("")
             );
         }
+    }
+    out
+}
+
+/// Where the threads of each cjfs point waited, in its median run: every contended lock rank
+/// and every condition variable parked on, with the time waited, its share of all waiting
+/// and (for locks) of lock waiting; and the process's context switches and CPU seconds per
+/// 1,000 fsyncs. Markdown; empty when no point has wait figures (kernel targets only).
+pub fn waits(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for row in rows(r) {
+        let p = row.p;
+        let Some(m) = &p.median_run else { continue };
+        let Some(w) = &m.waits else { continue };
+        if out.is_empty() {
+            let _ = writeln!(
+                out,
+                "## Where the threads waited (median run of each point)
+"
+            );
+        }
+        let fsyncs = m.fsync_latency.count;
+        let per_k = |x: f64, prec: usize| {
+            if fsyncs > 0 { format!("{:.prec$}", x * 1000.0 / fsyncs as f64) } else { "-".into() }
+        };
+        let _ = writeln!(
+            out,
+            "#### {} · {} threads · {}: {} context switches, {} CPU s per 1,000 fsyncs
+",
+            p.workload,
+            p.threads,
+            p.series,
+            per_k(m.context_switches as f64, 0),
+            per_k(m.cpu_secs, 3)
+        );
+        if w.rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "No lock was contended and no thread parked.
+"
+            );
+            continue;
+        }
+        let all: f64 = w.rows.iter().map(|x| x.wait_us).sum();
+        let locks: f64 = w.rows.iter().filter(|x| x.kind == "lock").map(|x| x.wait_us).sum();
+        let share = |x: f64, of: f64| if of > 0.0 { format!("{:.1} %", 100.0 * x / of) } else { "-".into() };
+        let _ = writeln!(
+            out,
+            "| lock or condvar | kind | events | wait ms | share of all waits | share of lock waits |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|");
+        for x in &w.rows {
+            let lock_share = if x.kind == "lock" { share(x.wait_us, locks) } else { "-".into() };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.1} | {} | {lock_share} |",
+                x.name,
+                x.kind,
+                x.events,
+                x.wait_us / 1e3,
+                share(x.wait_us, all)
+            );
+        }
+        let _ = writeln!(out);
     }
     out
 }

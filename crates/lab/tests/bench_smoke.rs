@@ -70,6 +70,11 @@ fn every_workload_runs_on_an_emulated_preset() {
         if r.fsync_latency.count > 0 {
             assert!(j.transactions > 0, "{w}: fsyncs but no transaction");
             assert!(d.flushes > 0, "{w}: fsyncs but no device flush");
+            // The commit thread parks between commits; every fsync caller parks or finds its
+            // transaction durable, so a run with fsyncs has parks to report.
+            let waits = r.waits.as_ref().unwrap_or_else(|| panic!("{w}: no wait figures"));
+            assert!(waits.rows.iter().any(|x| x.kind == "park" && x.events > 0), "{w}: no parks: {waits:?}");
+            assert!(r.context_switches > 0, "{w}: no context switches");
         }
         drop(t);
     }
@@ -104,4 +109,10 @@ fn a_sweep_hands_over_its_results_after_every_point() {
     assert_eq!(seen, vec![(2, true), (4, false)]);
     assert_eq!(done.points.len(), 4);
     assert!(!cjfs_lab::report::header(&done).iter().any(|l| l.starts_with("partial:")));
+    // The README says where each cjfs point's threads waited.
+    let md = cjfs_lab::report::markdown(&done, &[]);
+    assert!(md.contains("## Where the threads waited"), "{md}");
+    assert!(md.contains(
+        "| lock or condvar | kind | events | wait ms | share of all waits | share of lock waits |"
+    ));
 }

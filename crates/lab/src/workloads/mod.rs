@@ -139,6 +139,11 @@ pub struct RunResult {
     pub fsync_cdf: Vec<[f64; 2]>,
     /// CPU time (user + system) of the process during the run, seconds.
     pub cpu_secs: f64,
+    /// Context switches of the process during the run (voluntary and involuntary).
+    pub context_switches: u64,
+    /// Lock contention and parked time during the run, per lock rank and condition
+    /// variable (cjfs targets; the counters are the process's, see `cjfs_journal::lock_stat`).
+    pub waits: Option<WaitSummary>,
     /// Journal statistics over the run (cjfs targets).
     #[serde(skip)]
     pub journal: Option<StatsSnapshot>,
@@ -151,6 +156,62 @@ pub struct RunResult {
     pub device_summary: Option<DeviceSummary>,
     /// Workload-specific figures (name, value).
     pub extra: Vec<(String, f64)>,
+}
+
+/// One row of a [`WaitSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitRow {
+    /// The lock rank (`lock`) or condition variable (`park`).
+    pub name: String,
+    /// `lock`: a contended acquisition; `park`: a thread parked on a condition variable.
+    pub kind: String,
+    /// How many.
+    pub events: u64,
+    /// Time waited, µs.
+    pub wait_us: f64,
+}
+
+/// Where a run's threads waited: every lock rank that was contended and every condition
+/// variable parked on, with counts and time (the lockstat view of the XFS journaling paper).
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct WaitSummary {
+    /// Rows with any events, longest wait first.
+    pub rows: Vec<WaitRow>,
+}
+
+impl From<&cjfs_journal::lock_stat::LockStats> for WaitSummary {
+    fn from(s: &cjfs_journal::lock_stat::LockStats) -> Self {
+        let mut rows: Vec<WaitRow> = s
+            .locks
+            .iter()
+            .filter(|l| l.contended > 0)
+            .map(|l| WaitRow {
+                name: format!("{:?}", l.rank),
+                kind: "lock".into(),
+                events: l.contended,
+                wait_us: l.wait_ns as f64 / 1e3,
+            })
+            .chain(s.waits.iter().filter(|w| w.parks > 0).map(|w| WaitRow {
+                name: w.site.name().into(),
+                kind: "park".into(),
+                events: w.parks,
+                wait_us: w.parked_ns as f64 / 1e3,
+            }))
+            .collect();
+        rows.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+        WaitSummary { rows }
+    }
+}
+
+/// Context switches of the process so far (voluntary and involuntary).
+pub fn context_switches() -> u64 {
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    (ru.ru_nvcsw + ru.ru_nivcsw).max(0) as u64
 }
 
 /// Process CPU time (user + system).
@@ -286,6 +347,8 @@ where
     let j0 = t.journal_stats();
     let d0 = t.device_stats();
     let cpu0 = cpu_time();
+    let csw0 = context_switches();
+    let waits0 = cjfs_journal::lock_stat::snapshot();
     let start = Instant::now();
     let results: Vec<io::Result<Worker>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -323,6 +386,8 @@ where
     });
     let secs = start.elapsed().as_secs_f64();
     let cpu_secs = (cpu_time() - cpu0).as_secs_f64();
+    let context_switches = context_switches().saturating_sub(csw0);
+    let waits = cjfs_journal::lock_stat::snapshot().since(&waits0);
     let (mut lat, mut flat) = (Latency::new(), Latency::new());
     let (mut ops, mut bytes, mut excluded) = (0u64, 0u64, 0f64);
     for r in results {
@@ -356,6 +421,8 @@ where
         op_cdf: cdf(&lat),
         fsync_cdf: cdf(&flat),
         cpu_secs,
+        context_switches,
+        waits: journal.as_ref().map(|_| WaitSummary::from(&waits)),
         journal_summary: journal.as_ref().map(JournalSummary::from),
         device_summary: device.as_ref().map(DeviceSummary::from),
         journal,

@@ -1,0 +1,292 @@
+//! Lock-wait accounting, in the spirit of the kernel's lockstat (the XFS journaling paper's
+//! Table I): per lock rank, how often a lock was found held and how long its takers waited for
+//! it; per condition variable, how often and how long threads were parked on it.
+//!
+//! The counters are process-wide atomics touched only on slow paths — a lock whose try
+//! failed, a thread about to park — so they stay on in benchmarks. Readers take a
+//! [`snapshot`] before and after and subtract ([`LockStats::since`]); with several file
+//! systems in one process their waits add up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, MutexGuard, WaitTimeoutResult};
+
+use crate::lock_rank::Rank;
+
+/// A condition variable the journal parks threads on, named for the accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WaitSite {
+    /// The commit thread waiting for a commit request or its timer (`commit_cv`).
+    CommitRequest = 0,
+    /// Handles waiting for a locked transaction to switch (`locked_cv`).
+    LockedTx = 1,
+    /// The journal's own threads waiting for some transaction to become durable (`done_cv`).
+    LogDurable = 2,
+    /// The checkpoint thread waiting for work (`checkpoint_cv`).
+    Checkpoint = 3,
+    /// The lock-up waiting for a transaction's handles to stop (`updates_cv`).
+    Updates = 4,
+    /// The flush thread waiting for work or for a group to fill (`flush_cv`).
+    FlushQueue = 5,
+    /// fsync callers waiting for their transaction to become durable (a transaction's
+    /// `done_cv`).
+    TxDurable = 6,
+    /// Writers waiting for a buffer version, and fdatasync for another's data write (a
+    /// buffer's condvar).
+    Buffer = 7,
+}
+
+impl WaitSite {
+    /// Every site, in index order.
+    pub const ALL: [WaitSite; 8] = [
+        WaitSite::CommitRequest,
+        WaitSite::LockedTx,
+        WaitSite::LogDurable,
+        WaitSite::Checkpoint,
+        WaitSite::Updates,
+        WaitSite::FlushQueue,
+        WaitSite::TxDurable,
+        WaitSite::Buffer,
+    ];
+
+    /// The name the tables print (the condvar's field name).
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitSite::CommitRequest => "commit_cv",
+            WaitSite::LockedTx => "locked_cv",
+            WaitSite::LogDurable => "done_cv",
+            WaitSite::Checkpoint => "checkpoint_cv",
+            WaitSite::Updates => "updates_cv",
+            WaitSite::FlushQueue => "flush_cv",
+            WaitSite::TxDurable => "tx.done_cv",
+            WaitSite::Buffer => "buffer.cv",
+        }
+    }
+}
+
+/// One event count and its total time.
+#[derive(Debug)]
+struct Counter {
+    events: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl Counter {
+    const fn new() -> Self {
+        Counter { events: AtomicU64::new(0), ns: AtomicU64::new(0) }
+    }
+
+    fn add(&self, took: Duration) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> (u64, u64) {
+        (self.events.load(Ordering::Relaxed), self.ns.load(Ordering::Relaxed))
+    }
+}
+
+/// Ranks are below 64 (`Rank` is `repr(u8)`, the largest is 60).
+const RANKS: usize = 64;
+
+static LOCKS: [Counter; RANKS] = [const { Counter::new() }; RANKS];
+static WAITS: [Counter; WaitSite::ALL.len()] = [const { Counter::new() }; WaitSite::ALL.len()];
+
+/// Record that a lock of `rank` was found held and its taker waited `took` for it.
+#[inline]
+pub(crate) fn contended(rank: Rank, took: Duration) {
+    LOCKS[rank as usize % RANKS].add(took);
+}
+
+/// A condition variable whose parks are counted under its [`WaitSite`].
+#[derive(Debug)]
+pub struct WaitCv {
+    cv: Condvar,
+    site: WaitSite,
+}
+
+impl WaitCv {
+    /// A condition variable counted as `site`.
+    pub const fn new(site: WaitSite) -> Self {
+        WaitCv { cv: Condvar::new(), site }
+    }
+
+    /// Wake every thread parked on it; returns how many there were.
+    #[inline]
+    pub fn notify_all(&self) -> usize {
+        self.cv.notify_all()
+    }
+
+    /// Wake one parked thread; whether there was one.
+    #[inline]
+    pub fn notify_one(&self) -> bool {
+        self.cv.notify_one()
+    }
+
+    /// Park on it, releasing `guard` meanwhile.
+    #[inline]
+    pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+        let t0 = Instant::now();
+        self.cv.wait(guard);
+        WAITS[self.site as usize].add(t0.elapsed());
+    }
+
+    /// Park on it for at most `timeout`.
+    #[inline]
+    pub(crate) fn wait_for<T>(&self, guard: &mut MutexGuard<'_, T>, timeout: Duration) -> WaitTimeoutResult {
+        let t0 = Instant::now();
+        let r = self.cv.wait_for(guard, timeout);
+        WAITS[self.site as usize].add(t0.elapsed());
+        r
+    }
+
+    /// Park on it until `deadline`.
+    #[inline]
+    pub(crate) fn wait_until<T>(
+        &self,
+        guard: &mut MutexGuard<'_, T>,
+        deadline: Instant,
+    ) -> WaitTimeoutResult {
+        let t0 = Instant::now();
+        let r = self.cv.wait_until(guard, deadline);
+        WAITS[self.site as usize].add(t0.elapsed());
+        r
+    }
+}
+
+/// Contention on one lock rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockWaits {
+    /// The locks of this rank.
+    pub rank: Rank,
+    /// Acquisitions that found the lock held and waited.
+    pub contended: u64,
+    /// Time those acquisitions waited, in nanoseconds.
+    pub wait_ns: u64,
+}
+
+/// Parks on one condition variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkWaits {
+    /// The condition variable.
+    pub site: WaitSite,
+    /// Times a thread parked on it (timed waits that expired included).
+    pub parks: u64,
+    /// Time parked, in nanoseconds.
+    pub parked_ns: u64,
+}
+
+/// Every counter at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LockStats {
+    /// Per lock rank, every rank listed.
+    pub locks: Vec<LockWaits>,
+    /// Per condition variable, every site listed.
+    pub waits: Vec<ParkWaits>,
+}
+
+/// The counters now.
+pub fn snapshot() -> LockStats {
+    LockStats {
+        locks: Rank::ALL
+            .iter()
+            .map(|&rank| {
+                let (contended, wait_ns) = LOCKS[rank as usize % RANKS].read();
+                LockWaits { rank, contended, wait_ns }
+            })
+            .collect(),
+        waits: WaitSite::ALL
+            .iter()
+            .map(|&site| {
+                let (parks, parked_ns) = WAITS[site as usize].read();
+                ParkWaits { site, parks, parked_ns }
+            })
+            .collect(),
+    }
+}
+
+impl LockStats {
+    /// What happened between `before` and `self` (both from [`snapshot`]).
+    pub fn since(&self, before: &LockStats) -> LockStats {
+        let lock = |r: Rank| before.locks.iter().find(|l| l.rank == r).copied();
+        let wait = |s: WaitSite| before.waits.iter().find(|w| w.site == s).copied();
+        LockStats {
+            locks: self
+                .locks
+                .iter()
+                .map(|l| {
+                    let b = lock(l.rank).unwrap_or(LockWaits { rank: l.rank, contended: 0, wait_ns: 0 });
+                    LockWaits {
+                        rank: l.rank,
+                        contended: l.contended.saturating_sub(b.contended),
+                        wait_ns: l.wait_ns.saturating_sub(b.wait_ns),
+                    }
+                })
+                .collect(),
+            waits: self
+                .waits
+                .iter()
+                .map(|w| {
+                    let b = wait(w.site).unwrap_or(ParkWaits { site: w.site, parks: 0, parked_ns: 0 });
+                    ParkWaits {
+                        site: w.site,
+                        parks: w.parks.saturating_sub(b.parks),
+                        parked_ns: w.parked_ns.saturating_sub(b.parked_ns),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Time waited for locks, all ranks, in nanoseconds.
+    pub fn lock_wait_ns(&self) -> u64 {
+        self.locks.iter().map(|l| l.wait_ns).sum()
+    }
+
+    /// Time parked on condition variables, all sites, in nanoseconds.
+    pub fn park_ns(&self) -> u64 {
+        self.waits.iter().map(|w| w.parked_ns).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock_rank::RankedMutex;
+    use std::sync::Arc;
+
+    #[test]
+    fn contention_and_parks_are_counted() {
+        let before = snapshot();
+        let m = Arc::new(RankedMutex::new(Rank::Log, 0u32));
+        let cv = Arc::new(WaitCv::new(WaitSite::FlushQueue));
+        let g = m.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = {
+            let (m, cv) = (m.clone(), cv.clone());
+            std::thread::spawn(move || {
+                // Finds the lock held (the main thread sleeps holding it), then parks.
+                tx.send(()).expect("send");
+                let mut g = m.lock();
+                while *g == 0 {
+                    g.wait(&cv);
+                }
+            })
+        };
+        rx.recv().expect("recv");
+        std::thread::sleep(Duration::from_millis(50));
+        drop(g);
+        std::thread::sleep(Duration::from_millis(20));
+        *m.lock() = 1;
+        cv.notify_all();
+        t.join().expect("thread");
+        let d = snapshot().since(&before);
+        let log = d.locks.iter().find(|l| l.rank == Rank::Log).expect("rank listed");
+        assert!(log.contended >= 1 && log.wait_ns > 0, "{log:?}");
+        let park = d.waits.iter().find(|w| w.site == WaitSite::FlushQueue).expect("site listed");
+        assert!(park.parks >= 1 && park.parked_ns > 0, "{park:?}");
+        assert!(d.lock_wait_ns() >= log.wait_ns && d.park_ns() >= park.parked_ns);
+    }
+}
