@@ -2,7 +2,8 @@
 //! any mounted directory through one generator, and the benchmarks built on them.
 //!
 //! * [`workloads`]: varmail, fileserver, dbench, OLTP-insert, FxMark, sysbench, the fsync
-//!   tester and SQLite-like patterns, written once against [`Target`];
+//!   tester, SQLite-like patterns and an exim-like mail server, written once against
+//!   [`Target`];
 //! * [`bench`]: sweeps over workloads, threads, targets and journal modes with interleaved
 //!   repetitions; [`report`] and [`charts`] turn them into tables, JSON/CSV and figures;
 //! * [`compare`]: whether a fresh run agrees with committed results, ratio by ratio;

@@ -6,6 +6,7 @@
 //! workload and [`run`] performs both phases.
 
 pub mod dbench;
+pub mod exim;
 pub mod fileserver;
 pub mod fsync_tester;
 pub mod fxmark;
@@ -487,6 +488,9 @@ pub enum Workload {
     FsyncTester,
     /// SQLite-like transactions.
     Sqlite(sqlite::Journal, u32),
+    /// An exim-like mail server: shared spool, per-user mailboxes, shared log, fsync per
+    /// delivery.
+    Exim,
 }
 
 impl Workload {
@@ -500,7 +504,7 @@ impl Workload {
             Workload::OltpInsert,
         ];
         v.extend(fxmark::Fx::ALL.iter().map(|f| Workload::Fxmark(*f)));
-        v.extend([Workload::Sysbench, Workload::FsyncTester]);
+        v.extend([Workload::Sysbench, Workload::FsyncTester, Workload::Exim]);
         for j in [sqlite::Journal::Rollback, sqlite::Journal::Wal] {
             for n in [1, 1000] {
                 v.push(Workload::Sqlite(j, n));
@@ -535,6 +539,7 @@ impl fmt::Display for Workload {
             Workload::Sysbench => write!(f, "sysbench"),
             Workload::FsyncTester => write!(f, "fsync-tester"),
             Workload::Sqlite(j, n) => write!(f, "sqlite-{}-{n}", j.name()),
+            Workload::Exim => write!(f, "exim"),
         }
     }
 }
@@ -571,5 +576,6 @@ pub fn run(w: Workload, t: &Arc<dyn Target>, p: &Params) -> io::Result<RunResult
         Workload::Sysbench => sysbench::run(t, p),
         Workload::FsyncTester => fsync_tester::run(t, p),
         Workload::Sqlite(j, n) => sqlite::run(t, p, j, n),
+        Workload::Exim => exim::run(t, p),
     }
 }
