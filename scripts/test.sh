@@ -14,3 +14,5 @@ cargo test --workspace --release --features cjfs-lab/planted-bugs
 # the journal's and the file system's tests, and every lab workload, with the check on.
 cargo test -p cjfs-journal -p cjfs-fs
 cargo test -p cjfs-lab --lib --test bench_smoke
+# The polling-wait protocol's model test (every interleaving, with loom's primitives).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p cjfs-journal --release --lib polling

@@ -99,6 +99,11 @@ impl PaceTiming {
         ewma(&self.commit_ns, took);
     }
 
+    /// How long a caller is expected to wait for durability: a commit and a flush.
+    pub(crate) fn durable_estimate(&self) -> Duration {
+        Duration::from_nanos(self.commit_ns.load(Ordering::Relaxed) + self.flush_ns.load(Ordering::Relaxed))
+    }
+
     fn commit_estimate(&self) -> Duration {
         Duration::from_nanos(self.commit_ns.load(Ordering::Relaxed))
     }

@@ -63,6 +63,9 @@ pub struct JournalConfig {
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
     pub csum_v3: bool,
+    /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
+    /// first (polling waits, `crate::polling`).
+    pub wait: crate::polling::WaitMode,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::PlantedBugs,
@@ -93,6 +96,7 @@ impl JournalConfig {
             max_ordered_blocks: 16384,
             checkpoint_high_water: 0.5,
             csum_v3: true,
+            wait: crate::polling::WaitMode::Condvar,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),
             per_device: false,

@@ -29,6 +29,7 @@
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
 //! | `compound_flush.rs` | compound flush (CJFS §4.4) |
+//! | `polling.rs` | polling completion waits: spin a device-adapted budget, then park (XFS paper) |
 //! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `lock_stat.rs`: lock-wait accounting (lockstat); `planted.rs`: test-only bugs |
 //!
 //! # Lock order
@@ -47,8 +48,8 @@
 //! 5. `Transaction::lists`;
 //! 6. `sb_write` → `log` → `flush_queue` → `state` (all of one log: no thread holds two
 //!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
-//! 7. leaves: `updates_lock`, `checkpoint_list`, `Transaction::done`, the shadow pool,
-//!    `Shared::aborted`.
+//! 7. leaves: `updates_lock`, `checkpoint_list`, the lock inside `Transaction::done` (a
+//!    `polling::Completion`), the shadow pool, `Shared::aborted`.
 //!
 //! `Buffer::data` (the live image, a `RwLock`) is outside the ranking: it is never held
 //! while calling into the journal for writing, and the commit path takes it for reading
@@ -56,8 +57,8 @@
 //!
 //! Each condition variable pairs with one mutex: `commit_cv`, `locked_cv`, `done_cv` and
 //! `checkpoint_cv` with `state`; `updates_cv` with `updates_lock`; `flush_cv` with
-//! `flush_queue`; a transaction's `done_cv` with its `done`; a buffer's condvar with its
-//! `jstate`.
+//! `flush_queue`; a transaction completion's condvar with its own lock; a buffer's condvar
+//! with its `jstate`.
 //!
 //! No lock is held across device I/O except `checkpoint_lock`, `sb_write`,
 //! `home_write_lock` (across submission only) and a buffer's `data` while it is read in.
@@ -88,6 +89,7 @@ pub mod lock_stat;
 mod log;
 mod log_core;
 mod planted;
+pub mod polling;
 pub mod recovery;
 pub mod revoke_block;
 pub mod ring;

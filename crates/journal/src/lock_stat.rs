@@ -93,6 +93,18 @@ const RANKS: usize = 64;
 
 static LOCKS: [Counter; RANKS] = [const { Counter::new() }; RANKS];
 static WAITS: [Counter; WaitSite::ALL.len()] = [const { Counter::new() }; WaitSite::ALL.len()];
+/// Spins of the polling waits (`crate::polling`), and how many ended with the wait over.
+static SPINS: Counter = Counter::new();
+static SPIN_HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Record a spin of `took`; `hit` when the wait was over before the budget ran out.
+#[inline]
+pub(crate) fn spun(took: Duration, hit: bool) {
+    SPINS.add(took);
+    if hit {
+        SPIN_HITS.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Record that a lock of `rank` was found held and its taker waited `took` for it.
 #[inline]
@@ -185,6 +197,12 @@ pub struct LockStats {
     pub locks: Vec<LockWaits>,
     /// Per condition variable, every site listed.
     pub waits: Vec<ParkWaits>,
+    /// Spins of polling waits.
+    pub spins: u64,
+    /// Spins that ended with the wait over (no park needed).
+    pub spin_hits: u64,
+    /// Time spun, in nanoseconds.
+    pub spin_ns: u64,
 }
 
 /// The counters now.
@@ -204,6 +222,9 @@ pub fn snapshot() -> LockStats {
                 ParkWaits { site, parks, parked_ns }
             })
             .collect(),
+        spins: SPINS.read().0,
+        spin_hits: SPIN_HITS.load(Ordering::Relaxed),
+        spin_ns: SPINS.read().1,
     }
 }
 
@@ -237,6 +258,9 @@ impl LockStats {
                     }
                 })
                 .collect(),
+            spins: self.spins.saturating_sub(before.spins),
+            spin_hits: self.spin_hits.saturating_sub(before.spin_hits),
+            spin_ns: self.spin_ns.saturating_sub(before.spin_ns),
         }
     }
 

@@ -62,7 +62,7 @@ pub(crate) struct LogCore {
     /// Wakes starters waiting for a Locked transaction to switch.
     pub locked_cv: WaitCv,
     /// Wakes the journal's own threads waiting for some transaction to become durable
-    /// (callers waiting for a given transaction sleep on its `done_cv`).
+    /// (callers waiting for a given transaction wait on its `done` completion).
     pub done_cv: WaitCv,
     /// Pairs with `updates_cv`.
     pub updates_lock: RankedMutex<()>,
@@ -294,21 +294,18 @@ impl LogCore {
             }
             return Ok(());
         };
-        let mut done = tx.done.lock();
-        while !*done {
-            if self.closed.load(Ordering::SeqCst) {
-                drop(done);
-                let st = self.state.lock();
-                if st.durable >= tid {
-                    return Ok(());
-                }
-                self.closed_error(&st)?;
-                done = tx.done.lock();
-                continue;
+        let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.durable_estimate());
+        loop {
+            if tx.done.wait(budget, || self.closed.load(Ordering::SeqCst)) {
+                return Ok(());
             }
-            done.wait(&tx.done_cv);
+            // Woken because the log closed: durable after all, or the abort's cause.
+            let st = self.state.lock();
+            if st.durable >= tid {
+                return Ok(());
+            }
+            self.closed_error(&st)?;
         }
-        Ok(())
     }
 
     /// The error for an aborted or shut-down journal, if it is.

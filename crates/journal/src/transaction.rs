@@ -91,12 +91,10 @@ pub struct Transaction {
     pub(crate) lists: RankedMutex<TxLists>,
     /// When the transaction opened (for the commit timer).
     pub started: Instant,
-    /// Set when the transaction is durable. Lock: itself (a leaf lock, taken without any
-    /// other): callers waiting for this transaction sleep on it and never touch the
-    /// journal state lock, so making a transaction durable wakes only its own waiters.
-    pub(crate) done: RankedMutex<bool>,
-    /// Pairs with `done`.
-    pub(crate) done_cv: crate::lock_stat::WaitCv,
+    /// Set when the transaction is durable; callers waiting for this transaction wait on it
+    /// (spinning first with [`crate::polling::WaitMode::SpinPark`]) and never touch the log's
+    /// state lock, so making a transaction durable wakes only its own waiters.
+    pub(crate) done: crate::polling::Completion,
 }
 
 impl Transaction {
@@ -112,8 +110,7 @@ impl Transaction {
             ordered_count: AtomicU32::new(0),
             lists: RankedMutex::new(Rank::TxLists, TxLists::default()),
             started: Instant::now(),
-            done: RankedMutex::new(Rank::Leaf, false),
-            done_cv: crate::lock_stat::WaitCv::new(crate::lock_stat::WaitSite::TxDurable),
+            done: crate::polling::Completion::new(),
         }
     }
 
@@ -136,14 +133,12 @@ impl Transaction {
 
     /// Mark durable and wake its waiters.
     pub(crate) fn set_done(&self) {
-        *self.done.lock() = true;
-        self.done_cv.notify_all();
+        self.done.set();
     }
 
     /// Wake its waiters without marking it durable (abort, shutdown: they look again).
     pub(crate) fn wake_waiters(&self) {
-        let _g = self.done.lock();
-        self.done_cv.notify_all();
+        self.done.wake();
     }
 
     /// Whether the transaction has anything to commit.

@@ -281,3 +281,22 @@ fn two_logs_share_the_cache_and_mark_the_primary() {
     assert!(j.shutdown().is_err());
     assert_ne!(bit(&dev), 0, "an aborted journal keeps the bit: its logs may need replay");
 }
+
+/// Polling waits (`WaitMode::SpinPark`): on a RAM device commits are shorter than the spin
+/// limit, so fsync callers spin first; every commit still returns only once durable, and a
+/// failed flush still reaches every waiter.
+#[test]
+fn spin_park_waits_commit_and_report_failures() {
+    use cjfs_journal::polling::WaitMode;
+    for base in [JournalConfig::jbd2(), JournalConfig::preset("cjfs").expect("cjfs preset")] {
+        let cfg = JournalConfig { wait: WaitMode::SpinPark, ..base };
+        let before = cjfs_journal::lock_stat::snapshot();
+        concurrent_in(cfg.clone());
+        // Whether a waiter spins depends on measured commit times (a loaded machine parks at
+        // once), so this is reported, not asserted; the budget rule has its unit test.
+        let spun = cjfs_journal::lock_stat::snapshot().since(&before);
+        eprintln!("{}: {} spins, {} ended durable", cfg.name, spun.spins, spun.spin_hits);
+        committed_blocks_replay_after_crash_in(cfg.clone());
+        failed_flush_in(cfg);
+    }
+}

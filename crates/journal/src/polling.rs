@@ -1,0 +1,296 @@
+//! Polling completion waits (the XFS journaling paper's polling, here spin-then-park): a
+//! waiter for a transaction's durability first spins on an atomic for a bounded budget and
+//! only then parks, so on a device where a commit is shorter than a park/unpark round trip
+//! the waiter never sleeps, and a commit wakes only threads that actually parked.
+//!
+//! The setting is [`crate::JournalConfig::wait`]: [`WaitMode::Condvar`] parks at once (the
+//! JBD2 way, and every preset's default until measurements say otherwise);
+//! [`WaitMode::SpinPark`] spins first. The spin budget adapts to the log: the expected wait
+//! (the log's moving averages of a commit and a flush) when that is below [`SPIN_LIMIT`], no
+//! spinning at all on slower devices; and a thread spins only while fewer than all cores but
+//! one are spinning, so spinners never take the last free core from the committer.
+//!
+//! Protocol of a [`Completion`] (checked by a `loom` model test: `RUSTFLAGS="--cfg loom"
+//! cargo test -p cjfs-journal --release --lib polling`, which `scripts/test.sh` runs): the
+//! completer stores `done`, issues a SeqCst fence and reads `parked`; a parking waiter, under
+//! `lock`, adds itself to `parked`, issues a SeqCst fence and reads `done` before it waits.
+//! The fences order the two store-then-load pairs, so either the waiter sees `done`, or the
+//! completer sees the registration and takes `lock` — after the waiter released it in its
+//! wait — to notify. (Without the fences the model finds the lost wake-up: SeqCst accesses
+//! alone do not forbid store buffering in loom's model.)
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use crate::lock_rank::{Rank, RankedMutex};
+use crate::lock_stat::{WaitCv, WaitSite};
+
+/// How a thread waits for a transaction to become durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Park on a condition variable at once.
+    #[default]
+    Condvar,
+    /// Spin on the completion for a bounded, device-adapted budget, then park.
+    SpinPark,
+}
+
+impl WaitMode {
+    /// The setting's name (`condvar`, `spin_park`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitMode::Condvar => "condvar",
+            WaitMode::SpinPark => "spin_park",
+        }
+    }
+}
+
+/// Longest spin: about a park/unpark round trip through the kernel plus a wake-up on
+/// another core; waits expected to be longer park at once.
+pub const SPIN_LIMIT: Duration = Duration::from_micros(50);
+
+/// The spin budget for a wait expected to take `expected` (0: park at once).
+pub fn spin_budget(mode: WaitMode, expected: Duration) -> Duration {
+    match mode {
+        WaitMode::SpinPark if !expected.is_zero() && expected <= SPIN_LIMIT => (expected * 2).min(SPIN_LIMIT),
+        _ => Duration::ZERO,
+    }
+}
+
+/// Threads spinning now, across every journal of the process.
+static SPINNERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Cores a spinner may use: all but one (the committer's), at least none.
+fn spin_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1))
+}
+
+/// Spin until `ready()` or `budget` has passed, if a core is free for it. Whether `ready()`
+/// became true.
+pub fn spin_until(budget: Duration, ready: impl Fn() -> bool) -> bool {
+    if budget.is_zero() {
+        return false;
+    }
+    if SPINNERS.fetch_add(1, Ordering::AcqRel) >= spin_cores() {
+        SPINNERS.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    let t0 = Instant::now();
+    let mut ok = false;
+    'spin: loop {
+        for _ in 0..64 {
+            if ready() {
+                ok = true;
+                break 'spin;
+            }
+            std::hint::spin_loop();
+        }
+        if t0.elapsed() >= budget {
+            break;
+        }
+    }
+    SPINNERS.fetch_sub(1, Ordering::AcqRel);
+    crate::lock_stat::spun(t0.elapsed(), ok);
+    ok
+}
+
+/// A one-shot completion: set once (a transaction became durable), waited for by any number
+/// of threads, which may also be woken without it (abort, shutdown) to look again.
+#[derive(Debug)]
+pub struct Completion {
+    done: AtomicBool,
+    parked: AtomicUsize,
+    /// Pairs with `cv`; protects nothing but the park/notify hand-off. A leaf lock.
+    lock: RankedMutex<()>,
+    /// Parks are counted as [`WaitSite::TxDurable`].
+    cv: WaitCv,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Completion {
+    /// Not yet done.
+    pub fn new() -> Self {
+        Completion {
+            done: AtomicBool::new(false),
+            parked: AtomicUsize::new(0),
+            lock: RankedMutex::new(Rank::Leaf, ()),
+            cv: WaitCv::new(WaitSite::TxDurable),
+        }
+    }
+
+    /// Whether it is done.
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// Mark it done and wake the threads parked on it (none are woken when none parked).
+    pub fn set(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `wait`: the store above or the waiter's registration is
+        // seen by the other side (store-buffering needs fences, not just SeqCst accesses).
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Wake every parked thread without marking it done (they re-check why they wait).
+    pub fn wake(&self) {
+        let _g = self.lock.lock();
+        self.cv.notify_all();
+    }
+
+    /// Wait until it is done or `stop()` says to give up (checked before parking and after
+    /// every wake-up; whoever makes it true must call [`Completion::wake`]). Spins first for
+    /// `budget`. Returns whether it is done.
+    pub fn wait(&self, budget: Duration, stop: impl Fn() -> bool) -> bool {
+        if self.is_done() || spin_until(budget, || self.is_done()) {
+            return true;
+        }
+        let mut g = self.lock.lock();
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let done = loop {
+            if self.done.load(Ordering::SeqCst) {
+                break true;
+            }
+            if stop() {
+                break false;
+            }
+            g.wait(&self.cv);
+        };
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+        done
+    }
+}
+
+/// The same protocol on `loom`'s primitives, for the model test (loom explores every
+/// interleaving of its own atomics and locks, so the model restates [`Completion`] with them).
+#[cfg(all(test, loom))]
+mod model {
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+    use loom::sync::{Condvar, Mutex};
+
+    pub struct Completion {
+        done: AtomicBool,
+        parked: AtomicUsize,
+        lock: Mutex<()>,
+        cv: Condvar,
+    }
+
+    impl Completion {
+        pub fn new() -> Self {
+            Completion {
+                done: AtomicBool::new(false),
+                parked: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                cv: Condvar::new(),
+            }
+        }
+
+        pub fn set(&self) {
+            self.done.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.parked.load(Ordering::SeqCst) > 0 {
+                let _g = self.lock.lock().unwrap();
+                self.cv.notify_all();
+            }
+        }
+
+        /// One spin probe (the model explores its interleavings), then park.
+        pub fn wait(&self) -> bool {
+            if self.done.load(Ordering::SeqCst) {
+                return true;
+            }
+            let mut g = self.lock.lock().unwrap();
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            while !self.done.load(Ordering::SeqCst) {
+                g = self.cv.wait(g).unwrap();
+            }
+            self.parked.fetch_sub(1, Ordering::SeqCst);
+            true
+        }
+    }
+
+    #[test]
+    fn no_lost_wake_up_and_no_early_return() {
+        loom::model(|| {
+            let c = loom::sync::Arc::new(Completion::new());
+            let flag = loom::sync::Arc::new(AtomicBool::new(false));
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let (c, flag) = (c.clone(), flag.clone());
+                    loom::thread::spawn(move || {
+                        assert!(c.wait());
+                        // No early return: what the completer published before `set` is seen.
+                        assert!(flag.load(Ordering::SeqCst));
+                    })
+                })
+                .collect();
+            flag.store(true, Ordering::SeqCst);
+            c.set();
+            // A lost wake-up leaves a waiter parked forever: loom reports the deadlock.
+            for w in waiters {
+                w.join().unwrap();
+            }
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn budget_adapts_to_the_device() {
+        assert_eq!(spin_budget(WaitMode::Condvar, Duration::from_micros(10)), Duration::ZERO);
+        assert_eq!(spin_budget(WaitMode::SpinPark, Duration::from_micros(10)), Duration::from_micros(20));
+        assert_eq!(spin_budget(WaitMode::SpinPark, Duration::from_micros(40)), SPIN_LIMIT);
+        assert_eq!(
+            spin_budget(WaitMode::SpinPark, Duration::from_micros(400)),
+            Duration::ZERO,
+            "slow device"
+        );
+        assert_eq!(spin_budget(WaitMode::SpinPark, Duration::ZERO), Duration::ZERO, "nothing measured yet");
+    }
+
+    #[test]
+    fn waiters_return_only_when_done_or_told_to_stop() {
+        for budget in [Duration::ZERO, SPIN_LIMIT] {
+            let c = Arc::new(Completion::new());
+            let ts: Vec<_> = (0..4)
+                .map(|_| {
+                    let c = c.clone();
+                    std::thread::spawn(move || c.wait(budget, || false))
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(ts.iter().all(|t| !t.is_finished()), "a waiter returned before the completion");
+            c.set();
+            for t in ts {
+                assert!(t.join().expect("waiter"));
+            }
+            assert!(c.wait(budget, || false), "a late waiter sees it done at once");
+        }
+        let c = Arc::new(Completion::new());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let (c, stop) = (c.clone(), stop.clone());
+            std::thread::spawn(move || c.wait(Duration::ZERO, || stop.load(Ordering::SeqCst)))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        stop.store(true, Ordering::SeqCst);
+        c.wake();
+        assert!(!t.join().expect("waiter"), "woken to stop, not done");
+    }
+}
