@@ -35,8 +35,8 @@ enum BenchCmd {
     Run(RunArgs),
 }
 
-fn mode_parser() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(cjfs_fs::preset::names().iter().copied())
+fn mode_parser() -> fn(&str) -> Result<String, String> {
+    crate::preset_arg
 }
 
 fn ci_pct(s: &str) -> Result<f64, String> {

@@ -37,13 +37,15 @@ use crate::image::Ctx;
 )]
 struct Cli {
     /// Journal preset for commands that mount the image (`auto`: the preset measured fastest
-    /// for the device, see `cjfs info`).
+    /// for the device, see `cjfs info`): auto, jbd2, nojournal, barrierfs, cjfs, cjfs-v1,
+    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual; a named preset may carry
+    /// technique settings, e.g. `cjfs+wait=spin_park`.
     #[arg(
         long,
         global = true,
         value_name = "PRESET",
         default_value = "auto",
-        value_parser = clap::builder::PossibleValuesParser::new(cjfs_fs::preset::names().iter().copied())
+        value_parser = preset_arg
     )]
     journal: String,
     /// Default data mode for commands that mount the image.
@@ -233,6 +235,11 @@ impl Command {
             Command::Crashtest(_) => "crashtest",
         }
     }
+}
+
+/// A preset argument: a preset name, optionally with technique settings (`cjfs+wait=spin_park`).
+pub(crate) fn preset_arg(s: &str) -> Result<String, String> {
+    cjfs_fs::preset::resolve(s).map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 fn run(cli: Cli) -> CliResult<()> {

@@ -3,27 +3,53 @@
 //! preset switches join them here, so `cjfs mount`, the CLI, `cjfs bench`, `cjfs crashtest`,
 //! the FUSE `-o journal=` option and the lab never resolve a name themselves.
 
+use cjfs_journal::polling::WaitMode;
 use cjfs_journal::{JournalConfig, JournalKind};
 
 use crate::types::MountOptions;
 
-/// A preset name nobody knows.
+/// A preset name nobody knows, or a setting after it that does not apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown preset {name:?} (presets: {})", names().join(", "))]
+#[error("{}", match why {
+    None => format!("unknown preset {name:?} (presets: {})", names().join(", ")),
+    Some(w) => format!("preset {name:?}: {w}"),
+})]
 pub struct UnknownPreset {
-    /// The name asked for.
+    /// The name (with its settings) asked for.
     pub name: String,
+    /// What is wrong with a setting (`None`: the preset itself is unknown).
+    pub why: Option<String>,
 }
+
+/// Technique settings a preset name may carry after `+`, for measuring one technique on top
+/// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
+pub const SETTINGS: &str = "wait=condvar|spin_park";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
     JournalConfig::preset_names()
 }
 
-/// `base` with everything preset `name` sets (the journal and its techniques); what a
-/// preset does not decide (data mode, cache size, read-only) stays the caller's.
-pub fn apply(name: &str, base: MountOptions) -> Result<MountOptions, UnknownPreset> {
-    let journal = JournalConfig::preset(name).ok_or_else(|| UnknownPreset { name: name.to_string() })?;
+/// `base` with everything preset `spec` sets (the journal and its techniques); what a
+/// preset does not decide (data mode, cache size, read-only) stays the caller's. `spec` is a
+/// preset name, optionally followed by settings (`+KEY=VALUE`, see [`SETTINGS`]).
+pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPreset> {
+    let mut parts = spec.split('+');
+    let name = parts.next().unwrap_or_default();
+    let bad = |why: String| UnknownPreset { name: spec.to_string(), why: Some(why) };
+    let mut journal =
+        JournalConfig::preset(name).ok_or_else(|| UnknownPreset { name: spec.to_string(), why: None })?;
+    for setting in parts {
+        if journal.per_device {
+            return Err(bad("`auto` chooses every setting per device; name a preset to change one".into()));
+        }
+        journal.wait = match setting.split_once('=') {
+            Some(("wait", "condvar")) => WaitMode::Condvar,
+            Some(("wait", "spin_park")) => WaitMode::SpinPark,
+            _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
+        };
+        journal.name = spec.to_string();
+    }
     Ok(MountOptions { journal, ..base })
 }
 
@@ -61,5 +87,18 @@ mod tests {
         assert_eq!(e.name, "jbd3");
         let m = e.to_string();
         assert!(m.starts_with("unknown preset \"jbd3\" (presets: auto, jbd2"), "{m}");
+    }
+
+    #[test]
+    fn settings_after_a_preset_change_only_that_technique() {
+        let o = resolve("cjfs+wait=spin_park").unwrap();
+        assert_eq!(o.journal.wait, WaitMode::SpinPark);
+        assert_eq!(o.journal.name, "cjfs+wait=spin_park");
+        let plain = resolve("cjfs").unwrap().journal;
+        assert_eq!(JournalConfig { wait: plain.wait, name: plain.name.clone(), ..o.journal }, plain);
+        assert_eq!(resolve("jbd2+wait=condvar").unwrap().journal.wait, WaitMode::Condvar);
+        let e = resolve("cjfs+wait=fast").unwrap_err().to_string();
+        assert!(e.contains("unknown setting \"wait=fast\""), "{e}");
+        assert!(resolve("auto+wait=spin_park").unwrap_err().to_string().contains("per device"));
     }
 }
