@@ -178,6 +178,21 @@ impl Drop for Token {
     }
 }
 
+/// Take a lock: `try_take` first; when it fails the lock is contended, and the blocking
+/// `take` is timed for `lock_stat` (nothing is measured on the fast path).
+#[inline]
+fn acquire<G>(rank: Rank, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
+    match try_take() {
+        Some(g) => g,
+        None => {
+            let t0 = Instant::now();
+            let g = take();
+            contended(rank, t0.elapsed());
+            g
+        }
+    }
+}
+
 /// A mutex with a rank.
 #[derive(Debug)]
 pub struct RankedMutex<T> {
@@ -196,16 +211,7 @@ impl<T> RankedMutex<T> {
     #[inline]
     pub fn lock(&self) -> RankedGuard<'_, T> {
         let token = Token::enter(self.rank);
-        // A failed try is contention: time the wait (`lock_stat`), nothing on the fast path.
-        let guard = match self.inner.try_lock() {
-            Some(g) => g,
-            None => {
-                let t0 = Instant::now();
-                let g = self.inner.lock();
-                contended(self.rank, t0.elapsed());
-                g
-            }
-        };
+        let guard = acquire(self.rank, || self.inner.try_lock(), || self.inner.lock());
         RankedGuard { guard, _token: token }
     }
 
@@ -273,15 +279,7 @@ impl<T> RankedRwLock<T> {
     #[inline]
     pub fn read(&self) -> RankedRead<'_, T> {
         let token = Token::enter(self.rank);
-        let guard = match self.inner.try_read() {
-            Some(g) => g,
-            None => {
-                let t0 = Instant::now();
-                let g = self.inner.read();
-                contended(self.rank, t0.elapsed());
-                g
-            }
-        };
+        let guard = acquire(self.rank, || self.inner.try_read(), || self.inner.read());
         RankedRead { guard, _token: token }
     }
 
@@ -289,15 +287,7 @@ impl<T> RankedRwLock<T> {
     #[inline]
     pub fn write(&self) -> RankedWrite<'_, T> {
         let token = Token::enter(self.rank);
-        let guard = match self.inner.try_write() {
-            Some(g) => g,
-            None => {
-                let t0 = Instant::now();
-                let g = self.inner.write();
-                contended(self.rank, t0.elapsed());
-                g
-            }
-        };
+        let guard = acquire(self.rank, || self.inner.try_write(), || self.inner.write());
         RankedWrite { guard, _token: token }
     }
 
