@@ -46,6 +46,29 @@ fn pre_access(tx: &mut Tx<'_>, g: u32, bitmap_blk: u64) -> FsResult<Arc<Buffer>>
     Ok(bm_buf)
 }
 
+/// Core-aware allocation: the range of groups `[start, end)` of the calling core (of the
+/// journal's log count; Z-Journal §3.5, start = i·G/N multiplied first so small images do
+/// not collapse every core onto group 0), or `None` when the setting is off.
+fn core_range(fs: &FsInner) -> Option<(u32, u32)> {
+    if !fs.opts.core_groups {
+        return None;
+    }
+    let n = fs.journal.log_count().max(1) as u64;
+    let g = u64::from(fs.geo.groups);
+    let i = cjfs_journal::per_core::core_slot(n as usize) as u64;
+    let start = (i * g / n) as u32;
+    let end = (((i + 1) * g / n) as u32).max(start + 1).min(fs.geo.groups);
+    Some((start, end))
+}
+
+/// Count an allocation in group `g` for the core-aware statistics.
+fn count_alloc(fs: &FsInner, range: Option<(u32, u32)>, g: u32) {
+    fs.alloc_all.fetch_add(1, Ordering::Relaxed);
+    if range.is_none_or(|(s, e)| (s..e).contains(&g)) {
+        fs.alloc_own.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Forget busy extents whose freeing transaction is durable.
 fn prune_busy(fs: &FsInner, gs: &mut GroupState) {
     if gs.busy.map.is_empty() {
@@ -68,7 +91,12 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
     let want = want.clamp(1, 32768);
     let goal =
         if goal < geo.first_data_block || goal >= geo.blocks_count { geo.first_data_block } else { goal };
-    let g0 = geo.group_of(goal);
+    let range = core_range(fs);
+    let (g0, goal) = match range {
+        // Outside the core's own range: start at its first group instead.
+        Some((s, e)) if !(s..e).contains(&geo.group_of(goal)) => (s, geo.group_start(s)),
+        _ => (geo.group_of(goal), goal),
+    };
     // Two passes: first only groups that can satisfy the whole request from the goal, then
     // anything that has a free block.
     for pass in 0..2 {
@@ -84,6 +112,24 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
                 }
                 gs.desc.block_bitmap
             };
+            // Probe before taking write access: a group that cannot serve the request must
+            // not put its bitmap and descriptor blocks into the transaction (each would be a
+            // false chain between per-core logs, and a needless logged block for any log).
+            {
+                let probe = fs.cache.read(bitmap_blk)?;
+                let mut gs = fs.groups[g as usize].lock();
+                prune_busy(fs, &mut gs);
+                let start_blk = geo.group_start(g);
+                let glen = geo.group_len(g) as usize;
+                let bm = probe.read();
+                let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
+                if search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0).is_none()
+                    && (from == 0
+                        || search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0).is_none())
+                {
+                    continue;
+                }
+            }
             let bm_buf = pre_access(tx, g, bitmap_blk)?;
             let mut gs = fs.groups[g as usize].lock();
             if skip(&gs) {
@@ -119,6 +165,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
             write_desc(tx, g, &desc)?;
             drop(gs);
             fs.free_blocks.fetch_sub(i64::from(len), Ordering::Relaxed);
+            count_alloc(fs, range, g);
             return Ok((start_blk + off as u64, len));
         }
     }
@@ -212,8 +259,12 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
 pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult<Ino> {
     let fs = tx.fs;
     let geo = &fs.geo;
-    let g0 =
-        if is_dir { fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups } else { group % geo.groups };
+    let range = core_range(fs);
+    let g0 = match range {
+        Some((s, _)) => s,
+        None if is_dir => fs.dir_rotor.fetch_add(1, Ordering::Relaxed) % geo.groups,
+        None => group % geo.groups,
+    };
     for k in 0..geo.groups {
         let g = (g0 + k) % geo.groups;
         let bitmap_blk = {
@@ -247,6 +298,7 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         write_desc(tx, g, &desc)?;
         drop(gs);
         fs.free_inodes.fetch_sub(1, Ordering::Relaxed);
+        count_alloc(fs, range, g);
         return Ok(g * geo.inodes_per_group + bit as u32 + 1);
     }
     Err(FsError::NoSpace(format!("no free inodes left ({} in the file system)", geo.inodes_count)))

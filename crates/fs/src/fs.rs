@@ -31,7 +31,7 @@ use cjfs_journal::recovery::{RecoveryReport, recover_strict};
 use cjfs_journal::superblock::{
     INCOMPAT_CJFS_LOGS, JournalSuperblock, read_log_areas, read_superblock, write_superblock,
 };
-use cjfs_journal::{BufferCache, Journal, JournalArea, JournalError, JournalKind, TxId};
+use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, TxId};
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
@@ -154,6 +154,11 @@ pub(crate) struct FsInner {
     pub orphan_lock: RankedMutex<()>,
     /// Group to start the next directory allocation at. Atomic.
     pub dir_rotor: AtomicU32,
+    /// Core-aware allocation: allocations served from the caller's own group range, and all
+    /// allocations counted (statistics; relaxed).
+    pub alloc_own: std::sync::atomic::AtomicU64,
+    /// See `alloc_own`.
+    pub alloc_all: std::sync::atomic::AtomicU64,
     /// First inode table block of each group (fixed after mount).
     pub itable: Vec<u64>,
     /// The orphan list, head first (authoritative while mounted). Lock: itself, taken
@@ -255,40 +260,19 @@ pub fn logs_need_recovery(dev: &Device, jsb: &JournalSuperblock, areas: &[Journa
     Ok(false)
 }
 
-/// Replay every log (see [`recover_strict`]): the primary journal, then each extra log on its
-/// own, in table order. Only per-core journaling writes extra logs, and its chain marks are
-/// what would order two logs' transactions; until it lands the extra logs are empty or
-/// independent. Then clears the private `cjfs_logs` bit. The report is the primary's with the
-/// extra logs' counts added. With extra logs, every log is first replayed on an overlay that
-/// keeps its writes, so a damaged one is refused before anything is written.
+/// Replay every log: one log as JBD2 ([`recover_strict`]); several as one journal, by order
+/// graph (`cjfs_journal::order_graph`: only transactions whose chained ones all committed
+/// are replayed, in commit-stamp order, revokes applied across logs). A damaged log is
+/// refused before anything is written. Then clears the private `cjfs_logs` bit.
 fn recover_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport> {
-    if areas.len() > 1 {
-        let overlay: Device = Arc::new(cjfs_blockdev::OverlayDevice::new(dev.clone())?);
-        replay_logs(&overlay, areas)?;
-    }
-    replay_logs(dev, areas)
-}
-
-/// The replay of [`recover_logs`], on `dev`.
-fn replay_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport> {
-    let Some((primary, extra)) = areas.split_first() else {
+    let Some(primary) = areas.first() else {
         return Err(FsError::Corrupt("the journal has no log".into()));
     };
-    let mut report = recover_strict(&**dev, primary)?;
-    for (i, a) in extra.iter().enumerate() {
-        // Keep the error's kind (a damaged log is reported as one), adding which log.
-        let r = recover_strict(&**dev, a).map_err(|e| match e {
-            JournalError::Damaged(m) => JournalError::Damaged(format!("log {}: {m}", i + 1)),
-            JournalError::Corrupt(m) => JournalError::Corrupt(format!("log {}: {m}", i + 1)),
-            other => other,
-        })?;
-        report.needed |= r.needed;
-        report.transactions += r.transactions;
-        report.blocks_replayed += r.blocks_replayed;
-        report.blocks_written += r.blocks_written;
-        report.blocks_revoked += r.blocks_revoked;
-        report.revoke_records += r.revoke_records;
-    }
+    let report = if areas.len() > 1 {
+        cjfs_journal::order_graph::recover_logs(&**dev, areas, true, None)?
+    } else {
+        recover_strict(&**dev, primary)?
+    };
     let mut jsb = read_superblock(&**dev, primary)?;
     if jsb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
         jsb.s_feature_incompat &= !INCOMPAT_CJFS_LOGS;
@@ -410,6 +394,8 @@ impl Fs {
             rename_lock: RankedMutex::new(Rank::FsRename, ()),
             orphan_lock: RankedMutex::new(Rank::FsOrphan, ()),
             dir_rotor: AtomicU32::new(0),
+            alloc_own: Default::default(),
+            alloc_all: Default::default(),
         });
         let fs = Fs { inner };
         // The root must be a directory we can read.

@@ -4,7 +4,7 @@
 //! the FUSE `-o journal=` option and the lab never resolve a name themselves.
 
 use cjfs_journal::polling::WaitMode;
-use cjfs_journal::{JournalConfig, JournalKind};
+use cjfs_journal::{JournalConfig, JournalKind, Logs};
 
 use crate::types::MountOptions;
 
@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park";
+pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -43,14 +43,27 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
         if journal.per_device {
             return Err(bad("`auto` chooses every setting per device; name a preset to change one".into()));
         }
-        journal.wait = match setting.split_once('=') {
-            Some(("wait", "condvar")) => WaitMode::Condvar,
-            Some(("wait", "spin_park")) => WaitMode::SpinPark,
+        match setting.split_once('=') {
+            Some(("wait", "condvar")) => journal.wait = WaitMode::Condvar,
+            Some(("wait", "spin_park")) => journal.wait = WaitMode::SpinPark,
+            Some(("logs", n)) => journal.logs = n.parse().map_err(bad)?,
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
-        };
+        }
         journal.name = spec.to_string();
     }
-    Ok(MountOptions { journal, ..base })
+    // Core-aware block-group allocation goes with per-core logs, except in its ablation.
+    let core_groups = journal.logs != Logs::One && name != "zjournal-no-bga";
+    Ok(MountOptions { journal, core_groups, ..base })
+}
+
+/// Blocks of each extra log area a per-core journal gets from [`mkfs_for`].
+pub const LOG_AREA_BLOCKS: u32 = 4096;
+
+/// `base` with the extra log areas the journal of `opts` runs (none for one log): a per-core
+/// journal needs its logs in the image, made at mkfs (`area_blocks` each, at least 1024).
+pub fn mkfs_for(opts: &MountOptions, area_blocks: u32, base: crate::MkfsOptions) -> crate::MkfsOptions {
+    let extra = opts.journal.logs.wanted().saturating_sub(1);
+    crate::MkfsOptions { log_areas: vec![area_blocks.max(1024); extra], ..base }
 }
 
 /// The mount options preset `name` stands for, over the defaults.
@@ -97,6 +110,11 @@ mod tests {
         let plain = resolve("cjfs").unwrap().journal;
         assert_eq!(JournalConfig { wait: plain.wait, name: plain.name.clone(), ..o.journal }, plain);
         assert_eq!(resolve("jbd2+wait=condvar").unwrap().journal.wait, WaitMode::Condvar);
+        let z = resolve("zjournal+logs=4").unwrap();
+        assert_eq!((z.journal.logs, z.core_groups), (Logs::Count(4), true));
+        assert!(!resolve("zjournal-no-bga").unwrap().core_groups);
+        assert!(!resolve("cjfs").unwrap().core_groups);
+        assert!(resolve("zjournal+logs=0").is_err());
         let e = resolve("cjfs+wait=fast").unwrap_err().to_string();
         assert!(e.contains("unknown setting \"wait=fast\""), "{e}");
         assert!(resolve("auto+wait=spin_park").unwrap_err().to_string().contains("per device"));

@@ -46,6 +46,11 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Buffer cache size in 4 KiB blocks.
     pub cache_blocks: usize,
+    /// Core-aware block-group allocation (Z-Journal §3.5): each core (each log of a per-core
+    /// journal) starts inode and block allocation in its own range of groups, so different
+    /// cores' transactions do not share bitmap and descriptor blocks. Set by the `zjournal`
+    /// presets (`cjfs_fs::preset`).
+    pub core_groups: bool,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -58,6 +63,7 @@ impl Default for MountOptions {
             data: DataMode::Ordered,
             read_only: false,
             cache_blocks: 256 * 1024,
+            core_groups: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }

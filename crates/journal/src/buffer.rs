@@ -24,6 +24,17 @@ use crate::error::JResult;
 /// by every log, so everything kept per buffer names transactions by [`TxId`].
 pub type Tid = u64;
 
+/// A committed version of a buffer awaiting checkpoint.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The transaction that committed it.
+    pub tx: TxId,
+    /// Its commit-order stamp (orders versions of different logs; 0 with one log).
+    pub stamp: u64,
+    /// The image.
+    pub image: BlockBuf,
+}
+
 /// Journal bookkeeping for one buffer. Protected by [`Buffer::jstate`].
 #[derive(Debug, Default)]
 pub struct JState {
@@ -31,9 +42,11 @@ pub struct JState {
     pub running: Option<TxId>,
     /// Committing transactions holding a version of this buffer that is not yet released.
     pub versions: u32,
-    /// Latest committed version that still has to be written to its home location, and
-    /// the transaction that committed it.
-    pub checkpoint: Option<(TxId, BlockBuf)>,
+    /// Latest committed version that still has to be written to its home location.
+    pub checkpoint: Option<Committed>,
+    /// The transaction that took the newest version of this buffer (per-core journaling
+    /// chains a later writer of another log to it while it is not yet valid).
+    pub last_version: Option<TxId>,
     /// Data buffer whose live image has not been written home (ordered / no-journal).
     pub dirty: bool,
     /// Running transaction whose ordered-data list holds this buffer.

@@ -1,12 +1,14 @@
 //! Checkpointing: write committed blocks to their home locations, flush, then move the log
 //! tail forward and record it in the journal superblock.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cjfs_blockdev::{BlockBuf, BlockKind, WriteTag};
+use cjfs_blockdev::{BlockBuf, BlockKind, TxId, WriteTag};
+
+use crate::buffer::{Buffer, Tid};
 
 use crate::error::JResult;
 use crate::flush::flush;
@@ -37,37 +39,62 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
     }
 }
 
-/// Checkpoint every durable transaction at the head of the log.
+/// Checkpoint every durable transaction at the head of the log (with several logs: every
+/// valid one whose blocks may leave the log, see below).
+///
+/// Coherence checkpoint (Z-Journal §3.3), with several logs: a buffer's newest committed
+/// version is written home only when its transaction is valid (versions of any log may be
+/// written in any order: each holds every older change of its block). A transaction of this
+/// log leaves the log only when, for each of its blocks, the newest version is valid and
+/// home (or the block was freed): a newer version that a crash could still discard would
+/// otherwise leave the block without this transaction's change. And a transaction that
+/// revoked blocks stays until the other logs have released what they held then
+/// (`hold_for_revoke`).
 pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
     let _g = j.checkpoint_lock.lock();
-    let Some(upto) = j.log.lock().ring.durable_prefix() else {
+    let multi = j.set.multi_log();
+    let hold_cap = if multi { revoke_hold_cap(j) } else { None };
+    let Some(mut upto) = j.log.lock().ring.durable_prefix() else {
         return Ok(());
     };
-    let list = std::mem::take(&mut *j.checkpoint_list.lock());
-    let mut seen = HashSet::with_capacity(list.len());
-    let mut writes: Vec<(u64, BlockBuf)> = Vec::new();
-    let mut done = Vec::new();
-    let mut keep = Vec::new();
-    for b in list {
-        if !seen.insert(b.blocknr()) {
-            continue;
-        }
-        let js = b.jstate();
-        match &js.checkpoint {
-            Some((t, v)) if t.log == j.id && t.tid <= upto => {
-                writes.push((b.blocknr(), v.clone()));
-                let t = *t;
-                drop(js);
-                done.push((b, t));
-            }
-            Some((t, _)) if t.log == j.id => {
-                drop(js);
-                keep.push(b);
-            }
-            // Empty, or another log's copy now (that log's list holds the buffer).
-            _ => {}
+    if multi {
+        upto = upto.min(j.set.chains.valid_upto(usize::from(j.id)));
+        if let Some(c) = hold_cap {
+            upto = upto.min(c);
         }
     }
+    let bugs = crate::planted::bugs(&j.set.config);
+    let list = std::mem::take(&mut *j.checkpoint_list.lock());
+    // Per block: the entries of this log (its transactions that committed a version).
+    let mut by_block: HashMap<u64, (Arc<Buffer>, Vec<Tid>)> = HashMap::with_capacity(list.len());
+    for (b, t) in list {
+        by_block.entry(b.blocknr()).or_insert_with(|| (b, Vec::new())).1.push(t);
+    }
+    let mut writes: Vec<(u64, BlockBuf)> = Vec::new();
+    let mut done = Vec::new();
+    let mut keep: Vec<(Arc<Buffer>, Tid)> = Vec::new();
+    let mut capped = upto;
+    for (_, (b, tids)) in by_block {
+        let js = b.jstate();
+        let Some(c) = js.checkpoint.clone() else {
+            continue; // written home by another checkpoint, or freed
+        };
+        drop(js);
+        let writable =
+            if multi { j.set.chains.is_valid(c.tx) || bugs.checkpoint_invalid } else { c.tx.tid <= upto };
+        if writable {
+            writes.push((b.blocknr(), c.image.clone()));
+            keep.extend(tids.iter().filter(|&&t| t > upto).map(|&t| (b.clone(), t)));
+            done.push((b, c.tx));
+        } else {
+            if multi && let Some(&first) = tids.iter().filter(|&&t| t <= upto).min() {
+                capped = capped.min(first - 1);
+                j.set.stats.not_valid_skips.fetch_add(1, Ordering::Relaxed);
+            }
+            keep.extend(tids.into_iter().map(|t| (b.clone(), t)));
+        }
+    }
+    let upto = capped;
     if !keep.is_empty() {
         j.checkpoint_list.lock().extend(keep);
     }
@@ -77,12 +104,18 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
     flush(j)?;
     for (b, t) in done {
         let mut js = b.jstate();
-        if js.checkpoint.as_ref().is_some_and(|(ct, _)| *ct == t)
-            && let Some((_, page)) = js.checkpoint.take()
+        if js.checkpoint.as_ref().is_some_and(|c| c.tx == t)
+            && let Some(c) = js.checkpoint.take()
         {
             drop(js);
-            j.set.shadow.put(page);
+            j.set.shadow.put(c.image);
         }
+    }
+    // Nothing of this log may leave it yet (e.g. its oldest transaction is not yet valid).
+    if upto < j.log.lock().ring.spans().front().map_or(u64::MAX, |s| s.id) {
+        j.set.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        j.set.stats.checkpoint_blocks.fetch_add(n, Ordering::Relaxed);
+        return Ok(());
     }
     // The new tail must be durable in the superblock before its blocks can be reused,
     // or a crash could leave the superblock pointing at overwritten log blocks.
@@ -99,7 +132,33 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
         l.ring.release_upto(upto);
         l.sb_start_on_disk = start;
     }
+    if multi {
+        j.revoke_holds.lock().retain(|(r, _)| *r > upto);
+    }
     j.set.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
     j.set.stats.checkpoint_blocks.fetch_add(n, Ordering::Relaxed);
     Ok(())
+}
+
+/// Transaction `r` of `j`, which revoked blocks, is valid: it stays in its log until every
+/// other log has released the transactions it had then (one of them may hold an older copy
+/// of a freed block that only this revoke keeps recovery from replaying over the block's
+/// next owner).
+pub(crate) fn hold_for_revoke(j: &LogCore, r: Tid) {
+    let Some(logs) = j.set.logs_now() else { return };
+    let deps: Vec<TxId> = logs.iter().filter(|l| l.id != j.id).map(|l| l.tx_id(l.current_tid())).collect();
+    j.revoke_holds.lock().push((r, deps));
+}
+
+/// The newest transaction of `j` that its revoke holds let leave the log (`None`: no hold).
+fn revoke_hold_cap(j: &LogCore) -> Option<Tid> {
+    let holds = j.revoke_holds.lock().clone();
+    let mut cap: Option<Tid> = None;
+    for (r, deps) in holds {
+        let held = deps.iter().any(|d| j.set.log_core(d.log).is_some_and(|l| l.released() < d.tid));
+        if held {
+            cap = Some(cap.map_or(r - 1, |c| c.min(r - 1)));
+        }
+    }
+    cap
 }

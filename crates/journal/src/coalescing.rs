@@ -189,6 +189,9 @@ pub(crate) fn lock_up(j: &LogCore, tx: &Arc<Transaction>) -> JResult<()> {
             while tx.updates.load(Ordering::SeqCst) > 0 {
                 g.wait(&j.updates_cv);
             }
+            // Under `updates_lock`: another log's writer pins only a transaction not yet
+            // drained (`per_core::chain_to_owner`), so none can join from here on.
+            tx.drained.store(true, Ordering::SeqCst);
         }
         // Without coalescing, a multi-version transaction's conflicts are counted here and
         // waited out in `take_versions`, still Locked.
@@ -196,6 +199,10 @@ pub(crate) fn lock_up(j: &LogCore, tx: &Arc<Transaction>) -> JResult<()> {
         if !j.set.config.coalescing || !conflicted {
             j.set.stats.locked_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             return Ok(());
+        }
+        {
+            let _g = j.updates_lock.lock();
+            tx.drained.store(false, Ordering::SeqCst);
         }
         {
             let _st = j.state.lock();

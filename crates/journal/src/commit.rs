@@ -103,8 +103,13 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     }
     let t_lock = Instant::now();
     crate::coalescing::lock_up(j, tx)?;
+    // Stamped after the last handle stopped and before any version is taken: a writer of
+    // another log that sees one of its versions drains later, with a later stamp.
+    tx.stamp.store(j.set.chains.next_stamp(), Ordering::SeqCst);
     let lists = std::mem::take(&mut *tx.lists.lock());
     let versions = take_versions(j, tx, lists.buffers)?;
+    let marks: Vec<TxId> =
+        if crate::planted::bugs(&j.set.config).drop_marks { Vec::new() } else { tx.marks.lock().clone() };
     let in_flight = {
         let mut st = j.state.lock();
         tx.set_state(TxState::Committing);
@@ -133,8 +138,15 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
             let home: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
             reqs = run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.id()));
         }
-        JournalKind::Jbd2 if has_log => {
-            let (r, c) = log_requests(j, tx.tid, &versions, &revokes)?;
+        // With several logs every transaction gets a commit block, even an empty one: another
+        // log's transaction may be chained to it, and recovery must find it committed.
+        JournalKind::Jbd2 if has_log || j.set.multi_log() => {
+            let chain = j.set.multi_log().then(|| crate::commit_block::ChainMarks {
+                log: j.id,
+                stamp: tx.stamp.load(Ordering::SeqCst),
+                marks: marks.iter().map(|m| (m.log, m.tid as u32)).collect(),
+            });
+            let (r, c) = log_requests(j, tx.tid, &versions, &revokes, chain.as_ref())?;
             reqs = r;
             commit = Some(c);
         }
@@ -181,6 +193,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         t_lock,
         handed: Instant::now(),
         revoked,
+        marks,
     };
     j.timing.commit_took(t_lock.elapsed());
     if j.set.config.dual_thread {
@@ -204,6 +217,8 @@ fn take_versions(
     bufs: Vec<Arc<Buffer>>,
 ) -> JResult<Vec<(Arc<Buffer>, BlockBuf)>> {
     let max = j.set.config.max_versions.max(1);
+    let multi_log = j.set.multi_log();
+    let t0 = Instant::now();
     let mut out = Vec::with_capacity(bufs.len());
     for b in bufs {
         let mut js = b.jstate();
@@ -219,9 +234,15 @@ fn take_versions(
         let v = j.set.shadow.copy_of(&b);
         js.versions += 1;
         js.running = None;
+        js.last_version = Some(tx.id());
         drop(js);
+        if multi_log {
+            // Another log's writer may wait for this version to be taken.
+            b.notify();
+        }
         out.push((b, v));
     }
+    j.set.stats.copy_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.set.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
     j.set.stats.bytes_copied.fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
     Ok(out)
@@ -321,6 +342,7 @@ fn log_requests(
     tid: Tid,
     versions: &[(Arc<Buffer>, BlockBuf)],
     revokes: &[u64],
+    chain: Option<&crate::commit_block::ChainMarks>,
 ) -> JResult<(Vec<WriteRequest>, (u64, BlockBuf))> {
     let (sb_features, uuid) = {
         let l = j.log.lock();
@@ -335,7 +357,7 @@ fn log_requests(
     let mut lblk = start;
     let mut i = 0;
     let commit_first = crate::planted::bugs(&j.set.config).commit_before_data;
-    let commit_img = crate::writer::commit_block(tid, sb_features, uuid);
+    let commit_img = crate::writer::commit_block(tid, sb_features, uuid, chain)?;
     let commit_lblk = {
         let l = j.log.lock();
         let mut p = start;
@@ -384,10 +406,27 @@ fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
         if let Some(s) = j.log.lock().reserve(tid, n) {
             return Ok(s);
         }
-        let (pending, cap) = {
+        let (mut pending, cap) = {
             let l = j.log.lock();
             (l.ring.spans().iter().any(|t| !t.durable), l.ring.capacity())
         };
+        if j.set.multi_log() && !j.log.lock().ring.spans().is_empty() {
+            // Space-starved with several logs (Z-Journal's forced checkpoint): what holds the
+            // log is durable but not yet valid, or held for a revoke. Commit the ancestors it
+            // waits for and let the other logs checkpoint, then look again.
+            pending = true;
+            for mk in j.set.chains.blocked(usize::from(j.id)) {
+                if let Some(l) = j.set.log_core(mk.log) {
+                    j.set.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+                    l.request_commit(mk.tid);
+                }
+            }
+            for l in j.set.logs_now().unwrap_or_default() {
+                if l.id != j.id {
+                    l.want_checkpoint();
+                }
+            }
+        }
         if !pending {
             return Err(JournalError::Corrupt(format!(
                 "transaction {tid} needs {n} log blocks but the log holds {cap}"

@@ -9,6 +9,29 @@
 //! With the old compat checksum (v1) `h_chksum_type` is `JBD2_CRC32_CHKSUM`,
 //! `h_chksum_size` 4 and `h_chksum[0]` the crc32_be of the transaction's descriptor and data
 //! blocks (see [`CommitBlock::with_v1_checksum`]).
+//!
+//! # Chain marks (per-core journaling)
+//!
+//! A log of a journal with several logs (`per_core.rs`) writes, after the standard header,
+//! the transaction's place in the order across logs ([`ChainMarks`]), big-endian at
+//! [`CHAIN_OFFSET`] (0x40, past the 60-byte `commit_header` and its padding):
+//!
+//! | offset | field |
+//! |---|---|
+//! | +0 | `u32 magic` = [`CHAIN_MAGIC`] (`"ZJC1"`) |
+//! | +4 | `u16 version` = 1 |
+//! | +6 | `u16 log`: the log this transaction belongs to |
+//! | +8 | `u16 count`: marks that follow (explicit; no sentinel, (0, 0) is a real name) |
+//! | +10 | `u16` reserved, 0 |
+//! | +12 | `u64 stamp`: the global commit-order stamp (a logical clock) |
+//! | +20 | `count × (u16 log, u16 reserved, u32 tid)`: "valid only once transaction `tid` of log `log` is committed and valid" |
+//! | +20 + 8·count | `u32 crc32c` (seed `!0`) of everything above from +0 |
+//!
+//! A log keeps only the newest mark per other log (a log's transactions are valid as a
+//! prefix, so the newest implies the older ones), so `count` is below the number of logs and
+//! always fits. JBD2 ignores these bytes; the csum v2/v3 block checksum covers them. The wall
+//! clock stays in `h_commit_sec`/`h_commit_nsec`, which JBD2 recovery compares for its own
+//! checks. A journal of one log writes no extension: its commit blocks are plain JBD2.
 
 use cjfs_blockdev::BLOCK_SIZE;
 
@@ -33,6 +56,85 @@ pub const COMMIT_SEC_OFFSET: usize = 48;
 pub const COMMIT_NSEC_OFFSET: usize = 56;
 /// `JBD2_CRC32_CHKSUM_SIZE`: `h_chksum_size` for v1 checksums.
 pub const CRC32_CHKSUM_SIZE: u8 = 4;
+
+/// Offset of the chain-marks extension.
+pub const CHAIN_OFFSET: usize = 0x40;
+/// Magic of the chain-marks extension (`"ZJC1"`).
+pub const CHAIN_MAGIC: u32 = 0x5A4A_4331;
+/// Most marks one commit block can carry.
+pub const MAX_CHAIN_MARKS: usize = (BLOCK_SIZE - CHAIN_OFFSET - 24) / 8;
+
+/// A transaction's place in the order across logs (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChainMarks {
+    /// The log the transaction belongs to.
+    pub log: u16,
+    /// The global commit-order stamp: replay order across logs.
+    pub stamp: u64,
+    /// `(log, tid)` of the transactions this one is valid only after.
+    pub marks: Vec<(u16, u32)>,
+}
+
+impl ChainMarks {
+    /// Write the extension into a commit block image (before its checksum is computed).
+    pub fn encode_into(&self, b: &mut [u8]) -> JResult<()> {
+        if self.marks.len() > MAX_CHAIN_MARKS {
+            return Err(JournalError::Corrupt(format!(
+                "{} chain marks do not fit a commit block (at most {MAX_CHAIN_MARKS})",
+                self.marks.len()
+            )));
+        }
+        let o = CHAIN_OFFSET;
+        wr_be32(b, o, CHAIN_MAGIC);
+        b[o + 4..o + 6].copy_from_slice(&1u16.to_be_bytes());
+        b[o + 6..o + 8].copy_from_slice(&self.log.to_be_bytes());
+        b[o + 8..o + 10].copy_from_slice(&(self.marks.len() as u16).to_be_bytes());
+        b[o + 10..o + 12].fill(0);
+        wr_be64(b, o + 12, self.stamp);
+        for (i, &(log, tid)) in self.marks.iter().enumerate() {
+            let m = o + 20 + 8 * i;
+            b[m..m + 2].copy_from_slice(&log.to_be_bytes());
+            b[m + 2..m + 4].fill(0);
+            wr_be32(b, m + 4, tid);
+        }
+        let end = o + 20 + 8 * self.marks.len();
+        let crc = crate::checksum::crc32c(!0, &b[o..end]);
+        wr_be32(b, end, crc);
+        Ok(())
+    }
+
+    /// Read the extension of a commit block: `Ok(None)` when there is none (a plain JBD2
+    /// commit block), an error when it is there but malformed or fails its checksum.
+    pub fn decode(b: &[u8]) -> JResult<Option<ChainMarks>> {
+        let o = CHAIN_OFFSET;
+        check_block_len(b, "commit block")?;
+        if rd_be32(b, o) != CHAIN_MAGIC {
+            return Ok(None);
+        }
+        let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+        let version = be16(o + 4);
+        if version != 1 {
+            return Err(JournalError::Corrupt(format!(
+                "commit block chain marks: version {version} (know 1)"
+            )));
+        }
+        let count = usize::from(be16(o + 8));
+        if count > MAX_CHAIN_MARKS {
+            return Err(JournalError::Corrupt(format!(
+                "commit block chain marks: {count} marks (at most {MAX_CHAIN_MARKS})"
+            )));
+        }
+        let end = o + 20 + 8 * count;
+        let (stored, computed) = (rd_be32(b, end), crate::checksum::crc32c(!0, &b[o..end]));
+        if stored != computed {
+            return Err(JournalError::Corrupt(format!(
+                "commit block chain marks: checksum 0x{stored:08x} does not match computed 0x{computed:08x}"
+            )));
+        }
+        let marks = (0..count).map(|i| (be16(o + 20 + 8 * i), rd_be32(b, o + 24 + 8 * i))).collect();
+        Ok(Some(ChainMarks { log: be16(o + 6), stamp: rd_be64(b, o + 12), marks }))
+    }
+}
 
 /// A decoded commit block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +184,20 @@ impl CommitBlock {
     /// Encode into a journal block. With csum v2/v3 the type and size are written as 0 and
     /// `h_chksum[0]` is set to the block checksum, whatever `self` holds there.
     pub fn encode(&self, features: &JournalFeatures, csum_seed: u32) -> [u8; BLOCK_SIZE] {
+        self.encode_with(features, csum_seed, None).unwrap_or_else(|_| unreachable!("no extension"))
+    }
+
+    /// [`CommitBlock::encode`] with a chain-marks extension (per-core journaling).
+    pub fn encode_with(
+        &self,
+        features: &JournalFeatures,
+        csum_seed: u32,
+        chain: Option<&ChainMarks>,
+    ) -> JResult<[u8; BLOCK_SIZE]> {
         let mut b = [0u8; BLOCK_SIZE];
+        if let Some(c) = chain {
+            c.encode_into(&mut b)?;
+        }
         BlockHeader::new(BLOCKTYPE_COMMIT, self.sequence).encode_into(&mut b);
         let v23 = features.csum_v2or3();
         b[COMMIT_CHKSUM_TYPE_OFFSET] = if v23 { 0 } else { self.chksum_type };
@@ -96,7 +211,7 @@ impl CommitBlock {
             let csum = commit_block_csum(csum_seed, &b);
             wr_be32(&mut b, COMMIT_CHKSUM_OFFSET, csum);
         }
-        b
+        Ok(b)
     }
 
     /// Decode a commit block, requiring the magic and commit block type, and verifying the
@@ -196,6 +311,23 @@ mod tests {
         wr_be32(&mut b, COMMIT_CHKSUM_OFFSET, 0);
         assert!(CommitBlock::decode(&b, &f, seed).is_err());
         assert!(CommitBlock::decode_unverified(&b).is_ok());
+    }
+
+    #[test]
+    fn chain_marks_round_trip_and_are_checked() {
+        let f = JournalFeatures::cjfs(true);
+        let seed = csum_seed(&[3; 16]);
+        let plain = CommitBlock::new(9, 1, 2).encode(&f, seed);
+        assert_eq!(ChainMarks::decode(&plain).expect("plain"), None);
+        let c = ChainMarks { log: 3, stamp: 0x0102_0304_0506, marks: vec![(0, 0), (7, 41)] };
+        let b = CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&c)).expect("encode");
+        assert!(CommitBlock::verify_csum(&b, &f, seed), "the block checksum covers the extension");
+        assert_eq!(ChainMarks::decode(&b).expect("decode"), Some(c.clone()));
+        let mut bad = b;
+        bad[CHAIN_OFFSET + 22] ^= 1;
+        assert!(ChainMarks::decode(&bad).is_err());
+        let many = ChainMarks { marks: vec![(1, 1); MAX_CHAIN_MARKS + 1], ..c };
+        assert!(CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&many)).is_err());
     }
 
     #[test]

@@ -59,3 +59,72 @@ pub(crate) fn next_group(j: &Arc<LogCore>) -> Option<Vec<FlushJob>> {
     j.flush_pending.store(q.len(), Ordering::Relaxed);
     Some(group)
 }
+
+/// Compound flush across logs: a device flush makes durable every write completed before it
+/// started, so when several logs need a flush at once (per-core journaling: an fsync commits
+/// every log in parallel), a log whose writes completed before a flush that has not started
+/// yet joins that flush instead of issuing its own. A failed flush is returned to the caller
+/// that issued it and to every caller that joined it, and to every later caller: the journal
+/// aborts on it, nothing is retried.
+///
+/// Locks: `flushes` (a leaf; no device I/O under it), paired with `cv`.
+pub(crate) struct SharedFlush {
+    flushes: crate::lock_rank::RankedMutex<FlushGen>,
+    cv: crate::lock_stat::WaitCv,
+}
+
+/// Flush generations. Protected by `SharedFlush::flushes`.
+#[derive(Default)]
+struct FlushGen {
+    /// Flushes started so far (the one in progress, if any, is number `started`).
+    started: u64,
+    /// Flushes finished so far (in order: one runs at a time).
+    done: u64,
+    /// A flush is running.
+    running: bool,
+    /// The first failure (sticky).
+    failed: Option<cjfs_blockdev::DevError>,
+}
+
+impl SharedFlush {
+    pub(crate) fn new() -> Self {
+        SharedFlush {
+            flushes: crate::lock_rank::RankedMutex::new(crate::lock_rank::Rank::Leaf, FlushGen::default()),
+            cv: crate::lock_stat::WaitCv::new(crate::lock_stat::WaitSite::FlushQueue),
+        }
+    }
+
+    /// Make every write the caller completed durable: join the next flush to start, or
+    /// start it. Returns whether this caller issued the flush itself.
+    pub(crate) fn flush(&self, dev: &cjfs_blockdev::Device) -> Result<bool, cjfs_blockdev::DevError> {
+        let mut g = self.flushes.lock();
+        // A flush already running may have started before the caller's writes completed:
+        // the caller needs the one after it.
+        let target = g.started + 1;
+        loop {
+            if let Some(e) = &g.failed {
+                return Err(e.clone());
+            }
+            if g.done >= target {
+                return Ok(false);
+            }
+            if !g.running {
+                g.running = true;
+                g.started += 1;
+                let mine = g.started;
+                drop(g);
+                let r = dev.flush();
+                let mut g = self.flushes.lock();
+                g.running = false;
+                g.done = mine;
+                if let Err(e) = &r {
+                    g.failed.get_or_insert(e.clone());
+                }
+                drop(g);
+                self.cv.notify_all();
+                return r.map(|_| true);
+            }
+            g.wait(&self.cv);
+        }
+    }
+}

@@ -63,6 +63,12 @@ pub struct JournalConfig {
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
     pub csum_v3: bool,
+    /// Per-core journaling (Z-Journal): how many logs. With more than one, each handle joins
+    /// its core's log, transactions of different logs touching one block are chained, and
+    /// fsync commits every log (see `per_core.rs`). The image must have the extra log areas
+    /// (`cjfs mkfs --log-area`); with fewer, the journal runs the logs it has. Z-Journal's
+    /// proactive frozen copy is [`JournalConfig::multi_version`].
+    pub logs: crate::per_core::Logs,
     /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
     /// first (polling waits, `crate::polling`).
     pub wait: crate::polling::WaitMode,
@@ -97,6 +103,7 @@ impl JournalConfig {
             checkpoint_high_water: 0.5,
             csum_v3: true,
             wait: crate::polling::WaitMode::Condvar,
+            logs: crate::per_core::Logs::One,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),
             per_device: false,
@@ -147,6 +154,20 @@ impl JournalConfig {
         }
     }
 
+    /// Z-Journal: a log per core (each a JBD2 stack: serial commit), transactions of different
+    /// logs chained where they share a block, and the proactive frozen copy (every
+    /// committing buffer is a copy, so a writer never waits; `multi_version`).
+    pub fn zjournal() -> Self {
+        JournalConfig {
+            name: "zjournal".into(),
+            logs: crate::per_core::Logs::PerCore,
+            multi_version: true,
+            max_versions: 64,
+            shadow_pool: 4096,
+            ..Self::jbd2()
+        }
+    }
+
     /// Every preset, including the technique ablations; each is crash tested and may be
     /// named anywhere (bench, crashtest, mount). `auto` resolves to one of the others per
     /// device.
@@ -162,6 +183,10 @@ impl JournalConfig {
             "cjfs-no-coalescing",
             "cjfs-no-compound",
             "cjfs-no-dual",
+            "zjournal",
+            "zjournal-no-pfc",
+            "zjournal-no-bga",
+            "zjournal-cjfs",
         ]
     }
 
@@ -182,6 +207,19 @@ impl JournalConfig {
             "cjfs-no-coalescing" => named(JournalConfig { coalescing: false, ..Self::cjfs() }),
             "cjfs-no-compound" => named(JournalConfig { compound_flush: 1, ..Self::cjfs() }),
             "cjfs-no-dual" => named(JournalConfig { dual_thread: false, ..Self::cjfs() }),
+            "zjournal" => Self::zjournal(),
+            // Without the proactive frozen copy: JBD2's single frozen copy per log, a writer
+            // waits for a version in flight.
+            "zjournal-no-pfc" => named(JournalConfig {
+                multi_version: false,
+                max_versions: 1,
+                shadow_pool: 0,
+                ..Self::zjournal()
+            }),
+            // Core-aware block-group allocation is the file system's (`cjfs_fs::preset`).
+            "zjournal-no-bga" => named(Self::zjournal()),
+            // CJFS's commit pipeline in every log: the combination no paper measured.
+            "zjournal-cjfs" => named(JournalConfig { logs: crate::per_core::Logs::PerCore, ..Self::cjfs() }),
             _ => return None,
         })
     }

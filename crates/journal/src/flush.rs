@@ -14,7 +14,7 @@ use cjfs_blockdev::{
     set_low_timer_slack,
 };
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Committed};
 use crate::config::JournalKind;
 use crate::error::{JResult, JournalError};
 use crate::log_core::LogCore;
@@ -38,6 +38,8 @@ pub(crate) struct FlushJob {
     pub had_data: bool,
     /// Blocks the transaction revoked (their older checkpoint copies die with it).
     pub revoked: Vec<u64>,
+    /// Per-core journaling: the transactions of other logs it is valid only after.
+    pub marks: Vec<TxId>,
     /// When the transaction was locked.
     pub t_lock: Instant,
     /// When the commit thread handed the transaction over.
@@ -63,9 +65,24 @@ pub(crate) fn flush(j: &LogCore) -> JResult<()> {
 
 /// Flush the device; `last` when no other flush of this group follows (commit pacing).
 fn flush_step(j: &LogCore, last: bool) -> JResult<()> {
-    j.set.stats.flushes.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    let r = j.set.dev.flush().map_err(JournalError::from);
+    let r = if j.set.multi_log() {
+        // Compound flush across logs: join a flush another log is about to issue.
+        match j.set.shared_flush.flush(&j.set.dev) {
+            Ok(true) => {
+                j.set.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(false) => {
+                j.set.stats.shared_flushes.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(JournalError::from(e)),
+        }
+    } else {
+        j.set.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        j.set.dev.flush().map_err(JournalError::from)
+    };
     j.timing.flush_ended(t0.elapsed(), last);
     j.set.stats.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     r
@@ -179,53 +196,42 @@ pub(crate) fn complete_group(j: &LogCore, mut jobs: Vec<FlushJob>) -> JResult<()
     Ok(())
 }
 
-/// Hand a durable transaction's versions to the checkpoint, release their slots and wake
-/// its waiters.
+/// Hand a durable transaction's versions to the checkpoint, release their slots, and —
+/// at once with one log, once everything it is chained to is durable with several — make it
+/// valid and wake its waiters.
 fn mark_durable(j: &LogCore, job: FlushJob) {
     let tid = job.tx.tid;
     let id = job.tx.id();
+    let stamp = job.tx.stamp.load(Ordering::SeqCst);
     let ckpt = j.set.config.kind == JournalKind::Jbd2;
     for (b, v) in &job.versions {
         let mut js = b.jstate();
         if !j.set.config.release_on_log_write {
             js.versions = js.versions.saturating_sub(1);
         }
+        // The newest version (by stamp: commit order within a log and across logs) waits
+        // for the checkpoint; an older one that becomes durable later is already contained.
         if ckpt
-            && js.checkpoint.as_ref().is_none_or(|(t, _)| superseded(*t, id))
-            && let Some((_, old)) = js.checkpoint.replace((id, v.clone()))
+            && js.checkpoint.as_ref().is_none_or(|c| c.stamp < stamp)
+            && let Some(old) = js.checkpoint.replace(Committed { tx: id, stamp, image: v.clone() })
         {
-            j.set.shadow.put(old);
+            j.set.shadow.put(old.image);
         }
         drop(js);
         b.notify();
     }
     if ckpt && !job.versions.is_empty() {
-        j.checkpoint_list.lock().extend(job.versions.iter().map(|(b, _)| b.clone()));
-    }
-    // Blocks this transaction freed may be reused once it is durable (published below):
-    // drop their older committed copies still awaiting checkpoint, or the checkpoint would
-    // write stale metadata over the next owner's contents (seen as a file's new data block
-    // turning back into the directory block it once was). This must wait until now: a
-    // version committed before the revoke may become durable after the revoke was made
-    // (it is still needed home if this transaction never commits).
-    if ckpt {
-        for blk in &job.revoked {
-            if let Some(b) = j.set.cache.peek(*blk) {
-                let mut js = b.jstate();
-                // Only this log's older copy dies with the revoke; another log's copy is
-                // ordered against it by chain marks, not by this log's ids.
-                if js.checkpoint.as_ref().is_some_and(|(t, _)| t.log == id.log && t.tid < id.tid)
-                    && let Some((_, old)) = js.checkpoint.take()
-                {
-                    j.set.shadow.put(old);
-                }
-            }
-        }
+        j.checkpoint_list.lock().extend(job.versions.iter().map(|(b, _)| (b.clone(), tid)));
     }
     if !ckpt {
         for (_, v) in job.versions {
             j.set.shadow.put(v);
         }
+    }
+    let multi = j.set.multi_log();
+    let pending = crate::per_core::Pending { marks: job.marks, tx: job.tx.clone(), revoked: job.revoked };
+    if !multi {
+        drop_revoked(j, &pending);
     }
     let fill = {
         let mut l = j.log.lock();
@@ -240,6 +246,10 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
             st.durable = tid;
             j.durable_fast.store(tid, Ordering::Release);
         }
+        if !multi {
+            // One log: durable is valid. Under `state`, which waiters check under.
+            j.set.chains.set_valid(usize::from(j.id), tid);
+        }
         // Under `state`, with the flag the checkpoint thread checks before it waits: a
         // wake-up between its check and its wait cannot be lost.
         if fill > j.set.config.checkpoint_high_water {
@@ -247,18 +257,61 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
             j.checkpoint_cv.notify_all();
         }
     }
-    job.tx.set_done();
     j.set.stats.transactions.fetch_add(1, Ordering::Relaxed);
     j.set.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    if !multi {
+        job.tx.set_done();
+        j.done_cv.notify_all();
+        return;
+    }
     j.done_cv.notify_all();
+    let t0 = Instant::now();
+    let adv = j.set.chains.durable(pending);
+    j.set.stats.validity_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    for p in adv.valid {
+        let Some(log) = j.set.log_core(p.tx.log) else { continue };
+        drop_revoked(&log, &p);
+        p.tx.set_done();
+        // Validity is published; waiters check it under `state`.
+        drop(log.state.lock());
+        log.done_cv.notify_all();
+    }
+    for c in adv.commit {
+        if let Some(log) = j.set.log_core(c.log) {
+            j.set.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+            log.request_commit(c.tid);
+        }
+    }
 }
 
-/// Whether a buffer's checkpoint copy committed by `held` is older than what `id`, just
-/// durable, did to the block. Within one log, ids are commit order. Across logs the copy that
-/// became durable last is taken as the newer; ordering two logs' versions of one block is
-/// the job of per-core journaling's chain marks, and no other mode runs two logs.
-fn superseded(held: TxId, id: TxId) -> bool {
-    held.log != id.log || held.tid < id.tid
+/// Blocks `p` freed may be reused once it is valid: drop their older committed copies still
+/// awaiting checkpoint (of any log: older by stamp), or the checkpoint would write stale
+/// metadata over the next owner's contents (seen as a file's new data block turning back
+/// into the directory block it once was). This must wait until now: a version committed
+/// before the revoke may become durable after the revoke was made (it is still needed home
+/// if this transaction never commits). With several logs, a copy dropped here may still be
+/// in another log on disk, where only this revoke keeps recovery from replaying it: the
+/// transaction stays in its log until that log has released it (`revoke_holds`).
+fn drop_revoked(j: &LogCore, p: &crate::per_core::Pending) {
+    if j.set.config.kind != JournalKind::Jbd2 || p.revoked.is_empty() {
+        return;
+    }
+    let stamp = p.tx.stamp.load(Ordering::SeqCst);
+    let mut other_logs = j.set.multi_log();
+    for blk in &p.revoked {
+        if let Some(b) = j.set.cache.peek(*blk) {
+            let mut js = b.jstate();
+            if js.checkpoint.as_ref().is_some_and(|c| c.stamp < stamp)
+                && let Some(old) = js.checkpoint.take()
+            {
+                other_logs |= old.tx.log != j.id;
+                j.set.shadow.put(old.image);
+            }
+        }
+    }
+    if other_logs {
+        crate::checkpoint::hold_for_revoke(j, p.tx.tid);
+    }
 }
 
 /// Issue a cache barrier, counting it.

@@ -20,6 +20,9 @@ pub struct Handle {
     pub(crate) credits: u32,
     pub(crate) used: u32,
     pub(crate) started: std::time::Instant,
+    /// Per-core journaling: other logs' transactions this handle pinned by writing a block
+    /// they hold (a bi-directional chain); released at stop.
+    pub(crate) pinned: Vec<(Arc<LogCore>, Arc<Transaction>)>,
 }
 
 impl std::fmt::Debug for Handle {
@@ -50,15 +53,27 @@ impl Handle {
         let id = tx.id();
         let max_versions = self.j.set.config.max_versions.max(1);
         let multi_version = self.j.set.config.multi_version;
+        let multi_log = self.j.set.multi_log();
         let mut conflicted = false;
         {
             let mut js = buf.jstate();
             loop {
-                if js.running == Some(id) {
+                if js.running == Some(id) || self.pins(js.running) {
                     return Ok(());
                 }
                 if let Some(a) = self.j.aborted() {
                     return Err(JournalError::Aborted(a));
+                }
+                // Another log's running (or still draining) transaction holds the block: a
+                // bi-directional chain, the block stays there; or that transaction finished
+                // draining and is taking its versions: wait for it to take this one.
+                if multi_log && let Some(owner) = js.running.filter(|o| o.log != id.log) {
+                    if let Some(pin) = crate::per_core::chain_to_owner(&self.j.set, &tx, owner) {
+                        self.pinned.push(pin);
+                        return Ok(());
+                    }
+                    buf.wait_jstate(&mut js);
+                    continue;
                 }
                 // A buffer still owned by an older transaction that has not taken its version
                 // must wait; so must one whose versions are all in flight, unless versions
@@ -78,6 +93,9 @@ impl Handle {
                         .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     continue;
                 }
+                if multi_log && let Some(v) = js.last_version {
+                    crate::per_core::chain_to_version(&self.j.set, &tx, v);
+                }
                 js.running = Some(id);
                 break;
             }
@@ -91,6 +109,12 @@ impl Handle {
         Ok(())
     }
 
+    /// Whether `owner` is another log's transaction this handle pinned (writes to its
+    /// blocks go into it).
+    fn pins(&self, owner: Option<TxId>) -> bool {
+        owner.is_some_and(|o| self.pinned.iter().any(|(_, t)| t.id() == o))
+    }
+
     /// Declare a newly allocated metadata block that will be fully written. The buffer
     /// should come from [`crate::BufferCache::get_new`].
     pub fn get_create_access(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
@@ -101,7 +125,8 @@ impl Handle {
     /// this only checks the handle's use of the buffer.
     pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
         let tx = self.tx()?;
-        if buf.jstate().running != Some(tx.id()) {
+        let running = buf.jstate().running;
+        if running != Some(tx.id()) && !self.pins(running) {
             return Err(JournalError::Corrupt(format!(
                 "block {} dirtied without write access",
                 buf.blocknr()
@@ -136,10 +161,18 @@ impl Handle {
         let tx = self.tx()?.clone();
         if let Some(buf) = self.j.set.cache.peek(blocknr) {
             let mut js = buf.jstate();
-            if js.running == Some(tx.id()) {
+            // The block leaves whichever transaction would log it: this one, or another log's
+            // this handle pinned (chained both ways, so the two are replayed together or not
+            // at all, and the revoke here cannot be ordered before that log's copy).
+            let holder = if js.running == Some(tx.id()) {
+                Some(tx.clone())
+            } else {
+                self.pinned.iter().find(|(_, t)| js.running == Some(t.id())).map(|(_, t)| t.clone())
+            };
+            if let Some(h) = holder {
                 js.running = None;
                 drop(js);
-                tx.lists.lock().buffers.retain(|b| b.blocknr() != blocknr);
+                h.lists.lock().buffers.retain(|b| b.blocknr() != blocknr);
             }
         }
         if self.j.set.config.kind == JournalKind::Jbd2 {
@@ -177,6 +210,11 @@ impl Handle {
             self.j.set.stats.handle_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
+            }
+        }
+        for (log, owner) in self.pinned.drain(..) {
+            if owner.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
+                log.updates_done();
             }
         }
     }

@@ -27,6 +27,8 @@
 //! | `superblock.rs`, `descriptor.rs`, `commit_block.rs`, `revoke_block.rs`, `checksum.rs`, `writer.rs` | the JBD2 on-disk format |
 //! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
+//! | `per_core.rs` | per-core journaling (Z-Journal): admission, chain marks, stamps, validity |
+//! | `order_graph.rs` | recovery of several logs by order graph (Z-Journal §3.4) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
 //! | `compound_flush.rs` | compound flush (CJFS §4.4) |
 //! | `polling.rs` | polling completion waits: spin a device-adapted budget, then park (XFS paper) |
@@ -48,7 +50,9 @@
 //! 5. `Transaction::lists`;
 //! 6. `sb_write` → `log` → `flush_queue` → `state` (all of one log: no thread holds two
 //!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
-//! 7. leaves: `updates_lock`, `checkpoint_list`, the lock inside `Transaction::done` (a
+//! 7. leaves: `updates_lock` (a writer pins another log's transaction under that log's
+//!    `updates_lock` while holding the buffer's `jstate`), `checkpoint_list`, a transaction's
+//!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the lock inside `Transaction::done` (a
 //!    `polling::Completion`), the shadow pool, `Shared::aborted`.
 //!
 //! `Buffer::data` (the live image, a `RwLock`) is outside the ranking: it is never held
@@ -88,6 +92,8 @@ pub mod lock_rank;
 pub mod lock_stat;
 mod log;
 mod log_core;
+pub mod order_graph;
+pub mod per_core;
 mod planted;
 pub mod polling;
 pub mod recovery;
@@ -101,11 +107,12 @@ pub mod transaction;
 mod writer;
 
 pub use area::{AreaExtent, JournalArea};
-pub use buffer::{Buffer, BufferCache, JState, Tid};
+pub use buffer::{Buffer, BufferCache, Committed, JState, Tid};
 pub use cjfs_blockdev::{LogId, TxId};
 pub use config::{JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
+pub use per_core::Logs;
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBugs;
 pub use set::Journal;

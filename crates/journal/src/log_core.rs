@@ -76,9 +76,13 @@ pub(crate) struct LogCore {
     pub checkpoint_lock: RankedMutex<()>,
     /// Held by whoever runs a commit in serial modes (commit thread or an inline committer).
     pub commit_lock: RankedMutex<()>,
-    /// Buffers with a committed version awaiting checkpoint (may hold duplicates).
-    /// Lock: itself.
-    pub checkpoint_list: RankedMutex<Vec<Arc<crate::buffer::Buffer>>>,
+    /// Buffers with a committed version awaiting checkpoint, each with the transaction of
+    /// this log that committed it (a buffer may appear several times). Lock: itself.
+    pub checkpoint_list: RankedMutex<Vec<(Arc<crate::buffer::Buffer>, Tid)>>,
+    /// Per-core journaling: transactions that revoked blocks, each with the other logs'
+    /// transactions that must leave their logs first (see `checkpoint::hold_for_revoke`).
+    /// Lock: itself (a leaf).
+    pub revoke_holds: RankedMutex<Vec<(Tid, Vec<TxId>)>>,
     /// Work for the flush thread. Lock: itself.
     pub flush_queue: RankedMutex<VecDeque<crate::flush::FlushJob>>,
     /// Wakes the flush thread.
@@ -142,6 +146,7 @@ impl LogCore {
             checkpoint_lock: RankedMutex::new(Rank::CheckpointLock, ()),
             commit_lock: RankedMutex::new(Rank::CommitLock, ()),
             checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
+            revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             flush_pending: std::sync::atomic::AtomicUsize::new(0),
             flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
             flush_cv: WaitCv::new(WaitSite::FlushQueue),
@@ -160,9 +165,26 @@ impl LogCore {
         TxId::new(self.id, tid)
     }
 
-    /// Whether this log's transaction `tid` is durable.
+    /// Whether this log's transaction `tid` is durable (with several logs: and valid).
     pub fn is_durable(&self, tid: Tid) -> bool {
-        self.durable_fast.load(Ordering::Acquire) >= tid
+        self.set.chains.valid_upto(usize::from(self.id)) >= tid
+    }
+
+    /// Wake the checkpoint thread now (another log waits for this one's tail).
+    pub fn want_checkpoint(&self) {
+        let mut st = self.state.lock();
+        st.checkpoint_wanted = true;
+        self.checkpoint_cv.notify_all();
+    }
+
+    /// Every transaction of this log up to this id has left the log on disk (released by a
+    /// checkpoint, or never logged).
+    pub fn released(&self) -> Tid {
+        let l = self.log.lock();
+        match l.ring.spans().front() {
+            Some(s) => s.id - 1,
+            None => self.durable_fast.load(Ordering::Acquire),
+        }
     }
 
     /// Id of the running transaction, or of the last one if none is running.
@@ -263,10 +285,10 @@ impl LogCore {
         self.wait(tid)
     }
 
-    /// Wait until `tid` is durable.
+    /// Wait until `tid` is durable (with several logs: and valid).
     pub fn wait(&self, tid: Tid) -> JResult<()> {
         self.set.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
-        if self.durable_fast.load(Ordering::Acquire) >= tid {
+        if self.is_durable(tid) {
             return Ok(());
         }
         // Usually the running transaction: found without the state lock.
@@ -274,7 +296,7 @@ impl LogCore {
             Some(t) => Some(t),
             None => {
                 let st = self.state.lock();
-                if st.durable >= tid {
+                if self.is_durable(tid) {
                     return Ok(());
                 }
                 self.closed_error(&st)?;
@@ -287,8 +309,9 @@ impl LogCore {
         };
         let Some(tx) = tx else {
             // Not a transaction we know of (not opened yet): wait on the journal's condition.
+            // (Validity is published before `done_cv` is notified under `state`: no lost wake-up.)
             let mut st = self.state.lock();
-            while st.durable < tid {
+            while !self.is_durable(tid) {
                 self.closed_error(&st)?;
                 st.wait(&self.done_cv);
             }
@@ -301,7 +324,7 @@ impl LogCore {
             }
             // Woken because the log closed: durable after all, or the abort's cause.
             let st = self.state.lock();
-            if st.durable >= tid {
+            if self.is_durable(tid) {
                 return Ok(());
             }
             self.closed_error(&st)?;
@@ -358,7 +381,14 @@ impl LogCore {
         }
         tx.handles.fetch_add(1, Ordering::Relaxed);
         self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
-        Some(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() })
+        Some(Handle {
+            j: self.clone(),
+            tx: Some(tx),
+            credits,
+            used: 0,
+            started: Instant::now(),
+            pinned: Vec::new(),
+        })
     }
 
     fn undo_update(&self, tx: &Transaction) {
@@ -418,7 +448,14 @@ impl LogCore {
             tx.handles.fetch_add(1, Ordering::Relaxed);
             drop(st);
             self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
-            return Ok(Handle { j: self.clone(), tx: Some(tx), credits, used: 0, started: Instant::now() });
+            return Ok(Handle {
+                j: self.clone(),
+                tx: Some(tx),
+                credits,
+                used: 0,
+                started: Instant::now(),
+                pinned: Vec::new(),
+            });
         }
     }
 }

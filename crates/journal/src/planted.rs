@@ -15,6 +15,10 @@ pub struct PlantedBugs {
     pub commit_before_data: bool,
     /// Do not write revoke records.
     pub drop_revokes: bool,
+    /// Per-core journaling: write no chain marks into commit blocks.
+    pub drop_marks: bool,
+    /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
+    pub checkpoint_invalid: bool,
 }
 
 /// The bugs planted in `c` (none without the `planted-bugs` feature).
@@ -27,6 +31,12 @@ pub(crate) fn bugs(c: &JournalConfig) -> PlantedBugs {
     #[cfg(not(feature = "planted-bugs"))]
     {
         let _ = c;
-        PlantedBugs { skip_preflush: false, commit_before_data: false, drop_revokes: false }
+        PlantedBugs {
+            skip_preflush: false,
+            commit_before_data: false,
+            drop_revokes: false,
+            drop_marks: false,
+            checkpoint_invalid: false,
+        }
     }
 }

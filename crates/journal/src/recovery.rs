@@ -94,7 +94,7 @@ pub fn tid_geq(x: u32, y: u32) -> bool {
 }
 
 /// Reads log blocks through a window of up to [`READ_RUN_BLOCKS`] device-contiguous blocks.
-struct LogReader<'a> {
+pub(crate) struct LogReader<'a> {
     dev: &'a dyn BlockDevice,
     area: &'a JournalArea,
     maxlen: u64,
@@ -104,12 +104,12 @@ struct LogReader<'a> {
 }
 
 impl<'a> LogReader<'a> {
-    fn new(dev: &'a dyn BlockDevice, area: &'a JournalArea, sb: &JournalSuperblock) -> Self {
+    pub(crate) fn new(dev: &'a dyn BlockDevice, area: &'a JournalArea, sb: &JournalSuperblock) -> Self {
         LogReader { dev, area, maxlen: u64::from(sb.s_maxlen), start: 0, len: 0, buf: Vec::new() }
     }
 
     /// Log block `lblk` (`jread`).
-    fn block(&mut self, lblk: u64) -> JResult<&[u8]> {
+    pub(crate) fn block(&mut self, lblk: u64) -> JResult<&[u8]> {
         if lblk >= self.maxlen {
             return Err(JournalError::Corrupt(format!(
                 "log block {lblk} is beyond s_maxlen {}",
@@ -181,21 +181,21 @@ pub enum ScanStop {
 
 /// One descriptor block seen by the scan.
 #[derive(Debug, Clone)]
-struct ScannedDescriptor {
+pub(crate) struct ScannedDescriptor {
     /// Log block of the first logged block it describes.
-    first_data: u64,
-    tags: Vec<Tag>,
+    pub(crate) first_data: u64,
+    pub(crate) tags: Vec<Tag>,
 }
 
 /// One transaction seen by the scan (complete when `commit` is set).
 #[derive(Debug, Clone)]
-struct ScannedTx {
-    tid: u32,
+pub(crate) struct ScannedTx {
+    pub(crate) tid: u32,
     first_block: u64,
-    descriptors: Vec<ScannedDescriptor>,
+    pub(crate) descriptors: Vec<ScannedDescriptor>,
     descriptor_blocks: Vec<u64>,
-    revokes: Vec<JResult<Vec<u64>>>,
-    commit_block: u64,
+    pub(crate) revokes: Vec<JResult<Vec<u64>>>,
+    pub(crate) commit_block: u64,
     commit: Option<CommitBlock>,
 }
 
@@ -261,7 +261,7 @@ pub struct ScanResult {
     /// Why the walk stopped.
     pub stop: ScanStop,
     /// Every transaction the walk passed, including any after `end_tid` (async commit).
-    txs: Vec<ScannedTx>,
+    pub(crate) txs: Vec<ScannedTx>,
 }
 
 impl ScanResult {
@@ -271,14 +271,18 @@ impl ScanResult {
     }
 
     /// The transactions to replay (those before `end_tid`).
-    fn replayable(&self) -> impl Iterator<Item = &ScannedTx> {
+    pub(crate) fn replayable(&self) -> impl Iterator<Item = &ScannedTx> {
         let end = self.end_tid;
         self.txs.iter().take_while(move |t| tid_gt(end, t.tid))
     }
 }
 
 /// PASS_SCAN over the log described by `sb`.
-fn scan_log(dev: &dyn BlockDevice, area: &JournalArea, sb: &JournalSuperblock) -> JResult<ScanResult> {
+pub(crate) fn scan_log(
+    dev: &dyn BlockDevice,
+    area: &JournalArea,
+    sb: &JournalSuperblock,
+) -> JResult<ScanResult> {
     let f = sb.features();
     let seed = sb.csum_seed();
     let geo = LogRing::from_superblock(sb);
@@ -465,9 +469,9 @@ pub struct BadLogBlock {
 
 /// Where the final copy of a home block comes from.
 #[derive(Debug, Clone, Copy)]
-struct Source {
-    log_block: u64,
-    escaped: bool,
+pub(crate) struct Source {
+    pub(crate) log_block: u64,
+    pub(crate) escaped: bool,
 }
 
 /// PASS_REVOKE and the decisions of PASS_REPLAY, without writing.
@@ -559,7 +563,7 @@ fn decide(dev: &dyn BlockDevice, area: &JournalArea, scan: &ScanResult) -> JResu
 
 /// Read the final copies in batches (in log block order, for sequential reads) and hand each
 /// batch, sorted by home block, to `sink`.
-fn for_each_batch(
+pub(crate) fn for_each_batch(
     dev: &dyn BlockDevice,
     area: &JournalArea,
     sb: &JournalSuperblock,
@@ -657,6 +661,9 @@ pub struct RecoveryReport {
     pub bad_blocks: Vec<BadLogBlock>,
     /// Why the log walk stopped.
     pub stop: ScanStop,
+    /// With several logs: committed transactions not replayed because they are chained to
+    /// a transaction that did not commit (see `order_graph.rs`).
+    pub discarded: u32,
 }
 
 impl RecoveryReport {
@@ -707,7 +714,7 @@ pub fn recover_strict(dev: &dyn BlockDevice, area: &JournalArea) -> JResult<Reco
 /// harness, `barrierfs` without a barrier.) A tag checksum or a home block out of range
 /// cannot come from a crash in any mode, since log blocks are durable or ordered before
 /// their commit block.
-fn committed_after(
+pub(crate) fn committed_after(
     dev: &dyn BlockDevice,
     area: &JournalArea,
     sb: &JournalSuperblock,
@@ -760,7 +767,7 @@ fn committed_after(
 }
 
 /// Why a damaged journal cannot be replayed whole, in one line.
-fn damage_summary(failed_commit: Option<u32>, bad: &[BadLogBlock]) -> String {
+pub(crate) fn damage_summary(failed_commit: Option<u32>, bad: &[BadLogBlock]) -> String {
     let mut why = Vec::new();
     if let Some(t) = failed_commit {
         why.push(format!("transaction {t} failed its commit block checksum"));
@@ -796,6 +803,7 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
             failed_commit_followed: false,
             bad_blocks: Vec::new(),
             stop: ScanStop::Clean,
+            discarded: 0,
         });
     }
     let d = decide(dev, area, &scan)?;
@@ -805,30 +813,8 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
         return Err(JournalError::Damaged(damage_summary(lost, &d.bad_blocks)));
     }
 
-    let tag = WriteTag::kind(BlockKind::Recovery);
     let mut written = 0u64;
-    for_each_batch(dev, area, &sb, &d.winners, |batch| {
-        let mut tickets = Vec::new();
-        let mut run: Option<WriteRequest> = None;
-        for (home, buf) in batch {
-            written += 1;
-            match run.as_mut() {
-                Some(r) if r.block + r.bufs.len() as u64 == home => {
-                    r.bufs.push(buf);
-                    continue;
-                }
-                _ => {}
-            }
-            if let Some(r) = run.replace(WriteRequest { block: home, bufs: vec![buf], tag, fua: false }) {
-                tickets.push(dev.submit(r)?);
-            }
-        }
-        if let Some(r) = run {
-            tickets.push(dev.submit(r)?);
-        }
-        wait_all(tickets)?;
-        Ok(())
-    })?;
+    for_each_batch(dev, area, &sb, &d.winners, |batch| write_home(dev, batch, &mut written))?;
     dev.flush()?;
 
     let next_tid = scan.end_tid.wrapping_add(1);
@@ -851,7 +837,38 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
         failed_commit_followed: followed,
         bad_blocks: d.bad_blocks,
         stop: scan.stop,
+        discarded: 0,
     })
+}
+
+/// Write a batch of `(home block, image)` (sorted by block) home, merging contiguous runs,
+/// and wait; counts the blocks in `written`.
+pub(crate) fn write_home(
+    dev: &dyn BlockDevice,
+    batch: Vec<(u64, BlockBuf)>,
+    written: &mut u64,
+) -> JResult<()> {
+    let tag = WriteTag::kind(BlockKind::Recovery);
+    let mut tickets = Vec::new();
+    let mut run: Option<WriteRequest> = None;
+    for (home, buf) in batch {
+        *written += 1;
+        match run.as_mut() {
+            Some(r) if r.block + r.bufs.len() as u64 == home => {
+                r.bufs.push(buf);
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(r) = run.replace(WriteRequest { block: home, bufs: vec![buf], tag, fua: false }) {
+            tickets.push(dev.submit(r)?);
+        }
+    }
+    if let Some(r) = run {
+        tickets.push(dev.submit(r)?);
+    }
+    wait_all(tickets)?;
+    Ok(())
 }
 
 /// An in-memory block device for this crate's unit tests.

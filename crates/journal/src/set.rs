@@ -7,9 +7,12 @@
 //! object: the shared part, the logs (each a [`LogCore`] with its own transactions, threads
 //! and log space) and admission, which picks the log a handle joins.
 //!
-//! Today a set holds one log, the primary journal in inode 8, and behaves exactly as JBD2.
-//! Transactions are named by [`TxId`] (log and id) everywhere outside a log's own code, so a
-//! second log cannot be mistaken for the first.
+//! A set of one log (every preset but per-core journaling's) is exactly JBD2. With several
+//! logs (`per_core.rs`), admission picks the log of the calling core, [`Shared::chains`]
+//! orders the logs' transactions, a caller waits for its transaction to be *valid* (durable
+//! with everything it is chained to), and fsync commits every log in parallel. Transactions
+//! are named by [`TxId`] (log and id) everywhere outside a log's own code, so a second log
+//! cannot be mistaken for the first.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -47,6 +50,10 @@ pub(crate) struct Shared {
     pub home_write_lock: RankedMutex<()>,
     /// Shadow pages for versions.
     pub shadow: crate::shadow::ShadowPool,
+    /// Stamps and validity across the logs (with one log: durability).
+    pub chains: crate::per_core::Chains,
+    /// Compound flush across logs (used with several logs).
+    pub shared_flush: crate::compound_flush::SharedFlush,
     /// The first abort cause. Lock: itself (a leaf, released before the fan-out).
     aborted: RankedMutex<Option<String>>,
     /// The logs, for abort fan-out (weak: each log holds the set). Set once at open.
@@ -54,6 +61,21 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether the journal runs several logs (per-core journaling).
+    pub fn multi_log(&self) -> bool {
+        self.logs.get().is_some_and(|l| l.len() > 1)
+    }
+
+    /// Every log of the set (`None` while opening or closing).
+    pub fn logs_now(&self) -> Option<Vec<Arc<LogCore>>> {
+        self.logs.get()?.iter().map(Weak::upgrade).collect()
+    }
+
+    /// Log `id` of the set (`None` past the last, or while closing).
+    pub fn log_core(&self, id: cjfs_blockdev::LogId) -> Option<Arc<LogCore>> {
+        self.logs.get()?.get(usize::from(id))?.upgrade()
+    }
+
     /// Abort every log: the first cause is kept and handed to each, and every waiter of
     /// every log and every writer waiting for a buffer version sees it.
     pub fn abort(&self, cause: String) {
@@ -67,7 +89,7 @@ impl Shared {
         for log in self.logs.get().into_iter().flatten().filter_map(Weak::upgrade) {
             log.abort_log(&first);
         }
-        for b in self.cache.collect(|j| j.versions > 0) {
+        for b in self.cache.collect(|j| j.versions > 0 || j.running.is_some()) {
             b.notify();
         }
     }
@@ -127,6 +149,18 @@ impl Journal {
         if areas.is_empty() || areas.len() > usize::from(u16::MAX) {
             return Err(JournalError::Corrupt(format!("a journal of {} logs", areas.len())));
         }
+        // Run as many logs as the configuration wants and the image has; the others stay
+        // as they are (empty: every log was recovered before opening).
+        let mut areas = areas;
+        let wanted = if config.kind == JournalKind::Jbd2 { config.logs.wanted() } else { 1 };
+        if wanted > areas.len() {
+            log::warn!(
+                "journal {}: {wanted} logs wanted, the image has {} (make more with `cjfs mkfs --log-area`)",
+                config.name,
+                areas.len()
+            );
+        }
+        areas.truncate(wanted.max(1));
         let mut states = Vec::with_capacity(areas.len());
         for (i, area) in areas.iter().enumerate() {
             let raw = dev.read_block(area.map(0)?)?;
@@ -144,7 +178,10 @@ impl Journal {
             log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
             config.dual_thread = false;
         }
+        let first_tids: Vec<u64> = states.iter().map(|l| u64::from(l.sb.s_sequence.max(1))).collect();
         let shared = Arc::new(Shared {
+            chains: crate::per_core::Chains::new(&first_tids),
+            shared_flush: crate::compound_flush::SharedFlush::new(),
             dev,
             cache,
             shadow: crate::shadow::ShadowPool::new(config.shadow_pool),
@@ -201,9 +238,10 @@ impl Journal {
         })
     }
 
-    /// Admission: the log a new handle joins. A set of one log admits every handle to it.
+    /// Admission: the log a new handle joins (its core's, see `per_core::admit`). A set of
+    /// one log admits every handle to it.
     fn admit(&self) -> &Arc<LogCore> {
-        &self.logs[0]
+        &self.logs[crate::per_core::admit(self.logs.len())]
     }
 
     /// Start a handle with `credits` blocks reserved.
@@ -212,6 +250,18 @@ impl Journal {
             self.set_logs_bit(true)?;
         }
         self.admit().start(credits)
+    }
+
+    /// Start a handle in log `log` (not its core's): for tests and the crash harness, which
+    /// put two threads' operations into chosen logs.
+    pub fn start_in(&self, log: usize, credits: u32) -> JResult<Handle> {
+        let l = self.logs.get(log).ok_or_else(|| {
+            JournalError::Corrupt(format!("log {log} of a journal of {} logs", self.logs.len()))
+        })?;
+        if self.claim_needed && !self.claimed.load(Ordering::Acquire) {
+            self.set_logs_bit(true)?;
+        }
+        l.start(credits)
     }
 
     /// Set (or clear) the private `cjfs_logs` bit in the primary journal's superblock and
@@ -272,20 +322,44 @@ impl Journal {
         self.log(id)?.wait(id.tid)
     }
 
-    /// Commit `id` and wait for it (fsync).
+    /// Commit `id` and wait for it (fsync). With several logs, as Z-Journal's fsync: every
+    /// log's running transaction is asked to commit too (in parallel, each log by its own
+    /// thread) — the file's updates may be in any of them — and the caller waits until `id`
+    /// is valid, which also waits for every transaction it is chained to.
     pub fn commit_wait(&self, id: TxId) -> JResult<()> {
-        self.log(id)?.commit_wait(id.tid)
+        let log = self.log(id)?;
+        if self.logs.len() > 1 {
+            for l in &self.logs {
+                if let Some(t) = l.running_fast.load().as_ref()
+                    && t.handles.load(Ordering::Relaxed) > 0
+                    && !(l.id == id.log && t.tid == id.tid)
+                {
+                    l.request_commit(t.tid);
+                }
+            }
+            log.request_commit(id.tid);
+            return log.wait(id.tid);
+        }
+        log.commit_wait(id.tid)
     }
 
-    /// Whether transaction `id` is durable (an unknown log's never is).
+    /// Whether transaction `id` is durable (with several logs: and valid, so recovery keeps
+    /// it; an unknown log's never is).
     pub fn is_durable(&self, id: TxId) -> bool {
-        self.logs.get(usize::from(id.log)).is_some_and(|l| l.is_durable(id.tid))
+        self.shared.chains.is_valid(id)
     }
 
     /// Commit whatever is running in every log and wait for everything to be durable (sync).
     pub fn force(&self) -> JResult<()> {
-        for log in &self.logs {
-            log.commit_wait(log.current_tid())?;
+        let tids: Vec<u64> = self.logs.iter().map(|l| l.current_tid()).collect();
+        if self.logs.len() > 1 {
+            // Every log commits in parallel; then each is waited for.
+            for (l, &t) in self.logs.iter().zip(&tids) {
+                l.request_commit(t);
+            }
+        }
+        for (l, &t) in self.logs.iter().zip(&tids) {
+            l.commit_wait(t)?;
         }
         Ok(())
     }

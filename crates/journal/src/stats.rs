@@ -29,6 +29,13 @@ pub struct JournalStats {
     pub(crate) handle_ns: AtomicU64,
     pub(crate) flush_ns: AtomicU64,
     pub(crate) flush_queue_ns: AtomicU64,
+    pub(crate) marks_uni: AtomicU64,
+    pub(crate) marks_bi: AtomicU64,
+    pub(crate) validity_ns: AtomicU64,
+    pub(crate) not_valid_skips: AtomicU64,
+    pub(crate) forced_commits: AtomicU64,
+    pub(crate) copy_ns: AtomicU64,
+    pub(crate) shared_flushes: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -84,6 +91,20 @@ pub struct StatsSnapshot {
     pub flush_ns: u64,
     /// Nanoseconds committed transactions waited for the flush thread (handoff to pick-up).
     pub flush_queue_ns: u64,
+    /// Per-core journaling: uni-directional chain marks made (a writer after another log's version that is not yet valid).
+    pub marks_uni: u64,
+    /// Per-core journaling: bi-directional chains made (a writer pinned another log's running transaction).
+    pub marks_bi: u64,
+    /// Per-core journaling: nanoseconds spent deciding validity.
+    pub validity_ns: u64,
+    /// Per-core journaling: checkpoint entries kept in a log because a version of the block was not yet valid.
+    pub not_valid_skips: u64,
+    /// Per-core journaling: commits asked for because a durable transaction waited for an uncommitted ancestor.
+    pub forced_commits: u64,
+    /// Nanoseconds spent copying buffer versions (the frozen copy).
+    pub copy_ns: u64,
+    /// Flushes a log saved by waiting for another log's flush that covered its writes (compound flush across logs).
+    pub shared_flushes: u64,
 }
 
 impl JournalStats {
@@ -114,6 +135,13 @@ impl JournalStats {
             handle_ns: self.handle_ns.load(Relaxed),
             flush_ns: self.flush_ns.load(Relaxed),
             flush_queue_ns: self.flush_queue_ns.load(Relaxed),
+            marks_uni: self.marks_uni.load(Relaxed),
+            marks_bi: self.marks_bi.load(Relaxed),
+            validity_ns: self.validity_ns.load(Relaxed),
+            not_valid_skips: self.not_valid_skips.load(Relaxed),
+            forced_commits: self.forced_commits.load(Relaxed),
+            copy_ns: self.copy_ns.load(Relaxed),
+            shared_flushes: self.shared_flushes.load(Relaxed),
         }
     }
 }
@@ -146,6 +174,13 @@ impl StatsSnapshot {
             handle_ns: self.handle_ns - earlier.handle_ns,
             flush_ns: self.flush_ns - earlier.flush_ns,
             flush_queue_ns: self.flush_queue_ns - earlier.flush_queue_ns,
+            marks_uni: self.marks_uni - earlier.marks_uni,
+            marks_bi: self.marks_bi - earlier.marks_bi,
+            validity_ns: self.validity_ns - earlier.validity_ns,
+            not_valid_skips: self.not_valid_skips - earlier.not_valid_skips,
+            forced_commits: self.forced_commits - earlier.forced_commits,
+            copy_ns: self.copy_ns - earlier.copy_ns,
+            shared_flushes: self.shared_flushes - earlier.shared_flushes,
         }
     }
 

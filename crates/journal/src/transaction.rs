@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::lock_rank::{Rank, RankedMutex};
@@ -91,7 +91,17 @@ pub struct Transaction {
     pub(crate) lists: RankedMutex<TxLists>,
     /// When the transaction opened (for the commit timer).
     pub started: Instant,
-    /// Set when the transaction is durable; callers waiting for this transaction wait on it
+    /// Per-core journaling: transactions of other logs this one is valid only after (the
+    /// newest per log). Lock: itself (a leaf).
+    pub(crate) marks: RankedMutex<Vec<TxId>>,
+    /// Per-core journaling: the commit-order stamp, taken once the last handle stopped
+    /// (0 until then).
+    pub(crate) stamp: AtomicU64,
+    /// The lock-up saw no handle left (under the log's `updates_lock`): another log's writer
+    /// may no longer pin it (see `per_core::chain_to_owner`). Written under `updates_lock`.
+    pub(crate) drained: AtomicBool,
+    /// Set when the transaction is valid (durable, and with several logs every transaction
+    /// it is chained to too); callers waiting for this transaction wait on it
     /// (spinning first with [`crate::polling::WaitMode::SpinPark`]) and never touch the log's
     /// state lock, so making a transaction durable wakes only its own waiters.
     pub(crate) done: crate::polling::Completion,
@@ -109,6 +119,9 @@ impl Transaction {
             conflicts: AtomicU64::new(0),
             ordered_count: AtomicU32::new(0),
             lists: RankedMutex::new(Rank::TxLists, TxLists::default()),
+            marks: RankedMutex::new(Rank::Leaf, Vec::new()),
+            stamp: AtomicU64::new(0),
+            drained: AtomicBool::new(false),
             started: Instant::now(),
             done: crate::polling::Completion::new(),
         }

@@ -69,8 +69,14 @@ pub(crate) fn build_log_blocks(
     Ok(out)
 }
 
-/// The commit block of transaction `tid`.
-pub(crate) fn commit_block(tid: Tid, features: JournalFeatures, uuid: [u8; 16]) -> BlockBuf {
+/// The commit block of transaction `tid`, with its chain marks when the journal has several
+/// logs.
+pub(crate) fn commit_block(
+    tid: Tid,
+    features: JournalFeatures,
+    uuid: [u8; 16],
+    chain: Option<&crate::commit_block::ChainMarks>,
+) -> JResult<BlockBuf> {
     let cb = CommitBlock::now(tid as u32);
-    Arc::new(cb.encode(&features, csum_seed(&uuid)))
+    Ok(Arc::new(cb.encode_with(&features, csum_seed(&uuid), chain)?))
 }

@@ -386,7 +386,12 @@ fn fs_err(e: impl fmt::Display) -> io::Error {
 }
 
 fn mount_cjfs(dev: Device, options: &MountOptions, zeroed: bool, label: String) -> io::Result<Instance> {
-    mkfs(&*dev, &MkfsOptions { assume_zeroed: zeroed, ..Default::default() }).map_err(fs_err)?;
+    let mk = preset::mkfs_for(
+        options,
+        preset::LOG_AREA_BLOCKS,
+        MkfsOptions { assume_zeroed: zeroed, ..Default::default() },
+    );
+    mkfs(&*dev, &mk).map_err(fs_err)?;
     let fs = Fs::open(dev, options.clone()).map_err(fs_err)?;
     let t = Arc::new(CjfsTarget::new(fs, label));
     let t2 = t.clone();

@@ -28,6 +28,16 @@ use super::workloads::{Op, Workload, exec};
 /// Size of the crash-test file system: 16 MiB (the smallest cjfs makes), 4 MiB journal.
 pub const IMAGE_BLOCKS: u64 = 4096;
 
+/// Blocks of each extra log area of a per-core journal's crash image: the smallest a log may
+/// be, so the logs fill, checkpoint under pressure and starve often.
+pub const LOG_AREA_BLOCKS: u32 = 1024;
+
+/// Blocks of the crash image for a journal of `logs` logs: [`IMAGE_BLOCKS`], plus room for
+/// the extra log areas (the journal may take at most half of the free space).
+pub fn image_blocks(logs: usize) -> u64 {
+    IMAGE_BLOCKS + 2560 * logs.saturating_sub(1) as u64
+}
+
 /// Log positions of one recorded operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpMark {
@@ -107,7 +117,8 @@ impl Recording {
 
 /// Make the base image: mkfs, mount with `opts`, run `setup`, unmount.
 pub fn make_base(opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, CrashError> {
-    let zero = Arc::new(vec![0u8; IMAGE_BLOCKS as usize * BLOCK_SIZE]);
+    let blocks = image_blocks(opts.journal.logs.wanted());
+    let zero = Arc::new(vec![0u8; blocks as usize * BLOCK_SIZE]);
     let dev = Arc::new(CowDevice::new(zero, BTreeMap::new()));
     let mk = MkfsOptions {
         uuid: Some(*b"cjfs-crash-test!"),
@@ -115,6 +126,7 @@ pub fn make_base(opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, Cras
         assume_zeroed: true,
         ..MkfsOptions::default()
     };
+    let mk = cjfs_fs::preset::mkfs_for(opts, LOG_AREA_BLOCKS, mk);
     mkfs(&*dev, &mk)?;
     let fs = Fs::open(dev.clone() as Device, opts.clone())?;
     for op in setup {
