@@ -47,6 +47,10 @@ pub struct JState {
     /// The transaction that took the newest version of this buffer (per-core journaling
     /// chains a later writer of another log to it while it is not yet valid).
     pub last_version: Option<TxId>,
+    /// Per-core journaling: durable versions of this block still in some log on disk, with
+    /// their stamps. A log may not release a version while an older one is in another log:
+    /// recovery would replay the older image over the newer one written home.
+    pub in_logs: Vec<(TxId, u64)>,
     /// Data buffer whose live image has not been written home (ordered / no-journal).
     pub dirty: bool,
     /// Running transaction whose ordered-data list holds this buffer.

@@ -94,7 +94,10 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
             keep.extend(tids.into_iter().map(|t| (b.clone(), t)));
         }
     }
-    let upto = capped;
+    let mut upto = capped;
+    if multi {
+        upto = upto.min(older_copies_cap(j, upto));
+    }
     if !keep.is_empty() {
         j.checkpoint_list.lock().extend(keep);
     }
@@ -134,19 +137,64 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
     }
     if multi {
         j.revoke_holds.lock().retain(|(r, _)| *r > upto);
+        {
+            let mut st = j.stamped.lock();
+            while st.front().is_some_and(|e| e.0 <= upto) {
+                st.pop_front();
+            }
+        }
+        let released: Vec<(Arc<Buffer>, Tid)> = {
+            let mut q = j.in_log.lock();
+            let mut out = Vec::new();
+            while q.front().is_some_and(|e| e.1 <= upto) {
+                if let Some((b, t, _)) = q.pop_front() {
+                    out.push((b, t));
+                }
+            }
+            out
+        };
+        for (b, t) in released {
+            let id = j.tx_id(t);
+            b.jstate().in_logs.retain(|(x, _)| *x != id);
+        }
     }
     j.set.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
     j.set.stats.checkpoint_blocks.fetch_add(n, Ordering::Relaxed);
     Ok(())
 }
 
+/// The newest transaction of `j` (at most `upto`) that may leave the log without exposing an
+/// older version of one of its blocks that another log still holds: recovery would replay
+/// that older image over the newer one this log wrote home. The globally oldest version can
+/// always go, so the logs never wait on one another in a cycle.
+fn older_copies_cap(j: &LogCore, upto: Tid) -> Tid {
+    let entries: Vec<(Arc<Buffer>, Tid, u64)> =
+        j.in_log.lock().iter().take_while(|e| e.1 <= upto).cloned().collect();
+    for (b, t, stamp) in entries {
+        let js = b.jstate();
+        if js.in_logs.iter().any(|(x, s)| x.log != j.id && *s < stamp) {
+            return t - 1;
+        }
+    }
+    upto
+}
+
 /// Transaction `r` of `j`, which revoked blocks, is valid: it stays in its log until every
 /// other log has released the transactions it had then (one of them may hold an older copy
 /// of a freed block that only this revoke keeps recovery from replaying over the block's
 /// next owner).
-pub(crate) fn hold_for_revoke(j: &LogCore, r: Tid) {
+pub(crate) fn hold_for_revoke(j: &LogCore, r: Tid, stamp: u64) {
     let Some(logs) = j.set.logs_now() else { return };
-    let deps: Vec<TxId> = logs.iter().filter(|l| l.id != j.id).map(|l| l.tx_id(l.current_tid())).collect();
+    // Per other log, its newest transaction stamped before the revoke and not yet released
+    // (later ones hold newer copies, which the revoke does not suppress at recovery anyway).
+    let deps: Vec<TxId> = logs
+        .iter()
+        .filter(|l| l.id != j.id)
+        .filter_map(|l| {
+            let st = l.stamped.lock();
+            st.iter().take_while(|(_, s)| *s < stamp).last().map(|&(t, _)| l.tx_id(t))
+        })
+        .collect();
     j.revoke_holds.lock().push((r, deps));
 }
 

@@ -105,7 +105,11 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     crate::coalescing::lock_up(j, tx)?;
     // Stamped after the last handle stopped and before any version is taken: a writer of
     // another log that sees one of its versions drains later, with a later stamp.
-    tx.stamp.store(j.set.chains.next_stamp(), Ordering::SeqCst);
+    let stamp = j.set.chains.next_stamp();
+    tx.stamp.store(stamp, Ordering::SeqCst);
+    if j.set.multi_log() {
+        j.stamped.lock().push_back((tx.tid, stamp));
+    }
     let lists = std::mem::take(&mut *tx.lists.lock());
     let versions = take_versions(j, tx, lists.buffers)?;
     let marks: Vec<TxId> =

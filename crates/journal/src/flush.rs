@@ -223,6 +223,12 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
     if ckpt && !job.versions.is_empty() {
         j.checkpoint_list.lock().extend(job.versions.iter().map(|(b, _)| (b.clone(), tid)));
     }
+    if ckpt && j.set.multi_log() {
+        for (b, _) in &job.versions {
+            b.jstate().in_logs.push((id, stamp));
+        }
+        j.in_log.lock().extend(job.versions.iter().map(|(b, _)| (b.clone(), tid, stamp)));
+    }
     if !ckpt {
         for (_, v) in job.versions {
             j.set.shadow.put(v);
@@ -310,7 +316,7 @@ fn drop_revoked(j: &LogCore, p: &crate::per_core::Pending) {
         }
     }
     if other_logs {
-        crate::checkpoint::hold_for_revoke(j, p.tx.tid);
+        crate::checkpoint::hold_for_revoke(j, p.tx.tid, stamp);
     }
 }
 

@@ -79,6 +79,14 @@ pub(crate) struct LogCore {
     /// Buffers with a committed version awaiting checkpoint, each with the transaction of
     /// this log that committed it (a buffer may appear several times). Lock: itself.
     pub checkpoint_list: RankedMutex<Vec<(Arc<crate::buffer::Buffer>, Tid)>>,
+    /// Per-core journaling: the versions this log holds on disk, oldest first, as
+    /// `(buffer, tid, stamp)`, dropped (with the buffer's `in_logs` entry) when the log
+    /// releases them. Lock: itself (a leaf).
+    pub in_log: RankedMutex<VecDeque<(Arc<crate::buffer::Buffer>, Tid, u64)>>,
+    /// Per-core journaling: this log's transactions stamped and not yet released, as
+    /// `(tid, stamp)`, oldest first (a revoke of another log waits for those stamped before
+    /// it). Lock: itself (a leaf).
+    pub stamped: RankedMutex<VecDeque<(Tid, u64)>>,
     /// Per-core journaling: transactions that revoked blocks, each with the other logs'
     /// transactions that must leave their logs first (see `checkpoint::hold_for_revoke`).
     /// Lock: itself (a leaf).
@@ -147,6 +155,8 @@ impl LogCore {
             commit_lock: RankedMutex::new(Rank::CommitLock, ()),
             checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
             revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
+            in_log: RankedMutex::new(Rank::Leaf, VecDeque::new()),
+            stamped: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             flush_pending: std::sync::atomic::AtomicUsize::new(0),
             flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
             flush_cv: WaitCv::new(WaitSite::FlushQueue),

@@ -18,9 +18,10 @@
 //!    order is tid order); a later image of a block wins. A revoke in a valid transaction
 //!    suppresses the block in every valid transaction ordered at or before it, in any log
 //!    (R5: a metadata block freed in one log and reused as data through another).
-//! 5. **Write home, flush, then reset every log** (`s_start = 0`), its sequence moved past
-//!    every id its ring can hold, so a stale commit block left behind a zeroed one can never
-//!    pass for a new transaction.
+//! 5. **Write home, flush, then reset every log** (`s_start = 0`), its sequence moved from
+//!    the end of its valid prefix past every id its ring can hold (a log of `c` blocks holds
+//!    fewer than `c` transactions), so a stale commit block left behind a zeroed one can
+//!    never pass for a new transaction.
 //!
 //! The result does not depend on the order the logs are scanned in ([`recover_logs`] takes
 //! an order for the tests that shuffle it).
@@ -291,7 +292,10 @@ pub fn recover_logs(
         let capacity = LogRing::from_superblock(&l.sb).capacity() as u32;
         let mut sb = l.sb.clone();
         sb.s_start = 0;
-        sb.s_sequence = l.scan.end_tid.wrapping_add(1).wrapping_add(capacity);
+        // From the end of the valid prefix, which a recovery cut after step 3 sees too (the
+        // scan's own end moves back to it once the first invalid commit block is zeroed).
+        let valid_end = l.scan.start_tid.wrapping_add(l.valid as u32);
+        sb.s_sequence = valid_end.wrapping_add(1).wrapping_add(capacity);
         write_superblock(dev, &areas[k], &sb, false)?;
         if k == 0 {
             report.end_tid = sb.s_sequence;

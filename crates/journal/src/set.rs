@@ -372,8 +372,20 @@ impl Journal {
 
     /// Write every committed block home and free every log.
     pub fn checkpoint(&self) -> JResult<()> {
-        for log in &self.logs {
-            crate::checkpoint::checkpoint(log)?;
+        // With several logs one log's tail may wait for another's (an older copy of a block,
+        // a revoke held until the others released what they had): go round until every log
+        // is empty or a round releases nothing.
+        let spans = || -> usize { self.logs.iter().map(|l| l.log.lock().ring.spans().len()).sum() };
+        let mut left = usize::MAX;
+        loop {
+            for log in &self.logs {
+                crate::checkpoint::checkpoint(log)?;
+            }
+            let now = spans();
+            if now == 0 || now >= left {
+                break;
+            }
+            left = now;
         }
         Ok(())
     }
