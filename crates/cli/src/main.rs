@@ -38,8 +38,9 @@ use crate::image::Ctx;
 struct Cli {
     /// Journal preset for commands that mount the image (`auto`: the preset measured fastest
     /// for the device, see `cjfs info`): auto, jbd2, nojournal, barrierfs, cjfs, cjfs-v1,
-    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual; a named preset may carry
-    /// technique settings, e.g. `cjfs+wait=spin_park`.
+    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, zjournal, zjournal-no-pfc,
+    /// zjournal-no-bga, zjournal-cjfs; a named preset may carry technique settings, e.g.
+    /// `cjfs+wait=spin_park` or `zjournal+logs=4`.
     #[arg(
         long,
         global = true,

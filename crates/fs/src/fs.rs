@@ -264,12 +264,12 @@ pub fn logs_need_recovery(dev: &Device, jsb: &JournalSuperblock, areas: &[Journa
 /// graph (`cjfs_journal::order_graph`: only transactions whose chained ones all committed
 /// are replayed, in commit-stamp order, revokes applied across logs). A damaged log is
 /// refused before anything is written. Then clears the private `cjfs_logs` bit.
-fn recover_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport> {
+fn recover_logs(dev: &Device, areas: &[JournalArea], order: Option<&[usize]>) -> FsResult<RecoveryReport> {
     let Some(primary) = areas.first() else {
         return Err(FsError::Corrupt("the journal has no log".into()));
     };
     let report = if areas.len() > 1 {
-        cjfs_journal::order_graph::recover_logs(&**dev, areas, true, None)?
+        cjfs_journal::order_graph::recover_logs(&**dev, areas, true, order)?
     } else {
         recover_strict(&**dev, primary)?
     };
@@ -289,9 +289,16 @@ fn recover_logs(dev: &Device, areas: &[JournalArea]) -> FsResult<RecoveryReport>
 /// what is intact leaves a file system only a full check can repair, and `e2fsck -fy` both
 /// replays and repairs.
 pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
+    recover_device_scanning(dev, None)
+}
+
+/// [`recover_device`], scanning a journal's several logs in `order` (a permutation of the
+/// log numbers; `None`: table order). The result must not depend on it: the crash harness
+/// checks that with the order reversed.
+pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResult<RecoveryReport> {
     let (sb, _) = read_layout(&**dev)?;
     let (_, areas) = journal_logs(dev, &sb)?;
-    let report = recover_logs(dev, &areas)?;
+    let report = recover_logs(dev, &areas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
@@ -342,7 +349,7 @@ impl Fs {
                 ));
             }
             // A damaged journal is refused before anything is written (see `recover_strict`).
-            let r = recover_logs(&dev, &areas)?;
+            let r = recover_logs(&dev, &areas, None)?;
             report.replayed_transactions = r.transactions;
             report.replayed_blocks = r.blocks_replayed;
         }

@@ -26,7 +26,7 @@ pub mod types;
 pub mod xattr;
 
 pub use error::{FsError, FsResult};
-pub use fs::{Fs, Geometry, MountReport, recover_device};
+pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};
 pub use mkfs::{MkfsOptions, mkfs};
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;

@@ -121,7 +121,12 @@ fn no_barrier_device_gets_no_barrier() {
 
 #[cfg(feature = "planted-bugs")]
 fn caught(bugs: Bugs, workloads: &[Workload]) -> u64 {
-    let mut cfg = CrashConfig::new("jbd2");
+    caught_in("jbd2", bugs, workloads)
+}
+
+#[cfg(feature = "planted-bugs")]
+fn caught_in(mode: &str, bugs: Bugs, workloads: &[Workload]) -> u64 {
+    let mut cfg = CrashConfig::new(mode);
     cfg.bugs = bugs;
     cfg.states.max_states = 300;
     let (s, _) = crash::run_suite(&cfg, workloads, &|_| {});
@@ -160,6 +165,35 @@ fn planted_bugs_are_caught() {
     ];
     for (what, bugs, wls) in cases {
         let n = caught(bugs, wls);
+        eprintln!("{what}: {n} violating crash state(s)");
+        assert!(n > 0, "the harness did not catch the planted bug: {what}");
+    }
+}
+
+/// Per-core journaling's planted bugs: without chain marks recovery replays a transaction
+/// whose chained partner never committed; checkpointing a version that is not yet valid puts
+/// a change on disk that recovery may have to discard. Both are caught on the Z-Journal
+/// workloads with two logs.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn planted_chaining_bugs_are_caught() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let wls: Vec<Workload> = cjfs_lab::crash::workloads::zjournal_cases(6)
+        .into_iter()
+        .chain(Suite::all().workloads(1).into_iter().filter(|w| w.name == "mt8-000"))
+        .collect();
+    let mode = "zjournal+logs=2";
+    assert_eq!(caught_in(mode, Bugs::default(), &wls), 0, "the harness must be quiet without bugs");
+    for (what, bugs) in [
+        ("drop the chain marks", Bugs { drop_marks: true, ..Bugs::default() }),
+        (
+            "checkpoint a transaction that is not yet valid",
+            Bugs { checkpoint_invalid: true, ..Bugs::default() },
+        ),
+    ] {
+        let n = caught_in(mode, bugs, &wls);
         eprintln!("{what}: {n} violating crash state(s)");
         assert!(n > 0, "the harness did not catch the planted bug: {what}");
     }

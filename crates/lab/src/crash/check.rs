@@ -473,6 +473,21 @@ fn recovery_cuts(
             differing_blocks(&full, &again)
         ));
     }
+    // Several logs: scanning them in another order recovers the same image.
+    let logs = opts.journal.logs.wanted();
+    if logs > 1 {
+        let reversed: Vec<usize> = (0..logs).rev().collect();
+        let other = Arc::new(CowDevice::new(raw.clone(), BTreeMap::new()));
+        match cjfs_fs::recover_device_scanning(&(other.clone() as Device), Some(&reversed)) {
+            Ok(_) => {
+                let diff = differing_blocks(&full, &other.changed());
+                if !diff.is_empty() {
+                    probs.push(format!("recovery scanning the logs in reverse order gives a different image: blocks {diff:?} differ"));
+                }
+            }
+            Err(e) => probs.push(format!("recovery scanning the logs in reverse order: {e}")),
+        }
+    }
     // `cjfs recover` then mount must give what mounting (which recovers) gave.
     match open_read_unmount(opts, &Arc::new(dev.fork())) {
         Ok((st, _)) => {

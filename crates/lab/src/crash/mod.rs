@@ -80,12 +80,23 @@ pub struct Bugs {
     pub drop_revokes: bool,
     /// File system: do not journal an inode size update.
     pub skip_size_update_journal: bool,
+    /// Per-core journaling: write no chain marks.
+    #[serde(default)]
+    pub drop_marks: bool,
+    /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
+    #[serde(default)]
+    pub checkpoint_invalid: bool,
 }
 
 impl Bugs {
     /// Whether any bug is planted.
     pub fn any(&self) -> bool {
-        self.skip_preflush || self.commit_before_data || self.drop_revokes || self.skip_size_update_journal
+        self.skip_preflush
+            || self.commit_before_data
+            || self.drop_revokes
+            || self.skip_size_update_journal
+            || self.drop_marks
+            || self.checkpoint_invalid
     }
 }
 
@@ -145,6 +156,8 @@ impl CrashConfig {
                 skip_preflush: self.bugs.skip_preflush,
                 commit_before_data: self.bugs.commit_before_data,
                 drop_revokes: self.bugs.drop_revokes,
+                drop_marks: self.bugs.drop_marks,
+                checkpoint_invalid: self.bugs.checkpoint_invalid,
             };
         }
         #[cfg(not(feature = "planted-bugs"))]
@@ -190,6 +203,8 @@ pub struct WorkloadResult {
     pub multi_tx_states: u64,
     /// Most transactions with log writes in flight at one crash point.
     pub max_tx_in_flight: u64,
+    /// Crash states taken while transactions of two or more logs had log writes in flight.
+    pub multi_log_states: u64,
     /// States that violated something.
     pub violations: u64,
     /// e2fsck runs that failed.
@@ -265,10 +280,13 @@ pub fn check_states(
     }
     result.states += descs.len() as u64;
     result.unique += uniq.len() as u64;
-    let mut in_flight: HashMap<usize, u64> = HashMap::new();
+    let mut in_flight: HashMap<usize, (u64, u64)> = HashMap::new();
     for d in descs {
-        let n = *in_flight.entry(d.point).or_insert_with(|| parsed.txs_in_flight(d.point) as u64);
+        let (n, logs) = *in_flight
+            .entry(d.point)
+            .or_insert_with(|| (parsed.txs_in_flight(d.point) as u64, parsed.logs_in_flight(d.point) as u64));
         result.multi_tx_states += u64::from(n >= 2);
+        result.multi_log_states += u64::from(logs >= 2);
         result.max_tx_in_flight = result.max_tx_in_flight.max(n);
     }
     let next = AtomicUsize::new(0);

@@ -209,6 +209,18 @@ pub fn assemble(
 /// commits (log blocks, barrier, commit block) be issued while it runs.
 pub const RECORD_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_micros(300);
 
+/// Pin the calling thread to core `t` (modulo the cores it may run on); best effort.
+fn pin_to_core(t: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
+    // sched_setaffinity only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(t % cores, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// Run `wl` on a recorder over `base` (a device with a cache barrier if `barrier`) and return
 /// the recording. The mount itself is not recorded: the recording's base image is `base` as
 /// mounted (its superblock marked in use), which is durable when the mount returns.
@@ -251,6 +263,9 @@ pub fn record(
         let r = exec(&fs, op);
         (OpMark { start, end: pos() }, r)
     };
+    // With several logs, thread `t` runs on core `t` (of the cores there are), so the
+    // threads of a round join different logs and their transactions chain across logs.
+    let pin = opts.journal.logs.wanted() > 1;
     // Per round, per thread: what each operation did.
     let ran: Vec<Vec<Ran>> = if wl.free_running {
         let width = wl.rounds.first().map_or(0, Vec::len);
@@ -263,6 +278,9 @@ pub fn record(
                 .map(|t| {
                     let run = &run;
                     s.spawn(move || {
+                        if pin {
+                            pin_to_core(t);
+                        }
                         let mut out = Vec::new();
                         for round in &wl.rounds {
                             let r = run(&round[t]);
@@ -306,9 +324,15 @@ pub fn record(
                 std::thread::scope(|s| {
                     let hs: Vec<_> = round
                         .iter()
-                        .map(|op| {
+                        .enumerate()
+                        .map(|(t, op)| {
                             let run = &run;
-                            s.spawn(move || run(op))
+                            s.spawn(move || {
+                                if pin {
+                                    pin_to_core(t);
+                                }
+                                run(op)
+                            })
                         })
                         .collect();
                     hs.into_iter().map(|h| h.join().unwrap_or_else(|_| panicked())).collect()

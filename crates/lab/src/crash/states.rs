@@ -176,6 +176,29 @@ impl ParsedLog {
         txs.len()
     }
 
+    /// Logs with log writes in flight at crash point `x` (per-core journaling: 2 or more
+    /// means a crash may keep one log's commit and lose another's).
+    pub fn logs_in_flight(&self, x: usize) -> usize {
+        let (_, pending) = self.split(x);
+        let mut logs: Vec<u16> = pending
+            .iter()
+            .map(|&i| &self.writes[i])
+            .filter(|w| {
+                matches!(
+                    w.kind,
+                    BlockKind::JournalDescriptor
+                        | BlockKind::JournalLogged
+                        | BlockKind::JournalCommit
+                        | BlockKind::JournalRevoke
+                )
+            })
+            .filter_map(|w| w.tx.map(|t| t.log))
+            .collect();
+        logs.sort_unstable();
+        logs.dedup();
+        logs.len()
+    }
+
     /// Whether a subset of the in-flight writes respects barrier order.
     fn barrier_ok(&self, pending: &[usize], chosen: &[bool]) -> bool {
         for &b in &self.barriers {

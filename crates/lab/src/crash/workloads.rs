@@ -794,6 +794,91 @@ fn random_thread_op(rng: &mut StdRng, m: &Model, t: usize, s: u32) -> Op {
     }
 }
 
+/// Per-core journaling's cases (Z-Journal §3, the crash cases of its issue); meaningful for
+/// every preset, and with several logs the recorder runs thread `t` on core `t`, so the two
+/// threads' operations land in different logs:
+///
+/// * `zj-shared-dir`: two threads create files in one directory and fsync them: the
+///   directory block is shared by both logs' running transactions (bi-directional chains)
+///   or written while the other log commits it (uni-directional); a crash between the two
+///   logs' commits must discard the chained one.
+/// * `zj-overwrite`: two threads set attributes of files whose inodes share an inode-table
+///   block, fsyncing each time: one block overwritten in two logs, mostly unchained (the
+///   other's version already valid), where the later stamp must win.
+/// * `zj-free-reuse`: one thread drops a file's external attribute block (a freed metadata
+///   block, revoked) while the other allocates and writes file data, which may reuse it.
+/// * `zj-starve`: eight threads fill the (smallest allowed) logs with creates carrying
+///   attribute blocks in one shared directory: checkpoints under pressure and writers that
+///   must force the commit of ancestors in other logs; it must finish.
+pub fn zjournal_cases(rounds: usize) -> Vec<Workload> {
+    let two = |f: &dyn Fn(usize, usize) -> Op| -> Vec<Vec<Op>> {
+        (0..rounds).map(|r| (0..2).map(|t| f(r, t)).collect()).collect()
+    };
+    let shared = Workload {
+        name: "zj-shared-dir".into(),
+        setup: vec![Op::Mkdir { path: "S".into() }, Op::Sync],
+        rounds: two(&|r, t| match r % 2 {
+            0 => Op::Creat { path: format!("S/t{t}-{r}") },
+            _ => Op::Fsync { path: format!("S/t{t}-{}", r - 1) },
+        }),
+        free_running: true,
+    };
+    let overwrite = Workload {
+        name: "zj-overwrite".into(),
+        setup: vec![Op::Creat { path: "f0".into() }, Op::Creat { path: "f1".into() }, Op::Sync],
+        rounds: two(&|r, t| match r % 2 {
+            0 => Op::SetXattr {
+                path: format!("f{t}"),
+                name: "user.a".into(),
+                len: 16,
+                seed: (r * 2 + t) as u32,
+            },
+            _ => Op::Fsync { path: format!("f{t}") },
+        }),
+        free_running: true,
+    };
+    let reuse = Workload {
+        name: "zj-free-reuse".into(),
+        setup: vec![
+            Op::Creat { path: "a".into() },
+            Op::SetXattr { path: "a".into(), name: "user.big".into(), len: 3000, seed: 7 },
+            Op::Creat { path: "b".into() },
+            Op::Sync,
+        ],
+        rounds: vec![
+            vec![
+                Op::RemoveXattr { path: "a".into(), name: "user.big".into() },
+                Op::Fsync { path: "b".into() },
+            ],
+            vec![Op::Fsync { path: "a".into() }, Op::Write { path: "b".into(), off: 0, len: 65536, seed: 9 }],
+            vec![Op::Sync, Op::Fsync { path: "b".into() }],
+        ],
+        free_running: false,
+    };
+    let starve = Workload {
+        name: "zj-starve".into(),
+        setup: vec![Op::Mkdir { path: "S".into() }, Op::Sync],
+        rounds: (0..rounds * 2)
+            .map(|r| {
+                (0..8)
+                    .map(|t| match r % 3 {
+                        0 => Op::Creat { path: format!("S/s{t}-{r}") },
+                        1 => Op::SetXattr {
+                            path: format!("S/s{t}-{}", r - 1),
+                            name: "user.big".into(),
+                            len: 3000,
+                            seed: (r * 8 + t) as u32,
+                        },
+                        _ => Op::Fsync { path: format!("S/s{t}-{}", r - 2) },
+                    })
+                    .collect()
+            })
+            .collect(),
+        free_running: true,
+    };
+    vec![shared, overwrite, reuse, starve]
+}
+
 /// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
 /// random workloads.
 pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
@@ -815,6 +900,7 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
     for i in 0..mt / 2 {
         v.push(overwrite_fsyncs(&format!("mtover8-{i:03}"), 8, 12, seed.wrapping_add(0x200 + i as u64)));
     }
+    v.extend(zjournal_cases(12));
     v
 }
 
@@ -832,6 +918,9 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
         overlapping_fsyncs("mtfree8-000", 8, 6, seed.wrapping_add(0x100)),
         overwrite_fsyncs("mtover8-000", 8, 8, seed.wrapping_add(0x200)),
     ]
+    .into_iter()
+    .chain(zjournal_cases(6))
+    .collect()
 }
 
 #[cfg(test)]

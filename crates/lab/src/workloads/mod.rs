@@ -484,6 +484,9 @@ pub enum Workload {
     Fxmark(fxmark::Fx),
     /// sysbench-like 4 KiB random write + fsync over 128 files per thread.
     Sysbench,
+    /// Z-Journal's SysBench settings: random 4 KiB overwrites over one shared set of large
+    /// files, with an fsync every `n` writes per thread (`None`: never; Fig. 7 and Fig. 8).
+    SysbenchShared(Option<u32>),
     /// iJournaling's fsync tester with a background sequential writer.
     FsyncTester,
     /// SQLite-like transactions.
@@ -504,7 +507,13 @@ impl Workload {
             Workload::OltpInsert,
         ];
         v.extend(fxmark::Fx::ALL.iter().map(|f| Workload::Fxmark(*f)));
-        v.extend([Workload::Sysbench, Workload::FsyncTester, Workload::Exim]);
+        v.extend([
+            Workload::Sysbench,
+            Workload::SysbenchShared(None),
+            Workload::SysbenchShared(Some(100)),
+            Workload::FsyncTester,
+            Workload::Exim,
+        ]);
         for j in [sqlite::Journal::Rollback, sqlite::Journal::Wal] {
             for n in [1, 1000] {
                 v.push(Workload::Sqlite(j, n));
@@ -520,6 +529,9 @@ impl Workload {
         match self {
             Workload::Fileserver => (8.0 * p.scale.max(0.05)).ceil() as u64 * gib + 2 * gib,
             Workload::Sysbench => 2 * gib + t * 128 * sysbench::FILE_BYTES / 4096,
+            Workload::SysbenchShared(_) => {
+                2 * gib + sysbench::shared_blocks(p) * sysbench::SHARED_FILES as u64
+            }
             Workload::Dbench => 2 * gib + t * gib / 16,
             Workload::FsyncTester => 4 * gib,
             _ => 4 * gib,
@@ -537,6 +549,8 @@ impl fmt::Display for Workload {
             Workload::OltpInsert => write!(f, "oltp-insert"),
             Workload::Fxmark(x) => write!(f, "{}", x.name()),
             Workload::Sysbench => write!(f, "sysbench"),
+            Workload::SysbenchShared(None) => write!(f, "sysbench-shared"),
+            Workload::SysbenchShared(Some(n)) => write!(f, "sysbench-shared-fsync{n}"),
             Workload::FsyncTester => write!(f, "fsync-tester"),
             Workload::Sqlite(j, n) => write!(f, "sqlite-{}-{n}", j.name()),
             Workload::Exim => write!(f, "exim"),
@@ -574,6 +588,7 @@ pub fn run(w: Workload, t: &Arc<dyn Target>, p: &Params) -> io::Result<RunResult
         Workload::OltpInsert => oltp::run(t, p),
         Workload::Fxmark(x) => fxmark::run(t, p, x),
         Workload::Sysbench => sysbench::run(t, p),
+        Workload::SysbenchShared(every) => sysbench::run_shared(t, p, every),
         Workload::FsyncTester => fsync_tester::run(t, p),
         Workload::Sqlite(j, n) => sqlite::run(t, p, j, n),
         Workload::Exim => exim::run(t, p),
