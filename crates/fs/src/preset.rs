@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores";
+pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores, fsync=all_logs|chained";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -47,6 +47,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("wait", "condvar")) => journal.wait = WaitMode::Condvar,
             Some(("wait", "spin_park")) => journal.wait = WaitMode::SpinPark,
             Some(("logs", n)) => journal.logs = n.parse().map_err(bad)?,
+            Some(("fsync", "all_logs")) => journal.fsync_all_logs = true,
+            Some(("fsync", "chained")) => journal.fsync_all_logs = false,
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();

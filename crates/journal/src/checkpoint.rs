@@ -31,7 +31,10 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
                 return;
             }
         }
-        let pending = !j.checkpoint_list.lock().is_empty();
+        // Blocks to write home, or (several logs) written but held in the log by another
+        // log's older copies, revokes or validity: look again.
+        let pending = !j.checkpoint_list.lock().is_empty()
+            || (j.set.multi_log() && j.log.lock().ring.durable_prefix().is_some());
         if pending && let Err(e) = checkpoint(&j) {
             j.abort(format!("checkpoint failed: {e}"));
             return;
@@ -134,6 +137,7 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
         let mut l = j.log.lock();
         l.ring.release_upto(upto);
         l.sb_start_on_disk = start;
+        j.note_free(&l);
     }
     if multi {
         j.revoke_holds.lock().retain(|(r, _)| *r > upto);

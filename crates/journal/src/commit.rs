@@ -102,6 +102,8 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         wait_previous_durable(j, tx.tid)?;
     }
     let t_lock = Instant::now();
+    // Until its span is reserved, admission keeps room for it (per-core journaling).
+    j.unreserved.store(u64::from(tx.credits.load(Ordering::Acquire)) + 4, Ordering::Release);
     crate::coalescing::lock_up(j, tx)?;
     // Stamped after the last handle stopped and before any version is taken: a writer of
     // another log that sees one of its versions drains later, with a later stamp.
@@ -112,8 +114,17 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     }
     let lists = std::mem::take(&mut *tx.lists.lock());
     let versions = take_versions(j, tx, lists.buffers)?;
-    let marks: Vec<TxId> =
-        if crate::planted::bugs(&j.set.config).drop_marks { Vec::new() } else { tx.marks.lock().clone() };
+    let marks: Vec<TxId> = tx.marks.lock().clone();
+    // Commit what this transaction is chained to at the same time, in the other logs'
+    // threads, rather than after it (it is valid, and its waiters woken, only with them).
+    for m in &marks {
+        if !j.set.chains.is_valid(*m)
+            && let Some(l) = j.set.log_core(m.log)
+        {
+            l.request_commit(m.tid);
+        }
+    }
+    let marks = if crate::planted::bugs(&j.set.config).drop_marks { Vec::new() } else { marks };
     let in_flight = {
         let mut st = j.state.lock();
         tx.set_state(TxState::Committing);
@@ -156,6 +167,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         }
         JournalKind::Jbd2 => {}
     }
+    j.unreserved.store(0, Ordering::Release);
     // Ordered data and log blocks go to the device together before anything waits (JBD2
     // submits both, then waits); one batch lets the device merge the contiguous log run.
     let (n_data, mut tickets) = {
@@ -403,12 +415,22 @@ fn log_requests(
 /// transactions to become durable) until they fit.
 fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
     loop {
-        if let Some(s) = j.log.lock().reserve(tid, n) {
-            return Ok(s);
+        {
+            let mut l = j.log.lock();
+            if let Some(s) = l.reserve(tid, n) {
+                j.note_free(&l);
+                j.unreserved.store(0, Ordering::Release);
+                return Ok(s);
+            }
         }
         crate::checkpoint::checkpoint(j)?;
-        if let Some(s) = j.log.lock().reserve(tid, n) {
-            return Ok(s);
+        {
+            let mut l = j.log.lock();
+            if let Some(s) = l.reserve(tid, n) {
+                j.note_free(&l);
+                j.unreserved.store(0, Ordering::Release);
+                return Ok(s);
+            }
         }
         let (mut pending, cap) = {
             let l = j.log.lock();

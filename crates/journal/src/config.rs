@@ -69,6 +69,11 @@ pub struct JournalConfig {
     /// (`cjfs mkfs --log-area`); with fewer, the journal runs the logs it has. Z-Journal's
     /// proactive frozen copy is [`JournalConfig::multi_version`].
     pub logs: crate::per_core::Logs,
+    /// With several logs, what fsync commits: every log's running transaction (Z-Journal's
+    /// fsync, `true`: the file's updates may sit in any log), or only its own transaction
+    /// and whatever that is chained to (`false`: exact, since a change to a block another
+    /// log holds is chained to it; fewer commits, each flush shared by fewer fsyncs).
+    pub fsync_all_logs: bool,
     /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
     /// first (polling waits, `crate::polling`).
     pub wait: crate::polling::WaitMode,
@@ -104,6 +109,7 @@ impl JournalConfig {
             csum_v3: true,
             wait: crate::polling::WaitMode::Condvar,
             logs: crate::per_core::Logs::One,
+            fsync_all_logs: true,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),
             per_device: false,

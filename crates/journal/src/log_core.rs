@@ -115,6 +115,12 @@ pub(crate) struct LogCore {
     pub timing: crate::coalescing::PaceTiming,
     /// Largest transaction, in blocks. Immutable.
     pub max_tx_blocks: u32,
+    /// Per-core journaling: log blocks the transaction being committed may still reserve
+    /// (its credits from lock-up until its log space is reserved; admission counts them).
+    pub unreserved: AtomicU64,
+    /// Free blocks of the log ring, as `log` last left it (per-core journaling's admission
+    /// reads it without the lock). Written under `log`.
+    pub free_fast: AtomicU64,
 }
 
 impl LogCore {
@@ -122,6 +128,7 @@ impl LogCore {
     /// transaction continues the superblock's sequence.
     pub fn new(set: Arc<Shared>, id: LogId, area: JournalArea, log: LogState) -> LogCore {
         let first_tid = u64::from(log.sb.s_sequence.max(1));
+        let free = log.ring.free();
         let max_tx_blocks = match set.config.max_tx_blocks {
             Some(m) => m.min(log.ring.capacity() as u32 / 2),
             None => (log.ring.capacity() / 4) as u32,
@@ -165,6 +172,8 @@ impl LogCore {
             timing: crate::coalescing::PaceTiming::new(),
             closed: AtomicBool::new(false),
             durable_fast: AtomicU64::new(first_tid - 1),
+            free_fast: AtomicU64::new(free),
+            unreserved: AtomicU64::new(0),
             commit_request_fast: AtomicU64::new(first_tid - 1),
             max_tx_blocks,
         }
@@ -365,11 +374,28 @@ impl LogCore {
         self.done_cv.notify_all();
     }
 
+    /// Per-core journaling's admission by log space (JBD2 reserves log space at handle start
+    /// too): a handle joins only while the log has room for the transaction being committed
+    /// (its credits, until it reserved its span) and the running one at its largest, so a transaction that may already be chained
+    /// to other logs never waits for log space at commit — a wait that could close a cycle
+    /// through those logs' validity (a durable transaction waiting for this one to commit,
+    /// holding back the other log's checkpoint). One log needs no such rule.
+    fn has_room(&self) -> bool {
+        !self.set.multi_log()
+            || self.free_fast.load(Ordering::Acquire)
+                >= u64::from(self.max_tx_blocks) + self.unreserved.load(Ordering::Acquire) + 8
+    }
+
+    /// Note the ring's free space after `l` changed it.
+    pub(crate) fn note_free(&self, l: &LogState) {
+        self.free_fast.store(l.ring.free(), Ordering::Release);
+    }
+
     /// Lock-free handle start: join the running transaction if it is Running and has room.
     /// `None` sends the caller to the locked path (no running transaction, Locked, full,
     /// closed).
     fn try_start_fast(self: &Arc<Self>, credits: u32) -> Option<Handle> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) || !self.has_room() {
             return None;
         }
         let tx = self.running_fast.load_full()?;
@@ -437,6 +463,17 @@ impl LogCore {
                 Some(t) => t.clone(),
                 None => continue,
             };
+            if !self.has_room() {
+                // Wait for this log's checkpoint (and the others', which it may wait for).
+                drop(st);
+                self.set.stats.space_waits.fetch_add(1, Ordering::Relaxed);
+                for l in self.set.logs_now().unwrap_or_default() {
+                    l.want_checkpoint();
+                }
+                st = self.state.lock();
+                st.wait_for(&self.done_cv, std::time::Duration::from_millis(1));
+                continue;
+            }
             if tx.state() != TxState::Running {
                 let t0 = Instant::now();
                 st.wait(&self.locked_cv);

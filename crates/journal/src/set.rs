@@ -329,7 +329,7 @@ impl Journal {
     pub fn commit_wait(&self, id: TxId) -> JResult<()> {
         let log = self.log(id)?;
         if self.logs.len() > 1 {
-            for l in &self.logs {
+            for l in self.logs.iter().filter(|_| self.shared.config.fsync_all_logs) {
                 if let Some(t) = l.running_fast.load().as_ref()
                     && t.handles.load(Ordering::Relaxed) > 0
                     && !(l.id == id.log && t.tid == id.tid)

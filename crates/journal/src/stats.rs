@@ -36,6 +36,7 @@ pub struct JournalStats {
     pub(crate) forced_commits: AtomicU64,
     pub(crate) copy_ns: AtomicU64,
     pub(crate) shared_flushes: AtomicU64,
+    pub(crate) space_waits: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -105,6 +106,8 @@ pub struct StatsSnapshot {
     pub copy_ns: u64,
     /// Flushes a log saved by waiting for another log's flush that covered its writes (compound flush across logs).
     pub shared_flushes: u64,
+    /// Per-core journaling: handle starts that waited for log space (admission by space).
+    pub space_waits: u64,
 }
 
 impl JournalStats {
@@ -142,6 +145,7 @@ impl JournalStats {
             forced_commits: self.forced_commits.load(Relaxed),
             copy_ns: self.copy_ns.load(Relaxed),
             shared_flushes: self.shared_flushes.load(Relaxed),
+            space_waits: self.space_waits.load(Relaxed),
         }
     }
 }
@@ -181,6 +185,7 @@ impl StatsSnapshot {
             forced_commits: self.forced_commits - earlier.forced_commits,
             copy_ns: self.copy_ns - earlier.copy_ns,
             shared_flushes: self.shared_flushes - earlier.shared_flushes,
+            space_waits: self.space_waits - earlier.space_waits,
         }
     }
 

@@ -386,11 +386,9 @@ fn fs_err(e: impl fmt::Display) -> io::Error {
 }
 
 fn mount_cjfs(dev: Device, options: &MountOptions, zeroed: bool, label: String) -> io::Result<Instance> {
-    let mk = preset::mkfs_for(
-        options,
-        preset::LOG_AREA_BLOCKS,
-        MkfsOptions { assume_zeroed: zeroed, ..Default::default() },
-    );
+    // Every log as large as the primary journal mke2fs would make for this device.
+    let area = cjfs_fs::mkfs::default_journal_blocks(dev.num_blocks()).max(preset::LOG_AREA_BLOCKS);
+    let mk = preset::mkfs_for(options, area, MkfsOptions { assume_zeroed: zeroed, ..Default::default() });
     mkfs(&*dev, &mk).map_err(fs_err)?;
     let fs = Fs::open(dev, options.clone()).map_err(fs_err)?;
     let t = Arc::new(CjfsTarget::new(fs, label));

@@ -82,7 +82,7 @@ pub fn run_shared(t: &dyn Target, p: &Params, fsync_every: Option<u32>) -> io::R
                 w.op(|| write_pool(t, fh, off, 4096))?;
                 w.bytes += 4096;
                 n += 1;
-                if fsync_every.is_some_and(|k| n % k == 0) {
+                if fsync_every.is_some_and(|k| n.is_multiple_of(k)) {
                     w.fsync_op(|| t.fsync(fh, false))?;
                 }
             }
