@@ -2589,7 +2589,9 @@ fn extra_log_area_hidden_from_stock_tools() {
 
     let data = pattern(300_000, 51);
     // No timer commit or background checkpoint moves the log while the crash copy is taken.
-    let fs = Fs::open(dev, MountOptions { journal: quiet_journal(), ..Default::default() }).expect("mount");
+    // Two logs (per-core journaling's setting; with one log the extra area stays unused).
+    let journal = cjfs_journal::JournalConfig { logs: cjfs_journal::Logs::Count(2), ..quiet_journal() };
+    let fs = Fs::open(dev, MountOptions { journal, ..Default::default() }).expect("mount");
     assert_eq!(fs.journal().log_count(), 2);
     let a = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).expect("create").ino;
     fs.write(a, 0, &data).expect("write");
