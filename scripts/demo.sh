@@ -2,7 +2,8 @@
 # The main job: build cjfs, make and fill an image, have e2fsck judge it, run the smoke
 # benchmark (cjfs next to raw pwrite+fdatasync on this disk, and 16-thread varmail), compare
 # cjfs with its JBD2 baseline and with the kernel's ext4 (loop mount, as root), and run the
-# crash harness' fast subset on the baseline and the CJFS presets. A few minutes after the build.
+# crash harness' fast subset on the baseline, the CJFS and the Z-Journal presets; per-core
+# journaling (Z-Journal) against JBD2. A few minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,10 +38,15 @@ $cjfs bench run --target cjfs:nvme-consumer --mode jbd2 --mode barrierfs --mode 
   --workload varmail-shared --threads 32 --duration 3 --reps 5 --ci 5 --max-reps 8 --seed 1 \
   --out "$work/nvme" --quiet --compare docs/results/cjfs/nvme-32t/results.json
 echo
+echo "== per-core journaling (Z-Journal) against JBD2: emulated consumer NVMe, varmail-shared, 32 threads =="
+$cjfs bench run --target nvme=cjfs:nvme-consumer --mode jbd2 --mode zjournal --mode zjournal-cjfs \
+  --workload varmail-shared --threads 32 --duration 2 --reps 3 --seed 1 \
+  --out "$work/zjournal" --quiet --compare docs/results/zjournal/nvme-varmail-shared/results.json
+echo
 echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
 WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 REPS=5 CI_PCT=5 MAX_REPS=8 MODES="jbd2 cjfs" OUT="$work/file-out" \
   COMPARE=docs/results/file-device/all/results.json \
   docs/results/cjfs/run-file.sh
 echo
 echo "== crash test: fast subset (docs/results/crash/ has the full suite for every mode) =="
-$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --quiet --failures "$work/crash-failures"
+$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --mode zjournal --quiet --failures "$work/crash-failures"
