@@ -139,34 +139,33 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     j.set.stats.in_flight_sum.fetch_add(in_flight, Ordering::Relaxed);
     j.set.stats.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
 
-    let mut reqs = Vec::new();
     let mut revokes: Vec<u64> = lists.revokes.into_iter().collect();
     revokes.sort_unstable();
     let revoked = revokes.clone();
     if crate::planted::bugs(&j.set.config).drop_revokes {
         revokes.clear();
     }
-    let mut commit = None;
-    let has_log = !versions.is_empty() || !revokes.is_empty();
-    match j.set.config.kind {
+    let (reqs, commit) = match j.set.config.kind {
         JournalKind::None => {
             let home: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
-            reqs = run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.id()));
+            (run_requests(home, WriteTag::tx(BlockKind::Metadata, tx.id())), None)
         }
-        // With several logs every transaction gets a commit block, even an empty one: another
-        // log's transaction may be chained to it, and recovery must find it committed.
-        JournalKind::Jbd2 if has_log || j.set.multi_log() => {
+        // Every transaction gets a commit block, even one with nothing to log (as JBD2's
+        // commit does): recovery walks transaction ids in sequence, so an id consumed without
+        // one would end the log before every later transaction (found by
+        // `an_empty_transaction_does_not_end_the_log`: an fsynced block lost after an empty
+        // handle's commit); and with several logs another log's transaction may be chained
+        // to it.
+        JournalKind::Jbd2 => {
             let chain = j.set.multi_log().then(|| crate::commit_block::ChainMarks {
                 log: j.id,
                 stamp: tx.stamp.load(Ordering::SeqCst),
                 marks: marks.iter().map(|m| (m.log, m.tid as u32)).collect(),
             });
             let (r, c) = log_requests(j, tx.tid, &versions, &revokes, chain.as_ref())?;
-            reqs = r;
-            commit = Some(c);
+            (r, Some(c))
         }
-        JournalKind::Jbd2 => {}
-    }
+    };
     j.unreserved.store(0, Ordering::Release);
     // Ordered data and log blocks go to the device together before anything waits (JBD2
     // submits both, then waits); one batch lets the device merge the contiguous log run.

@@ -304,3 +304,25 @@ fn spin_park_waits_commit_and_report_failures() {
         failed_flush_in(cfg);
     }
 }
+
+/// A transaction with a handle but nothing to log, committed between two that log blocks:
+/// recovery must still replay the later one (JBD2 scans transaction ids in sequence, so a
+/// consumed id with no commit block in the log would end the scan before it).
+#[test]
+fn an_empty_transaction_does_not_end_the_log() {
+    for cfg in presets().into_iter().filter(|c| c.kind == cjfs_journal::JournalKind::Jbd2) {
+        let name = cfg.name.clone();
+        let (ssd, j) = setup(cfg);
+        let first = write_pattern(&j, 300, 1);
+        j.commit_wait(first).expect("commit");
+        let empty = j.start(1).expect("start").stop().expect("stop");
+        j.commit_wait(empty).expect("commit the empty transaction");
+        let last = write_pattern(&j, 301, 2);
+        j.commit_wait(last).expect("commit");
+        let crash = EmulatedSsd::from_image(cjfs_blockdev::SsdPreset::ramdisk(), &ssd.image_bytes());
+        let area = JournalArea::contiguous(LOG_START, LOG_LEN);
+        recover(&crash, &area).expect("recover");
+        assert_eq!((home(&crash, 300), home(&crash, 301)), (1, 2), "{name}: a committed block was lost");
+        j.shutdown().expect("shutdown");
+    }
+}
