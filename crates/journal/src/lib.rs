@@ -19,7 +19,7 @@
 //! | `buffer.rs` | the buffer cache and each buffer's journal state |
 //! | `commit.rs` | the commit thread: lock-up, versions, log and ordered-data writes |
 //! | `flush.rs` | the flush step: completion, flushes/barriers, commit records, durability |
-//! | `checkpoint.rs` | writing committed blocks home and moving the log tail |
+//! | `checkpoint.rs` | writing committed blocks home and moving the log tail (with several logs: the coherence checkpoint) |
 //! | `log.rs` | the log's superblock position over the ring |
 //! | `ring.rs` | the circular log itself (arithmetic and span allocation), shared with recovery |
 //! | `area.rs` | where a log lives on the device |
@@ -30,7 +30,7 @@
 //! | `per_core.rs` | per-core journaling (Z-Journal): admission, chain marks, stamps, validity |
 //! | `order_graph.rs` | recovery of several logs by order graph (Z-Journal §3.4) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
-//! | `compound_flush.rs` | compound flush (CJFS §4.4) |
+//! | `compound_flush.rs` | compound flush (CJFS §4.4), and flushes shared across logs (`SharedFlush`) |
 //! | `polling.rs` | polling completion waits: spin a device-adapted budget, then park (XFS paper) |
 //! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `lock_stat.rs`: lock-wait accounting (lockstat); `planted.rs`: test-only bugs |
 //!

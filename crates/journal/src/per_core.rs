@@ -33,6 +33,13 @@
 //!   log: the block would lose the older transaction's change).
 //! * **Marks kept per log**: one mark per other log, its newest transaction (validity is a
 //!   prefix per log), so a commit block always has room for them (`commit_block.rs`).
+//! * **Admission by log space** (`LogCore::has_room`): a handle joins a log only while it
+//!   has room for the transaction being committed and the running one, so a transaction
+//!   that may be chained never waits for log space at commit (a wait that could close a
+//!   cycle: its partner, durable but not valid, holding back another log's tail).
+//! * **Order of release**: a log releases a version only once no older version of the block
+//!   is left in another log (`in_logs`), else recovery would replay the older image over the
+//!   newer one already home; releases across logs therefore follow stamp order.
 //!
 //! A journal of one log never marks, stamps or waits for validity beyond durability, and
 //! writes plain JBD2.
