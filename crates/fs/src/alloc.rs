@@ -55,7 +55,7 @@ fn core_range(fs: &FsInner) -> Option<(u32, u32)> {
     }
     let n = fs.journal.log_count().max(1) as u64;
     let g = u64::from(fs.geo.groups);
-    let i = cjfs_journal::per_core::core_slot(n as usize) as u64;
+    let i = cjfs_journal::per_core::core_slot(n as usize, fs.journal.config().admission) as u64;
     let start = (i * g / n) as u32;
     let end = (((i + 1) * g / n) as u32).max(start + 1).min(fs.geo.groups);
     Some((start, end))

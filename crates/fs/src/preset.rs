@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores, fsync=all_logs|chained";
+pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores, fsync=all_logs|chained, admit=core|thread";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -49,6 +49,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("logs", n)) => journal.logs = n.parse().map_err(bad)?,
             Some(("fsync", "all_logs")) => journal.fsync_all_logs = true,
             Some(("fsync", "chained")) => journal.fsync_all_logs = false,
+            Some(("admit", "core")) => journal.admission = cjfs_journal::per_core::Admission::Core,
+            Some(("admit", "thread")) => journal.admission = cjfs_journal::per_core::Admission::Thread,
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();

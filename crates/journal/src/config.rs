@@ -74,6 +74,8 @@ pub struct JournalConfig {
     /// and whatever that is chained to (`false`: exact, since a change to a block another
     /// log holds is chained to it; fewer commits, each flush shared by fewer fsyncs).
     pub fsync_all_logs: bool,
+    /// With several logs, which log a handle joins: its core's (the paper) or its thread's.
+    pub admission: crate::per_core::Admission,
     /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
     /// first (polling waits, `crate::polling`).
     pub wait: crate::polling::WaitMode,
@@ -110,6 +112,7 @@ impl JournalConfig {
             wait: crate::polling::WaitMode::Condvar,
             logs: crate::per_core::Logs::One,
             fsync_all_logs: true,
+            admission: crate::per_core::Admission::Core,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),
             per_device: false,

@@ -3,9 +3,11 @@
 //! so commits never queue behind one another; the order between logs is kept by *chain
 //! marks* and enforced late, at checkpoint and at recovery.
 //!
-//! * **Admission** ([`admit`]): a handle joins the log of the core it starts on (`sched_getcpu`,
-//!   §3.1) and stays there. With more logs than cores (the lab sweeps N) a core would leave
-//!   logs idle, so each thread then gets a slot of its own, round robin, and keeps it.
+//! * **Admission** ([`admit`], setting `JournalConfig::admission`): a handle joins the log of
+//!   the core it starts on (`sched_getcpu`, §3.1) and stays there. With more logs than cores
+//!   (the lab sweeps N) a core would leave logs idle, so each thread then gets a slot of its
+//!   own, round robin, and keeps it; [`Admission::Thread`] does that always, so a thread's
+//!   blocks stay in one log when threads outnumber cores and migrate between them.
 //! * **Chaining** (§3.1–3.2; `handle.rs` calls [`chain_to_owner`] and [`chain_to_version`]):
 //!   writing a block that another log's running (or locked, still draining) transaction holds
 //!   makes a *bi-directional* chain: both get a mark naming the other, the block stays in its
@@ -123,13 +125,24 @@ fn current_cpu() -> usize {
     usize::try_from(c).unwrap_or(0)
 }
 
+/// Which log a handle joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The log of the core the handle starts on (Z-Journal §3.1); with more logs than cores,
+    /// the thread's own slot.
+    Core,
+    /// The calling thread's own slot, whatever core it runs on (the notes' thread-affine
+    /// option): a thread's blocks stay in one log when threads outnumber cores and migrate.
+    Thread,
+}
+
 /// The log (of `n`) a handle started now joins.
-pub(crate) fn admit(n: usize) -> usize {
+pub(crate) fn admit(n: usize, how: Admission) -> usize {
     if n <= 1 {
         return 0;
     }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    if n <= cores {
+    if how == Admission::Core && n <= cores {
         return current_cpu() % n;
     }
     SLOT.with(|s| {
@@ -142,8 +155,8 @@ pub(crate) fn admit(n: usize) -> usize {
 
 /// The slot (of `n`) of the calling thread, as admission picks a log: the file system's
 /// core-aware allocation uses it so each log's transactions allocate from their own groups.
-pub fn core_slot(n: usize) -> usize {
-    admit(n)
+pub fn core_slot(n: usize, how: Admission) -> usize {
+    admit(n, how)
 }
 
 /// Add `target` to `marks`, keeping only the newest transaction per log.

@@ -241,7 +241,7 @@ impl Journal {
     /// Admission: the log a new handle joins (its core's, see `per_core::admit`). A set of
     /// one log admits every handle to it.
     fn admit(&self) -> &Arc<LogCore> {
-        &self.logs[crate::per_core::admit(self.logs.len())]
+        &self.logs[crate::per_core::admit(self.logs.len(), self.shared.config.admission)]
     }
 
     /// Start a handle with `credits` blocks reserved.
