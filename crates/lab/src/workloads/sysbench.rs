@@ -71,7 +71,11 @@ pub fn run_shared(t: &dyn Target, p: &Params, fsync_every: Option<u32>) -> io::R
         t.close(fh)?;
     }
     t.sync_all()?;
-    run_workers(t, "sysbench-shared", p.threads, p.duration, p.seed, |w| {
+    let name = match fsync_every {
+        None => "sysbench-shared".to_string(),
+        Some(n) => format!("sysbench-shared-fsync{n}"),
+    };
+    run_workers(t, &name, p.threads, p.duration, p.seed, |w| {
         let fhs: Vec<Fh> =
             (0..SHARED_FILES).map(|f| t.open(&format!("sysbench-shared/f{f}"))).collect::<io::Result<_>>()?;
         let r = (|| -> io::Result<()> {
