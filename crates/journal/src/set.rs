@@ -337,7 +337,14 @@ impl Journal {
                     l.request_commit(t.tid);
                 }
             }
-            log.request_commit(id.tid);
+            // The caller commits its own transaction inline where the mode allows (no
+            // thread hand-off), then waits until it is valid.
+            let inline = !self.shared.config.dual_thread
+                && !log.is_durable(id.tid)
+                && crate::commit::commit_inline(log, id.tid)?;
+            if !inline {
+                log.request_commit(id.tid);
+            }
             return log.wait(id.tid);
         }
         log.commit_wait(id.tid)
