@@ -60,13 +60,13 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
     let Some(mut upto) = j.log.lock().ring.durable_prefix() else {
         return Ok(());
     };
-    if multi {
+    let bugs = crate::planted::bugs(&j.set.config);
+    if multi && !bugs.checkpoint_invalid {
         upto = upto.min(j.set.chains.valid_upto(usize::from(j.id)));
         if let Some(c) = hold_cap {
             upto = upto.min(c);
         }
     }
-    let bugs = crate::planted::bugs(&j.set.config);
     let list = std::mem::take(&mut *j.checkpoint_list.lock());
     // Per block: the entries of this log (its transactions that committed a version).
     let mut by_block: HashMap<u64, (Arc<Buffer>, Vec<Tid>)> = HashMap::with_capacity(list.len());

@@ -271,6 +271,12 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
         return;
     }
     j.done_cv.notify_all();
+    if crate::planted::bugs(&j.set.config).checkpoint_invalid
+        && let Err(e) = crate::checkpoint::checkpoint(j)
+    {
+        // Planted bug: checkpoint every durable transaction at once, valid or not.
+        j.abort(format!("checkpoint failed: {e}"));
+    }
     let t0 = Instant::now();
     let adv = j.set.chains.durable(pending);
     j.set.stats.validity_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -17,7 +17,8 @@ pub struct PlantedBugs {
     pub drop_revokes: bool,
     /// Per-core journaling: write no chain marks into commit blocks.
     pub drop_marks: bool,
-    /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
+    /// Per-core journaling: checkpoint every transaction as soon as it is durable, writing
+    /// home and releasing versions of transactions that are not yet valid.
     pub checkpoint_invalid: bool,
 }
 
