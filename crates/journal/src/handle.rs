@@ -36,6 +36,11 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// A handle of log `j` on transaction `tx`, with `credits` reserved.
+    pub(crate) fn new(j: Arc<LogCore>, tx: Arc<Transaction>, credits: u32) -> Handle {
+        Handle { j, tx: Some(tx), credits, used: 0, started: std::time::Instant::now(), pinned: Vec::new() }
+    }
+
     fn tx(&self) -> JResult<&Arc<Transaction>> {
         self.tx.as_ref().ok_or(JournalError::Shutdown)
     }

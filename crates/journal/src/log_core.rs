@@ -417,14 +417,7 @@ impl LogCore {
         }
         tx.handles.fetch_add(1, Ordering::Relaxed);
         self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
-        Some(Handle {
-            j: self.clone(),
-            tx: Some(tx),
-            credits,
-            used: 0,
-            started: Instant::now(),
-            pinned: Vec::new(),
-        })
+        Some(Handle::new(self.clone(), tx, credits))
     }
 
     fn undo_update(&self, tx: &Transaction) {
@@ -495,14 +488,7 @@ impl LogCore {
             tx.handles.fetch_add(1, Ordering::Relaxed);
             drop(st);
             self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
-            return Ok(Handle {
-                j: self.clone(),
-                tx: Some(tx),
-                credits,
-                used: 0,
-                started: Instant::now(),
-                pinned: Vec::new(),
-            });
+            return Ok(Handle::new(self.clone(), tx, credits));
         }
     }
 }

@@ -34,7 +34,7 @@ use crate::area::JournalArea;
 use crate::commit_block::ChainMarks;
 use crate::error::{JResult, JournalError};
 use crate::recovery::{
-    BadBlockReason, BadLogBlock, LogReader, RecoveryReport, ScanResult, ScanStop, Source, committed_after,
+    BadBlockReason, BadLogBlock, LogReader, RecoveryReport, ScanResult, Source, committed_after,
     damage_summary, for_each_batch, scan_log, tid_gt, write_home,
 };
 use crate::ring::LogRing;
@@ -154,21 +154,11 @@ pub fn recover_logs(
     decide_validity(&mut logs);
     let needed = logs.iter().any(|l| l.scan.needed);
     let report0 = &logs[0].scan;
-    let mut report = RecoveryReport {
-        needed,
-        start_tid: report0.start_tid,
-        end_tid: report0.start_tid.wrapping_add(1),
-        transactions: 0,
-        blocks_replayed: 0,
-        blocks_written: 0,
-        blocks_revoked: 0,
-        revoke_records: 0,
-        failed_commit: None,
-        failed_commit_followed: false,
-        bad_blocks: Vec::new(),
-        stop: if needed { report0.stop.clone() } else { ScanStop::Clean },
-        discarded: 0,
-    };
+    let mut report = RecoveryReport::nothing(report0.start_tid);
+    report.needed = needed;
+    if needed {
+        report.stop = report0.stop.clone();
+    }
     if !needed {
         return Ok(report);
     }

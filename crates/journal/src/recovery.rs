@@ -667,6 +667,25 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
+    /// A report of no recovery for a log starting at `start_tid` (nothing replayed yet).
+    pub(crate) fn nothing(start_tid: u32) -> Self {
+        RecoveryReport {
+            needed: false,
+            start_tid,
+            end_tid: start_tid.wrapping_add(1),
+            transactions: 0,
+            blocks_replayed: 0,
+            blocks_written: 0,
+            blocks_revoked: 0,
+            revoke_records: 0,
+            failed_commit: None,
+            failed_commit_followed: false,
+            bad_blocks: Vec::new(),
+            stop: ScanStop::Clean,
+            discarded: 0,
+        }
+    }
+
     /// The journal was damaged (a failed commit followed by later transactions, or
     /// unreplayable blocks): the file system must be marked as having errors and checked,
     /// as e2fsck does. A torn last commit block is not damage (see
@@ -790,21 +809,7 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
     let sb = read_superblock(dev, area)?;
     let scan = scan_log(dev, area, &sb)?;
     if !scan.needed {
-        return Ok(RecoveryReport {
-            needed: false,
-            start_tid: sb.s_sequence,
-            end_tid: sb.s_sequence.wrapping_add(1),
-            transactions: 0,
-            blocks_replayed: 0,
-            blocks_written: 0,
-            blocks_revoked: 0,
-            revoke_records: 0,
-            failed_commit: None,
-            failed_commit_followed: false,
-            bad_blocks: Vec::new(),
-            stop: ScanStop::Clean,
-            discarded: 0,
-        });
+        return Ok(RecoveryReport::nothing(sb.s_sequence));
     }
     let d = decide(dev, area, &scan)?;
     let followed = scan.failed_commit.is_some_and(|t| committed_after(dev, area, &sb, &scan, t));

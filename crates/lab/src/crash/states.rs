@@ -153,9 +153,9 @@ impl ParsedLog {
         (durable, pending)
     }
 
-    /// Journal transactions with log writes in flight (submitted, not durable) at crash
-    /// point `x`: 2 or more means several transactions were committing when the crash hit.
-    pub fn txs_in_flight(&self, x: usize) -> usize {
+    /// The transactions of the journal writes in flight (submitted, not durable) at crash
+    /// point `x`, deduplicated.
+    fn journal_txs_in_flight(&self, x: usize) -> Vec<TxId> {
         let (_, pending) = self.split(x);
         let mut txs: Vec<TxId> = pending
             .iter()
@@ -173,28 +173,19 @@ impl ParsedLog {
             .collect();
         txs.sort_unstable_by_key(|t| (t.log, t.tid));
         txs.dedup();
-        txs.len()
+        txs
+    }
+
+    /// Journal transactions with log writes in flight at crash point `x`: 2 or more means
+    /// several transactions were committing when the crash hit.
+    pub fn txs_in_flight(&self, x: usize) -> usize {
+        self.journal_txs_in_flight(x).len()
     }
 
     /// Logs with log writes in flight at crash point `x` (per-core journaling: 2 or more
     /// means a crash may keep one log's commit and lose another's).
     pub fn logs_in_flight(&self, x: usize) -> usize {
-        let (_, pending) = self.split(x);
-        let mut logs: Vec<u16> = pending
-            .iter()
-            .map(|&i| &self.writes[i])
-            .filter(|w| {
-                matches!(
-                    w.kind,
-                    BlockKind::JournalDescriptor
-                        | BlockKind::JournalLogged
-                        | BlockKind::JournalCommit
-                        | BlockKind::JournalRevoke
-                )
-            })
-            .filter_map(|w| w.tx.map(|t| t.log))
-            .collect();
-        logs.sort_unstable();
+        let mut logs: Vec<u16> = self.journal_txs_in_flight(x).iter().map(|t| t.log).collect();
         logs.dedup();
         logs.len()
     }
