@@ -309,19 +309,17 @@ fn drop_revoked(j: &LogCore, p: &crate::per_core::Pending) {
         return;
     }
     let stamp = p.tx.stamp.load(Ordering::SeqCst);
-    let mut other_logs = j.set.multi_log();
     for blk in &p.revoked {
         if let Some(b) = j.set.cache.peek(*blk) {
             let mut js = b.jstate();
             if js.checkpoint.as_ref().is_some_and(|c| c.stamp < stamp)
                 && let Some(old) = js.checkpoint.take()
             {
-                other_logs |= old.tx.log != j.id;
                 j.set.shadow.put(old.image);
             }
         }
     }
-    if other_logs {
+    if j.set.multi_log() {
         crate::checkpoint::hold_for_revoke(j, p.tx.tid, stamp);
     }
 }
