@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, logs=N|cores, fsync=all_logs|chained, admit=core|thread";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -46,6 +46,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
         match setting.split_once('=') {
             Some(("wait", "condvar")) => journal.wait = WaitMode::Condvar,
             Some(("wait", "spin_park")) => journal.wait = WaitMode::SpinPark,
+            Some(("dispatch", "shared")) => journal.dispatch = cjfs_journal::work_queue::Dispatch::Shared,
+            Some(("dispatch", "per_core")) => journal.dispatch = cjfs_journal::work_queue::Dispatch::PerCore,
             Some(("logs", n)) => journal.logs = n.parse().map_err(bad)?,
             Some(("fsync", "all_logs")) => journal.fsync_all_logs = true,
             Some(("fsync", "chained")) => journal.fsync_all_logs = false,

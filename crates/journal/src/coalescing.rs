@@ -39,7 +39,7 @@ pub(crate) fn pace(j: &LogCore, t: &Transaction) -> Option<Duration> {
     if !(j.set.config.coalescing
         && j.set.config.dual_thread
         && j.set.config.compound_flush > 1
-        && j.flush_pending.load(Ordering::Relaxed) > 0
+        && j.flush_queue.pending() > 0
         && t.credits.load(Ordering::Relaxed) < j.max_tx_blocks / 2)
     {
         return None;
@@ -104,7 +104,9 @@ impl PaceTiming {
         Duration::from_nanos(self.commit_ns.load(Ordering::Relaxed) + self.flush_ns.load(Ordering::Relaxed))
     }
 
-    fn commit_estimate(&self) -> Duration {
+    /// How long a lock-up and the taking of versions are expected to take (a starter's wait
+    /// for a Locked transaction).
+    pub(crate) fn commit_estimate(&self) -> Duration {
         Duration::from_nanos(self.commit_ns.load(Ordering::Relaxed))
     }
 

@@ -19,6 +19,7 @@ use crate::flush::FlushJob;
 use crate::log_core::LogCore;
 use crate::set::Shared;
 use crate::transaction::{Transaction, TxState};
+use crate::work_queue::Dispatch;
 
 /// Body of the commit thread.
 pub(crate) fn commit_thread(j: Arc<LogCore>) {
@@ -61,38 +62,65 @@ pub(crate) fn commit_inline(j: &Arc<LogCore>, tid: Tid) -> JResult<bool> {
 /// Wait until the running transaction is due (requested, full, or older than the commit
 /// interval). `None` on shutdown or abort.
 fn next_to_commit(j: &LogCore) -> Option<Arc<Transaction>> {
+    let per_core = j.set.config.dispatch == Dispatch::PerCore;
     let mut st = j.state.lock();
     loop {
+        // Read before looking for work: a request or wake-up after this moves it on.
+        let seen = j.requests.bell.generation();
+        if per_core {
+            // Drain the per-core request slots.
+            st.commit_request = st.commit_request.max(j.requests.highest());
+        }
         if st.aborted.is_some() || st.shutdown {
             return None;
         }
         let mut timeout = j.set.config.commit_interval;
+        let mut wake_on_request = true;
         if let Some(t) = st.running.clone() {
             let has_work = t.handles.load(Ordering::Relaxed) > 0;
             let age = t.started.elapsed();
             let requested = st.commit_request >= t.tid;
             if requested && let Some(wait) = crate::coalescing::pace(j, &t) {
-                st.wait_for(&j.commit_cv, wait);
-                continue;
-            }
-            if requested || (has_work && age >= j.set.config.commit_interval) {
+                timeout = wait;
+                wake_on_request = false;
+            } else if requested || (has_work && age >= j.set.config.commit_interval) {
                 return Some(t);
+            } else {
+                timeout =
+                    j.set.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
             }
-            timeout =
-                j.set.config.commit_interval.saturating_sub(age).max(std::time::Duration::from_millis(1));
         }
-        st.wait_for(&j.commit_cv, timeout);
+        if per_core {
+            let requested = st.commit_request;
+            drop(st);
+            let has_work = || wake_on_request && j.requests.highest() > requested;
+            j.requests.bell.sleep(seen, has_work, Some(Instant::now() + timeout));
+            st = j.state.lock();
+        } else {
+            st.wait_for(&j.commit_cv, timeout);
+        }
     }
 }
 
 /// Wait until every transaction before `tx` is durable (serial JBD2 commit).
 fn wait_previous_durable(j: &LogCore, tid: Tid) -> JResult<()> {
+    // Polling waits: wait on the predecessor's own completion (one log: durable is valid;
+    // with several logs validity may come later than durability, so the log's condvar).
+    let poll = j.set.config.wait != crate::polling::WaitMode::Condvar && !j.set.multi_log();
     let mut st = j.state.lock();
     while st.durable + 1 < tid && st.committing.iter().any(|t| t.tid < tid) {
         if let Some(a) = &st.aborted {
             return Err(JournalError::Aborted(a.clone()));
         }
-        st.wait(&j.done_cv);
+        match st.committing.iter().rfind(|t| t.tid < tid).cloned() {
+            Some(prev) if poll => {
+                drop(st);
+                let budget = crate::polling::spin_budget(j.set.config.wait, j.timing.durable_estimate());
+                prev.done.wait(budget, || j.closed.load(Ordering::SeqCst));
+                st = j.state.lock();
+            }
+            _ => st.wait(&j.done_cv),
+        }
     }
     Ok(())
 }
@@ -212,11 +240,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     };
     j.timing.commit_took(t_lock.elapsed());
     if j.set.config.dual_thread {
-        let mut q = j.flush_queue.lock();
-        q.push_back(job);
-        j.flush_pending.store(q.len(), Ordering::Relaxed);
-        drop(q);
-        j.flush_cv.notify_all();
+        j.flush_queue.push(job);
     } else {
         // Serial commit: the commit thread runs the flush step itself, as JBD2's single
         // kjournald thread does; no handoff to wait for.

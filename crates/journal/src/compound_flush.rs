@@ -7,7 +7,6 @@
 //! `coalescing::pace`) and waits briefly for it, so that transaction joins the group.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::flush::FlushJob;
@@ -21,24 +20,24 @@ const JOIN_WAIT: Duration = Duration::from_micros(200);
 /// The next group of transactions to make durable together; `None` on shutdown.
 pub(crate) fn next_group(j: &Arc<LogCore>) -> Option<Vec<FlushJob>> {
     let limit = j.set.config.compound_flush.max(1) as usize;
-    let mut q = j.flush_queue.lock();
+    let q = &j.flush_queue;
+    let shutdown = || j.state.lock().shutdown;
     let first = loop {
-        if let Some(job) = q.pop_front() {
+        if let Some(job) = q.pop() {
             break job;
         }
-        if j.state.lock().shutdown {
+        if shutdown() {
             return None;
         }
-        q.wait(&j.flush_cv);
+        q.wait(None, shutdown);
     };
     let mut group = vec![first];
     let deadline = Instant::now() + JOIN_WAIT;
     while group.len() < limit {
-        if let Some(job) = q.pop_front() {
+        if let Some(job) = q.pop() {
             group.push(job);
             continue;
         }
-        j.flush_pending.store(0, Ordering::Relaxed);
         // A later transaction already being committed joins the group if it is handed over
         // soon; otherwise flush what we have. (One merely requested is not waited for: a
         // paced commit was let go before this flush ended, see `coalescing::pace`, and
@@ -49,14 +48,13 @@ pub(crate) fn next_group(j: &Arc<LogCore>) -> Option<Vec<FlushJob>> {
             st.committing.iter().any(|t| t.tid > last)
                 || st.running.as_ref().is_some_and(|t| t.state() == TxState::Locked)
         };
-        // Under `state` above, so a paced commit thread cannot miss this wake-up.
-        j.commit_cv.notify_all();
+        // After `state` above, so a paced commit thread cannot miss this wake-up.
+        j.wake_committer();
         if !more || Instant::now() >= deadline {
             break;
         }
-        q.wait_until(&j.flush_cv, deadline);
+        q.wait(Some(deadline), shutdown);
     }
-    j.flush_pending.store(q.len(), Ordering::Relaxed);
     Some(group)
 }
 

@@ -79,6 +79,10 @@ pub struct JournalConfig {
     /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
     /// first (polling waits, `crate::polling`).
     pub wait: crate::polling::WaitMode,
+    /// How commit requests and committed transactions reach a log's commit and flush
+    /// threads: the log's state lock and condition variables, or per-core request slots and
+    /// a lock-free hand-off (per-core work queues, `crate::work_queue`).
+    pub dispatch: crate::work_queue::Dispatch,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::PlantedBugs,
@@ -110,6 +114,7 @@ impl JournalConfig {
             checkpoint_high_water: 0.5,
             csum_v3: true,
             wait: crate::polling::WaitMode::Condvar,
+            dispatch: crate::work_queue::Dispatch::Shared,
             logs: crate::per_core::Logs::One,
             fsync_all_logs: true,
             admission: crate::per_core::Admission::Core,

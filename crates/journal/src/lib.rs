@@ -32,6 +32,7 @@
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
 //! | `compound_flush.rs` | compound flush (CJFS §4.4), and flushes shared across logs (`SharedFlush`) |
 //! | `polling.rs` | polling completion waits: spin a device-adapted budget, then park (XFS paper) |
+//! | `work_queue.rs` | per-core work queues: per-core commit-request slots and a lock-free flush hand-off (XFS paper) |
 //! | `stats.rs` | statistics; `lock_rank.rs`: the lock order, checked; `lock_stat.rs`: lock-wait accounting (lockstat); `planted.rs`: test-only bugs |
 //!
 //! # Lock order
@@ -104,6 +105,7 @@ pub mod shadow;
 pub mod stats;
 pub mod superblock;
 pub mod transaction;
+pub mod work_queue;
 mod writer;
 
 pub use area::{AreaExtent, JournalArea};

@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::lock_stat::{WaitCv, WaitSite};
 use cjfs_blockdev::{LogId, TxId};
 
-use crate::lock_rank::{Rank, RankedMutex};
+use crate::lock_rank::{Rank, RankedGuard, RankedMutex};
 
 use crate::area::JournalArea;
 use crate::buffer::Tid;
@@ -91,13 +91,11 @@ pub(crate) struct LogCore {
     /// transactions that must leave their logs first (see `checkpoint::hold_for_revoke`).
     /// Lock: itself (a leaf).
     pub revoke_holds: RankedMutex<Vec<(Tid, Vec<TxId>)>>,
-    /// Work for the flush thread. Lock: itself.
-    pub flush_queue: RankedMutex<VecDeque<crate::flush::FlushJob>>,
-    /// Wakes the flush thread.
-    pub flush_cv: WaitCv,
-    /// Transactions handed to the flush thread and not yet taken into a group (commit
-    /// pacing reads it). Written under `flush_queue`.
-    pub flush_pending: std::sync::atomic::AtomicUsize,
+    /// Work for the flush thread (a mutex and `flush_cv`, or lock-free with per-core
+    /// dispatch; see `work_queue`).
+    pub flush_queue: crate::work_queue::FlushQueue,
+    /// Per-core commit-request slots (used with per-core dispatch). Atomics.
+    pub requests: crate::work_queue::CommitRequests,
     /// Wakes the checkpoint thread.
     pub checkpoint_cv: WaitCv,
     /// The running transaction as `state.running` holds it, for the lock-free handle start
@@ -128,6 +126,7 @@ impl LogCore {
     /// transaction continues the superblock's sequence.
     pub fn new(set: Arc<Shared>, id: LogId, area: JournalArea, log: LogState) -> LogCore {
         let first_tid = u64::from(log.sb.s_sequence.max(1));
+        let flush_queue = crate::work_queue::FlushQueue::new(set.config.dispatch);
         let free = log.ring.free();
         let max_tx_blocks = match set.config.max_tx_blocks {
             Some(m) => m.min(log.ring.capacity() as u32 / 2),
@@ -164,9 +163,8 @@ impl LogCore {
             revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             in_log: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             stamped: RankedMutex::new(Rank::Leaf, VecDeque::new()),
-            flush_pending: std::sync::atomic::AtomicUsize::new(0),
-            flush_queue: RankedMutex::new(Rank::FlushQueue, VecDeque::new()),
-            flush_cv: WaitCv::new(WaitSite::FlushQueue),
+            flush_queue,
+            requests: crate::work_queue::CommitRequests::new(first_tid - 1),
             checkpoint_cv: WaitCv::new(WaitSite::Checkpoint),
             running_fast: arc_swap::ArcSwapOption::empty(),
             timing: crate::coalescing::PaceTiming::new(),
@@ -244,8 +242,8 @@ impl LogCore {
         drop(st);
         self.wake_all_waiters();
         self.locked_cv.notify_all();
-        self.commit_cv.notify_all();
-        self.flush_cv.notify_all();
+        self.wake_committer();
+        self.flush_queue.wake();
         self.checkpoint_cv.notify_all();
     }
 
@@ -262,22 +260,33 @@ impl LogCore {
             st.shutdown = true;
             self.closed.store(true, Ordering::SeqCst);
         }
-        self.commit_cv.notify_all();
-        {
-            // The flush thread checks `shutdown` while holding `flush_queue` and then waits on
-            // `flush_cv` with no timeout: notify under that lock, or the wake-up can fall
-            // between its check and its wait and the join hangs forever (found by the crash
-            // harness: an unmount that never returned).
-            let _q = self.flush_queue.lock();
-            self.flush_cv.notify_all();
-        }
+        self.wake_committer();
+        // The flush thread checks `shutdown` and then waits with no timeout: the wake-up is
+        // given under the queue's lock (or after moving its doorbell's generation on), or it
+        // can fall between its check and its wait and the join hangs forever (found by the
+        // crash harness: an unmount that never returned).
+        self.flush_queue.wake();
         self.checkpoint_cv.notify_all();
         self.wake_all_waiters();
         self.locked_cv.notify_all();
     }
 
+    /// Wake the commit thread to look again (a request raised under `state`, shutdown,
+    /// abort, the end of a paced wait).
+    pub fn wake_committer(&self) {
+        self.commit_cv.notify_all();
+        if self.set.config.dispatch == crate::work_queue::Dispatch::PerCore {
+            self.requests.bell.ring();
+        }
+    }
+
     /// Ask for `tid` to be committed (no wait).
     pub fn request_commit(&self, tid: Tid) {
+        if self.set.config.dispatch == crate::work_queue::Dispatch::PerCore {
+            // In the caller's core's slot, without the state lock; the commit thread drains.
+            self.requests.request(tid);
+            return;
+        }
         // Only the first request for a transaction takes the state lock (many fsyncs share
         // one transaction under load).
         if self.commit_request_fast.fetch_max(tid, Ordering::AcqRel) >= tid {
@@ -370,6 +379,7 @@ impl LogCore {
         };
         for t in txs {
             t.wake_waiters();
+            t.changed.notify();
         }
         self.done_cv.notify_all();
     }
@@ -389,6 +399,28 @@ impl LogCore {
     /// Note the ring's free space after `l` changed it.
     pub(crate) fn note_free(&self, l: &LogState) {
         self.free_fast.store(l.ring.free(), Ordering::Release);
+    }
+
+    /// Wait, with `state` held on entry and on return, until `tx` (the running transaction,
+    /// Locked or full) changes state, or the log closes. With polling waits the state lock
+    /// is released and the caller spins, then parks on the transaction's own `changed` event
+    /// (a state change wakes only that transaction's starters); otherwise on `locked_cv`.
+    fn wait_switch<'a>(
+        &'a self,
+        mut st: RankedGuard<'a, LogStateLocked>,
+        tx: &Arc<Transaction>,
+    ) -> RankedGuard<'a, LogStateLocked> {
+        if self.set.config.wait == crate::polling::WaitMode::Condvar {
+            st.wait(&self.locked_cv);
+            return st;
+        }
+        // Read under `state`, which every change to Running, Locked or Committing holds: a
+        // change after this moves the generation on.
+        let seen = tx.changed.generation();
+        drop(st);
+        let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
+        tx.changed.wait(seen, budget, None);
+        self.state.lock()
     }
 
     /// Lock-free handle start: join the running transaction if it is Running and has room.
@@ -469,7 +501,7 @@ impl LogCore {
             }
             if tx.state() != TxState::Running {
                 let t0 = Instant::now();
-                st.wait(&self.locked_cv);
+                st = self.wait_switch(st, &tx);
                 self.set.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }
@@ -478,9 +510,9 @@ impl LogCore {
                 // Full: have it committed and join the next one.
                 if st.commit_request < tx.tid {
                     st.commit_request = tx.tid;
-                    self.commit_cv.notify_all();
+                    self.wake_committer();
                 }
-                st.wait(&self.locked_cv);
+                st = self.wait_switch(st, &tx);
                 continue;
             }
             tx.credits.fetch_add(credits, Ordering::Relaxed);

@@ -119,7 +119,7 @@ thread_local! {
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 
 /// The core the calling thread runs on.
-fn current_cpu() -> usize {
+pub(crate) fn current_cpu() -> usize {
     // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
     let c = unsafe { libc::sched_getcpu() };
     usize::try_from(c).unwrap_or(0)

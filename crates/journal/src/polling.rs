@@ -10,16 +10,17 @@
 //! spinning at all on slower devices; and a thread spins only while fewer than all cores but
 //! one are spinning, so spinners never take the last free core from the committer.
 //!
-//! Protocol of a [`Completion`] (checked by a `loom` model test: `RUSTFLAGS="--cfg loom"
-//! cargo test -p cjfs-journal --release --lib polling`, which `scripts/test.sh` runs): the
-//! completer stores `done`, issues a SeqCst fence and reads `parked`; a parking waiter, under
-//! `lock`, adds itself to `parked`, issues a SeqCst fence and reads `done` before it waits.
-//! The fences order the two store-then-load pairs, so either the waiter sees `done`, or the
-//! completer sees the registration and takes `lock` — after the waiter released it in its
-//! wait — to notify. (Without the fences the model finds the lost wake-up: SeqCst accesses
-//! alone do not forbid store buffering in loom's model.)
+//! Protocol: see [`Event`] (a [`Completion`] is an event and a flag), checked by a `loom`
+//! model test: `RUSTFLAGS="--cfg loom" cargo test -p cjfs-journal --release --lib polling`,
+//! which `scripts/test.sh` runs.
+//!
+//! Besides fsync callers (a transaction's [`Completion`]), handles waiting for a locked
+//! transaction to switch (a transaction's `changed` event) and a serial commit waiting for
+//! its predecessor to become durable wait this way; the single-consumer doorbells of
+//! `work_queue` (per-core commit requests and the flush hand-off) park their consumer on an
+//! [`Event`] too.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use crate::lock_rank::{Rank, RankedMutex};
@@ -95,16 +96,92 @@ pub fn spin_until(budget: Duration, ready: impl Fn() -> bool) -> bool {
     ok
 }
 
-/// A one-shot completion: set once (a transaction became durable), waited for by any number
-/// of threads, which may also be woken without it (abort, shutdown) to look again.
+/// A generation counter threads wait on for "something changed" (a transaction left its
+/// state, a request arrived): a waiter reads [`Event::generation`] *before* it checks its
+/// condition, and [`Event::wait`] returns once the generation moved on; a notifier changes
+/// the condition, then calls [`Event::notify`]. Only threads that parked are woken, and only
+/// those parked on this event, not every waiter of the journal.
+///
+/// Protocol (checked by the `loom` model test): `notify` increments `generation`, issues a
+/// SeqCst fence and reads `parked`; a parking waiter, under `lock`, adds itself to `parked`,
+/// issues a SeqCst fence and reads `generation` before it waits. The fences order the two
+/// store-then-load pairs, so either the waiter sees the new generation, or the notifier sees
+/// the registration and takes `lock` — after the waiter released it in its wait — to notify.
+/// (Without the fences the model finds the lost wake-up: SeqCst accesses alone do not forbid
+/// store buffering in loom's model.)
 #[derive(Debug)]
-pub struct Completion {
-    done: AtomicBool,
+pub struct Event {
+    generation: AtomicU64,
     parked: AtomicUsize,
     /// Pairs with `cv`; protects nothing but the park/notify hand-off. A leaf lock.
     lock: RankedMutex<()>,
-    /// Parks are counted as [`WaitSite::TxDurable`].
     cv: WaitCv,
+}
+
+impl Event {
+    /// An event whose parks are counted as `site`.
+    pub fn new(site: WaitSite) -> Self {
+        Event {
+            generation: AtomicU64::new(0),
+            parked: AtomicUsize::new(0),
+            lock: RankedMutex::new(Rank::Leaf, ()),
+            cv: WaitCv::new(site),
+        }
+    }
+
+    /// The current generation: read it before checking the condition waited for.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Announce a change: wake the threads parked on it (none are woken when none parked).
+    pub fn notify(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `wait` (see the type's docs).
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Wait until the generation differs from `seen` (spinning first for `budget`) or
+    /// `deadline` passes. Whether it changed.
+    pub fn wait(&self, seen: u64, budget: Duration, deadline: Option<Instant>) -> bool {
+        let moved = || self.generation.load(Ordering::SeqCst) != seen;
+        if moved() || spin_until(budget, moved) {
+            return true;
+        }
+        let mut g = self.lock.lock();
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let changed = loop {
+            if moved() {
+                break true;
+            }
+            match deadline {
+                None => g.wait(&self.cv),
+                Some(d) => {
+                    if g.wait_until(&self.cv, d).timed_out() {
+                        break moved();
+                    }
+                }
+            }
+        };
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+        changed
+    }
+}
+
+/// A one-shot completion: set once (a transaction became durable), waited for by any number
+/// of threads, which may also be woken without it (abort, shutdown) to look again. An
+/// [`Event`] and a flag: `set` stores the flag, then notifies.
+#[derive(Debug)]
+pub struct Completion {
+    done: AtomicBool,
+    /// Parks are counted as [`WaitSite::TxDurable`].
+    event: Event,
 }
 
 impl Default for Completion {
@@ -116,12 +193,7 @@ impl Default for Completion {
 impl Completion {
     /// Not yet done.
     pub fn new() -> Self {
-        Completion {
-            done: AtomicBool::new(false),
-            parked: AtomicUsize::new(0),
-            lock: RankedMutex::new(Rank::Leaf, ()),
-            cv: WaitCv::new(WaitSite::TxDurable),
-        }
+        Completion { done: AtomicBool::new(false), event: Event::new(WaitSite::TxDurable) }
     }
 
     /// Whether it is done.
@@ -130,22 +202,15 @@ impl Completion {
         self.done.load(Ordering::SeqCst)
     }
 
-    /// Mark it done and wake the threads parked on it (none are woken when none parked).
+    /// Mark it done and wake the threads parked on it.
     pub fn set(&self) {
         self.done.store(true, Ordering::SeqCst);
-        // Pairs with the fence in `wait`: the store above or the waiter's registration is
-        // seen by the other side (store-buffering needs fences, not just SeqCst accesses).
-        fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock();
-            self.cv.notify_all();
-        }
+        self.event.notify();
     }
 
     /// Wake every parked thread without marking it done (they re-check why they wait).
     pub fn wake(&self) {
-        let _g = self.lock.lock();
-        self.cv.notify_all();
+        self.event.notify();
     }
 
     /// Wait until it is done or `stop()` says to give up (checked before parking and after
@@ -155,49 +220,50 @@ impl Completion {
         if self.is_done() || spin_until(budget, || self.is_done()) {
             return true;
         }
-        let mut g = self.lock.lock();
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let done = loop {
-            if self.done.load(Ordering::SeqCst) {
-                break true;
+        loop {
+            let seen = self.event.generation();
+            if self.is_done() {
+                return true;
             }
             if stop() {
-                break false;
+                return false;
             }
-            g.wait(&self.cv);
-        };
-        self.parked.fetch_sub(1, Ordering::SeqCst);
-        done
+            self.event.wait(seen, Duration::ZERO, None);
+        }
     }
 }
 
 /// The same protocol on `loom`'s primitives, for the model test (loom explores every
-/// interleaving of its own atomics and locks, so the model restates [`Completion`] with them).
+/// interleaving of its own atomics and locks, so the model restates [`Event`] and
+/// [`Completion`] with them).
 #[cfg(all(test, loom))]
 mod model {
-    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+    use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
     use loom::sync::{Condvar, Mutex};
 
-    pub struct Completion {
-        done: AtomicBool,
+    pub struct Event {
+        generation: AtomicU64,
         parked: AtomicUsize,
         lock: Mutex<()>,
         cv: Condvar,
     }
 
-    impl Completion {
+    impl Event {
         pub fn new() -> Self {
-            Completion {
-                done: AtomicBool::new(false),
+            Event {
+                generation: AtomicU64::new(0),
                 parked: AtomicUsize::new(0),
                 lock: Mutex::new(()),
                 cv: Condvar::new(),
             }
         }
 
-        pub fn set(&self) {
-            self.done.store(true, Ordering::SeqCst);
+        pub fn generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+
+        pub fn notify(&self) {
+            self.generation.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.parked.load(Ordering::SeqCst) > 0 {
                 let _g = self.lock.lock().unwrap();
@@ -206,24 +272,57 @@ mod model {
         }
 
         /// One spin probe (the model explores its interleavings), then park.
-        pub fn wait(&self) -> bool {
-            if self.done.load(Ordering::SeqCst) {
-                return true;
+        pub fn wait(&self, seen: u64) {
+            if self.generation.load(Ordering::SeqCst) != seen {
+                return;
             }
             let mut g = self.lock.lock().unwrap();
             self.parked.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            while !self.done.load(Ordering::SeqCst) {
+            while self.generation.load(Ordering::SeqCst) == seen {
                 g = self.cv.wait(g).unwrap();
             }
             self.parked.fetch_sub(1, Ordering::SeqCst);
-            true
         }
+    }
+
+    pub struct Completion {
+        done: AtomicBool,
+        event: Event,
+    }
+
+    impl Completion {
+        pub fn new() -> Self {
+            Completion { done: AtomicBool::new(false), event: Event::new() }
+        }
+
+        pub fn set(&self) {
+            self.done.store(true, Ordering::SeqCst);
+            self.event.notify();
+        }
+
+        pub fn wait(&self) -> bool {
+            loop {
+                let seen = self.event.generation();
+                if self.done.load(Ordering::SeqCst) {
+                    return true;
+                }
+                self.event.wait(seen);
+            }
+        }
+    }
+
+    /// Every interleaving with up to three preemptions (loom's usual bound: the full space
+    /// of three threads retrying on a generation does not finish).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
     }
 
     #[test]
     fn no_lost_wake_up_and_no_early_return() {
-        loom::model(|| {
+        model(|| {
             let c = loom::sync::Arc::new(Completion::new());
             let flag = loom::sync::Arc::new(AtomicBool::new(false));
             let waiters: Vec<_> = (0..2)
@@ -242,6 +341,42 @@ mod model {
             for w in waiters {
                 w.join().unwrap();
             }
+        });
+    }
+
+    /// The single-consumer doorbell of `work_queue`: a producer publishes work, then rings
+    /// only if the consumer said it sleeps; the consumer says so, then looks for work once
+    /// more before it parks. Every published request is seen.
+    #[test]
+    fn doorbell_never_sleeps_through_a_request() {
+        model(|| {
+            let ev = loom::sync::Arc::new(Event::new());
+            let sleeping = loom::sync::Arc::new(AtomicBool::new(false));
+            let slot = loom::sync::Arc::new(AtomicU64::new(0));
+            let producer = {
+                let (ev, sleeping, slot) = (ev.clone(), sleeping.clone(), slot.clone());
+                loom::thread::spawn(move || {
+                    slot.fetch_max(1, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    if sleeping.load(Ordering::SeqCst) {
+                        ev.notify();
+                    }
+                })
+            };
+            // The consumer: wait until the request is seen.
+            loop {
+                let seen = ev.generation();
+                if slot.load(Ordering::SeqCst) == 1 {
+                    break;
+                }
+                sleeping.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if slot.load(Ordering::SeqCst) == 0 {
+                    ev.wait(seen);
+                }
+                sleeping.store(false, Ordering::SeqCst);
+            }
+            producer.join().unwrap();
         });
     }
 }

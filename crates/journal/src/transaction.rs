@@ -105,6 +105,9 @@ pub struct Transaction {
     /// (spinning first with [`crate::polling::WaitMode::SpinPark`]) and never touch the log's
     /// state lock, so making a transaction durable wakes only its own waiters.
     pub(crate) done: crate::polling::Completion,
+    /// Moved on at every state change (and at abort): starters waiting for a Locked or full
+    /// transaction to switch wait on it with polling waits (`LogCore::wait_switch`).
+    pub(crate) changed: crate::polling::Event,
 }
 
 impl Transaction {
@@ -124,6 +127,7 @@ impl Transaction {
             drained: AtomicBool::new(false),
             started: Instant::now(),
             done: crate::polling::Completion::new(),
+            changed: crate::polling::Event::new(crate::lock_stat::WaitSite::LockedTx),
         }
     }
 
@@ -142,6 +146,7 @@ impl Transaction {
     /// then reads the state, so one of the two always sees the other.
     pub(crate) fn set_state(&self, s: TxState) {
         self.state.store(s as u8, Ordering::SeqCst);
+        self.changed.notify();
     }
 
     /// Mark durable and wake its waiters.

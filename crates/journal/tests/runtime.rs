@@ -305,6 +305,24 @@ fn spin_park_waits_commit_and_report_failures() {
     }
 }
 
+/// Per-core work queues (`Dispatch::PerCore`), with either wait: commit requests through
+/// per-core slots and the lock-free flush hand-off lose no request (every concurrent commit
+/// returns durable), replay after a crash, and a failed flush reaches every waiter; shutdown
+/// wakes the sleeping commit and flush threads.
+#[test]
+fn per_core_dispatch_commits_replays_and_reports_failures() {
+    use cjfs_journal::polling::WaitMode;
+    use cjfs_journal::work_queue::Dispatch;
+    for base in [JournalConfig::jbd2(), JournalConfig::preset("cjfs").expect("cjfs preset")] {
+        for wait in [WaitMode::Condvar, WaitMode::SpinPark] {
+            let cfg = JournalConfig { dispatch: Dispatch::PerCore, wait, ..base.clone() };
+            concurrent_in(cfg.clone());
+            committed_blocks_replay_after_crash_in(cfg.clone());
+            failed_flush_in(cfg);
+        }
+    }
+}
+
 /// A transaction with a handle but nothing to log, committed between two that log blocks:
 /// recovery must still replay the later one (JBD2 scans transaction ids in sequence, so a
 /// consumed id with no commit block in the log would end the scan before it).
