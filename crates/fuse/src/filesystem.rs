@@ -534,7 +534,14 @@ impl Filesystem for CjfsFuse {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             try_reply!(self.kill_suid_sgid(ino), reply);
         }
-        let n = try_reply!(self.retry_nospc(|| self.fs.write(ino, offset, data)), reply);
+        // With the writeback cache the kernel keeps mtime and ctime of what it caches and sends
+        // them with SETATTR, possibly before the pages: a writeback must not move them on.
+        let n = if self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            self.retry_nospc(|| self.fs.write_keep_times(ino, offset, data))
+        } else {
+            self.retry_nospc(|| self.fs.write(ino, offset, data))
+        };
+        let n = try_reply!(n, reply);
         reply.written(n as u32);
     }
 
