@@ -322,6 +322,11 @@ impl Filesystem for CjfsFuse {
         if let Err(nearest) = config.set_max_readahead(MAX_WRITE) {
             let _ = config.set_max_readahead(nearest);
         }
+        // New inodes of a 128-byte-inode image keep whole seconds: have the kernel's own times
+        // (which it keeps with the writeback cache) truncated alike.
+        if self.fs.geometry().inode_size <= 128 {
+            let _ = config.set_time_granularity(Duration::from_secs(1));
+        }
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())

@@ -1,7 +1,7 @@
 //! Timestamps through a real mount: what stat shows while mounted must be what is stored,
 //! read back by the library after the unmount. Pre-1970 times with nanoseconds (the
-//! kernel's `(secs, nsec)` with negative seconds), and mtime/ctime after a buffered write
-//! followed by fallocate or copy_file_range.
+//! kernel's `(secs, nsec)` with negative seconds), mtime/ctime after a buffered write
+//! followed by fallocate or copy_file_range, and whole seconds on 128-byte inodes.
 
 mod common;
 
@@ -146,5 +146,41 @@ fn times_after_write_and_fallocate_are_stored_as_shown() {
 fn times_after_write_and_copy_file_range_are_stored_as_shown() {
     for opts in ["", "nowriteback"] {
         times_after_write_then("times_after_write_and_copy_file_range", opts, copy_range);
+    }
+}
+
+#[test]
+fn times_on_128_byte_inodes_are_whole_seconds_while_mounted() {
+    if skip("times_on_128_byte_inodes_are_whole_seconds_while_mounted", &["mke2fs"]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let out = std::process::Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "128", "-O", "^metadata_csum"])
+        .arg(&s.image)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs -I 128: {}", String::from_utf8_lossy(&out.stderr));
+    for opts in ["", "nowriteback"] {
+        let m = s.mount(opts);
+        let mut f = File::create(s.p("w")).unwrap();
+        f.write_all(b"buffered").unwrap();
+        File::create(s.p("u")).unwrap();
+        utimens(&s.p("u"), (-2, 500_000_000), (1_700_000_000, 123_456_789));
+        drop(f);
+        let (w, u) = (shown(&s.p("w")), shown(&s.p("u")));
+        for t in w.iter().chain(&u) {
+            assert_eq!(t.nsec, 0, "-o {opts}: nanoseconds shown on a 128-byte inode: {w:?} {u:?}");
+        }
+        assert_eq!((u[0], u[1]), (Timestamp::new(-2, 0), Timestamp::new(1_700_000_000, 0)), "-o {opts}");
+        m.unmount();
+        let st = stored(&s.image, &["w", "u"]);
+        assert_eq!(
+            (st[0][1..].to_vec(), st[1][..2].to_vec()),
+            (w[1..].to_vec(), u[..2].to_vec()),
+            "-o {opts}"
+        );
+        e2fsck_clean(&s.image);
     }
 }
