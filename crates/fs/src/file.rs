@@ -169,7 +169,14 @@ fn map_for_write(
 }
 
 /// Write `data` at `off`. Returns bytes written.
-pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data: &[u8]) -> FsResult<usize> {
+pub(crate) fn write(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    off: u64,
+    data: &[u8],
+    touch_times: bool,
+) -> FsResult<usize> {
     if data.is_empty() {
         return Ok(0);
     }
@@ -232,9 +239,11 @@ pub(crate) fn write(fs: &FsInner, ino: Ino, st: &mut InodeState, off: u64, data:
             st.d.size = new_end;
             st.datasync_tx = tx.h.tx_id();
         }
-        let now = Timestamp::now();
-        st.d.mtime = now;
-        st.d.ctime = now;
+        if touch_times {
+            let now = Timestamp::now();
+            st.d.mtime = now;
+            st.d.ctime = now;
+        }
         if crate::planted::bugs(&fs.opts).skip_size_update_journal && st.d.size != old_size {
             // PLANTED BUG (test only, `FsBugs::skip_size_update_journal`): journal the inode
             // with its old size, so the size update never becomes durable.

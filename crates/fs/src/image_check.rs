@@ -4,7 +4,8 @@
 //! must have a valid mode matching its directory entry type, a sane link count and an
 //! extent tree that passes [`crate::extent_tree::check`] (through [`Fs::check_inode`]); no
 //! block may be owned twice (files, the journal and the static metadata: superblock and
-//! descriptor copies, bitmaps, inode tables) and `i_blocks` must count what each inode
+//! descriptor copies, bitmaps, inode tables, the resize inode's double-indirect block and
+//! the reserved GDT blocks it maps) and `i_blocks` must count what each inode
 //! owns. The owned blocks and reachable inodes are then compared with the bitmaps and the
 //! free counts of the group descriptors and the superblock: a block or inode in use but
 //! marked free is an error, one marked in use but not found (leaked, or an orphan) and count
@@ -21,15 +22,22 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use cjfs_blockdev::BLOCK_SIZE;
+
 use crate::check::InodeCheck;
 use crate::error::FsResult;
 use crate::fs::Fs;
+use crate::inode::read_raw_inode;
 use crate::mkfs::read_layout;
 use crate::ondisk::bitmap;
 use crate::ondisk::features::COMPAT_RESIZE_INODE;
 use crate::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
+use crate::ondisk::inode::RESIZE_INO;
 use crate::ondisk::superblock::Superblock;
 use crate::types::{FileType, Ino, ROOT_INO};
+
+/// `EXT2_DIND_BLOCK`: the double-indirect slot of a block-mapped `i_block`.
+const DIND_BLOCK: usize = 13;
 
 /// Problems listed in full before the rest are only counted.
 pub const MAX_LISTED: usize = 50;
@@ -169,6 +177,85 @@ impl<'a> Walker<'a> {
             self.claim(d.inode_table, u64::from(sb.inode_table_blocks()), &format!("group {g} inode table"));
         }
         self.meta_blocks = self.owned_count - before;
+    }
+
+    /// The resize inode (inode 7 with `resize_inode`), block-mapped: its double-indirect
+    /// block (`i_block[EXT2_DIND_BLOCK]`) lists the primary reserved GDT blocks as its
+    /// indirect blocks, and each of those lists its backups in the groups holding superblock
+    /// copies. The reserved GDT blocks are claimed with the static metadata; this claims the
+    /// double-indirect block, checks that every block the map reaches is a reserved GDT
+    /// block, and that `i_blocks` counts them all.
+    fn claim_resize_inode(&mut self) {
+        let sb = self.sb.clone();
+        if !sb.has_compat(COMPAT_RESIZE_INODE) {
+            return;
+        }
+        let what = format!("resize inode (inode {RESIZE_INO})");
+        let dev = self.fs.device().clone();
+        let d = match read_raw_inode(&*dev, &sb, RESIZE_INO) {
+            Ok(d) => d,
+            Err(e) => return self.report.error(format!("{what}: {e}")),
+        };
+        let dind = u64::from(d.block_words()[DIND_BLOCK]);
+        if dind == 0 {
+            if sb.reserved_gdt_blocks > 0 {
+                self.report.error(format!(
+                    "{what}: no double-indirect block, but {} reserved GDT block(s) to map",
+                    sb.reserved_gdt_blocks
+                ));
+            }
+            return;
+        }
+        if dind < u64::from(sb.first_data_block) || dind >= sb.block_count() {
+            return self
+                .report
+                .error(format!("{what}: double-indirect block {dind} is outside the file system"));
+        }
+        let before = self.owned_count;
+        self.claim(dind, 1, &format!("{what} (double-indirect block)"));
+        self.meta_blocks += self.owned_count - before;
+        // Reserved GDT blocks of every group with a superblock copy.
+        let reserved: Vec<(u64, u64)> = (0..sb.group_count())
+            .filter(|&g| sb.has_super_in_group(g))
+            .map(|g| {
+                let start = sb.group_first_block(g) + 1 + u64::from(sb.gdt_blocks());
+                (start, start + u64::from(sb.reserved_gdt_blocks))
+            })
+            .collect();
+        let is_reserved = |b: u64| reserved.iter().any(|&(s, e)| (s..e).contains(&b));
+        let words = |blk: u64| -> FsResult<Vec<u64>> {
+            let b = dev.read_block(blk)?;
+            Ok(b.chunks_exact(4).map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))).collect())
+        };
+        let primaries = match words(dind) {
+            Ok(w) => w,
+            Err(e) => return self.report.error(format!("{what}: double-indirect block {dind}: {e}")),
+        };
+        let mut mapped = 1u64;
+        for p in primaries.into_iter().filter(|&p| p != 0) {
+            if !is_reserved(p) {
+                return self.report.error(format!(
+                    "{what}: double-indirect block {dind} maps block {p}, which is not a reserved GDT block"
+                ));
+            }
+            mapped += 1;
+            let backups = match words(p) {
+                Ok(w) => w,
+                Err(e) => return self.report.error(format!("{what}: reserved GDT block {p}: {e}")),
+            };
+            for b in backups.into_iter().filter(|&b| b != 0) {
+                if !is_reserved(b) {
+                    return self.report.error(format!(
+                        "{what}: reserved GDT block {p} maps block {b}, which is not a reserved GDT block"
+                    ));
+                }
+                mapped += 1;
+            }
+        }
+        let stored = d.blocks_512(sb.has_huge_file(), BLOCK_SIZE as u32) / (BLOCK_SIZE as u64 / 512);
+        if stored != mapped {
+            self.report.error(format!("{what}: i_blocks says {stored} block(s) but the inode maps {mapped}"));
+        }
     }
 
     /// Check one newly reached inode; returns it if it is a directory to descend into.
@@ -406,14 +493,8 @@ impl<'a> Walker<'a> {
             ));
         }
         if leaked_blocks > 0 {
-            let note = if sb.has_compat(COMPAT_RESIZE_INODE) {
-                " (the resize inode's indirect blocks are not counted)"
-            } else {
-                ""
-            };
-            self.report.warn(format!(
-                "{leaked_blocks} block(s) are marked in use but owned by nothing reachable{note}"
-            ));
+            self.report
+                .warn(format!("{leaked_blocks} block(s) are marked in use but owned by nothing reachable"));
         }
         if unreached_inodes > 0 {
             self.report.warn(format!(
@@ -553,6 +634,7 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         journal_blocks: 0,
     };
     w.claim_metadata(&descs);
+    w.claim_resize_inode();
     if sb.has_journal() && sb.journal_inum != 0 {
         match fs.check_inode(sb.journal_inum) {
             Ok(c) => {

@@ -226,6 +226,8 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
     if st.orphan {
         st.d.dtime = crate::orphan::next_of(tx.fs, ino);
     }
+    // Stat must show what the record keeps (128-byte inodes: whole seconds up to 2038).
+    st.d.fit_times();
     {
         let mut g = buf.write();
         st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize]);

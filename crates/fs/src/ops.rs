@@ -297,6 +297,18 @@ impl Fs {
 
     /// Write `data` at `off`; returns bytes written.
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.write_inner(ino, off, data, true)
+    }
+
+    /// Write `data` at `off` like [`Fs::write`], leaving mtime and ctime as they are: for a
+    /// page cache writing back data written earlier, which keeps the times itself and sets
+    /// them with [`Fs::setattr`] (FUSE's writeback cache). Setting them here instead would
+    /// store the time of the writeback, later than the one the cache shows and has sent.
+    pub fn write_keep_times(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.write_inner(ino, off, data, false)
+    }
+
+    fn write_inner(&self, ino: Ino, off: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
@@ -308,7 +320,7 @@ impl Fs {
         }
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
-        self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data))
+        self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))
     }
 
     /// Run an allocating operation; on ENOSPC while blocks freed by transactions that are

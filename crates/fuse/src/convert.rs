@@ -64,18 +64,22 @@ pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
-/// A timestamp from a `SystemTime`.
+/// The kernel's timestamp from a time fuser passed with a request (setattr's atime, mtime
+/// and ctime).
+///
+/// The kernel sends `(secs, nsec)` meaning `secs + nsec / 10^9` (ext4's encoding too:
+/// -1.5 s is secs = -2, nsec = 500_000_000). fuser 0.18 turns a negative `secs` into
+/// `UNIX_EPOCH - (|secs| s + nsec ns)`, subtracting the nanoseconds instead of adding them,
+/// so its `SystemTime` is that much further back than the kernel meant; the pair is
+/// recovered from the distance to the epoch as fuser built it. (The dependency is pinned
+/// to that fuser release; a negative `secs` is at least one second, so no other time lands
+/// in that arm.)
 pub(crate) fn timestamp(t: SystemTime) -> Timestamp {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => Timestamp::new(d.as_secs() as i64, d.subsec_nanos()),
         Err(e) => {
             let d = e.duration();
-            // Negative times: floor to the second below, nanoseconds counted upwards.
-            if d.subsec_nanos() == 0 {
-                Timestamp::new(-(d.as_secs() as i64), 0)
-            } else {
-                Timestamp::new(-(d.as_secs() as i64) - 1, 1_000_000_000 - d.subsec_nanos())
-            }
+            Timestamp::new(-(d.as_secs() as i64), d.subsec_nanos())
         }
     }
 }
@@ -103,13 +107,52 @@ mod tests {
         assert_eq!(ext4_ino(INodeNo(1 << 40)), Err(Errno::ESTALE));
     }
 
-    #[test]
-    fn timestamps_round_trip() {
-        for t in [Timestamp::new(1_700_000_000, 123), Timestamp::new(-5, 250_000_000), Timestamp::new(-7, 0)]
-        {
-            assert_eq!(timestamp(to_system_time(t)), t);
+    /// What fuser 0.18 hands `setattr` for the kernel's `(secs, nsec)`
+    /// (`fuser::time::system_time_from_time`, private to fuser).
+    fn fuser_request_time(secs: i64, nsec: u32) -> SystemTime {
+        if secs >= 0 {
+            SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsec)
+        } else {
+            SystemTime::UNIX_EPOCH - Duration::new(secs.unsigned_abs(), nsec)
         }
-        let t = SystemTime::UNIX_EPOCH + Duration::new(10, 5);
-        assert_eq!(timestamp(t), Timestamp::new(10, 5));
+    }
+
+    #[test]
+    fn request_times_keep_the_kernels_seconds_and_nanoseconds() {
+        for (secs, nsec) in [
+            // after the epoch, with and without nanoseconds
+            (1_700_000_000, 123_456_789),
+            (10, 5),
+            (0, 0),
+            (0, 999_999_999),
+            (5_000_000_000, 1),
+            // before it: -1.5 s is (-2, 500_000_000), -0.25 s is (-1, 750_000_000)
+            (-2, 500_000_000),
+            (-1, 750_000_000),
+            (-1, 1),
+            (-5, 250_000_000),
+            (-1_000_000_000, 999_999_999),
+            // exact seconds
+            (-1, 0),
+            (-7, 0),
+            (-(1 << 31), 0),
+        ] {
+            assert_eq!(
+                timestamp(fuser_request_time(secs, nsec)),
+                Timestamp::new(secs, nsec),
+                "{secs} {nsec}"
+            );
+        }
+    }
+
+    #[test]
+    fn attributes_carry_the_true_time() {
+        // -1.5 s as the kernel and ext4 encode it is 1.5 s before the epoch.
+        let t = to_system_time(Timestamp::new(-2, 500_000_000));
+        assert_eq!(SystemTime::UNIX_EPOCH.duration_since(t).unwrap(), Duration::from_millis(1500));
+        let t = to_system_time(Timestamp::new(-7, 0));
+        assert_eq!(SystemTime::UNIX_EPOCH.duration_since(t).unwrap(), Duration::from_secs(7));
+        let t = to_system_time(Timestamp::new(10, 5));
+        assert_eq!(t.duration_since(SystemTime::UNIX_EPOCH).unwrap(), Duration::new(10, 5));
     }
 }

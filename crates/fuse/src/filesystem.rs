@@ -17,7 +17,7 @@ use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyXattr, Request, SessionUnmounter, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -75,6 +75,9 @@ const READDIR_BATCH: usize = 128;
 /// What unmounting the library returned, filled in by `destroy`.
 pub type UnmountOutcome = Arc<Mutex<Option<FsResult<()>>>>;
 
+/// The session's handle on its kernel mount, for `destroy` (see [`CjfsFuse::kernel_mount`]).
+pub type KernelMount = Arc<Mutex<Option<SessionUnmounter>>>;
+
 /// A mounted cjfs file system served over FUSE.
 pub struct CjfsFuse {
     fs: Fs,
@@ -83,6 +86,7 @@ pub struct CjfsFuse {
     entry_ttl: Duration,
     writeback_cache: bool,
     outcome: UnmountOutcome,
+    kernel_mount: KernelMount,
     destroyed: bool,
     /// When the session started (for `last_remove`).
     epoch: Instant,
@@ -140,11 +144,19 @@ impl CjfsFuse {
             entry_ttl: cfg.entry_timeout,
             writeback_cache: cfg.writeback_cache && !cfg.read_only,
             outcome,
+            kernel_mount: Arc::new(Mutex::new(None)),
             destroyed: false,
             epoch: Instant::now(),
             last_remove: AtomicU64::new(0),
             frees_in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Where to put the session's [`fuser::Session::unmount_callable`] once the session
+    /// exists: `destroy` then unmounts through it (if the kernel has not already) and reports
+    /// the outcome itself.
+    pub fn kernel_mount(&self) -> KernelMount {
+        self.kernel_mount.clone()
     }
 
     fn note_remove(&self) {
@@ -310,6 +322,11 @@ impl Filesystem for CjfsFuse {
         if let Err(nearest) = config.set_max_readahead(MAX_WRITE) {
             let _ = config.set_max_readahead(nearest);
         }
+        // New inodes of a 128-byte-inode image keep whole seconds: have the kernel's own times
+        // (which it keeps with the writeback cache) truncated alike.
+        if self.fs.geometry().inode_size <= 128 {
+            let _ = config.set_time_granularity(Duration::from_secs(1));
+        }
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -325,6 +342,19 @@ impl Filesystem for CjfsFuse {
             log::error!("unmount: {e}");
         }
         *self.outcome.lock() = Some(r);
+        // fuser 0.18 unmounts the mount point once more when the session ends, even after the
+        // kernel unmounted it (which is what ended the session), and logs the EINVAL as
+        // "Failed to umount filesystem". Taking its mount here leaves it nothing to do.
+        if let Some(mut m) = self.kernel_mount.lock().take() {
+            match m.unmount() {
+                Ok(()) => {}
+                // umount(2) without flags: EINVAL only for a directory that is not a mount point.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    log::debug!("the mount point was already unmounted");
+                }
+                Err(e) => log::error!("unmounting the mount point: {e}"),
+            }
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -534,7 +564,14 @@ impl Filesystem for CjfsFuse {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             try_reply!(self.kill_suid_sgid(ino), reply);
         }
-        let n = try_reply!(self.retry_nospc(|| self.fs.write(ino, offset, data)), reply);
+        // With the writeback cache the kernel keeps mtime and ctime of what it caches and sends
+        // them with SETATTR, possibly before the pages: a writeback must not move them on.
+        let n = if self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            self.retry_nospc(|| self.fs.write_keep_times(ino, offset, data))
+        } else {
+            self.retry_nospc(|| self.fs.write(ino, offset, data))
+        };
+        let n = try_reply!(n, reply);
         reply.written(n as u32);
     }
 

@@ -222,6 +222,26 @@ pub fn decode_time(lo: u32, extra: u32) -> Timestamp {
     Timestamp { sec, nsec: extra >> 2 }
 }
 
+/// Earliest second an inode's timestamp can hold, with or without its `_extra` field
+/// (`S32_MIN`: 1901-12-13).
+pub const TIME_MIN: i64 = i32::MIN as i64;
+/// Latest second a timestamp without its `_extra` field can hold (`S32_MAX`: 2038-01-19).
+pub const TIME_MAX_NO_EXTRA: i64 = i32::MAX as i64;
+/// Latest second a timestamp with its `_extra` field (two epoch bits) can hold: 2446-05-10.
+pub const TIME_MAX_EXTRA: i64 = i32::MAX as i64 + (3 << 32);
+
+/// The value a timestamp field keeps when `t` is stored in it, as the kernel stores it
+/// (`EXT4_INODE_SET_XTIME` and the super block's time range): seconds clamped to
+/// [`TIME_MIN`]..=[`TIME_MAX_EXTRA`] with the `_extra` field, to the 32-bit range without
+/// it; no nanoseconds without the field, none either for a clamped time.
+pub fn fit_time(t: Timestamp, has_extra: bool) -> Timestamp {
+    let max = if has_extra { TIME_MAX_EXTRA } else { TIME_MAX_NO_EXTRA };
+    if t.sec < TIME_MIN || t.sec > max {
+        return Timestamp::new(t.sec.clamp(TIME_MIN, max), 0);
+    }
+    Timestamp::new(t.sec, if has_extra { t.nsec } else { 0 })
+}
+
 /// The largest size an ext4 file may have with `block_size`-byte blocks: 2^32 - 1 logical
 /// blocks (an extent's logical block number is 32 bits; the kernel's `ext4_max_size`),
 /// never beyond `i64::MAX` bytes.
@@ -348,6 +368,29 @@ impl Inode {
         })
     }
 
+    /// End of the extra fields [`Inode::encode_into`] writes (128 when it writes none).
+    fn extra_end(&self) -> usize {
+        let n = self.raw.len();
+        if n > GOOD_OLD_INODE_SIZE + 1 {
+            GOOD_OLD_INODE_SIZE + (self.extra_isize.min((n - GOOD_OLD_INODE_SIZE) as u16) & !3) as usize
+        } else {
+            GOOD_OLD_INODE_SIZE
+        }
+    }
+
+    /// Set the timestamps to what the record keeps of them (see [`fit_time`]): whole
+    /// seconds where `i_extra_isize` leaves no `_extra` field (128-byte inodes), and a zero
+    /// `i_crtime` where it leaves no room for one, so what is shown is what is stored.
+    pub fn fit_times(&mut self) {
+        let end = self.extra_end();
+        let has = |off: usize| off + 4 <= end;
+        self.atime = fit_time(self.atime, has(I_ATIME_EXTRA));
+        self.ctime = fit_time(self.ctime, has(I_CTIME_EXTRA));
+        self.mtime = fit_time(self.mtime, has(I_MTIME_EXTRA));
+        self.crtime =
+            if has(I_CRTIME) { fit_time(self.crtime, has(I_CRTIME_EXTRA)) } else { Timestamp::default() };
+    }
+
     /// Record size this inode encodes to.
     pub fn inode_size(&self) -> usize {
         self.raw.len()
@@ -425,10 +468,10 @@ impl Inode {
     }
 
     /// Replace the in-inode xattr area with `area` (its length must be that of
-    /// [`Inode::xattr_area`]).
+    /// [`Inode::xattr_area`]; empty for an inode without one, such as a 128-byte inode).
     pub fn set_xattr_area(&mut self, area: &[u8]) -> FsResult<()> {
         let off = self.xattr_area_offset();
-        if self.raw.len() <= GOOD_OLD_INODE_SIZE || area.len() != self.raw.len() - off {
+        if area.len() != self.raw.len() - off {
             return Err(FsError::Invalid(format!(
                 "inode xattr area: {} bytes given, the area has {}",
                 area.len(),
@@ -565,6 +608,68 @@ mod tests {
         }
         // 2038-01-19T03:14:08 is lo = 0x80000000, epoch 1
         assert_eq!(encode_time(Timestamp::new(1 << 31, 0)), (0x8000_0000, 1));
+    }
+
+    #[test]
+    fn fit_time_clamps_like_the_kernel() {
+        let t = |s, n| Timestamp::new(s, n);
+        assert_eq!(fit_time(t(1 << 31, 5), false), t(TIME_MAX_NO_EXTRA, 0));
+        assert_eq!(fit_time(t(-(1 << 31) - 1, 5), false), t(TIME_MIN, 0));
+        assert_eq!(fit_time(t(-(1 << 31) - 1, 5), true), t(TIME_MIN, 0));
+        assert_eq!(fit_time(t(-5, 250), false), t(-5, 0));
+        assert_eq!(fit_time(t(-5, 250), true), t(-5, 250));
+        assert_eq!(fit_time(t(1 << 31, 5), true), t(1 << 31, 5));
+        assert_eq!(fit_time(t(TIME_MAX_EXTRA + 1, 5), true), t(TIME_MAX_EXTRA, 0));
+        // Whatever fits comes back unchanged through the on-disk encoding.
+        for (s, has) in
+            [(TIME_MAX_EXTRA, true), (TIME_MIN, true), (TIME_MAX_NO_EXTRA, false), (TIME_MIN, false)]
+        {
+            let f = fit_time(t(s, 7), has);
+            let (lo, ex) = encode_time(f);
+            assert_eq!(decode_time(lo, if has { ex } else { 0 }), f, "{s} {has}");
+        }
+    }
+
+    #[test]
+    fn fit_times_follows_extra_isize() {
+        let big = Timestamp::new(5_000_000_000, 123);
+        let set = |i: &mut Inode| {
+            i.atime = big;
+            i.ctime = big;
+            i.mtime = big;
+            i.crtime = big;
+            i.fit_times();
+            Inode::decode(&i.to_bytes()).unwrap()
+        };
+        // 128-byte inode: no extra fields at all.
+        let mut small = Inode::new(128, 32);
+        let back = set(&mut small);
+        assert_eq!(small.mtime, Timestamp::new(TIME_MAX_NO_EXTRA, 0));
+        assert_eq!(small.crtime, Timestamp::default());
+        assert_eq!(
+            (back.atime, back.ctime, back.mtime, back.crtime),
+            (small.atime, small.ctime, small.mtime, small.crtime)
+        );
+        // i_extra_isize = 12: ctime/mtime/atime extra, no i_crtime.
+        let mut mid = Inode::new(256, 12);
+        let back = set(&mut mid);
+        assert_eq!(mid.mtime, big);
+        assert_eq!(mid.crtime, Timestamp::default());
+        assert_eq!((back.atime, back.mtime, back.crtime), (mid.atime, mid.mtime, mid.crtime));
+        // i_extra_isize = 20: i_crtime without i_crtime_extra.
+        let mut cr = Inode::new(256, 20);
+        let back = set(&mut cr);
+        assert_eq!(cr.crtime, Timestamp::new(TIME_MAX_NO_EXTRA, 0));
+        assert_eq!(back.crtime, cr.crtime);
+        // i_extra_isize = 8: only i_ctime_extra.
+        let mut c = Inode::new(256, 8);
+        let back = set(&mut c);
+        assert_eq!((c.ctime, c.mtime), (big, Timestamp::new(TIME_MAX_NO_EXTRA, 0)));
+        assert_eq!((back.ctime, back.mtime), (c.ctime, c.mtime));
+        // The default 32 keeps everything.
+        let mut full = Inode::new(256, 32);
+        set(&mut full);
+        assert_eq!((full.atime, full.crtime), (big, big));
     }
 
     #[test]
