@@ -33,6 +33,34 @@ enum BenchCmd {
     Device(DeviceArgs),
     /// Run a sweep: workloads × threads × targets × journal modes, with repetitions.
     Run(RunArgs),
+    /// Stress the journal's waits: many threads commit and wait until N fsyncs are done, a
+    /// watchdog checks no waiter stays parked after its transaction became durable.
+    Stress(StressArgs),
+}
+
+#[derive(Debug, Args)]
+struct StressArgs {
+    /// Emulated device preset (ramdisk, optane, nvme-consumer, sata-ssd, emmc, ...).
+    #[arg(long, default_value = "ramdisk")]
+    device: String,
+    /// Journal preset with its settings (one log).
+    #[arg(long, default_value = "cjfs+wait=spin_park+dispatch=per_core", value_parser = mode_parser())]
+    journal: String,
+    /// Threads.
+    #[arg(long, default_value_t = 64)]
+    threads: usize,
+    /// fsyncs in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    fsyncs: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Longest a waiter may still wait after its transaction became durable, ms.
+    #[arg(long, default_value_t = 1000)]
+    late_bound_ms: u64,
+    /// Also write the summary as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 fn mode_parser() -> fn(&str) -> Result<String, String> {
@@ -169,6 +197,63 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 .map_err(|e| CliError::Io { path: cfg.dir.display().to_string(), source: e })?;
             cjfs_lab::smoke::print(&r, &cfg);
             Ok(())
+        }
+        BenchCmd::Stress(s) => {
+            let device = cjfs_blockdev::SsdPreset::by_name(&s.device)
+                .ok_or_else(|| CliError::Usage(format!("unknown device preset {:?}", s.device)))?;
+            let journal =
+                cjfs_fs::preset::resolve(&s.journal).map_err(|e| CliError::Usage(e.to_string()))?.journal;
+            let cfg = cjfs_lab::wait_stress::StressConfig {
+                device,
+                journal,
+                threads: s.threads,
+                fsyncs: s.fsyncs,
+                seed: s.seed,
+                late_bound: Duration::from_millis(s.late_bound_ms),
+            };
+            let machine = cjfs_lab::machine::Machine::detect(&std::env::temp_dir());
+            let r = cjfs_lab::wait_stress::run(&cfg).map_err(|e| CliError::Msg(e.to_string()))?;
+            outln!("{}", machine.line());
+            outln!(
+                "stress: device {} · journal {} · {} threads · seed {}: {} fsyncs in {:.1} s ({} transactions)",
+                r.device,
+                r.journal,
+                r.threads,
+                r.seed,
+                r.fsyncs,
+                r.seconds,
+                r.transactions
+            );
+            outln!(
+                "  early returns {} · waiters late > {:.0} ms: {} (worst seen {:.1} ms) · spins {} ({} ended the wait) · parks {} ({:.0} ms) · {:.2} context switches per fsync · {:.3} CPU s per 1,000 fsyncs",
+                r.early_returns,
+                r.late_bound_ms,
+                r.late_waiters,
+                r.worst_late_ms,
+                r.spins,
+                r.spin_hits,
+                r.parks,
+                r.parked_ms,
+                r.context_switches_per_fsync,
+                r.cpu_s_per_1000_fsyncs
+            );
+            if let Some(path) = &s.json {
+                let text = serde_json::to_string_pretty(
+                    &serde_json::json!({"machine": machine.line(), "report": r}),
+                )
+                .map_err(|e| CliError::Msg(format!("stress summary: {e}")))?;
+                std::fs::write(path, text + "\n")
+                    .map_err(|e| CliError::Io { path: path.display().to_string(), source: e })?;
+            }
+            if r.passed() {
+                outln!("  PASS");
+                Ok(())
+            } else {
+                Err(CliError::Msg(format!(
+                    "stress run failed: {} early returns, {} waiters late beyond {:.0} ms",
+                    r.early_returns, r.late_waiters, r.late_bound_ms
+                )))
+            }
         }
         BenchCmd::Device(d) => {
             let t: TargetSpec = d.target.parse().map_err(usage)?;

@@ -21,6 +21,7 @@ pub mod report;
 pub mod smoke;
 pub mod stats;
 pub mod target;
+pub mod wait_stress;
 pub mod workloads;
 
 pub use machine::Machine;

@@ -77,7 +77,7 @@ fn f0(x: f64) -> String {
     if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") }
 }
 
-const COLUMNS: [&str; 28] = [
+const COLUMNS: [&str; 30] = [
     "workload",
     "threads",
     "series",
@@ -96,6 +96,7 @@ const COLUMNS: [&str; 28] = [
     "fsync_p50_us",
     "fsync_p95_us",
     "fsync_p99_us",
+    "fsync_p999_us",
     "fsync_mean_us",
     "cpu_s",
     "tx",
@@ -106,6 +107,7 @@ const COLUMNS: [&str; 28] = [
     "commit_us",
     "flushes_per_fsync",
     "in_flight",
+    "wait_lock_ms",
 ];
 
 fn cells(row: &Row<'_>) -> Vec<String> {
@@ -131,11 +133,17 @@ fn cells(row: &Row<'_>) -> Vec<String> {
             c.extend([m.op_latency.p50, m.op_latency.p99, m.op_latency.p999].map(f0));
             if m.fsync_latency.count > 0 {
                 c.extend(
-                    [m.fsync_latency.p50, m.fsync_latency.p95, m.fsync_latency.p99, m.fsync_latency.mean]
-                        .map(f0),
+                    [
+                        m.fsync_latency.p50,
+                        m.fsync_latency.p95,
+                        m.fsync_latency.p99,
+                        m.fsync_latency.p999,
+                        m.fsync_latency.mean,
+                    ]
+                    .map(f0),
                 );
             } else {
-                c.extend(["-", "-", "-", "-"].map(String::from));
+                c.extend(["-", "-", "-", "-", "-"].map(String::from));
             }
             c.push(format!("{:.2}", m.cpu_secs));
             match &m.journal_summary {
@@ -151,8 +159,9 @@ fn cells(row: &Row<'_>) -> Vec<String> {
                 ]),
                 None => c.extend(std::iter::repeat_n("-".to_string(), 8)),
             }
+            c.push(m.waits.as_ref().map_or("-".into(), |w| format!("{:.1}", w.wait_lock_us() / 1e3)));
         }
-        None => c.extend(std::iter::repeat_n("-".to_string(), 16)),
+        None => c.extend(std::iter::repeat_n("-".to_string(), 18)),
     }
     c
 }
@@ -335,13 +344,15 @@ pub fn waits(r: &SweepReport) -> String {
         };
         let _ = writeln!(
             out,
-            "#### {} · {} threads · {}: {} context switches, {} CPU s per 1,000 fsyncs
+            "#### {} · {} threads · {}: {} context switches, {} CPU s per 1,000 fsyncs; {:.1} ms on the journal's wait locks ({})
 ",
             p.workload,
             p.threads,
             p.series,
             per_k(m.context_switches as f64, 0),
-            per_k(m.cpu_secs, 3)
+            per_k(m.cpu_secs, 3),
+            w.wait_lock_us() / 1e3,
+            crate::workloads::WAIT_LOCKS.join(", ")
         );
         if w.rows.is_empty() {
             let _ = writeln!(

@@ -164,7 +164,8 @@ pub struct RunResult {
 pub struct WaitRow {
     /// The lock rank (`lock`) or condition variable (`park`).
     pub name: String,
-    /// `lock`: a contended acquisition; `park`: a thread parked on a condition variable.
+    /// `lock`: a contended acquisition; `park`: a thread parked on a condition variable;
+    /// `spin`: polling waits spinning.
     pub kind: String,
     /// How many.
     pub events: u64,
@@ -172,12 +173,30 @@ pub struct WaitRow {
     pub wait_us: f64,
 }
 
+/// The journal's shared wait locks: the locks its condition variables pair with, which every
+/// commit request, waiter and wake-up of a log takes (`state` with `commit_cv`, `locked_cv`
+/// and `done_cv`; `flush_queue` with `flush_cv`) — the XFS paper's `xc_push_lock` and
+/// `pool->lock`.
+pub const WAIT_LOCKS: [&str; 2] = ["State", "FlushQueue"];
+
 /// Where a run's threads waited: every lock rank that was contended and every condition
-/// variable parked on, with counts and time (the lockstat view of the XFS journaling paper).
+/// variable parked on, with counts and time (the lockstat view of the XFS journaling paper),
+/// and the time polling waits spun.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct WaitSummary {
     /// Rows with any events, longest wait first.
     pub rows: Vec<WaitRow>,
+}
+
+impl WaitSummary {
+    /// Time waited for the journal's shared wait locks ([`WAIT_LOCKS`]), µs.
+    pub fn wait_lock_us(&self) -> f64 {
+        self.rows
+            .iter()
+            .filter(|r| r.kind == "lock" && WAIT_LOCKS.contains(&r.name.as_str()))
+            .map(|r| r.wait_us)
+            .sum()
+    }
 }
 
 impl From<&cjfs_journal::lock_stat::LockStats> for WaitSummary {
@@ -197,6 +216,12 @@ impl From<&cjfs_journal::lock_stat::LockStats> for WaitSummary {
                 kind: "park".into(),
                 events: w.parks,
                 wait_us: w.parked_ns as f64 / 1e3,
+            }))
+            .chain((s.spins > 0).then(|| WaitRow {
+                name: format!("polling spins ({} ended the wait)", s.spin_hits),
+                kind: "spin".into(),
+                events: s.spins,
+                wait_us: s.spin_ns as f64 / 1e3,
             }))
             .collect();
         rows.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Polling waits and per-core work queues (XFS journaling paper) against the condvar waits and
+# the shared queue, side by side in one run per device: varmail-split and exim-like at 32
+# threads on the RAM disk and the Optane-like preset (the paper's devices), then oversubscribed
+# (32 threads = 16x the 2 cores) on the RAM disk and the SATA preset, and eMMC (spin time and
+# CPU per fsync on a slow device). Each sweep writes results.json/csv and README.md (with the
+# lock-wait tables) into its own directory here.
+#   docs/results/waits/run.sh            # everything (about 40 minutes)
+#   ONLY=ramdisk docs/results/waits/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+cargo build --release -q -p cjfs-cli
+OUT=docs/results/waits
+REPS=${REPS:-5}
+B=./target/release/cjfs
+modes_cjfs=(--mode cjfs --mode cjfs+wait=spin_park --mode cjfs+dispatch=per_core --mode cjfs+wait=spin_park+dispatch=per_core)
+modes_zj=(--mode zjournal --mode zjournal+wait=spin_park --mode zjournal+dispatch=per_core --mode zjournal+wait=spin_park+dispatch=per_core)
+run() { # name, device, workloads, threads, modes...
+  local name=$1 dev=$2 wl=$3 th=$4; shift 4
+  [ -n "${ONLY:-}" ] && [[ "$name" != *"$ONLY"* ]] && return 0
+  [ -s "$OUT/$name/results.json" ] && return 0
+  $B bench run --target "cjfs:$dev" "$@" --workload "$wl" --threads "$th" --duration 3 --reps "$REPS" --seed 1 --quiet --out "$OUT/$name"
+}
+run ramdisk-32 ramdisk varmail-split,exim 32 "${modes_cjfs[@]}"
+run optane-32 optane varmail-split,exim 32 "${modes_cjfs[@]}"
+run zjournal-ramdisk-32 ramdisk varmail-split,exim 32 "${modes_zj[@]}"
+run oversub-ramdisk ramdisk varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
+run oversub-sata sata-ssd varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
+run emmc emmc varmail-split 8,32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
