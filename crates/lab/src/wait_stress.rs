@@ -116,7 +116,7 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, StressError> {
         return Err(StressError::Config("threads and fsyncs must be at least 1".into()));
     }
     let home = cfg.threads as u64 * BLOCKS_PER_THREAD;
-    let ssd = Arc::new(EmulatedSsd::new(cfg.device.clone(), home + LOG_BLOCKS + 16));
+    let ssd = Arc::new(EmulatedSsd::new(cfg.device, home + LOG_BLOCKS + 16));
     let dev: Device = ssd.clone();
     let area = JournalArea::contiguous(home + 16, LOG_BLOCKS);
     format_journal(&*dev, &area, [7; 16], true)?;
@@ -186,7 +186,7 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, StressError> {
                     let mut h = j.start(blocks as u32 + 1)?;
                     for _ in 0..blocks {
                         let blk = t as u64 * BLOCKS_PER_THREAD + next() % BLOCKS_PER_THREAD;
-                        let buf = j.cache().read(blk).map_err(cjfs_journal::JournalError::from)?;
+                        let buf = j.cache().read(blk)?;
                         h.get_write_access(&buf)?;
                         buf.write()[..8].copy_from_slice(&next().to_le_bytes());
                         h.dirty_metadata(&buf)?;
