@@ -50,15 +50,30 @@ fn inode_offset(img: &Path, ino: Ino) -> u64 {
     descs[g as usize].inode_table * BLOCK_SIZE as u64 + idx * sb.inode_size() as u64
 }
 
-/// Block of the first extent of inode `ino` (a depth-0 tree), or its first tree block
-/// (depth 1).
+/// The first entry's block of the extent node `node`: `ee_start_lo` of a leaf's first
+/// extent, `ei_leaf_lo` of an index node's first entry; and the node's depth.
+fn first_entry(node: &[u8]) -> (u64, u16) {
+    assert_eq!(&node[..2], &[0x0a, 0xf3], "not an extent node");
+    let depth = u16::from_le_bytes([node[6], node[7]]);
+    (u64::from(if depth == 0 { u32_at(node, 20) } else { u32_at(node, 16) }), depth)
+}
+
+/// Inode `ino`'s first extent tree block (its tree must have depth 1 or more).
+fn tree_block(img: &Path, ino: Ino) -> u64 {
+    let rec = read_at(img, inode_offset(img, ino), 128);
+    let (b, depth) = first_entry(&rec[0x28..0x28 + 60]);
+    assert!(depth > 0, "inode {ino}'s extents fit the inode");
+    b
+}
+
+/// The block holding inode `ino`'s logical block 0.
 fn first_block(img: &Path, ino: Ino) -> u64 {
     let rec = read_at(img, inode_offset(img, ino), 128);
-    let root = &rec[0x28..0x28 + 60];
-    assert_eq!(&root[..2], &[0x0a, 0xf3], "inode {ino} is not extent-mapped");
-    // The first entry's block: `ee_start_lo` of a leaf, `ei_leaf_lo` of an index.
-    let depth = u16::from_le_bytes([root[6], root[7]]);
-    u64::from(if depth == 0 { u32_at(root, 20) } else { u32_at(root, 16) })
+    let (mut b, mut depth) = first_entry(&rec[0x28..0x28 + 60]);
+    while depth > 0 {
+        (b, depth) = first_entry(&read_at(img, b * BLOCK_SIZE as u64, BLOCK_SIZE));
+    }
+    b
 }
 
 struct Prepared {
@@ -148,7 +163,7 @@ fn a_changed_byte_in_each_checksummed_structure_is_reported() {
     // /a/x's i_mtime.
     damaged(&p, "inode", inode_offset(&p.img, p.x) + 0x10, "inode", &["cat", "/a/x"]);
     // An extent in /frag's tree block.
-    damaged(&p, "extent", first_block(&p.img, p.frag) * bs + 40, "extent tree block", &["cat", "/frag"]);
+    damaged(&p, "extent", tree_block(&p.img, p.frag) * bs + 40, "extent tree block", &["cat", "/frag"]);
     // The name of /a/x's entry (after `.` and `..`, 12 bytes each).
     damaged(&p, "dirent", first_block(&p.img, p.a) * bs + 24 + 8, "directory block", &["ls", "/a"]);
     // The hash of the htree root's second entry.
