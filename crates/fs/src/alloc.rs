@@ -213,9 +213,8 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
                     }
                 };
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
-                if search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0).is_none()
-                    && (from == 0
-                        || search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0).is_none())
+                if search_run(bm, &gs, start_blk, 0, glen, want, pass == 0).is_none()
+                    && (from == 0 || search_run(bm, &gs, start_blk, from, glen, want, pass == 0).is_none())
                 {
                     continue;
                 }

@@ -244,6 +244,10 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
             }
             seal_leaf(st, &buf);
         }
+        // The blocks are leaves now: the inode must say so in this transaction even if the
+        // change that called for it fails and the caller never stores the directory.
+        st.d.flags &= !EXT4_INDEX_FL;
+        crate::inode::store_inode(tx, st.ino, st)?;
     }
     st.d.flags &= !EXT4_INDEX_FL;
     Ok(())

@@ -1301,8 +1301,8 @@ mod tests {
 
     use crate::ondisk::superblock::put_u16;
 
-    // The tests work without checksums (but for `checksummed_blocks`): these shadow the
-    // public functions with the inode context fixed.
+    // The tests work without checksums (but for `checksummed_blocks`, which calls the
+    // public functions by path): these shadow them with the inode context fixed.
     const IC: InodeCsum = InodeCsum::none(99);
     fn lookup<M: MetaStore>(r: &[u8; ROOT_BYTES], st: &mut M, l: u32) -> FsResult<Option<Mapping>> {
         super::lookup(r, st, IC, l)
@@ -1521,6 +1521,26 @@ mod tests {
         let mut v: Vec<u64> = runs.iter().flat_map(|&(p, l)| (0..l as u64).map(move |i| p + i)).collect();
         v.sort_unstable();
         v
+    }
+
+    #[test]
+    fn checksummed_blocks() {
+        let ic = InodeCsum { ino: 12, seed: Some(0x1234_5678) };
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        for i in 0..20u32 {
+            super::insert(&mut root, &mut st, ic, m(i * 10, 5000 + u64::from(i) * 100, 5, false), 0).unwrap();
+        }
+        st.end_tx();
+        let blocks = super::tree_blocks(&root, &mut st, ic).unwrap();
+        assert!(!blocks.is_empty(), "20 extents need a tree block");
+        for b in blocks {
+            let mut data = st.read_block(b).unwrap().read()[..].to_vec();
+            assert_eq!(verify_block_checksum(0x1234_5678, &data), Ok(()), "block {b}");
+            assert!(verify_block_checksum(0x1234_5679, &data).is_err(), "another inode's seed");
+            data[30] ^= 1;
+            assert!(verify_block_checksum(0x1234_5678, &data).is_err(), "a changed byte");
+        }
     }
 
     #[test]

@@ -654,6 +654,30 @@ mod tests {
     }
 
     #[test]
+    fn checksum_round_trip() {
+        let mut sb = crate::ondisk::superblock::Superblock::blank();
+        sb.feature_ro_compat = crate::ondisk::features::RO_COMPAT_METADATA_CSUM;
+        sb.uuid = [3; 16];
+        let c = Csum::from_sb(&sb);
+        let mut i = Inode::new(256, 32);
+        i.mode = S_IFREG | 0o644;
+        i.generation = 77;
+        let mut raw = vec![0u8; 256];
+        i.encode_into(&mut raw, &c, 12);
+        verify_checksum(&c, 12, &raw).unwrap();
+        assert!(verify_checksum(&c, 13, &raw).is_err(), "the inode number is in the seed");
+        raw[200] ^= 1;
+        assert!(matches!(verify_checksum(&c, 12, &raw), Err(FsError::Checksum { .. })));
+        // A never-written slot passes; without metadata_csum nothing is checked.
+        verify_checksum(&c, 12, &[0u8; 256]).unwrap();
+        verify_checksum(&Csum::none(), 12, &raw).unwrap();
+        // 128-byte inodes keep the low 16 bits only.
+        let mut small = vec![0u8; 128];
+        Inode::new(128, 0).encode_into(&mut small, &c, 5);
+        verify_checksum(&c, 5, &small).unwrap();
+    }
+
+    #[test]
     fn rdev_encodings() {
         let mut i = Inode::new(256, 32);
         i.set_rdev(8, 1);
