@@ -11,6 +11,13 @@
 //! differences are warnings. The orphan list is walked as the next read-write mount would
 //! walk it.
 //!
+//! Checksums (`metadata_csum`, `uninit_bg`): every structure the walk reads is checked
+//! against its checksum as it is read (inodes, extent tree blocks, directory leaves and
+//! htree nodes, xattr blocks), and so are the bitmaps of initialised groups; a mismatch is
+//! an error naming the structure. The superblock and the group descriptors are checked
+//! before mounting by [`layout_checksum_errors`], which lists every mismatch (a mount stops
+//! at the first).
+//!
 //! What it does **not** look at (e2fsck does): unreachable inodes beyond counting them (a
 //! leaked inode with a bad extent tree is not opened), `i_size` against the extents,
 //! directory block internals beyond what reading the entries needs (rec_len slack, unused
