@@ -212,6 +212,10 @@ struct MkfsArgs {
     /// Overwrite an existing ext2/3/4 file system.
     #[arg(long)]
     force: bool,
+    /// Leave out metadata_csum (on by default, as with mke2fs): no checksums on the
+    /// superblock, descriptors, bitmaps, inodes, extent, directory and xattr blocks.
+    #[arg(long)]
+    no_metadata_csum: bool,
 }
 
 impl Command {
@@ -258,6 +262,7 @@ fn run(cli: Cli) -> CliResult<()> {
             log_areas: a.log_areas,
             inode_ratio: a.inode_ratio,
             force: a.force,
+            metadata_csum: !a.no_metadata_csum,
         }),
         Command::Info { image } => cmd::info::run(&image, &ctx.options.journal),
         Command::Ls { image, path, long, all } => cmd::files::ls(&image, &ctx, &path, long, all),

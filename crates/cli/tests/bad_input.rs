@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 
 use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::csum::Csum;
 use cjfs_fs::{Fs, MountOptions, ROOT_INO};
 use common::*;
 
-/// Byte offset of superblock field `field_offset` in the image.
+/// Byte offset of superblock field `field_offset` in the image (the images are
+/// `metadata_csum`: the patches below fix the checksum they break, so each test meets the
+/// damage it is about rather than a checksum mismatch).
 fn sb_byte(field_offset: u64) -> u64 {
     1024 + field_offset
 }
@@ -32,6 +35,38 @@ fn patch(img: &Path, at: u64, bytes: &[u8]) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(img).expect("open image to patch");
     f.write_all_at(bytes, at).expect("patch image");
+}
+
+/// Patch superblock field bytes and fix `s_checksum` (the images are `metadata_csum`), so
+/// the field's own check is what meets the change.
+fn patch_sb(img: &Path, field_offset: u64, bytes: &[u8]) {
+    patch(img, sb_byte(field_offset), bytes);
+    let mut b = read_at(img, 1024, 1024);
+    cjfs_fs::ondisk::superblock::set_checksum(&mut b);
+    patch(img, 1024, &b);
+}
+
+/// Patch bytes of inode `ino`'s record and fix its checksum.
+fn patch_inode(img: &Path, ino: u32, field_offset: u64, bytes: &[u8]) {
+    let at = inode_offset(img, ino);
+    patch(img, at + field_offset, bytes);
+    let (sb, _) = read_layout(&*ro_dev(img)).expect("layout");
+    let mut rec = read_at(img, at, sb.inode_size());
+    cjfs_fs::ondisk::inode::set_checksum(&Csum::from_sb(&sb), ino, &mut rec);
+    patch(img, at, &rec);
+}
+
+/// Patch bytes of directory `dir`'s leaf block `blk` and fix the block's checksum.
+fn patch_dir_block(img: &Path, dir: u32, blk: u64, off: u64, bytes: &[u8]) {
+    let at = blk * BLOCK_SIZE as u64;
+    patch(img, at + off, bytes);
+    let (sb, _) = read_layout(&*ro_dev(img)).expect("layout");
+    let generation = u32::from_le_bytes(read_at(img, inode_offset(img, dir) + 0x64, 4).try_into().unwrap());
+    if let Some(seed) = Csum::from_sb(&sb).for_inode(dir, generation).seed {
+        let mut b = read_at(img, at, BLOCK_SIZE);
+        cjfs_fs::ondisk::dirent::set_leaf_checksum(seed, &mut b);
+        patch(img, at, &b);
+    }
 }
 
 fn read_at(img: &Path, at: u64, n: usize) -> Vec<u8> {
@@ -229,7 +264,7 @@ fn a_journal_inode_that_is_not_a_regular_file_is_refused() {
     const I_MODE: u64 = 0x00;
     let dir = tempfile::tempdir().expect("tmp");
     let img = needs_recovery(dir.path());
-    patch(&img, inode_offset(&img, 8) + I_MODE, &0xffffu16.to_le_bytes());
+    patch_inode(&img, 8, I_MODE, &0xffffu16.to_le_bytes());
     let before = hash_file(&img);
     for args in [vec!["recover", s(&img)], vec!["mkdir", s(&img), "/m"], vec!["ls", s(&img), "/"]] {
         let err = fails(&args, "journal inode 8");
@@ -245,7 +280,7 @@ fn a_file_system_marked_with_errors_refuses_writes() {
     const S_STATE: u64 = 0x3A;
     let dir = tempfile::tempdir().expect("tmp");
     let (img, data) = populated(dir.path());
-    patch(&img, sb_byte(S_STATE), &3u16.to_le_bytes());
+    patch_sb(&img, S_STATE, &3u16.to_le_bytes());
     let before = hash_file(&img);
     fails(&["mkdir", s(&img), "/m"], "having errors");
     assert_eq!(hash_file(&img), before);
@@ -259,7 +294,7 @@ fn a_file_system_marked_with_errors_refuses_writes() {
 fn a_refused_write_leaves_the_image_byte_identical() {
     let dir = tempfile::tempdir().expect("tmp");
     let (img, data) = populated(dir.path());
-    patch(&img, sb_byte(S_LAST_ORPHAN), &5000u32.to_le_bytes());
+    patch_sb(&img, S_LAST_ORPHAN, &5000u32.to_le_bytes());
     let before = hash_file(&img);
     let err = fails(&["mkdir", s(&img), "/m"], "orphan");
     assert!(err.contains("5000"), "{err}");
@@ -283,7 +318,7 @@ fn mv_over_a_corrupt_dotdot_entry_leaves_the_image_byte_identical() {
     assert_eq!(&root[..2], &[0x0a, 0xf3], "/a is not extent-mapped");
     let blk = u64::from(u32::from_le_bytes(root[20..24].try_into().unwrap()));
     // The `..` entry starts at byte 12 of the first block; name_len is its byte 6.
-    patch(&img, blk * BLOCK_SIZE as u64 + 12 + 6, &[1]);
+    patch_dir_block(&img, a, blk, 12 + 6, &[1]);
     let before = hash_file(&img);
     let o = cjfs(&["mv", s(&img), "/a/x", "/b/y"]);
     if o.status.success() {
@@ -305,7 +340,7 @@ fn a_reserved_inode_in_the_orphan_list_is_refused_and_reported() {
     for head in [1u32, 7] {
         let dir = tempfile::tempdir().expect("tmp");
         let (img, _) = populated(dir.path());
-        patch(&img, sb_byte(S_LAST_ORPHAN), &head.to_le_bytes());
+        patch_sb(&img, S_LAST_ORPHAN, &head.to_le_bytes());
         let before = hash_file(&img);
         let err = fails(&["mkdir", s(&img), "/m"], "reserved");
         assert!(err.contains(&format!("inode {head}")), "{err}");
@@ -347,7 +382,7 @@ fn sizes_beyond_reason_are_refused_and_a_closed_pipe_ends_cat() {
     assert!(err.is_empty(), "{err}");
 
     let f = ino_of(&img, "/f");
-    patch(&img, inode_offset(&img, f) + I_SIZE_HIGH, &0x8000_0000u32.to_le_bytes());
+    patch_inode(&img, f, I_SIZE_HIGH, &0x8000_0000u32.to_le_bytes());
     let before = hash_file(&img);
     let err = fails(&["cat", s(&img), "/f"], "i_size");
     assert!(err.contains(&format!("inode {f}")), "{err}");
@@ -388,8 +423,7 @@ fn messages_name_the_structure_that_is_wrong() {
     // A corrupt extent: physical start beyond the file system.
     let (img, _) = populated(dir.path());
     let f = ino_of(&img, "/f");
-    let at = inode_offset(&img, f) + I_BLOCK;
-    patch(&img, at + 12 + 6, &0x7fffu16.to_le_bytes());
+    patch_inode(&img, f, I_BLOCK + 12 + 6, &0x7fffu16.to_le_bytes());
     let err = fails(&["cat", s(&img), "/f"], "extent");
     assert!(!err.contains("journal") && !err.contains("device"), "{err}");
     assert!(err.contains("outside the file system"), "{err}");
@@ -406,7 +440,7 @@ fn messages_name_the_structure_that_is_wrong() {
     // s_first_ino past the inode table.
     let d3 = tempfile::tempdir().expect("tmp");
     let (img, _) = populated(d3.path());
-    patch(&img, sb_byte(S_FIRST_INO), &u32::MAX.to_le_bytes());
+    patch_sb(&img, S_FIRST_INO, &u32::MAX.to_le_bytes());
     let err = fails(&["mkdir", s(&img), "/m"], "s_first_ino");
     assert!(!err.contains("no free inodes"), "{err}");
 
@@ -414,7 +448,7 @@ fn messages_name_the_structure_that_is_wrong() {
     let d4 = tempfile::tempdir().expect("tmp");
     let (img, _) = populated(d4.path());
     let x = ino_of(&img, "/a/x");
-    patch(&img, inode_offset(&img, x) + I_EXTRA_ISIZE, &3u16.to_le_bytes());
+    patch_inode(&img, x, I_EXTRA_ISIZE, &3u16.to_le_bytes());
     let err = fails(&["cat", s(&img), "/a/x"], "i_extra_isize");
     assert_eq!(err.matches("corrupt file system").count(), 1, "{err}");
     assert_eq!(err.matches(&format!("inode {x}")).count(), 1, "inode named more than once: {err}");

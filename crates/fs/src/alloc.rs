@@ -3,6 +3,14 @@
 //! Blocks freed by a transaction stay unusable until that transaction is durable (the
 //! group's busy list), so a crash never leaves a committed file pointing at blocks that
 //! were already handed to someone else and overwritten.
+//!
+//! With group descriptor checksums (`uninit_bg`, `metadata_csum`) a group may be
+//! uninitialised: its bitmaps are then synthesized, never read; the first allocation or
+//! free in the group writes the synthesized bitmap into the bitmap block, clears the flag
+//! and logs the descriptor in the same handle. Every bitmap change records the bitmap's
+//! checksum in the descriptor, and every descriptor write carries its own checksum
+//! ([`GroupDesc::encode_into`]); a bitmap read from disk is checked against the descriptor
+//! once, when it enters the cache.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,14 +21,9 @@ use cjfs_journal::Buffer;
 use crate::error::{FsError, FsResult};
 use crate::fs::{FsInner, GroupState};
 use crate::ondisk::bitmap;
-use crate::ondisk::group_desc::GroupDesc;
+use crate::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
 use crate::tx::Tx;
 use crate::types::Ino;
-
-/// Group descriptor flag: block bitmap not initialised.
-const BG_BLOCK_UNINIT: u16 = 0x2;
-/// Group descriptor flag: inode bitmap not initialised.
-const BG_INODE_UNINIT: u16 = 0x1;
 
 /// Write group `g`'s descriptor into the GDT buffer under the transaction.
 fn write_desc(tx: &mut Tx<'_>, g: u32, desc: &GroupDesc) -> FsResult<()> {
@@ -29,8 +32,83 @@ fn write_desc(tx: &mut Tx<'_>, g: u32, desc: &GroupDesc) -> FsResult<()> {
     tx.h.get_write_access(&buf)?;
     let mut w = buf.write();
     let ds = tx.fs.geo.desc_size as usize;
-    desc.encode_into(&mut w[off..off + ds]);
+    desc.encode_into(&mut w[off..off + ds], &tx.fs.csum, g);
     Ok(())
+}
+
+/// Which bitmap of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Block,
+    Inode,
+}
+
+impl Kind {
+    fn uninit_flag(self) -> u16 {
+        match self {
+            Kind::Block => BG_BLOCK_UNINIT,
+            Kind::Inode => BG_INODE_UNINIT,
+        }
+    }
+}
+
+/// Whether group `gs`'s `kind` bitmap is uninitialised (synthesized, not on disk).
+fn is_uninit(fs: &FsInner, gs: &GroupState, kind: Kind) -> bool {
+    fs.csum.group_desc() && gs.desc.flags & kind.uninit_flag() != 0
+}
+
+/// The bitmap an uninitialised group `g` has.
+fn synthesized(fs: &FsInner, gs: &GroupState, g: u32, kind: Kind) -> Vec<u8> {
+    let sb = fs.sb.lock();
+    match kind {
+        Kind::Block => bitmap::uninit_block_bitmap(&sb, &gs.desc, g),
+        Kind::Inode => bitmap::uninit_inode_bitmap(&sb),
+    }
+}
+
+/// Check the `kind` bitmap of group `g` in `buf` (read from disk) against the checksum
+/// its descriptor records, once per cached buffer. Call with the group locked.
+fn verify_bitmap(fs: &FsInner, gs: &GroupState, g: u32, buf: &Buffer, kind: Kind) -> FsResult<()> {
+    if !fs.csum.metadata() || buf.is_verified() || is_uninit(fs, gs, kind) {
+        return Ok(());
+    }
+    let bm = buf.read();
+    match kind {
+        Kind::Block => gs.desc.verify_block_bitmap(&fs.csum, g, &bm[..], fs.geo.blocks_per_group)?,
+        Kind::Inode => gs.desc.verify_inode_bitmap(&fs.csum, g, &bm[..], fs.geo.inodes_per_group)?,
+    }
+    buf.set_verified();
+    Ok(())
+}
+
+/// Record the checksum of group `g`'s changed `kind` bitmap in its descriptor.
+fn note_bitmap(fs: &FsInner, gs: &mut GroupState, buf: &Buffer, kind: Kind) {
+    if !fs.csum.metadata() {
+        return;
+    }
+    let bm = buf.read();
+    match kind {
+        Kind::Block => gs.desc.set_block_bitmap_csum(&fs.csum, &bm[..], fs.geo.blocks_per_group),
+        Kind::Inode => gs.desc.set_inode_bitmap_csum(&fs.csum, &bm[..], fs.geo.inodes_per_group),
+    }
+    buf.set_verified();
+}
+
+/// Make group `g`'s `kind` bitmap in `buf` (under write access in `tx`, group locked) the
+/// one to change: an uninitialised bitmap is synthesized into the buffer, the flag cleared
+/// and the descriptor logged; an initialised one is checked against its checksum.
+fn prepare_bitmap(tx: &mut Tx<'_>, gs: &mut GroupState, g: u32, buf: &Buffer, kind: Kind) -> FsResult<()> {
+    let fs = tx.fs;
+    if !is_uninit(fs, gs, kind) {
+        return verify_bitmap(fs, gs, g, buf, kind);
+    }
+    let bm = synthesized(fs, gs, g, kind);
+    buf.write()[..].copy_from_slice(&bm);
+    gs.desc.flags &= !kind.uninit_flag();
+    note_bitmap(fs, gs, buf, kind);
+    buf.set_verified();
+    let desc = gs.desc.clone();
+    write_desc(tx, g, &desc)
 }
 
 /// Take write access to a group's bitmap block and to its descriptor block before the group
@@ -105,27 +183,38 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
             let skip = |gs: &GroupState| {
                 gs.desc.free_blocks_count == 0 || (pass == 0 && gs.desc.free_blocks_count < want)
             };
-            let bitmap_blk = {
+            let (bitmap_blk, uninit) = {
                 let gs = fs.groups[g as usize].lock();
                 if skip(&gs) {
                     continue;
                 }
-                gs.desc.block_bitmap
+                (gs.desc.block_bitmap, is_uninit(fs, &gs, Kind::Block))
             };
             // Probe before taking write access: a group that cannot serve the request must
             // not put its bitmap and descriptor blocks into the transaction (each would be a
             // false chain between per-core logs, and a needless logged block for any log).
             {
-                let probe = fs.cache.read(bitmap_blk)?;
+                let probe = if uninit { None } else { Some(fs.cache.read(bitmap_blk)?) };
                 let mut gs = fs.groups[g as usize].lock();
                 prune_busy(fs, &mut gs);
                 let start_blk = geo.group_start(g);
                 let glen = geo.group_len(g) as usize;
-                let bm = probe.read();
+                let synth;
+                let guard;
+                let bm: &[u8] = match &probe {
+                    Some(p) if !is_uninit(fs, &gs, Kind::Block) => {
+                        verify_bitmap(fs, &gs, g, p, Kind::Block)?;
+                        guard = p.read();
+                        &guard[..]
+                    }
+                    _ => {
+                        synth = synthesized(fs, &gs, g, Kind::Block);
+                        &synth[..]
+                    }
+                };
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
-                if search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0).is_none()
-                    && (from == 0
-                        || search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0).is_none())
+                if search_run(bm, &gs, start_blk, 0, glen, want, pass == 0).is_none()
+                    && (from == 0 || search_run(bm, &gs, start_blk, from, glen, want, pass == 0).is_none())
                 {
                     continue;
                 }
@@ -135,6 +224,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
             if skip(&gs) {
                 continue;
             }
+            prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Block)?;
             prune_busy(fs, &mut gs);
             let start_blk = geo.group_start(g);
             let glen = geo.group_len(g) as usize;
@@ -160,7 +250,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
                 bitmap::set_range(&mut bm[..], off, len as usize);
             }
             gs.desc.free_blocks_count -= len;
-            gs.desc.flags &= !BG_BLOCK_UNINIT;
+            note_bitmap(fs, &mut gs, &bm_buf, Kind::Block);
             let desc = gs.desc.clone();
             write_desc(tx, g, &desc)?;
             drop(gs);
@@ -231,6 +321,7 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
         let bitmap_blk = fs.groups[g as usize].lock().desc.block_bitmap;
         let bm_buf = pre_access(tx, g, bitmap_blk)?;
         let mut gs = fs.groups[g as usize].lock();
+        prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Block)?;
         {
             let mut bm = bm_buf.write();
             let off = (b - gstart) as usize;
@@ -240,6 +331,7 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
             bitmap::clear_range(&mut bm[..], off, n as usize);
         }
         gs.desc.free_blocks_count += n;
+        note_bitmap(fs, &mut gs, &bm_buf, Kind::Block);
         gs.busy.map.insert(b, (n, txid));
         let desc = gs.desc.clone();
         write_desc(tx, g, &desc)?;
@@ -279,6 +371,7 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         if gs.desc.free_inodes_count == 0 {
             continue;
         }
+        prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Inode)?;
         let ipg = geo.inodes_per_group as usize;
         let first = if g == 0 { (geo.first_ino - 1) as usize } else { 0 };
         let Some(bit) = bitmap::find_zero(&bm_buf.read()[..], first, ipg) else {
@@ -289,11 +382,11 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         if is_dir {
             gs.desc.used_dirs_count += 1;
         }
-        gs.desc.flags &= !BG_INODE_UNINIT;
         let used = bit as u32 + 1;
         if gs.desc.itable_unused > 0 && geo.inodes_per_group - gs.desc.itable_unused < used {
             gs.desc.itable_unused = geo.inodes_per_group - used;
         }
+        note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
         let desc = gs.desc.clone();
         write_desc(tx, g, &desc)?;
         drop(gs);
@@ -312,10 +405,12 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
     let bitmap_blk = fs.groups[g as usize].lock().desc.inode_bitmap;
     let bm_buf = pre_access(tx, g, bitmap_blk)?;
     let mut gs = fs.groups[g as usize].lock();
+    prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Inode)?;
     if !bitmap::clear(&mut bm_buf.write()[..], bit) {
         return Err(FsError::Corrupt(format!("freeing inode {ino}, which is already free")));
     }
     gs.desc.free_inodes_count += 1;
+    note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
     if is_dir {
         gs.desc.used_dirs_count = gs.desc.used_dirs_count.saturating_sub(1);
     }

@@ -87,14 +87,17 @@ impl Fs {
                     d.file_acl
                 )));
             }
+            // Reading it checks its checksum (metadata_csum).
+            crate::xattr::read_block(inner, ino, d.file_acl)?;
             out.xattr_block = Some(d.file_acl);
         }
         if d.has_extents() {
             let mut store = ReadStore { cache: &inner.cache, limit };
-            extent_tree::check(&d.block, &mut store).map_err(|e| prefix(ino, e))?;
-            extent_tree::for_each_extent(&d.block, &mut store, |m| out.extents.push(m))
+            extent_tree::check(&d.block, &mut store, st.csum).map_err(|e| prefix(ino, e))?;
+            extent_tree::for_each_extent(&d.block, &mut store, st.csum, |m| out.extents.push(m))
                 .map_err(|e| prefix(ino, e))?;
-            out.tree_blocks = extent_tree::tree_blocks(&d.block, &mut store).map_err(|e| prefix(ino, e))?;
+            out.tree_blocks =
+                extent_tree::tree_blocks(&d.block, &mut store, st.csum).map_err(|e| prefix(ino, e))?;
             for m in &out.extents {
                 if m.pblk < first || m.pblk.saturating_add(u64::from(m.len)) > limit {
                     return Err(FsError::Corrupt(format!(

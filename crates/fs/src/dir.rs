@@ -5,19 +5,30 @@
 //! previous record), so a readdir offset (`block << 12 | byte offset`) stays valid across
 //! inserts and removals. An htree (dir_index) directory is read as the linear directory it
 //! also is; the first change clears its index flag, which leaves a valid linear directory.
+//!
+//! With `metadata_csum` each block is checked when it enters the cache: a leaf against its
+//! checksum record, an index block (the root, block 0, and interior nodes, recognised as
+//! the kernel does: a fake record of inode 0 covering the whole block) against its
+//! `dx_tail`. Leaf entries then fill the block less its 12-byte checksum record, and every
+//! block changed gets a fresh checksum ([`seal_leaf`]). Dropping the index also turns its
+//! blocks into leaves (`.` and `..` in the root, an empty record in a node), each with a
+//! checksum record: a linear reader of a checksummed directory expects one in every block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use cjfs_blockdev::BLOCK_SIZE;
 
+use crate::error::CsumStructure;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree::{self, Mapping};
 use crate::fs::FsInner;
 use crate::inode::InodeState;
 use crate::meta::MetaStore;
-use crate::ondisk::dirent::{self, rec_len_for};
+use crate::ondisk::dirent::{self, FT_DIR, TAIL_SIZE, rec_len_for};
+use crate::ondisk::htree;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
+use crate::ondisk::superblock::{get_u16, get_u32};
 use crate::tx::{ReadStore, Tx};
 use crate::types::{DirEntry, FileType, Ino, NAME_MAX};
 
@@ -63,7 +74,7 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
 
 /// Physical block of directory block `lblk`.
 fn map_block<M: MetaStore + ?Sized>(st: &InodeState, store: &mut M, lblk: u32) -> FsResult<u64> {
-    match extent_tree::lookup(&st.d.block, store, lblk)? {
+    match extent_tree::lookup(&st.d.block, store, st.csum, lblk)? {
         Some(m) if !m.unwritten => m
             .pblk_of(lblk)
             .ok_or_else(|| FsError::Corrupt(format!("directory block {lblk} mapping is inconsistent"))),
@@ -88,6 +99,82 @@ fn dir_blocks(st: &InodeState) -> FsResult<u32> {
     Ok(n as u32)
 }
 
+/// What a directory block is (decides its checksum and which bytes hold entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    /// Entries (a linear block or an htree leaf).
+    Leaf,
+    /// The htree root (block 0 of an indexed directory).
+    DxRoot,
+    /// An htree interior node.
+    DxNode,
+}
+
+fn block_kind(st: &InodeState, lblk: u32, block: &[u8]) -> BlockKind {
+    if st.d.flags & EXT4_INDEX_FL == 0 {
+        BlockKind::Leaf
+    } else if lblk == 0 {
+        BlockKind::DxRoot
+    } else if get_u32(block, 0) == 0 && get_u16(block, 4) as usize == block.len() {
+        BlockKind::DxNode
+    } else {
+        BlockKind::Leaf
+    }
+}
+
+/// Bytes of a block of `kind` that hold entries: all but the checksum record of a leaf
+/// with `metadata_csum`, else the whole block (an index block's records span it).
+fn entries_end(st: &InodeState, kind: BlockKind) -> usize {
+    if st.csum.seed.is_some() && kind == BlockKind::Leaf { BLOCK_SIZE - TAIL_SIZE } else { BLOCK_SIZE }
+}
+
+/// Read directory block `lblk` (at `pblk`), checking its checksum the first time it is
+/// cached. Returns the buffer and where its entries end.
+pub(crate) fn read_dir_block(
+    fs: &FsInner,
+    st: &InodeState,
+    lblk: u32,
+    pblk: u64,
+) -> FsResult<(Arc<cjfs_journal::Buffer>, usize)> {
+    let buf = fs.cache.read(pblk)?;
+    let kind = block_kind(st, lblk, &buf.read()[..]);
+    if let Some(seed) = st.csum.seed
+        && !buf.is_verified()
+    {
+        let r = {
+            let data = buf.read();
+            match kind {
+                BlockKind::Leaf => dirent::verify_leaf_checksum(seed, &data[..]),
+                BlockKind::DxRoot => htree::verify_dx_checksum(seed, &data[..], true),
+                BlockKind::DxNode => htree::verify_dx_checksum(seed, &data[..], false),
+            }
+        };
+        if let Err(bad) = r {
+            let structure =
+                if kind == BlockKind::Leaf { CsumStructure::DirBlock } else { CsumStructure::HtreeNode };
+            let location = format!("at block {pblk} (logical {lblk}) of directory inode {}", st.ino);
+            return Err(match bad {
+                Some((stored, computed)) => FsError::checksum(structure, location, stored, computed),
+                None => FsError::Checksum {
+                    structure,
+                    location,
+                    detail: "no room for a checksum at the end of the block".into(),
+                },
+            });
+        }
+        buf.set_verified();
+    }
+    Ok((buf, entries_end(st, kind)))
+}
+
+/// Finish a changed leaf block: write its checksum record (with `metadata_csum`).
+fn seal_leaf(st: &InodeState, buf: &cjfs_journal::Buffer) {
+    if let Some(seed) = st.csum.seed {
+        dirent::set_leaf_checksum(seed, &mut buf.write()[..]);
+        buf.set_verified();
+    }
+}
+
 /// Build the directory's index if it is not built yet.
 pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
     if st.dir.is_some() {
@@ -99,10 +186,10 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
     let mut names = HashMap::new();
     for lblk in 0..nblocks {
         let pblk = map_block(st, &mut store, lblk)?;
-        let buf = fs.cache.read(pblk)?;
+        let (buf, end) = read_dir_block(fs, st, lblk, pblk)?;
         let data = buf.read();
         let mut best = 0usize;
-        for e in dirent::iter(&data[..]).with_max_inode(fs.geo.inodes_count) {
+        for e in dirent::iter(&data[..end]).with_max_inode(fs.geo.inodes_count) {
             let e = e?;
             best = best.max(e.free_len());
             if e.is_live() && e.name != b"." && e.name != b".." {
@@ -121,11 +208,49 @@ pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult
     Ok(st.names.0.read().as_ref().and_then(|m| m.get(name).copied()))
 }
 
-/// Clear the htree flag before the first change (leaves a valid linear directory).
-fn drop_htree(st: &mut InodeState) {
-    if st.d.flags & EXT4_INDEX_FL != 0 {
-        st.d.flags &= !EXT4_INDEX_FL;
+/// Clear the htree flag before the first change (leaves a valid linear directory). With
+/// `metadata_csum` the index blocks become leaves with checksum records first.
+fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    if st.d.flags & EXT4_INDEX_FL == 0 {
+        return Ok(());
     }
+    if st.csum.seed.is_some() {
+        for lblk in 0..dir_blocks(st)? {
+            let pblk = map_block(st, tx, lblk)?;
+            let (buf, _) = read_dir_block(tx.fs, st, lblk, pblk)?;
+            let kind = block_kind(st, lblk, &buf.read()[..]);
+            if kind == BlockKind::Leaf {
+                continue;
+            }
+            tx.write_access(&buf)?;
+            {
+                let mut w = buf.write();
+                let end = BLOCK_SIZE - TAIL_SIZE;
+                if kind == BlockKind::DxRoot {
+                    let (dot, dotdot) = (get_u32(&w[..], 0), get_u32(&w[..], 12));
+                    dirent::init_block(&mut w[..end], &[(dot, b".", FT_DIR), (dotdot, b"..", FT_DIR)])?;
+                } else {
+                    dirent::init_block(&mut w[..end], &[])?;
+                }
+            }
+            let free = {
+                let r = buf.read();
+                block_max_free(&r[..BLOCK_SIZE - TAIL_SIZE])?
+            };
+            if let Some(d) = st.dir.as_mut()
+                && let Some(f) = d.free.get_mut(lblk as usize)
+            {
+                *f = free;
+            }
+            seal_leaf(st, &buf);
+        }
+        // The blocks are leaves now: the inode must say so in this transaction even if the
+        // change that called for it fails and the caller never stores the directory.
+        st.d.flags &= !EXT4_INDEX_FL;
+        crate::inode::store_inode(tx, st.ino, st)?;
+    }
+    st.d.flags &= !EXT4_INDEX_FL;
+    Ok(())
 }
 
 /// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times may
@@ -140,7 +265,7 @@ pub(crate) fn add_entry(
 ) -> FsResult<()> {
     check_name(name)?;
     ensure_index(tx.fs, st)?;
-    drop_htree(st);
+    drop_htree(tx, st)?;
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
@@ -153,16 +278,17 @@ pub(crate) fn add_entry(
             continue;
         }
         let pblk = map_block(st, tx, b as u32)?;
-        let buf = tx.fs.cache.read(pblk)?;
-        let off = dirent::find_space(&buf.read()[..], name.len())?;
+        let (buf, end) = read_dir_block(tx.fs, st, b as u32, pblk)?;
+        let off = dirent::find_space(&buf.read()[..end], name.len())?;
         match off {
             Some(off) => {
                 tx.write_access(&buf)?;
                 let newfree = {
                     let mut w = buf.write();
-                    dirent::insert(&mut w[..], off, ino, name, ftype)?;
-                    block_max_free(&w[..])?
+                    dirent::insert(&mut w[..end], off, ino, name, ftype)?;
+                    block_max_free(&w[..end])?
                 };
+                seal_leaf(st, &buf);
                 if let Some(d) = st.dir.as_mut() {
                     d.free[b] = newfree;
                 }
@@ -172,7 +298,7 @@ pub(crate) fn add_entry(
                 return Ok(());
             }
             None => {
-                let f = block_max_free(&buf.read()[..])?;
+                let f = block_max_free(&buf.read()[..end])?;
                 if let Some(d) = st.dir.as_mut() {
                     d.free[b] = f;
                 }
@@ -184,7 +310,7 @@ pub(crate) fn add_entry(
     }
     // No room: append a block.
     let lblk = nblocks as u32;
-    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, lblk)? {
+    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
         Some(m) => m.pblk + u64::from(m.len),
         None => crate::alloc::inode_goal(tx.fs, dir_ino),
     };
@@ -192,12 +318,14 @@ pub(crate) fn add_entry(
     let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
     let buf = tx.fs.cache.get_new(pblk);
     tx.h.get_create_access(&buf)?;
+    let end = entries_end(st, BlockKind::Leaf);
     let newfree = {
         let mut w = buf.write();
-        w.copy_from_slice(&dirent::make_empty_block()[..]);
-        dirent::insert(&mut w[..], 0, ino, name, ftype)?;
-        block_max_free(&w[..])?
+        dirent::init_block(&mut w[..end], &[])?;
+        dirent::insert(&mut w[..end], 0, ino, name, ftype)?;
+        block_max_free(&w[..end])?
     };
+    seal_leaf(st, &buf);
     st.d.size += BLOCK_SIZE as u64;
     crate::file::charge_blocks(
         tx.fs,
@@ -216,7 +344,7 @@ pub(crate) fn add_entry(
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
     ensure_index(tx.fs, st)?;
-    drop_htree(st);
+    drop_htree(tx, st)?;
     let slot = st
         .names
         .0
@@ -225,19 +353,20 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
         .and_then(|m| m.get(name).copied())
         .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
     let pblk = map_block(st, tx, slot.lblk)?;
-    let buf = tx.fs.cache.read(pblk)?;
+    let (buf, end) = read_dir_block(tx.fs, st, slot.lblk, pblk)?;
     tx.write_access(&buf)?;
     let newfree = {
         let mut w = buf.write();
-        if !dirent::remove(&mut w[..], name)? {
+        if !dirent::remove(&mut w[..end], name)? {
             return Err(FsError::Corrupt(format!(
                 "directory index names {:?} but block {} does not hold it",
                 String::from_utf8_lossy(name),
                 slot.lblk
             )));
         }
-        block_max_free(&w[..])?
+        block_max_free(&w[..end])?
     };
+    seal_leaf(st, &buf);
     if let Some(m) = st.names.0.write().as_mut() {
         m.remove(name);
     }
@@ -257,7 +386,7 @@ pub(crate) fn set_entry(
     ftype: u8,
 ) -> FsResult<()> {
     ensure_index(tx.fs, st)?;
-    drop_htree(st);
+    drop_htree(tx, st)?;
     let lblk = if name == b".." {
         0
     } else {
@@ -269,9 +398,10 @@ pub(crate) fn set_entry(
             .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?
     };
     let pblk = map_block(st, tx, lblk)?;
-    let buf = tx.fs.cache.read(pblk)?;
+    let (buf, end) = read_dir_block(tx.fs, st, lblk, pblk)?;
     tx.write_access(&buf)?;
-    let prev = dirent::set_inode(&mut buf.write()[..], name, ino, ftype)?;
+    let prev = dirent::set_inode(&mut buf.write()[..end], name, ino, ftype)?;
+    seal_leaf(st, &buf);
     if prev.is_none() {
         return Err(FsError::Corrupt(format!(
             "directory entry {:?} missing from its block",
@@ -293,14 +423,22 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     st.d.flags |= EXT4_EXTENTS_FL;
     let goal = crate::alloc::inode_goal(tx.fs, self_ino);
     let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    extent_tree::insert(&mut st.d.block, tx, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
+    extent_tree::insert(
+        &mut st.d.block,
+        tx,
+        st.csum,
+        Mapping { lblk: 0, pblk, len: 1, unwritten: false },
+        goal,
+    )?;
     let buf = tx.fs.cache.get_new(pblk);
     tx.h.get_create_access(&buf)?;
-    buf.write().copy_from_slice(&dirent::make_dot_block(self_ino, parent)[..]);
+    let end = entries_end(st, BlockKind::Leaf);
+    dirent::init_block(&mut buf.write()[..end], &[(self_ino, b".", FT_DIR), (parent, b"..", FT_DIR)])?;
+    seal_leaf(st, &buf);
     st.d.size = BLOCK_SIZE as u64;
     crate::file::charge_blocks(tx.fs, st, 1)?;
     let mut idx = DirIndex::default();
-    idx.free.push(block_max_free(&buf.read()[..])?);
+    idx.free.push(block_max_free(&buf.read()[..end])?);
     st.set_index(idx, HashMap::new());
     Ok(())
 }
@@ -314,9 +452,9 @@ pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) ->
     let mut from = (offset % BLOCK_SIZE as u64) as usize;
     while lblk < nblocks && out.len() < max {
         let pblk = map_block(st, &mut store, lblk)?;
-        let buf: Arc<cjfs_journal::Buffer> = fs.cache.read(pblk)?;
+        let (buf, end) = read_dir_block(fs, st, lblk, pblk)?;
         let data = buf.read();
-        for e in dirent::iter(&data[..]).with_max_inode(fs.geo.inodes_count) {
+        for e in dirent::iter(&data[..end]).with_max_inode(fs.geo.inodes_count) {
             let e = e?;
             if e.offset + e.rec_len <= from || !e.is_live() {
                 continue;

@@ -18,6 +18,17 @@ pub enum FsError {
     /// An on-disk structure is damaged; names the structure and what is wrong.
     #[error("corrupt file system: {0}")]
     Corrupt(String),
+    /// A metadata checksum does not match (`metadata_csum` / `uninit_bg`): names the
+    /// structure, where it is, and the stored and computed values.
+    #[error("checksum mismatch: {structure} {location}: {detail}")]
+    Checksum {
+        /// Which kind of structure.
+        structure: CsumStructure,
+        /// Where it is: "group 3", "inode 12", "block 1234 of inode 12", ...
+        location: String,
+        /// "stored 0x..., computed 0x..." or what is missing.
+        detail: String,
+    },
     /// The image uses a feature or layout we do not support; names it.
     #[error("unsupported file system: {0}")]
     Incompatible(String),
@@ -82,6 +93,8 @@ impl FsError {
             FsError::Device(d) => d.errno(),
             FsError::Journal(j) => j.errno(),
             FsError::Corrupt(_) => EUCLEAN,
+            // The kernel's EFSBADCRC.
+            FsError::Checksum { .. } => EBADMSG,
             FsError::Incompatible(_) => EOPNOTSUPP,
             FsError::NotFound(_) => ENOENT,
             FsError::Exists(_) => EEXIST,
@@ -103,8 +116,61 @@ impl FsError {
         }
     }
 
+    /// A checksum mismatch of `structure` at `location`.
+    pub fn checksum(
+        structure: CsumStructure,
+        location: impl Into<String>,
+        stored: u32,
+        computed: u32,
+    ) -> Self {
+        FsError::Checksum {
+            structure,
+            location: location.into(),
+            detail: format!("stored 0x{stored:08x}, computed 0x{computed:08x}"),
+        }
+    }
+
     /// A corruption error.
     pub fn corrupt(msg: impl Into<String>) -> Self {
         FsError::Corrupt(msg.into())
+    }
+}
+
+/// The metadata structures that carry a checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsumStructure {
+    /// The superblock (`s_checksum`).
+    Superblock,
+    /// A group descriptor (`bg_checksum`).
+    GroupDesc,
+    /// A block bitmap (`bg_block_bitmap_csum`).
+    BlockBitmap,
+    /// An inode bitmap (`bg_inode_bitmap_csum`).
+    InodeBitmap,
+    /// An inode (`i_checksum_lo` / `i_checksum_hi`).
+    Inode,
+    /// An extent tree block (`ext4_extent_tail`).
+    ExtentBlock,
+    /// A directory leaf block (the checksum entry at its end).
+    DirBlock,
+    /// An htree root or interior node (`dx_tail`).
+    HtreeNode,
+    /// An extended attribute block (`h_checksum`).
+    XattrBlock,
+}
+
+impl std::fmt::Display for CsumStructure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CsumStructure::Superblock => "superblock",
+            CsumStructure::GroupDesc => "group descriptor",
+            CsumStructure::BlockBitmap => "block bitmap",
+            CsumStructure::InodeBitmap => "inode bitmap",
+            CsumStructure::Inode => "inode",
+            CsumStructure::ExtentBlock => "extent tree block",
+            CsumStructure::DirBlock => "directory block",
+            CsumStructure::HtreeNode => "htree node",
+            CsumStructure::XattrBlock => "xattr block",
+        })
     }
 }

@@ -1,7 +1,8 @@
 //! ext4 extent trees (the block map of inodes with `EXT4_EXTENTS_FL`).
 //!
 //! The root node lives in the inode's 60-byte `i_block` (12-byte header + 4 entries); every
-//! other node is a whole 4096-byte block (12-byte header + 340 entries, no checksum tail).
+//! other node is a whole 4096-byte block (12-byte header + 340 entries, then with
+//! `metadata_csum` the 4-byte checksum tail, see [`crate::ondisk::extent`]).
 //! Leaves (depth 0) map runs of logical blocks to physical blocks; index nodes point to the
 //! node one level down.
 //!
@@ -26,6 +27,10 @@
 //! reported by [`remove_range`], and writes the inode back after any mutation (the root is
 //! part of it).
 //!
+//! Every function takes the owning inode's [`InodeCsum`]: with a seed, each tree block is
+//! checked against its checksum tail when first read into the cache and gets a fresh tail
+//! whenever the operation writes it.
+//!
 //! Damaged trees (bad magic, too many entries, depth beyond 5 or inconsistent between
 //! levels, a block referenced twice, ...) give [`FsError::Corrupt`] with a message starting
 //! with "extent tree:", never a panic or an endless loop.
@@ -36,13 +41,15 @@ use std::sync::Arc;
 
 use cjfs_journal::Buffer;
 
-use crate::error::{FsError, FsResult};
+use crate::error::{CsumStructure, FsError, FsResult};
 use crate::meta::MetaStore;
+use crate::ondisk::csum::InodeCsum;
 use crate::ondisk::extent::{
     BLOCK_MAX_ENTRIES, ENTRY_SIZE, Extent, ExtentIndex, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN,
     NodeHeader, ROOT_MAX_ENTRIES, entry_key, read_extent, read_header, read_index, split_raw_len,
     write_extent, write_header, write_index,
 };
+use crate::ondisk::extent::{set_block_checksum, verify_block_checksum};
 
 /// Size of the inode's `i_block` area holding the root node.
 pub const ROOT_BYTES: usize = 60;
@@ -311,6 +318,8 @@ struct Tx<'s, M: MetaStore + ?Sized> {
     goal: u64,
     /// `eh_max` of new non-root nodes (always [`BLOCK_MAX_ENTRIES`] outside tests).
     new_max: u16,
+    /// The owning inode's checksum seed.
+    ic: InodeCsum,
 }
 
 /// Parameters and results of a range removal.
@@ -336,7 +345,7 @@ enum GtStep {
 }
 
 impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
-    fn new(store: &'s mut M, root: &[u8; ROOT_BYTES], goal: u64, new_max: u16) -> Self {
+    fn new(store: &'s mut M, root: &[u8; ROOT_BYTES], goal: u64, new_max: u16, ic: InodeCsum) -> Self {
         Tx {
             store,
             root: *root,
@@ -345,7 +354,29 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             freed: Vec::new(),
             goal,
             new_max,
+            ic,
         }
+    }
+
+    /// Read tree block `b`, checking its checksum tail the first time it is cached.
+    fn read_node_block(&mut self, b: u64) -> FsResult<Arc<Buffer>> {
+        let buf = self.store.read_block(b)?;
+        if let Some(seed) = self.ic.seed
+            && !buf.is_verified()
+        {
+            if let Err((stored, computed)) = verify_block_checksum(seed, &buf.read()[..]) {
+                // A block without a valid header has no tail to find: report the header.
+                parse_header(&buf.read()[..], Loc::Blk(b))?;
+                return Err(FsError::checksum(
+                    CsumStructure::ExtentBlock,
+                    format!("at block {b} of inode {}", self.ic.ino),
+                    stored,
+                    computed,
+                ));
+            }
+            buf.set_verified();
+        }
+        Ok(buf)
     }
 
     /// Run `f` on the bytes of a node (staged copy if any, else the buffer).
@@ -359,7 +390,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 if b == 0 || b >= PBLK_LIMIT {
                     return Err(corrupt(loc, "node pointer out of range"));
                 }
-                let buf = self.store.read_block(b)?;
+                let buf = self.read_node_block(b)?;
                 let g = buf.read();
                 let r = f(&g[..]);
                 Ok(r)
@@ -386,19 +417,16 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     }
 
     fn stage(&mut self, b: u64) -> FsResult<&mut Staged> {
-        use std::collections::btree_map::Entry;
-        match self.staged.entry(b) {
-            Entry::Occupied(o) => Ok(o.into_mut()),
-            Entry::Vacant(v) => {
-                if b == 0 || b >= PBLK_LIMIT {
-                    return Err(corrupt(Loc::Blk(b), "node pointer out of range"));
-                }
-                let buf = self.store.read_block(b)?;
-                let mut data = Box::new([0u8; BLOCK_BYTES]);
-                data.copy_from_slice(&buf.read()[..]);
-                Ok(v.insert(Staged { buf, data, dirty: false }))
+        if !self.staged.contains_key(&b) {
+            if b == 0 || b >= PBLK_LIMIT {
+                return Err(corrupt(Loc::Blk(b), "node pointer out of range"));
             }
+            let buf = self.read_node_block(b)?;
+            let mut data = Box::new([0u8; BLOCK_BYTES]);
+            data.copy_from_slice(&buf.read()[..]);
+            self.staged.insert(b, Staged { buf, data, dirty: false });
         }
+        self.staged.get_mut(&b).ok_or_else(|| corrupt(Loc::Blk(b), "staged block vanished"))
     }
 
     fn save(&mut self, loc: Loc, node: &Node) -> FsResult<()> {
@@ -439,7 +467,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
     /// Apply the staged changes: write access, copy into the buffers, update the root,
     /// free the released blocks.
     fn commit(self, root_out: &mut [u8; ROOT_BYTES]) -> FsResult<TreeDelta> {
-        let Tx { store, root, staged, allocated, freed, .. } = self;
+        let Tx { store, root, mut staged, allocated, freed, ic, .. } = self;
         let freed_set: HashSet<u64> = freed.iter().copied().collect();
         let new_set: HashSet<u64> = allocated.iter().copied().collect();
         for (b, s) in &staged {
@@ -454,9 +482,15 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 return Err(e);
             }
         }
-        for (b, s) in &staged {
+        for (b, s) in staged.iter_mut() {
             if s.dirty && !freed_set.contains(b) {
+                if let Some(seed) = ic.seed {
+                    set_block_checksum(seed, &mut s.data[..]);
+                }
                 s.buf.write()[..].copy_from_slice(&s.data[..]);
+                if ic.seed.is_some() {
+                    s.buf.set_verified();
+                }
             }
         }
         *root_out = root;
@@ -1011,14 +1045,14 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
 fn run<M, T>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
-    goal: u64,
-    new_max: u16,
+    ic: InodeCsum,
+    (goal, new_max): (u64, u16),
     f: impl FnOnce(&mut Tx<'_, M>) -> FsResult<T>,
 ) -> FsResult<(T, TreeDelta)>
 where
     M: MetaStore + ?Sized,
 {
-    let mut tx = Tx::new(store, root, goal, new_max);
+    let mut tx = Tx::new(store, root, goal, new_max, ic);
     match f(&mut tx) {
         Ok(v) => {
             let d = tx.commit(root)?;
@@ -1035,12 +1069,13 @@ where
 fn read<M, T>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     f: impl FnOnce(&mut Tx<'_, M>) -> FsResult<T>,
 ) -> FsResult<T>
 where
     M: MetaStore + ?Sized,
 {
-    let mut tx = Tx::new(store, root, 0, BLOCK_MAX_ENTRIES);
+    let mut tx = Tx::new(store, root, 0, BLOCK_MAX_ENTRIES, ic);
     f(&mut tx)
 }
 
@@ -1069,9 +1104,10 @@ pub fn is_empty(root: &[u8; ROOT_BYTES]) -> FsResult<bool> {
 pub fn lookup<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     lblk: u32,
 ) -> FsResult<Option<Mapping>> {
-    read(root, store, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping()).filter(|m| m.contains(lblk))))
+    read(root, store, ic, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping()).filter(|m| m.contains(lblk))))
 }
 
 /// The whole extent containing `lblk`, else the first extent starting after it, else `None`
@@ -1079,9 +1115,10 @@ pub fn lookup<M: MetaStore + ?Sized>(
 pub fn next_extent_at_or_after<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     lblk: u32,
 ) -> FsResult<Option<Mapping>> {
-    read(root, store, |tx| tx.at_or_after(lblk))
+    read(root, store, ic, |tx| tx.at_or_after(lblk))
 }
 
 /// The last extent starting at or before `lblk` (whether or not it reaches `lblk`): the
@@ -1089,9 +1126,10 @@ pub fn next_extent_at_or_after<M: MetaStore + ?Sized>(
 pub fn extent_at_or_before<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     lblk: u32,
 ) -> FsResult<Option<Mapping>> {
-    read(root, store, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping())))
+    read(root, store, ic, |tx| Ok(tx.find_le(lblk)?.map(|e| e.mapping())))
 }
 
 /// The whole extents overlapping `[start, end)` (`end` exclusive; `u32::MAX` means "to the
@@ -1099,10 +1137,11 @@ pub fn extent_at_or_before<M: MetaStore + ?Sized>(
 pub fn extents_in_range<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     start: u32,
     end: u32,
 ) -> FsResult<Vec<Mapping>> {
-    read(root, store, |tx| {
+    read(root, store, ic, |tx| {
         let mut out = Vec::new();
         if start < end {
             tx.collect_range(Loc::Root, None, (start as u64, end as u64), u64::MAX, &mut out)?;
@@ -1122,21 +1161,23 @@ pub fn extents_in_range<M: MetaStore + ?Sized>(
 pub fn insert<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     m: Mapping,
     goal: u64,
 ) -> FsResult<TreeDelta> {
-    insert_with(root, store, m, goal, BLOCK_MAX_ENTRIES)
+    insert_with(root, store, ic, m, goal, BLOCK_MAX_ENTRIES)
 }
 
 fn insert_with<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     m: Mapping,
     goal: u64,
     new_max: u16,
 ) -> FsResult<TreeDelta> {
     validate_new(&m)?;
-    run(root, store, goal, new_max, |tx| tx.insert_merge(m)).map(|((), d)| d)
+    run(root, store, ic, (goal, new_max), |tx| tx.insert_merge(m)).map(|((), d)| d)
 }
 
 /// Unmap logical blocks `[start, end)` (`end` exclusive; `u32::MAX` means "to the end").
@@ -1149,15 +1190,17 @@ fn insert_with<M: MetaStore + ?Sized>(
 pub fn remove_range<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     start: u32,
     end: u32,
 ) -> FsResult<(Vec<(u64, u32)>, TreeDelta)> {
-    remove_range_with(root, store, start, end, BLOCK_MAX_ENTRIES)
+    remove_range_with(root, store, ic, start, end, BLOCK_MAX_ENTRIES)
 }
 
 fn remove_range_with<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     start: u32,
     end: u32,
     new_max: u16,
@@ -1166,7 +1209,7 @@ fn remove_range_with<M: MetaStore + ?Sized>(
         parse_header(root, Loc::Root)?;
         return Ok((Vec::new(), TreeDelta::default()));
     }
-    run(root, store, 0, new_max, |tx| tx.remove_space(start as u64, end as u64))
+    run(root, store, ic, (0, new_max), |tx| tx.remove_space(start as u64, end as u64))
 }
 
 /// Mark the unwritten blocks of `[lblk, lblk + len)` written (after their data has been
@@ -1176,15 +1219,17 @@ fn remove_range_with<M: MetaStore + ?Sized>(
 pub fn mark_written<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     lblk: u32,
     len: u32,
 ) -> FsResult<TreeDelta> {
-    mark_written_with(root, store, lblk, len, BLOCK_MAX_ENTRIES)
+    mark_written_with(root, store, ic, lblk, len, BLOCK_MAX_ENTRIES)
 }
 
 fn mark_written_with<M: MetaStore + ?Sized>(
     root: &mut [u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     lblk: u32,
     len: u32,
     new_max: u16,
@@ -1193,16 +1238,18 @@ fn mark_written_with<M: MetaStore + ?Sized>(
         parse_header(root, Loc::Root)?;
         return Ok(TreeDelta::default());
     }
-    run(root, store, 0, new_max, |tx| tx.mark_written(lblk as u64, lblk as u64 + len as u64)).map(|((), d)| d)
+    run(root, store, ic, (0, new_max), |tx| tx.mark_written(lblk as u64, lblk as u64 + len as u64))
+        .map(|((), d)| d)
 }
 
 /// Call `f` on every extent, in logical order.
 pub fn for_each_extent<M: MetaStore + ?Sized>(
     root: &[u8; ROOT_BYTES],
     store: &mut M,
+    ic: InodeCsum,
     mut f: impl FnMut(Mapping),
 ) -> FsResult<()> {
-    read(root, store, |tx| {
+    read(root, store, ic, |tx| {
         let mut seen = HashSet::new();
         tx.walk(Loc::Root, None, &mut seen, &mut |_, node| {
             if node.depth == 0 {
@@ -1215,8 +1262,12 @@ pub fn for_each_extent<M: MetaStore + ?Sized>(
 }
 
 /// Every tree block (all non-root nodes), parents before children.
-pub fn tree_blocks<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M) -> FsResult<Vec<u64>> {
-    read(root, store, |tx| {
+pub fn tree_blocks<M: MetaStore + ?Sized>(
+    root: &[u8; ROOT_BYTES],
+    store: &mut M,
+    ic: InodeCsum,
+) -> FsResult<Vec<u64>> {
+    read(root, store, ic, |tx| {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         tx.walk(Loc::Root, None, &mut seen, &mut |loc, _| {
@@ -1231,8 +1282,8 @@ pub fn tree_blocks<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M
 /// Validate the whole tree: magic, entry counts, depths, non-empty non-root nodes, sorted
 /// non-overlapping extents of valid lengths, index keys equal to the first key below them,
 /// each block referenced once.
-pub fn check<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M) -> FsResult<()> {
-    read(root, store, |tx| {
+pub fn check<M: MetaStore + ?Sized>(root: &[u8; ROOT_BYTES], store: &mut M, ic: InodeCsum) -> FsResult<()> {
+    read(root, store, ic, |tx| {
         let mut seen = HashSet::new();
         let mut prev_end = 0u64;
         tx.check_rec(Loc::Root, None, (None, MAX_LBLK_END as u64), &mut seen, &mut prev_end)
@@ -1249,6 +1300,84 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::ondisk::superblock::put_u16;
+
+    // The tests work without checksums (but for `checksummed_blocks`, which calls the
+    // public functions by path): these shadow them with the inode context fixed.
+    const IC: InodeCsum = InodeCsum::none(99);
+    fn lookup<M: MetaStore>(r: &[u8; ROOT_BYTES], st: &mut M, l: u32) -> FsResult<Option<Mapping>> {
+        super::lookup(r, st, IC, l)
+    }
+    fn next_extent_at_or_after<M: MetaStore>(
+        r: &[u8; ROOT_BYTES],
+        st: &mut M,
+        l: u32,
+    ) -> FsResult<Option<Mapping>> {
+        super::next_extent_at_or_after(r, st, IC, l)
+    }
+    fn insert<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        m: Mapping,
+        goal: u64,
+    ) -> FsResult<TreeDelta> {
+        super::insert(r, st, IC, m, goal)
+    }
+    fn insert_with<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        m: Mapping,
+        goal: u64,
+        new_max: u16,
+    ) -> FsResult<TreeDelta> {
+        super::insert_with(r, st, IC, m, goal, new_max)
+    }
+    fn remove_range<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        a: u32,
+        b: u32,
+    ) -> FsResult<(Vec<(u64, u32)>, TreeDelta)> {
+        super::remove_range(r, st, IC, a, b)
+    }
+    fn remove_range_with<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        a: u32,
+        b: u32,
+        new_max: u16,
+    ) -> FsResult<(Vec<(u64, u32)>, TreeDelta)> {
+        super::remove_range_with(r, st, IC, a, b, new_max)
+    }
+    fn mark_written<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        l: u32,
+        n: u32,
+    ) -> FsResult<TreeDelta> {
+        super::mark_written(r, st, IC, l, n)
+    }
+    fn mark_written_with<M: MetaStore>(
+        r: &mut [u8; ROOT_BYTES],
+        st: &mut M,
+        l: u32,
+        n: u32,
+        new_max: u16,
+    ) -> FsResult<TreeDelta> {
+        super::mark_written_with(r, st, IC, l, n, new_max)
+    }
+    fn for_each_extent<M: MetaStore>(
+        r: &[u8; ROOT_BYTES],
+        st: &mut M,
+        f: impl FnMut(Mapping),
+    ) -> FsResult<()> {
+        super::for_each_extent(r, st, IC, f)
+    }
+    fn tree_blocks<M: MetaStore>(r: &[u8; ROOT_BYTES], st: &mut M) -> FsResult<Vec<u64>> {
+        super::tree_blocks(r, st, IC)
+    }
+    fn check<M: MetaStore>(r: &[u8; ROOT_BYTES], st: &mut M) -> FsResult<()> {
+        super::check(r, st, IC)
+    }
 
     const DEV_BLOCKS: u64 = 1 << 16;
 
@@ -1392,6 +1521,26 @@ mod tests {
         let mut v: Vec<u64> = runs.iter().flat_map(|&(p, l)| (0..l as u64).map(move |i| p + i)).collect();
         v.sort_unstable();
         v
+    }
+
+    #[test]
+    fn checksummed_blocks() {
+        let ic = InodeCsum { ino: 12, seed: Some(0x1234_5678) };
+        let mut st = MemStore::new();
+        let mut root = new_root();
+        for i in 0..20u32 {
+            super::insert(&mut root, &mut st, ic, m(i * 10, 5000 + u64::from(i) * 100, 5, false), 0).unwrap();
+        }
+        st.end_tx();
+        let blocks = super::tree_blocks(&root, &mut st, ic).unwrap();
+        assert!(!blocks.is_empty(), "20 extents need a tree block");
+        for b in blocks {
+            let mut data = st.read_block(b).unwrap().read()[..].to_vec();
+            assert_eq!(verify_block_checksum(0x1234_5678, &data), Ok(()), "block {b}");
+            assert!(verify_block_checksum(0x1234_5679, &data).is_err(), "another inode's seed");
+            data[30] ^= 1;
+            assert!(verify_block_checksum(0x1234_5678, &data).is_err(), "a changed byte");
+        }
     }
 
     #[test]
@@ -1579,7 +1728,7 @@ mod tests {
             let got = lookup(&root, &mut st, i).unwrap().unwrap();
             assert_eq!(got, m(i, 10_000_000 + 2 * i as u64, 1, i % 3 == 0));
         }
-        assert_eq!(extents_in_range(&root, &mut st, 500, 503).unwrap().len(), 3);
+        assert_eq!(super::extents_in_range(&root, &mut st, IC, 500, 503).unwrap().len(), 3);
         let (runs, d) = remove_range(&mut root, &mut st, 0, u32::MAX).unwrap();
         st.end_tx();
         assert_eq!(runs.len(), N as usize);

@@ -61,7 +61,7 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
         let boff = (pos % BS) as usize;
         let take = (BLOCK_SIZE - boff).min(n - done);
         if !cur.is_some_and(|m| m.contains(lblk)) {
-            cur = extent_tree::lookup(&st.d.block, &mut store, lblk)?;
+            cur = extent_tree::lookup(&st.d.block, &mut store, st.csum, lblk)?;
         }
         let dst = &mut buf[done..done + take];
         match cur.and_then(|m| if m.unwritten { None } else { m.pblk_of(lblk) }) {
@@ -108,7 +108,7 @@ pub(crate) fn insert_or_free(
     m: Mapping,
     goal: u64,
 ) -> FsResult<extent_tree::TreeDelta> {
-    extent_tree::insert(&mut st.d.block, tx, m, goal).or_else(|e| {
+    extent_tree::insert(&mut st.d.block, tx, st.csum, m, goal).or_else(|e| {
         crate::alloc::free_blocks(tx, m.pblk, m.len, false)?;
         Err(e)
     })
@@ -129,7 +129,7 @@ fn map_for_write(
     cur: &mut Option<(Mapping, bool)>,
 ) -> FsResult<(u64, bool)> {
     if !cur.is_some_and(|(m, _)| m.contains(lblk)) {
-        *cur = extent_tree::lookup(&st.d.block, tx, lblk)?.map(|m| (m, false));
+        *cur = extent_tree::lookup(&st.d.block, tx, st.csum, lblk)?.map(|m| (m, false));
     }
     if let Some((m, allocated)) = *cur
         && let Some(p) = m.pblk_of(lblk)
@@ -138,7 +138,7 @@ fn map_for_write(
             return Ok((p, true));
         }
         if m.unwritten {
-            let d = extent_tree::mark_written(&mut st.d.block, tx, lblk, 1)?;
+            let d = extent_tree::mark_written(&mut st.d.block, tx, st.csum, lblk, 1)?;
             charge_blocks(tx.fs, st, i64::from(d.blocks_allocated) - i64::from(d.blocks_freed))?;
             // The conversion is needed to read the data back: fdatasync must commit it (found
             // by the crash harness: data written into a fallocated range and fdatasynced read
@@ -150,12 +150,12 @@ fn map_for_write(
         return Ok((p, false));
     }
     // Unmapped: allocate up to the next mapped block or the end of this write.
-    let next = extent_tree::next_extent_at_or_after(&st.d.block, tx, lblk)?;
+    let next = extent_tree::next_extent_at_or_after(&st.d.block, tx, st.csum, lblk)?;
     let mut want = u64::from(last_lblk) - u64::from(lblk) + 1;
     if let Some(nx) = next {
         want = want.min(u64::from(nx.lblk) - u64::from(lblk));
     }
-    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, lblk)? {
+    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
         Some(m) => m.pblk + u64::from(lblk - m.lblk),
         None => crate::alloc::inode_goal(tx.fs, ino),
     };
@@ -286,7 +286,7 @@ fn zero_partial(
     if from >= to {
         return Ok(());
     }
-    let Some(m) = extent_tree::lookup(&st.d.block, tx, lblk)? else { return Ok(()) };
+    let Some(m) = extent_tree::lookup(&st.d.block, tx, st.csum, lblk)? else { return Ok(()) };
     if m.unwritten {
         return Ok(());
     }
@@ -308,7 +308,7 @@ fn zero_partial(
 /// Unmap logical blocks `start..end` (exclusive), freeing them, in bounded transactions'
 /// worth of work. Runs inside `tx`.
 fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata: bool) -> FsResult<()> {
-    let (freed, delta) = extent_tree::remove_range(&mut st.d.block, tx, start, end)?;
+    let (freed, delta) = extent_tree::remove_range(&mut st.d.block, tx, st.csum, start, end)?;
     let mut n = 0i64;
     for (pblk, len) in freed {
         crate::alloc::free_blocks(tx, pblk, len, jdata)?;
@@ -345,7 +345,9 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
     let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
         let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-        extent_tree::extent_at_or_before(&st.d.block, &mut store, u32::MAX - 1)?.map(|m| m.end()).unwrap_or(0)
+        extent_tree::extent_at_or_before(&st.d.block, &mut store, st.csum, u32::MAX - 1)?
+            .map(|m| m.end())
+            .unwrap_or(0)
     } else {
         0
     };
@@ -462,16 +464,21 @@ pub(crate) fn fallocate(
             // the in-memory tree already maps it (else the blocks leak).
             let mut failed = None;
             while lblk <= stop {
-                match extent_tree::lookup(&st.d.block, &mut tx, lblk as u32)? {
+                match extent_tree::lookup(&st.d.block, &mut tx, st.csum, lblk as u32)? {
                     Some(m) => lblk = m.end(),
                     None => {
-                        let next = extent_tree::next_extent_at_or_after(&st.d.block, &mut tx, lblk as u32)?;
+                        let next =
+                            extent_tree::next_extent_at_or_after(&st.d.block, &mut tx, st.csum, lblk as u32)?;
                         let mut want = stop - lblk + 1;
                         if let Some(nx) = next {
                             want = want.min(u64::from(nx.lblk) - lblk);
                         }
-                        let goal = match extent_tree::extent_at_or_before(&st.d.block, &mut tx, lblk as u32)?
-                        {
+                        let goal = match extent_tree::extent_at_or_before(
+                            &st.d.block,
+                            &mut tx,
+                            st.csum,
+                            lblk as u32,
+                        )? {
                             Some(m) => m.pblk + (lblk - u64::from(m.lblk)),
                             None => crate::alloc::inode_goal(fs, ino),
                         };
@@ -533,14 +540,14 @@ pub(crate) fn seek(fs: &FsInner, st: &InodeState, off: u64, data: bool) -> FsRes
         if pos >= st.d.size {
             return Ok(if data { None } else { Some(st.d.size) });
         }
-        let m = extent_tree::lookup(&st.d.block, &mut store, lblk)?;
+        let m = extent_tree::lookup(&st.d.block, &mut store, st.csum, lblk)?;
         let is_data = m.is_some_and(|m| !m.unwritten);
         if is_data == data {
             return Ok(Some(pos));
         }
         lblk = match m {
             Some(m) => m.end().min(u64::from(u32::MAX)) as u32,
-            None => match extent_tree::next_extent_at_or_after(&st.d.block, &mut store, lblk)? {
+            None => match extent_tree::next_extent_at_or_after(&st.d.block, &mut store, st.csum, lblk)? {
                 Some(nx) => nx.lblk,
                 None => return Ok(if data { None } else { Some(pos) }),
             },

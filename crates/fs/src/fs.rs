@@ -36,6 +36,7 @@ use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, TxId};
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
 use crate::mkfs::read_layout;
+use crate::ondisk::csum::Csum;
 use crate::ondisk::features::INCOMPAT_RECOVER;
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
@@ -137,6 +138,8 @@ pub(crate) struct FsInner {
     pub cache: Arc<BufferCache>,
     pub journal: Journal,
     pub geo: Geometry,
+    /// How metadata checksums are computed (fixed after mount).
+    pub csum: Csum,
     /// In-memory superblock. Lock: itself.
     pub sb: RankedMutex<Superblock>,
     /// Allocator state per group. Lock: each its own.
@@ -218,7 +221,8 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
     let mut runs: Vec<(u64, u64)> = Vec::new();
     let mut expected = 0u64;
     let mut bad = None;
-    crate::extent_tree::for_each_extent(&raw.block, &mut store, |m| {
+    let ic = Csum::from_sb(sb).for_inode(JOURNAL_INO, raw.generation);
+    crate::extent_tree::for_each_extent(&raw.block, &mut store, ic, |m| {
         if u64::from(m.lblk) != expected && bad.is_none() {
             bad = Some(m.lblk);
         }
@@ -381,6 +385,7 @@ impl Fs {
         let journal = Journal::open_logs(dev.clone(), areas, cache.clone(), jcfg)?;
         let itable = descs.iter().map(|d| d.inode_table).collect();
         let inner = Arc::new(FsInner {
+            csum: Csum::from_sb(&sb),
             itable,
             orphans: RankedMutex::new(Rank::Leaf, Vec::new()),
             dev,

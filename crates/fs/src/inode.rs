@@ -10,7 +10,8 @@ use cjfs_journal::{Buffer, TxId};
 use crate::dir::{DirIndex, DirSlot};
 use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
-use crate::ondisk::group_desc::GroupDesc;
+use crate::ondisk::csum::{Csum, InodeCsum};
+use crate::ondisk::group_desc::{BG_INODE_UNINIT, GroupDesc};
 use crate::ondisk::inode::Inode as DiskInode;
 use crate::ondisk::superblock::Superblock;
 use crate::tx::Tx;
@@ -18,6 +19,11 @@ use crate::types::Ino;
 
 /// Mutable state of one inode. Protected by [`Inode::state`] (the inode lock).
 pub(crate) struct InodeState {
+    /// The inode's number.
+    pub ino: Ino,
+    /// The checksum context of its extent tree and directory blocks (number and
+    /// generation never change while the object lives).
+    pub csum: InodeCsum,
     /// The inode record as it is (or will be, at commit) on disk.
     pub d: DiskInode,
     /// Directory index, built on first use (directories only). Its names live in `names`.
@@ -96,7 +102,7 @@ impl InodeCache {
             return Ok(i.clone());
         }
         let d = load_inode(fs, ino)?;
-        let node = Arc::new(Inode::new(ino, InodeState::new(d)));
+        let node = Arc::new(Inode::new(ino, InodeState::new(fs, ino, d)));
         let mut shard = self.shard(ino).lock();
         if shard.len() > SHARD_SOFT_CAP {
             Self::trim(&mut shard);
@@ -105,8 +111,8 @@ impl InodeCache {
     }
 
     /// Install a freshly allocated inode.
-    pub fn insert_new(&self, ino: Ino, d: DiskInode, tx: TxId) -> Arc<Inode> {
-        let mut st = InodeState::new(d);
+    pub fn insert_new(&self, fs: &FsInner, ino: Ino, d: DiskInode, tx: TxId) -> Arc<Inode> {
+        let mut st = InodeState::new(fs, ino, d);
         st.meta_tx = tx;
         st.datasync_tx = tx;
         let node = Arc::new(Inode::new(ino, st));
@@ -159,8 +165,10 @@ impl InodeState {
         self.names.0.read().as_ref().map_or(0, |m| m.len())
     }
 
-    fn new(d: DiskInode) -> Self {
+    fn new(fs: &FsInner, ino: Ino, d: DiskInode) -> Self {
         InodeState {
+            ino,
+            csum: fs.csum.for_inode(ino, d.generation),
             d,
             dir: None,
             names: Arc::new(Names::default()),
@@ -184,12 +192,31 @@ pub(crate) fn inode_location(fs: &FsInner, ino: Ino) -> (u64, usize) {
     (table + byte / BLOCK_SIZE as u64, (byte % BLOCK_SIZE as u64) as usize)
 }
 
-/// Read inode `ino` from its table block through the cache.
+/// Whether inode `ino`'s table slot was never initialised: its group is `INODE_UNINIT`,
+/// or the slot lies in the `bg_itable_unused` tail (only with group descriptor checksums).
+fn never_used(fs: &FsInner, ino: Ino) -> bool {
+    if !fs.csum.group_desc() {
+        return false;
+    }
+    let g = fs.geo.inode_group(ino);
+    let idx = (ino - 1) % fs.geo.inodes_per_group;
+    let gs = fs.groups[g as usize].lock();
+    gs.desc.flags & BG_INODE_UNINIT != 0
+        || idx >= fs.geo.inodes_per_group.saturating_sub(gs.desc.itable_unused)
+}
+
+/// Read inode `ino` from its table block through the cache, checking its checksum. A slot
+/// that was never initialised reads as a zeroed (free) inode whatever it holds.
 pub(crate) fn load_inode(fs: &FsInner, ino: Ino) -> FsResult<DiskInode> {
+    if never_used(fs, ino) {
+        return Ok(DiskInode::new(fs.geo.inode_size as usize, 0));
+    }
     let (blk, off) = inode_location(fs, ino);
     let buf = fs.cache.read(blk)?;
     let g = buf.read();
-    let d = DiskInode::decode(&g[off..off + fs.geo.inode_size as usize]).map_err(|e| in_inode(ino, e))?;
+    let raw = &g[off..off + fs.geo.inode_size as usize];
+    crate::ondisk::inode::verify_checksum(&fs.csum, ino, raw)?;
+    let d = DiskInode::decode(raw).map_err(|e| in_inode(ino, e))?;
     check_size(ino, &d, BLOCK_SIZE as u32)?;
     Ok(d)
 }
@@ -230,7 +257,7 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
     st.d.fit_times();
     {
         let mut g = buf.write();
-        st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize]);
+        st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize], &tx.fs.csum, ino);
     }
     st.meta_tx = tx.h.tx_id();
     Ok(())
@@ -244,12 +271,15 @@ pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -
     let raw = dev.read_block(gdt_blk)?;
     let off = (g % per) as usize * sb.desc_size();
     let desc = GroupDesc::decode(&raw[off..off + sb.desc_size()])?;
+    let csum = Csum::from_sb(sb);
+    desc.verify_checksum(&csum, g)?;
     let idx = u64::from((ino - 1) % sb.inodes_per_group);
     let isz = sb.inode_size() as u64;
     let byte = idx * isz;
     let blk = desc.inode_table + byte / BLOCK_SIZE as u64;
     let b = dev.read_block(blk)?;
     let o = (byte % BLOCK_SIZE as u64) as usize;
+    crate::ondisk::inode::verify_checksum(&csum, ino, &b[o..o + isz as usize])?;
     let d = DiskInode::decode(&b[o..o + isz as usize]).map_err(|e| in_inode(ino, e))?;
     check_size(ino, &d, sb.block_size())?;
     Ok(d)

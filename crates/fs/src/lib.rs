@@ -25,7 +25,7 @@ mod tx;
 pub mod types;
 pub mod xattr;
 
-pub use error::{FsError, FsResult};
+pub use error::{CsumStructure, FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};
 pub use mkfs::{MkfsOptions, mkfs};
 #[cfg(feature = "planted-bugs")]

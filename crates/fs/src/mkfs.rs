@@ -2,9 +2,15 @@
 //! [`read_layout`], which reads back the superblock and group descriptors of any image.
 //!
 //! Features: `has_journal ext_attr dir_index filetype extent 64bit flex_bg sparse_super
-//! large_file huge_file dir_nlink extra_isize` (no `resize_inode`, no `metadata_csum`, no
-//! `uninit_bg`; `64bit` can be turned off). 4 KiB blocks, 32768 blocks per group, 256-byte
+//! large_file huge_file dir_nlink extra_isize metadata_csum` (no `resize_inode`; `64bit`
+//! and `metadata_csum` can be turned off). 4 KiB blocks, 32768 blocks per group, 256-byte
 //! inodes with 32 extra bytes, half-MD4 directory hashes with a random seed.
+//!
+//! With `metadata_csum` (the default, as with mke2fs) every structure is written with its
+//! checksum (seed: CRC32C of the UUID), every inode table is zeroed (`ITABLE_ZEROED`), and
+//! groups are left uninitialised as mke2fs leaves them: `INODE_UNINIT` with
+//! `bg_itable_unused` covering the whole table for every group but 0, `BLOCK_UNINIT` for a
+//! group (never the last) whose only used blocks are those its synthesized bitmap marks.
 //!
 //! Layout (like mke2fs): block 0 holds the superblock at byte 1024, blocks 1.. the group
 //! descriptor table; groups 1, 3, 5, 7, 9, 25, 27, ... hold backup copies at their start.
@@ -23,12 +29,16 @@ use cjfs_blockdev::{
 use cjfs_journal::JournalArea;
 
 use crate::error::{FsError, FsResult};
+use crate::ondisk::csum::Csum;
 use crate::ondisk::dirent::{self, FT_DIR};
+use crate::ondisk::extent::set_block_checksum;
 use crate::ondisk::extent::{
     Extent, ExtentIndex, ExtentNode, NodeEntries, block_max, extents_for_run, root_max,
 };
-use crate::ondisk::features::{self, INCOMPAT_64BIT, MKFS_COMPAT, MKFS_INCOMPAT, MKFS_RO_COMPAT};
-use crate::ondisk::group_desc::GroupDesc;
+use crate::ondisk::features::{
+    self, INCOMPAT_64BIT, MKFS_COMPAT, MKFS_INCOMPAT, MKFS_RO_COMPAT, RO_COMPAT_METADATA_CSUM,
+};
+use crate::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED, GroupDesc};
 use crate::ondisk::htree::DX_HASH_HALF_MD4;
 use crate::ondisk::inode::{
     DEFAULT_EXTRA_ISIZE, DEFAULT_INODE_SIZE, EXT4_EXTENTS_FL, FIRST_INO, Inode, JOURNAL_INO, ROOT_INO,
@@ -74,6 +84,8 @@ pub struct MkfsOptions {
     pub log_areas: Vec<u32>,
     /// Use the `64bit` feature (64-byte group descriptors; needed above 16 TiB).
     pub sixty_four_bit: bool,
+    /// Use `metadata_csum` (CRC32C checksums on all metadata; default on, as mke2fs).
+    pub metadata_csum: bool,
     /// Groups per flex group (a power of two; default 16).
     pub flex_bg_size: u32,
     /// The device already reads as zeros (a fresh sparse file, a new emulated device): skip
@@ -92,6 +104,7 @@ impl Default for MkfsOptions {
             journal_blocks: None,
             log_areas: Vec::new(),
             sixty_four_bit: true,
+            metadata_csum: true,
             flex_bg_size: 16,
             assume_zeroed: false,
         }
@@ -450,6 +463,11 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     sb.feature_compat = MKFS_COMPAT;
     sb.feature_incompat = MKFS_INCOMPAT & !(if opts.sixty_four_bit { 0 } else { INCOMPAT_64BIT });
     sb.feature_ro_compat = MKFS_RO_COMPAT;
+    if opts.metadata_csum {
+        sb.feature_ro_compat |= RO_COMPAT_METADATA_CSUM;
+        // CRC32C, the only algorithm there is.
+        sb.checksum_type = 1;
+    }
     sb.uuid = uuid;
     sb.set_label(&opts.label)?;
     sb.journal_inum = JOURNAL_INO;
@@ -466,6 +484,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     sb.flags = if std::ffi::c_char::MIN != 0 { FLAGS_SIGNED_HASH } else { FLAGS_UNSIGNED_HASH };
     sb.log_groups_per_flex = opts.flex_bg_size.trailing_zeros() as u8;
     debug_assert_eq!(sb.gdt_blocks(), g.gdt_blocks);
+    let csum = Csum::from_sb(&sb);
 
     // ---- allocation ----
     let mut used = Used::new(g.blocks);
@@ -573,7 +592,13 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         d.used_dirs_count = if grp == 0 { 2 } else { 0 };
         d.flags = 0;
         d.itable_unused = 0;
-        d.update_checksum(&sb, grp);
+        if csum.group_desc() {
+            d.flags = BG_INODE_ZEROED;
+            d.itable_unused = d.free_inodes_count;
+            if grp != 0 {
+                d.flags |= BG_INODE_UNINIT;
+            }
+        }
         free_blocks_total += free;
     }
     sb.free_blocks_count = free_blocks_total;
@@ -628,7 +653,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         }
     }
     // bitmaps
-    for (grp, d) in descs.iter().enumerate() {
+    for (grp, d) in descs.iter_mut().enumerate() {
         let grp = grp as u32;
         let start = sb.group_first_block(grp);
         let n = sb.group_block_count(grp) as u64;
@@ -644,31 +669,49 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         }
         bitmap::pad_inode_bitmap(&mut ib, g.ipg as usize);
         w.write(d.inode_bitmap, &ib, BlockKind::Metadata)?;
+        d.set_block_bitmap_csum(&csum, &bb, BLOCKS_PER_GROUP);
+        d.set_inode_bitmap_csum(&csum, &ib, g.ipg);
+        // Like mke2fs: a group whose bitmap is what an uninitialised one synthesizes (never
+        // the last group) is left uninitialised.
+        if csum.group_desc() && grp + 1 < g.groups && bitmap::uninit_block_bitmap(&sb, d, grp) == bb {
+            d.flags |= BG_BLOCK_UNINIT;
+        }
     }
     // first inode table block of group 0: inodes 1..=16
     let mut itb0 = vec![0u8; BLOCK_SIZE];
     for (ino, inode) in [(ROOT_INO, &root_inode), (JOURNAL_INO, &j_inode), (FIRST_INO, &lf_inode)] {
         let off = (ino as usize - 1) * DEFAULT_INODE_SIZE;
-        inode.encode_into(&mut itb0[off..off + DEFAULT_INODE_SIZE]);
+        inode.encode_into(&mut itb0[off..off + DEFAULT_INODE_SIZE], &csum, ino);
     }
     w.write(descs[0].inode_table, &itb0, BlockKind::Metadata)?;
     // directories
-    let root_dir = {
+    // Directory leaves end with a checksum record with metadata_csum.
+    let dir_block = |ino: u32, entries: &[(u32, &[u8], u8)]| -> FsResult<Box<[u8; BLOCK_SIZE]>> {
         let mut b = zeroed_block();
-        dirent::init_block(
-            &mut b[..],
-            &[(ROOT_INO, b".", FT_DIR), (ROOT_INO, b"..", FT_DIR), (FIRST_INO, b"lost+found", FT_DIR)],
-        )?;
-        b
+        let ic = csum.for_inode(ino, 0);
+        let end = if ic.seed.is_some() { BLOCK_SIZE - dirent::TAIL_SIZE } else { BLOCK_SIZE };
+        dirent::init_block(&mut b[..end], entries)?;
+        if let Some(seed) = ic.seed {
+            dirent::set_leaf_checksum(seed, &mut b[..]);
+        }
+        Ok(b)
     };
+    let root_dir = dir_block(
+        ROOT_INO,
+        &[(ROOT_INO, b".", FT_DIR), (ROOT_INO, b"..", FT_DIR), (FIRST_INO, b"lost+found", FT_DIR)],
+    )?;
     w.write(root_block, &root_dir[..], BlockKind::Metadata)?;
-    w.write(lf_block, &dirent::make_dot_block(FIRST_INO, ROOT_INO)[..], BlockKind::Metadata)?;
+    let lf_first = dir_block(FIRST_INO, &[(FIRST_INO, b".", FT_DIR), (ROOT_INO, b"..", FT_DIR)])?;
+    w.write(lf_block, &lf_first[..], BlockKind::Metadata)?;
     for i in 1..LOST_FOUND_BLOCKS {
-        w.write(lf_block + i, &dirent::make_empty_block()[..], BlockKind::Metadata)?;
+        w.write(lf_block + i, &dir_block(FIRST_INO, &[])?[..], BlockKind::Metadata)?;
     }
     if let Some((ib, leaf)) = &jindex {
         let mut b = vec![0u8; BLOCK_SIZE];
         leaf.encode_into(&mut b);
+        if let Some(seed) = csum.for_inode(JOURNAL_INO, 0).seed {
+            set_block_checksum(seed, &mut b);
+        }
         w.write(*ib, &b, BlockKind::Metadata)?;
     }
     w.finish()?;
@@ -686,7 +729,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
 
     // group descriptor table copies
     let mut gdt = vec![0u8; g.gdt_blocks as usize * BLOCK_SIZE];
-    GroupDesc::encode_table(&descs, g.desc_size, &mut gdt);
+    GroupDesc::encode_table(&descs, g.desc_size, &mut gdt, &csum);
     let sb_groups: Vec<u32> = (0..g.groups).filter(|&x| sb.has_super_in_group(x)).collect();
     for &grp in &sb_groups {
         w.write(sb.group_first_block(grp) + 1, &gdt, BlockKind::Superblock)?;
@@ -764,7 +807,8 @@ fn journal_goal(sb: &Superblock, used: &Used) -> u64 {
 /// Read the primary superblock and the group descriptor table of `dev`: checks the magic
 /// ("not an ext2/3/4 file system: bad magic 0x...."), the geometry, the features
 /// ([`features::check_supported`]), that the device holds the whole file system, and every
-/// descriptor (location sanity, and the crc16 checksum with `uninit_bg`).
+/// descriptor (location sanity, and its checksum with `uninit_bg` or `metadata_csum`). The
+/// superblock's own checksum is checked by [`Superblock::decode`].
 pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc>)> {
     let b0 = dev.read_block(0)?;
     let sb = Superblock::decode_from_device_start(&b0[..])?;
@@ -780,8 +824,9 @@ pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc
     let mut buf = vec![0u8; gdt_blocks * BLOCK_SIZE];
     dev.read(sb.first_data_block as u64 + 1, &mut buf)?;
     let descs = GroupDesc::decode_table(&buf, sb.group_count(), sb.desc_size())?;
+    let csum = Csum::from_sb(&sb);
     for (grp, d) in descs.iter().enumerate() {
-        d.verify_checksum(&sb, grp as u32)?;
+        d.verify_checksum(&csum, grp as u32)?;
         d.validate(&sb, grp as u32)?;
     }
     Ok((sb, descs))

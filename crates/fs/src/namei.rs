@@ -80,7 +80,7 @@ fn make_node(
     let mut tx = Tx::start(fs, credits)?;
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let d = new_disk_inode(fs, mode, uid, gid);
-    let node = fs.inodes.insert_new(ino, d, tx.h.tx_id());
+    let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
     let mut st = node.state.write();
     let made = (|| {
         init(&mut tx, ino, &mut st)?;
@@ -206,6 +206,7 @@ pub(crate) fn symlink(
         let d = extent_tree::insert(
             &mut st.d.block,
             tx,
+            st.csum,
             Mapping { lblk: 0, pblk, len: 1, unwritten: false },
             goal,
         )?;
@@ -356,11 +357,12 @@ fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
         return Err(FsError::NotFound(format!("directory inode {ino}")));
     }
     let mut store = crate::tx::ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let m = extent_tree::lookup(&st.d.block, &mut store, 0)?
+    let m = extent_tree::lookup(&st.d.block, &mut store, st.csum, 0)?
         .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
-    let buf = fs.cache.read(m.pblk)?;
+    let pblk = m.pblk_of(0).ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
+    let (buf, end) = dir::read_dir_block(fs, &st, 0, pblk)?;
     let data = buf.read();
-    let e = crate::ondisk::dirent::find(&data[..], b"..")?
+    let e = crate::ondisk::dirent::find(&data[..end], b"..")?
         .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no '..'")))?;
     Ok(e.inode)
 }

@@ -13,7 +13,8 @@ use cjfs_journal::JournalKind;
 use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
-use crate::ondisk::superblock::SUPERBLOCK_OFFSET;
+use crate::ondisk::inode::set_checksum as set_inode_checksum;
+use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, set_checksum as set_sb_checksum};
 use crate::tx::Tx;
 use crate::types::{Ino, Timestamp};
 
@@ -43,6 +44,7 @@ fn write_sb_orphan(tx: &mut Tx<'_>, buf: &cjfs_journal::Buffer, head: Ino) -> Fs
     // Only s_last_orphan changes here; keep the rest of the buffer as it is.
     let mut w = buf.write();
     w[SUPERBLOCK_OFFSET + 0xE8..SUPERBLOCK_OFFSET + 0xEC].copy_from_slice(&head.to_le_bytes());
+    set_sb_checksum(&mut w[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE]);
     Ok(())
 }
 
@@ -95,7 +97,12 @@ pub(crate) fn del(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
             None => write_sb_orphan(tx, &buf, next)?,
             // Patch the predecessor's next pointer in place: its in-memory record gets the
             // same value from the list whenever it is stored.
-            Some(_) => buf.write()[off + I_DTIME..off + I_DTIME + 4].copy_from_slice(&next.to_le_bytes()),
+            Some(prev) => {
+                let mut w = buf.write();
+                let rec = &mut w[off..off + tx.fs.geo.inode_size as usize];
+                rec[I_DTIME..I_DTIME + 4].copy_from_slice(&next.to_le_bytes());
+                set_inode_checksum(&tx.fs.csum, prev, rec);
+            }
         }
         tx.fs.orphans.lock().remove(pos);
         break g;

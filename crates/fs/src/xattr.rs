@@ -1,8 +1,15 @@
 //! Extended attributes: in the inode's extra space first, then in one external block.
+//!
+//! With `metadata_csum` the block is checked against `h_checksum` when it enters the cache
+//! ([`read_block`]) and written with a fresh one whenever it changes.
 
 use cjfs_blockdev::BLOCK_SIZE;
 
-use crate::error::{FsError, FsResult};
+use std::sync::Arc;
+
+use cjfs_journal::Buffer;
+
+use crate::error::{CsumStructure, FsError, FsResult};
 use crate::fs::FsInner;
 use crate::inode::{InodeState, store_inode};
 use crate::ondisk::xattr::{self as x, H_REFCOUNT, XattrList};
@@ -21,6 +28,35 @@ pub enum XattrFlags {
     Replace,
 }
 
+/// The xattr block `blk` of inode `ino`, read and checked against its checksum the first
+/// time it is cached.
+pub(crate) fn read_block(fs: &FsInner, ino: Ino, blk: u64) -> FsResult<Arc<Buffer>> {
+    if blk == 0 || blk >= fs.geo.blocks_count {
+        return Err(FsError::Corrupt(format!("xattr block {blk} outside the file system")));
+    }
+    let b = fs.cache.read(blk)?;
+    if fs.csum.metadata() && !b.is_verified() {
+        if let Err((stored, computed)) = x::verify_block_checksum(fs.csum.seed(), blk, &b.read()[..]) {
+            return Err(FsError::checksum(
+                CsumStructure::XattrBlock,
+                format!("at block {blk} (of inode {ino})"),
+                stored,
+                computed,
+            ));
+        }
+        b.set_verified();
+    }
+    Ok(b)
+}
+
+/// Write the checksum of the changed xattr block in `buf` (with `metadata_csum`).
+fn seal(fs: &FsInner, buf: &Buffer) {
+    if fs.csum.metadata() {
+        x::set_block_checksum(fs.csum.seed(), buf.blocknr(), &mut buf.write()[..]);
+        buf.set_verified();
+    }
+}
+
 /// Every attribute of the inode.
 pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
     let mut out = Vec::new();
@@ -29,10 +65,7 @@ pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
         out.extend(x::parse_ibody(area)?);
     }
     if st.d.file_acl != 0 {
-        if st.d.file_acl >= fs.geo.blocks_count {
-            return Err(FsError::Corrupt(format!("xattr block {} outside the file system", st.d.file_acl)));
-        }
-        let b = fs.cache.read(st.d.file_acl)?;
+        let b = read_block(fs, st.ino, st.d.file_acl)?;
         out.extend(x::parse_block(&b.read()[..])?);
     }
     Ok(out)
@@ -98,7 +131,7 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
     }
     let img = x::build_block(&block_list, 1, BLOCK_SIZE)?;
     let shared = if st.d.file_acl != 0 {
-        let b = tx.fs.cache.read(st.d.file_acl)?;
+        let b = read_block(tx.fs, ino, st.d.file_acl)?;
         let r = u32::from_le_bytes([
             b.read()[H_REFCOUNT],
             b.read()[H_REFCOUNT + 1],
@@ -124,11 +157,12 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
         tx.h.get_create_access(&b)?;
         b
     } else {
-        let b = tx.fs.cache.read(st.d.file_acl)?;
+        let b = read_block(tx.fs, ino, st.d.file_acl)?;
         tx.h.get_write_access(&b)?;
         b
     };
     buf.write().copy_from_slice(&img);
+    seal(tx.fs, &buf);
     Ok(())
 }
 
@@ -138,10 +172,7 @@ pub(crate) fn free_block(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     if blk == 0 {
         return Ok(());
     }
-    if blk >= tx.fs.geo.blocks_count {
-        return Err(FsError::Corrupt(format!("xattr block {blk} outside the file system")));
-    }
-    let b = tx.fs.cache.read(blk)?;
+    let b = read_block(tx.fs, st.ino, blk)?;
     let refcount = {
         let r = b.read();
         u32::from_le_bytes([r[H_REFCOUNT], r[H_REFCOUNT + 1], r[H_REFCOUNT + 2], r[H_REFCOUNT + 3]])
@@ -149,6 +180,7 @@ pub(crate) fn free_block(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     if refcount > 1 {
         tx.h.get_write_access(&b)?;
         b.write()[H_REFCOUNT..H_REFCOUNT + 4].copy_from_slice(&(refcount - 1).to_le_bytes());
+        seal(tx.fs, &b);
     } else {
         crate::alloc::free_blocks(tx, blk, 1, true)?;
     }

@@ -67,9 +67,9 @@ fn field<'a>(dump: &'a str, name: &str) -> &'a str {
 }
 
 const FEATURES_64: &str = "has_journal ext_attr dir_index filetype extent 64bit flex_bg \
-                           sparse_super large_file huge_file dir_nlink extra_isize";
+                           sparse_super large_file huge_file dir_nlink extra_isize metadata_csum";
 const FEATURES_32: &str = "has_journal ext_attr dir_index filetype extent flex_bg \
-                           sparse_super large_file huge_file dir_nlink extra_isize";
+                           sparse_super large_file huge_file dir_nlink extra_isize metadata_csum";
 
 /// Make a file system on a (sparse) image of `bytes` bytes; returns the report.
 fn make(img: &Path, bytes: u64, opts: &MkfsOptions) -> MkfsReport {
@@ -116,7 +116,10 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
     let node = ExtentNode::decode(&root.block).unwrap();
     let ext = node.extents().unwrap()[0];
     let blk = dev.read_block(ext.start).unwrap();
-    let names: Vec<Vec<u8>> = dirent::iter(&blk[..]).map(|e| e.unwrap().name.to_vec()).collect();
+    // (With metadata_csum the block ends with the unused checksum record.)
+    assert_eq!(dirent::has_tail(&blk[..]), sb.has_metadata_csum());
+    let names: Vec<Vec<u8>> =
+        dirent::iter(&blk[..]).map(|e| e.unwrap()).filter(|e| e.is_live()).map(|e| e.name.to_vec()).collect();
     assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"lost+found".to_vec()]);
 
     let j = read_inode(JOURNAL_INO);

@@ -71,7 +71,7 @@ fn exercise_sb(b: &[u8]) {
         let _ = sb.label();
         let gd = GroupDesc::decode(&b[..64]).unwrap();
         let _ = gd.validate(&sb, 0);
-        let _ = gd.verify_checksum(&sb, 3);
+        let _ = gd.verify_checksum(&cjfs_fs::ondisk::csum::Csum::from_sb(&sb), 3);
         let _ = bitmap::uninit_block_bitmap(&sb, &gd, 0);
         let _ = bitmap::uninit_block_bitmap(&sb, &gd, g.saturating_sub(1));
         let _ = bitmap::uninit_inode_bitmap(&sb);

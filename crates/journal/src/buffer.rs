@@ -90,6 +90,9 @@ pub struct Buffer {
     cv: WaitCv,
     /// The live image holds the block's content (read from disk or fully written).
     uptodate: AtomicBool,
+    /// The file system checked the content's checksum (or wrote it): not checked again
+    /// while the buffer stays cached (the kernel's `BH_Verified`).
+    verified: AtomicBool,
     /// Last access tick, for eviction. Relaxed.
     last_used: AtomicU64,
 }
@@ -108,6 +111,7 @@ impl Buffer {
             jstate: RankedMutex::new(Rank::BufferJState, JState::default()),
             cv: WaitCv::new(WaitSite::Buffer),
             uptodate: AtomicBool::new(false),
+            verified: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
         }
     }
@@ -156,6 +160,16 @@ impl Buffer {
     /// Mark the live image valid (after the caller filled it completely).
     pub fn set_uptodate(&self) {
         self.uptodate.store(true, Ordering::Release);
+    }
+
+    /// Whether the file system has checked (or written) the content's checksum.
+    pub fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+
+    /// Record that the content's checksum was checked or written.
+    pub fn set_verified(&self) {
+        self.verified.store(true, Ordering::Release);
     }
 
     /// Mark a data buffer dirty (its live image must reach home). Returns the previous flag.
@@ -255,6 +269,8 @@ impl BufferCache {
             let mut g = b.data.write();
             g.fill(0);
         }
+        // Whatever was checked about the old contents says nothing about the new ones.
+        b.verified.store(false, Ordering::Release);
         b.set_uptodate();
         b
     }

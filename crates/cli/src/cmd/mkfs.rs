@@ -34,6 +34,8 @@ pub struct MkfsRequest {
     pub inode_ratio: Option<u64>,
     /// Overwrite an existing file system.
     pub force: bool,
+    /// Make a `metadata_csum` file system.
+    pub metadata_csum: bool,
 }
 
 /// The first `blocks` blocks of another device (for `--size` smaller than a block device).
@@ -82,7 +84,7 @@ impl Limited {
 
 /// Validate the options that do not depend on the device, before anything is touched.
 fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
-    let mut o = MkfsOptions::default();
+    let mut o = MkfsOptions { metadata_csum: req.metadata_csum, ..MkfsOptions::default() };
     if let Some(l) = &req.label {
         if l.len() > 16 {
             return Err(CliError::Usage(format!("label {l:?} is {} bytes long (at most 16)", l.len())));
@@ -267,5 +269,9 @@ fn print_summary(image: &str, r: &MkfsReport) -> CliResult<()> {
         outln!("  label:       {label}");
     }
     outln!("  uuid:        {}", uuid(&r.uuid));
+    outln!(
+        "  checksums:   {}",
+        if r.superblock.has_metadata_csum() { "metadata_csum (crc32c)" } else { "none" }
+    );
     Ok(())
 }

@@ -204,7 +204,7 @@ pub fn padding_ok(bm: &[u8], valid_bits: usize) -> bool {
     range_is_set(bm, valid_bits, (bm.len() * 8).saturating_sub(valid_bits))
 }
 
-/// The block bitmap of a group flagged `BLOCK_UNINIT` (only possible with `uninit_bg`),
+/// The block bitmap of a group flagged `BLOCK_UNINIT` (only with `uninit_bg` or `metadata_csum`),
 /// built like the kernel's `ext4_init_block_bitmap`: the superblock/GDT copy of the group,
 /// the group's own bitmaps and inode table when they lie in it, and the padding.
 pub fn uninit_block_bitmap(sb: &Superblock, gd: &GroupDesc, group: u32) -> Vec<u8> {

@@ -4,10 +4,17 @@
 //!
 //! Pure functions over a block's bytes. The block length is whatever slice is passed (4096
 //! in cjfs); `rec_len` is stored as is (no 64 KiB encoding).
+//!
+//! With `metadata_csum` a leaf block ends with a 12-byte checksum record
+//! (`ext4_dir_entry_tail`): inode 0, rec_len 12, name_len 0, file_type 0xDE, then the
+//! CRC32C from the directory inode's seed over the block before it. The entries then fill
+//! only the first `block size - 12` bytes: callers pass that slice to the functions here
+//! and finish the block with [`set_leaf_checksum`].
 
 use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
 
 use crate::error::{FsError, FsResult};
+use crate::ondisk::csum::crc32c;
 use crate::ondisk::inode::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
@@ -339,6 +346,51 @@ pub fn make_empty_block() -> Box<[u8; BLOCK_SIZE]> {
     let mut b = zeroed_block();
     put_u16(&mut b[..], DE_REC_LEN, BLOCK_SIZE as u16);
     b
+}
+
+/// Size of the checksum record at the end of a leaf block.
+pub const TAIL_SIZE: usize = 12;
+/// `det_reserved_ft` of the checksum record.
+pub const FT_DIR_CSUM: u8 = 0xDE;
+
+/// Whether the last 12 bytes of `block` are a checksum record.
+pub fn has_tail(block: &[u8]) -> bool {
+    if block.len() < TAIL_SIZE {
+        return false;
+    }
+    let t = block.len() - TAIL_SIZE;
+    get_u32(block, t) == 0
+        && get_u16(block, t + DE_REC_LEN) as usize == TAIL_SIZE
+        && block[t + DE_NAME_LEN] == 0
+        && block[t + DE_FILE_TYPE] == FT_DIR_CSUM
+}
+
+/// Checksum of leaf `block` with directory seed `seed`: over everything before the tail.
+pub fn leaf_checksum(seed: u32, block: &[u8]) -> u32 {
+    crc32c(seed, &block[..block.len().saturating_sub(TAIL_SIZE)])
+}
+
+/// Write the checksum record at the end of leaf `block` (whose entries end `TAIL_SIZE`
+/// bytes before the end) with its checksum.
+pub fn set_leaf_checksum(seed: u32, block: &mut [u8]) {
+    let t = block.len() - TAIL_SIZE;
+    put_u32(block, t, 0);
+    put_u16(block, t + DE_REC_LEN, TAIL_SIZE as u16);
+    block[t + DE_NAME_LEN] = 0;
+    block[t + DE_FILE_TYPE] = FT_DIR_CSUM;
+    let c = leaf_checksum(seed, block);
+    put_u32(block, t + 8, c);
+}
+
+/// Check leaf `block`'s checksum record: `Err(None)` if it has none, `Err(Some((stored,
+/// computed)))` on a mismatch.
+pub fn verify_leaf_checksum(seed: u32, block: &[u8]) -> Result<(), Option<(u32, u32)>> {
+    if !has_tail(block) {
+        return Err(None);
+    }
+    let stored = get_u32(block, block.len() - 4);
+    let computed = leaf_checksum(seed, block);
+    if stored != computed { Err(Some((stored, computed))) } else { Ok(()) }
 }
 
 /// Whether `block` looks like an htree interior (`dx_node`) block: a fake record with

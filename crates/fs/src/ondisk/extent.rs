@@ -6,8 +6,13 @@
 //! on a node's bytes (the tree code searches a node through them without decoding it
 //! whole), and [`ExtentNode`] decodes and encodes whole nodes with them. Walking and
 //! modifying the tree is `extent_tree`'s business.
+//!
+//! With `metadata_csum` a tree block ends its entry area (`eh_max` entries) with a 4-byte
+//! `ext4_extent_tail`: CRC32C from the owning inode's seed over the block up to the tail.
+//! In a 4 KiB block 340 entries leave exactly those 4 bytes, so `eh_max` does not change.
 
 use crate::error::{FsError, FsResult};
+use crate::ondisk::csum::crc32c;
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// `eh_magic`.
@@ -395,6 +400,41 @@ impl ExtentNode {
             return None;
         }
         Some(v.partition_point(|e| e.logical <= lblk).saturating_sub(1))
+    }
+}
+
+/// Offset of the checksum tail of the tree block `b`: after its `eh_max` entries (`None`
+/// if the header's `eh_max` leaves no room for it in the block).
+pub fn tail_offset(b: &[u8]) -> Option<usize> {
+    if b.len() < ENTRY_SIZE {
+        return None;
+    }
+    let off = ENTRY_SIZE * (1 + get_u16(b, EH_MAX) as usize);
+    (off + 4 <= b.len()).then_some(off)
+}
+
+/// The checksum tree block `b` should carry with inode seed `seed` (`None`: no room).
+pub fn block_checksum(seed: u32, b: &[u8]) -> Option<u32> {
+    tail_offset(b).map(|off| crc32c(seed, &b[..off]))
+}
+
+/// Write the checksum tail of tree block `b` (no-op when `eh_max` leaves no room, which a
+/// block written by [`ExtentNode::encode_into`] with `eh_max` <= 340 always has).
+pub fn set_block_checksum(seed: u32, b: &mut [u8]) {
+    if let (Some(off), Some(c)) = (tail_offset(b), block_checksum(seed, b)) {
+        put_u32(b, off, c);
+    }
+}
+
+/// Check the checksum tail of tree block `b`: `Err((stored, computed))` on a mismatch, or
+/// `Err((0, 0))` when the header leaves no room for a tail.
+pub fn verify_block_checksum(seed: u32, b: &[u8]) -> Result<(), (u32, u32)> {
+    match (tail_offset(b), block_checksum(seed, b)) {
+        (Some(off), Some(c)) => {
+            let stored = get_u32(b, off);
+            if stored == c { Ok(()) } else { Err((stored, c)) }
+        }
+        _ => Err((0, 0)),
     }
 }
 

@@ -5,19 +5,25 @@
 //! Supported (read-write):
 //! - compat: `has_journal`, `ext_attr`, `dir_index`, `resize_inode` (its reserved GDT blocks
 //!   and inode 7 are left alone: cjfs never resizes);
-//! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`;
-//! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`.
+//! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`,
+//!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`);
+//! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
+//!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
+//!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
+//!   directory leaves and htree nodes, xattr blocks; `s_checksum_type` must be 1).
 //!
-//! Everything else (`metadata_csum`, `orphan_file`, `bigalloc`, `inline_data`, `meta_bg`,
-//! `casefold`, ...) is refused with [`FsError::Incompatible`].
+//! Both checksum features allow uninitialised groups (`BLOCK_UNINIT`, `INODE_UNINIT`,
+//! `bg_itable_unused`): their bitmaps are synthesized instead of read
+//! ([`crate::ondisk::bitmap::uninit_block_bitmap`],
+//! [`crate::ondisk::bitmap::uninit_inode_bitmap`]) and initialised by the allocator when it
+//! first uses the group. Every checksum is verified when its structure is read (a mismatch
+//! is [`FsError::Checksum`]) and written with the structure (see
+//! [`crate::ondisk::csum`]). The block size must be 4096 (the engine's compile-time block
+//! size), with or without checksums.
 //!
-//! `uninit_bg` (`gdt_csum`) is refused too, although the on-disk side is ready: crc16
-//! descriptor checksums ([`crate::ondisk::group_desc::GroupDesc::update_checksum`]) and the
-//! bitmaps of uninitialised groups ([`crate::ondisk::bitmap::uninit_block_bitmap`]). To
-//! accept it, add [`RO_COMPAT_GDT_CSUM`] to [`SUPPORTED_RO_COMPAT`] once the allocator
-//! refreshes `bg_checksum` on every descriptor change, synthesizes the bitmaps of
-//! `BLOCK_UNINIT` / `INODE_UNINIT` groups instead of reading them, and keeps
-//! `bg_itable_unused` (inodes past it are not zeroed on disk).
+//! Everything else (`orphan_file`, `bigalloc`, `inline_data`, `meta_bg`, `casefold`,
+//! `encrypt`, `ea_inode`, `large_dir`, `mmp`, `project`, `quota`, `verity`, ...) is refused
+//! with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::superblock::Superblock;
@@ -127,20 +133,26 @@ pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
 pub const SUPPORTED_COMPAT: u32 =
     COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX | COMPAT_RESIZE_INODE;
 /// incompat bits cjfs supports.
-pub const SUPPORTED_INCOMPAT: u32 =
-    INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG | INCOMPAT_RECOVER;
-/// ro_compat bits cjfs supports (not `uninit_bg`: see the module docs).
+pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
+    | INCOMPAT_EXTENTS
+    | INCOMPAT_64BIT
+    | INCOMPAT_FLEX_BG
+    | INCOMPAT_RECOVER
+    | INCOMPAT_CSUM_SEED;
+/// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
     | RO_COMPAT_HUGE_FILE
     | RO_COMPAT_DIR_NLINK
-    | RO_COMPAT_EXTRA_ISIZE;
+    | RO_COMPAT_EXTRA_ISIZE
+    | RO_COMPAT_GDT_CSUM
+    | RO_COMPAT_METADATA_CSUM;
 
 /// compat bits `mkfs` sets.
 pub const MKFS_COMPAT: u32 = COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX;
 /// incompat bits `mkfs` sets (`64bit` only when asked for).
 pub const MKFS_INCOMPAT: u32 = INCOMPAT_FILETYPE | INCOMPAT_EXTENTS | INCOMPAT_64BIT | INCOMPAT_FLEX_BG;
-/// ro_compat bits `mkfs` sets.
+/// ro_compat bits `mkfs` always sets (`metadata_csum` too unless turned off).
 pub const MKFS_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
     | RO_COMPAT_HUGE_FILE
@@ -264,6 +276,15 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     if !bad.is_empty() {
         return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
     }
+    if sb.has_metadata_csum() && sb.checksum_type != 1 {
+        return Err(FsError::Incompatible(format!(
+            "metadata_csum with s_checksum_type {} (only 1, crc32c, exists)",
+            sb.checksum_type
+        )));
+    }
+    if sb.has_incompat(INCOMPAT_CSUM_SEED) && !sb.has_metadata_csum() {
+        return Err(FsError::Corrupt("superblock: metadata_csum_seed without metadata_csum".into()));
+    }
     let bs = sb.block_size();
     if bs != 4096 {
         return Err(FsError::Incompatible(format!("block size {bs} (only 4096 is supported)")));
@@ -304,12 +325,20 @@ mod tests {
         sb.log_cluster_size = 2;
         sb.rev_level = 1;
         sb.feature_compat = MKFS_COMPAT | COMPAT_ORPHAN_FILE;
-        sb.feature_incompat = MKFS_INCOMPAT;
-        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM;
+        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_BIGALLOC;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): orphan_file, metadata_csum"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): orphan_file, inline_data, bigalloc"), "{e}");
         sb.feature_compat = MKFS_COMPAT;
+        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_CSUM_SEED;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_GDT_CSUM;
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("s_checksum_type 0"), "{e}");
+        sb.checksum_type = 1;
+        assert!(check_supported(&sb).is_ok());
         sb.feature_ro_compat = MKFS_RO_COMPAT;
+        assert!(check_supported(&sb).is_err(), "csum seed without metadata_csum");
+        sb.feature_incompat = MKFS_INCOMPAT;
         assert!(check_supported(&sb).is_ok());
         sb.log_block_size = 0;
         sb.log_cluster_size = 0;

@@ -1,16 +1,28 @@
 //! Block group descriptors: 32 bytes, or `s_desc_size` (>= 64) bytes with `64bit`.
 //!
-//! With `uninit_bg` (`gdt_csum`) every descriptor carries a crc16 checksum over the file
-//! system UUID, the little-endian group number and the descriptor bytes (minus the checksum
-//! field). `uninit_bg` is currently refused by
-//! [`check_supported`](crate::ondisk::features::check_supported); the support here is ready
-//! for when the writers handle it: call [`GroupDesc::update_checksum`] after every change (a
-//! no-op without the feature), and for a group flagged [`BG_BLOCK_UNINIT`] /
-//! [`BG_INODE_UNINIT`] use the synthesized bitmaps from
-//! [`crate::ondisk::bitmap::uninit_block_bitmap`] / [`crate::ondisk::bitmap::uninit_inode_bitmap`]
-//! instead of the on-disk blocks. `mkfs` never sets these flags.
+//! `bg_checksum` exists with either checksum feature:
+//! - `uninit_bg` (`gdt_csum`): CRC16 (seed `!0`) over the UUID, the group number
+//!   (little-endian u32) and the descriptor without the checksum field;
+//! - `metadata_csum`: the low 16 bits of CRC32C from the file system seed over the group
+//!   number and the whole descriptor (`s_desc_size` bytes, 32 without `64bit`) with the
+//!   checksum field as zero.
+//!
+//! With `metadata_csum` the descriptor also holds the bitmaps' checksums: CRC32C from the
+//! file system seed over the first `blocks_per_group / 8` bytes of the block bitmap and the
+//! first `inodes_per_group / 8` bytes of the inode bitmap, the low halves in
+//! `bg_*_bitmap_csum_lo`, the high halves in `bg_*_bitmap_csum_hi` (64-byte descriptors
+//! only). [`GroupDesc::encode_into`] always writes `bg_checksum` as the [`Csum`] given
+//! says, so no writer can leave a stale one.
+//!
+//! Either feature allows uninitialised groups: with [`BG_BLOCK_UNINIT`] /
+//! [`BG_INODE_UNINIT`] the on-disk bitmap is not valid and is synthesized instead
+//! ([`crate::ondisk::bitmap::uninit_block_bitmap`] /
+//! [`crate::ondisk::bitmap::uninit_inode_bitmap`]); inodes past
+//! `inodes_per_group - bg_itable_unused` were never used, and without [`BG_INODE_ZEROED`]
+//! their table slots may hold anything.
 
-use crate::error::{FsError, FsResult};
+use crate::error::{CsumStructure, FsError, FsResult};
+use crate::ondisk::csum::{Csum, CsumKind, crc32c};
 use crate::ondisk::superblock::{Superblock, get_u16, get_u32, put_u16, put_u32};
 
 /// Smallest descriptor size.
@@ -63,6 +75,10 @@ pub const BG_FREE_INODES_COUNT_HI: usize = 0x2E;
 pub const BG_USED_DIRS_COUNT_HI: usize = 0x30;
 /// `bg_itable_unused_hi` (u16).
 pub const BG_ITABLE_UNUSED_HI: usize = 0x32;
+/// `bg_block_bitmap_csum_hi` (u16).
+pub const BG_BLOCK_BITMAP_CSUM_HI: usize = 0x38;
+/// `bg_inode_bitmap_csum_hi` (u16).
+pub const BG_INODE_BITMAP_CSUM_HI: usize = 0x3A;
 
 /// One group descriptor. The raw bytes are kept so unmodeled fields (exclude bitmap,
 /// bitmap checksums, reserved) survive [`GroupDesc::encode_into`].
@@ -84,8 +100,12 @@ pub struct GroupDesc {
     pub flags: u16,
     /// Inodes at the end of the table never used (only meaningful with `uninit_bg`).
     pub itable_unused: u32,
-    /// `bg_checksum`.
+    /// `bg_checksum` as read ([`GroupDesc::encode_into`] writes a fresh one).
     pub checksum: u16,
+    /// `bg_block_bitmap_csum_lo` | `_hi` << 16 (the high half only in 64-byte descriptors).
+    pub block_bitmap_csum: u32,
+    /// `bg_inode_bitmap_csum_lo` | `_hi` << 16 (the high half only in 64-byte descriptors).
+    pub inode_bitmap_csum: u32,
     raw: Vec<u8>,
 }
 
@@ -102,6 +122,8 @@ impl GroupDesc {
             flags: 0,
             itable_unused: 0,
             checksum: 0,
+            block_bitmap_csum: 0,
+            inode_bitmap_csum: 0,
             raw: vec![0; size.max(DESC_SIZE_32)],
         }
     }
@@ -133,6 +155,8 @@ impl GroupDesc {
             flags: get_u16(b, BG_FLAGS),
             itable_unused: get_u16(b, BG_ITABLE_UNUSED_LO) as u32 | hi16(BG_ITABLE_UNUSED_HI),
             checksum: get_u16(b, BG_CHECKSUM),
+            block_bitmap_csum: get_u16(b, BG_BLOCK_BITMAP_CSUM_LO) as u32 | hi16(BG_BLOCK_BITMAP_CSUM_HI),
+            inode_bitmap_csum: get_u16(b, BG_INODE_BITMAP_CSUM_LO) as u32 | hi16(BG_INODE_BITMAP_CSUM_HI),
             raw: b.to_vec(),
         })
     }
@@ -142,13 +166,17 @@ impl GroupDesc {
         self.raw.len()
     }
 
-    /// Encode into `out[..self.size()]`, patching the modeled fields into the raw bytes.
-    /// In a 32-byte descriptor only the low halves are written.
-    pub fn encode_into(&self, out: &mut [u8]) {
+    /// Encode as group `group` into `out[..self.size()]`: the modeled fields patched into
+    /// the raw bytes (in a 32-byte descriptor only the low halves), then `bg_checksum` as
+    /// `csum` computes it (left as [`GroupDesc::checksum`] without checksums).
+    pub fn encode_into(&self, out: &mut [u8], csum: &Csum, group: u32) {
         let n = self.raw.len();
         let b = &mut out[..n];
         b.copy_from_slice(&self.raw);
         self.patch(b);
+        if let Some(c) = desc_checksum(csum, group, b) {
+            put_u16(b, BG_CHECKSUM, c);
+        }
     }
 
     fn patch(&self, b: &mut [u8]) {
@@ -161,7 +189,11 @@ impl GroupDesc {
         put_u16(b, BG_FLAGS, self.flags);
         put_u16(b, BG_ITABLE_UNUSED_LO, self.itable_unused as u16);
         put_u16(b, BG_CHECKSUM, self.checksum);
+        put_u16(b, BG_BLOCK_BITMAP_CSUM_LO, self.block_bitmap_csum as u16);
+        put_u16(b, BG_INODE_BITMAP_CSUM_LO, self.inode_bitmap_csum as u16);
         if b.len() >= DESC_SIZE_64 {
+            put_u16(b, BG_BLOCK_BITMAP_CSUM_HI, (self.block_bitmap_csum >> 16) as u16);
+            put_u16(b, BG_INODE_BITMAP_CSUM_HI, (self.inode_bitmap_csum >> 16) as u16);
             put_u32(b, BG_BLOCK_BITMAP_HI, (self.block_bitmap >> 32) as u32);
             put_u32(b, BG_INODE_BITMAP_HI, (self.inode_bitmap >> 32) as u32);
             put_u32(b, BG_INODE_TABLE_HI, (self.inode_table >> 32) as u32);
@@ -172,47 +204,110 @@ impl GroupDesc {
         }
     }
 
-    /// The encoded bytes.
+    /// The bytes as held: the modeled fields patched in, `bg_checksum` as
+    /// [`GroupDesc::checksum`] says (for comparisons; writers use
+    /// [`GroupDesc::encode_into`]).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = vec![0; self.raw.len()];
-        self.encode_into(&mut v);
+        let mut v = self.raw.clone();
+        self.patch(&mut v);
         v
     }
 
-    /// The crc16 `uninit_bg` checksum this descriptor should carry as group `group` of `sb`.
-    pub fn compute_checksum(&self, sb: &Superblock, group: u32) -> u16 {
-        let bytes = self.to_bytes();
-        let mut crc = crc16(0xFFFF, &sb.uuid);
-        crc = crc16(crc, &group.to_le_bytes());
-        crc = crc16(crc, &bytes[..BG_CHECKSUM]);
-        let size = sb.desc_size().min(bytes.len());
-        if sb.has_64bit() && size > BG_CHECKSUM + 2 {
-            crc = crc16(crc, &bytes[BG_CHECKSUM + 2..size]);
-        }
-        crc
+    /// The `bg_checksum` this descriptor should carry as group `group` (`None` without
+    /// checksums).
+    pub fn compute_checksum(&self, csum: &Csum, group: u32) -> Option<u16> {
+        desc_checksum(csum, group, &self.to_bytes())
     }
 
-    /// Recompute `bg_checksum` for group `group` when `sb` has `uninit_bg`; no-op otherwise.
-    /// Call after every change to a descriptor.
-    pub fn update_checksum(&mut self, sb: &Superblock, group: u32) {
-        if sb.has_gdt_csum() {
-            self.checksum = self.compute_checksum(sb, group);
+    /// Set [`GroupDesc::checksum`] to what it should be (no-op without checksums).
+    pub fn update_checksum(&mut self, csum: &Csum, group: u32) {
+        if let Some(c) = self.compute_checksum(csum, group) {
+            self.checksum = c;
         }
     }
 
-    /// Check `bg_checksum` when `sb` has `uninit_bg` (always Ok otherwise).
-    pub fn verify_checksum(&self, sb: &Superblock, group: u32) -> FsResult<()> {
-        if !sb.has_gdt_csum() {
+    /// Check `bg_checksum` (always Ok without checksums).
+    pub fn verify_checksum(&self, csum: &Csum, group: u32) -> FsResult<()> {
+        match self.compute_checksum(csum, group) {
+            Some(want) if want != self.checksum => Err(FsError::checksum(
+                CsumStructure::GroupDesc,
+                format!("of group {group}"),
+                u32::from(self.checksum),
+                u32::from(want),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record the checksum of block bitmap `bitmap` (its whole block) for
+    /// `blocks_per_group` blocks (no-op without `metadata_csum`).
+    pub fn set_block_bitmap_csum(&mut self, csum: &Csum, bitmap: &[u8], blocks_per_group: u32) {
+        if csum.metadata() {
+            self.block_bitmap_csum =
+                self.bitmap_csum_field(csum.bitmap(bitmap, blocks_per_group as usize / 8));
+        }
+    }
+
+    /// Record the checksum of inode bitmap `bitmap` for `inodes_per_group` inodes (no-op
+    /// without `metadata_csum`).
+    pub fn set_inode_bitmap_csum(&mut self, csum: &Csum, bitmap: &[u8], inodes_per_group: u32) {
+        if csum.metadata() {
+            self.inode_bitmap_csum =
+                self.bitmap_csum_field(csum.bitmap(bitmap, inodes_per_group as usize / 8));
+        }
+    }
+
+    /// Check block bitmap `bitmap` of group `group` against the recorded checksum (Ok
+    /// without `metadata_csum`).
+    pub fn verify_block_bitmap(
+        &self,
+        csum: &Csum,
+        group: u32,
+        bitmap: &[u8],
+        blocks_per_group: u32,
+    ) -> FsResult<()> {
+        if !csum.metadata() {
             return Ok(());
         }
-        let want = self.compute_checksum(sb, group);
-        if want != self.checksum {
-            return Err(FsError::Corrupt(format!(
-                "group descriptor {group}: bg_checksum = 0x{:04x} (expected 0x{want:04x})",
-                self.checksum
-            )));
+        let want = self.bitmap_csum_field(csum.bitmap(bitmap, blocks_per_group as usize / 8));
+        if want != self.block_bitmap_csum {
+            return Err(FsError::checksum(
+                CsumStructure::BlockBitmap,
+                format!("of group {group} (block {})", self.block_bitmap),
+                self.block_bitmap_csum,
+                want,
+            ));
         }
         Ok(())
+    }
+
+    /// Check inode bitmap `bitmap` of group `group` against the recorded checksum (Ok
+    /// without `metadata_csum`).
+    pub fn verify_inode_bitmap(
+        &self,
+        csum: &Csum,
+        group: u32,
+        bitmap: &[u8],
+        inodes_per_group: u32,
+    ) -> FsResult<()> {
+        if !csum.metadata() {
+            return Ok(());
+        }
+        let want = self.bitmap_csum_field(csum.bitmap(bitmap, inodes_per_group as usize / 8));
+        if want != self.inode_bitmap_csum {
+            return Err(FsError::checksum(
+                CsumStructure::InodeBitmap,
+                format!("of group {group} (block {})", self.inode_bitmap),
+                self.inode_bitmap_csum,
+                want,
+            ));
+        }
+        Ok(())
+    }
+
+    /// What of a bitmap checksum this descriptor can hold (the low half in 32 bytes).
+    fn bitmap_csum_field(&self, c: u32) -> u32 {
+        if self.raw.len() >= DESC_SIZE_64 { c } else { c & 0xFFFF }
     }
 
     /// Check that the bitmaps and inode table lie inside the file system, clear of the
@@ -264,7 +359,7 @@ impl GroupDesc {
                 format!("(group has {} inodes)", sb.inodes_per_group),
             );
         }
-        if sb.has_gdt_csum() && self.itable_unused > sb.inodes_per_group {
+        if sb.has_group_desc_csum() && self.itable_unused > sb.inodes_per_group {
             return bad(
                 "bg_itable_unused",
                 self.itable_unused as u64,
@@ -291,20 +386,48 @@ impl GroupDesc {
         buf[..need].chunks_exact(desc_size).map(GroupDesc::decode).collect()
     }
 
-    /// Encode descriptors into the GDT bytes `out` (descriptor `i` at `i * desc_size`); bytes
-    /// after the last descriptor are left as they are.
-    pub fn encode_table(descs: &[GroupDesc], desc_size: usize, out: &mut [u8]) {
+    /// Encode descriptors into the GDT bytes `out` (descriptor `i`, group `i`, at
+    /// `i * desc_size`), each with its checksum; bytes after the last descriptor are left as
+    /// they are.
+    pub fn encode_table(descs: &[GroupDesc], desc_size: usize, out: &mut [u8], csum: &Csum) {
         for (i, d) in descs.iter().enumerate() {
             let slot = &mut out[i * desc_size..(i + 1) * desc_size];
             if d.raw.len() == desc_size {
-                d.encode_into(slot);
+                d.encode_into(slot, csum, i as u32);
             } else {
                 // Size changed (should not happen): write the modeled fields only.
                 let n = d.raw.len().min(desc_size);
                 slot[..n].copy_from_slice(&d.raw[..n]);
                 slot[n..].fill(0);
                 d.patch(slot);
+                if let Some(c) = desc_checksum(csum, i as u32, slot) {
+                    put_u16(slot, BG_CHECKSUM, c);
+                }
             }
+        }
+    }
+}
+
+/// `bg_checksum` of the encoded descriptor `b` of group `group` (`None` without checksums;
+/// see the module documentation).
+pub fn desc_checksum(csum: &Csum, group: u32, b: &[u8]) -> Option<u16> {
+    match csum.kind() {
+        CsumKind::None => None,
+        CsumKind::Metadata => {
+            let mut c = crc32c(csum.seed(), &group.to_le_bytes());
+            c = crc32c(c, &b[..BG_CHECKSUM]);
+            c = crc32c(c, &[0, 0]);
+            c = crc32c(c, &b[BG_CHECKSUM + 2..]);
+            Some(c as u16)
+        }
+        CsumKind::Gdt => {
+            let mut c = crc16(0xFFFF, csum.uuid());
+            c = crc16(c, &group.to_le_bytes());
+            c = crc16(c, &b[..BG_CHECKSUM]);
+            if csum.is64() && b.len() > BG_CHECKSUM + 2 {
+                c = crc16(c, &b[BG_CHECKSUM + 2..]);
+            }
+            Some(c)
         }
     }
 }

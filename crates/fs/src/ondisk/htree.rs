@@ -8,12 +8,19 @@
 //! separator. Interior `dx_node` blocks start with a fake empty record covering the block,
 //! then count/limit and entries. Leaves are ordinary linear directory blocks.
 //!
+//! With `metadata_csum` every index block (root and interior nodes) has an 8-byte
+//! `dx_tail` (reserved, checksum) right after its `limit` entries, so `limit` is one less
+//! than the block could hold; the checksum is CRC32C from the directory inode's seed over
+//! the block up to the end of the `count` used entries, then over the tail with the
+//! checksum as zero ([`dx_checksum`]).
+//!
 //! The hash functions implement `ext2fs_dirhash` / the kernel's `ext4fs_dirhash` exactly
 //! (legacy, half-MD4, TEA; signed or unsigned char variants).
 
 use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
 
 use crate::error::{FsError, FsResult};
+use crate::ondisk::csum::crc32c;
 use crate::ondisk::dirent::{DE_NAME, DE_NAME_LEN, DE_REC_LEN, FT_DIR};
 use crate::ondisk::superblock::{FLAGS_UNSIGNED_HASH, Superblock, get_u16, get_u32, put_u16, put_u32};
 
@@ -267,7 +274,8 @@ fn decode_entries(block: &[u8], off: usize, want_limit: u16, what: &str) -> FsRe
     }
     let limit = get_u16(block, off);
     let count = get_u16(block, off + 2);
-    if limit != want_limit {
+    // One entry less leaves room for the `dx_tail` (metadata_csum).
+    if limit != want_limit && limit + 1 != want_limit {
         return Err(corrupt(what, format!("limit = {limit} (expected {want_limit})")));
     }
     if count == 0 || count > limit {
@@ -369,8 +377,8 @@ impl DxRoot {
         if unused_flags & 1 != 0 {
             return Err(corrupt(W, format!("unused_flags = {unused_flags} (unimplemented)")));
         }
-        let limit = root_limit(block.len());
-        let entries = decode_entries(block, DX_ROOT_INFO + info_length as usize, limit, W)?;
+        let entries = decode_entries(block, DX_ROOT_INFO + info_length as usize, root_limit(block.len()), W)?;
+        let limit = get_u16(block, DX_ROOT_INFO + info_length as usize);
         Ok(DxRoot {
             dot_inode: get_u32(block, 0),
             dotdot_inode: get_u32(block, 12),
@@ -452,8 +460,8 @@ impl DxNode {
         if get_u32(block, 0) != 0 || rec_len != block.len() {
             return Err(corrupt(W, format!("fake record inode = {} rec_len = {rec_len}", get_u32(block, 0))));
         }
-        let limit = node_limit(block.len());
-        let entries = decode_entries(block, DX_NODE_ENTRIES, limit, W)?;
+        let entries = decode_entries(block, DX_NODE_ENTRIES, node_limit(block.len()), W)?;
+        let limit = get_u16(block, DX_NODE_ENTRIES);
         Ok(DxNode { limit, entries })
     }
 
@@ -469,6 +477,51 @@ impl DxNode {
         block[DE_NAME_LEN] = 0;
         block[DE_NAME_LEN + 1] = 0;
         encode_entries(block, DX_NODE_ENTRIES, self.limit, &self.entries);
+    }
+}
+
+/// Offset of the count/limit header of an index block: after `dx_root_info` in the root
+/// (`root`), after the fake record in an interior node.
+pub fn count_offset(block: &[u8], root: bool) -> usize {
+    if root {
+        DX_ROOT_INFO + block.get(DX_ROOT_INFO_LENGTH).copied().unwrap_or(DX_ROOT_INFO_LEN) as usize
+    } else {
+        DX_NODE_ENTRIES
+    }
+}
+
+/// Checksum of the index block `block` (root or interior node) with directory seed
+/// `seed`, and the offset of its `dx_tail`; `None` when count/limit leave no room for the
+/// tail (an index block without one).
+pub fn dx_checksum(seed: u32, block: &[u8], root: bool) -> Option<(u32, usize)> {
+    let off = count_offset(block, root);
+    if off + 4 > block.len() {
+        return None;
+    }
+    let limit = get_u16(block, off) as usize;
+    let count = get_u16(block, off + 2) as usize;
+    let tail = off + limit * DX_ENTRY_SIZE;
+    if count > limit || tail + 8 > block.len() || off + limit * DX_ENTRY_SIZE + 8 > block.len() {
+        return None;
+    }
+    let mut c = crc32c(seed, &block[..off + count * DX_ENTRY_SIZE]);
+    c = crc32c(c, &block[tail..tail + 4]);
+    c = crc32c(c, &[0; 4]);
+    Some((c, tail))
+}
+
+/// Check the `dx_tail` of index block `block`: `Err(None)` if it has no room for one,
+/// `Err(Some((stored, computed)))` on a mismatch.
+pub fn verify_dx_checksum(seed: u32, block: &[u8], root: bool) -> Result<(), Option<(u32, u32)>> {
+    let (c, tail) = dx_checksum(seed, block, root).ok_or(None)?;
+    let stored = get_u32(block, tail + 4);
+    if stored != c { Err(Some((stored, c))) } else { Ok(()) }
+}
+
+/// Write the `dx_tail` checksum of index block `block` (no-op when it has no room).
+pub fn set_dx_checksum(seed: u32, block: &mut [u8], root: bool) {
+    if let Some((c, tail)) = dx_checksum(seed, block, root) {
+        put_u32(block, tail + 4, c);
     }
 }
 

@@ -1,10 +1,17 @@
 //! The on-disk inode (`struct ext4_inode`): 128 bytes plus `i_extra_isize` extra bytes,
 //! then the in-inode extended attribute area up to `s_inode_size` (256 with cjfs' mkfs).
 //!
-//! [`Inode`] keeps the whole raw record, so fields it does not model (checksums, `i_version`
-//! high half, the xattr area) survive [`Inode::encode_into`].
+//! [`Inode`] keeps the whole raw record, so fields it does not model (`i_version` high half,
+//! the xattr area) survive [`Inode::encode_into`].
+//!
+//! With `metadata_csum` the record carries a CRC32C from the inode's seed (see
+//! [`crate::ondisk::csum`]) over all `s_inode_size` bytes with `l_i_checksum_lo` and, when
+//! `i_extra_isize` reaches it, `i_checksum_hi` taken as zero; the low half goes in
+//! `l_i_checksum_lo`, the high half in `i_checksum_hi` (when there is room; otherwise only
+//! 16 bits are kept and compared). [`Inode::encode_into`] always writes it.
 
-use crate::error::{FsError, FsResult};
+use crate::error::{CsumStructure, FsError, FsResult};
+use crate::ondisk::csum::{Csum, crc32c};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};
 
 /// Size of the original inode, and offset of the extra fields.
@@ -396,10 +403,16 @@ impl Inode {
         self.raw.len()
     }
 
-    /// Encode into `out[..self.inode_size()]`: the raw record with the modeled fields patched
-    /// in (extra fields only as far as `extra_isize` reaches). `extra_isize` is clamped to
-    /// the record and rounded down to a multiple of 4.
-    pub fn encode_into(&self, out: &mut [u8]) {
+    /// Encode as inode `ino` into `out[..self.inode_size()]`: the raw record with the
+    /// modeled fields patched in (extra fields only as far as `extra_isize` reaches;
+    /// `extra_isize` is clamped to the record and rounded down to a multiple of 4), then the
+    /// checksum `csum` calls for.
+    pub fn encode_into(&self, out: &mut [u8], csum: &Csum, ino: u32) {
+        self.patch(out);
+        set_checksum(csum, ino, &mut out[..self.raw.len()]);
+    }
+
+    fn patch(&self, out: &mut [u8]) {
         let n = self.raw.len();
         let b = &mut out[..n];
         b.copy_from_slice(&self.raw);
@@ -445,10 +458,11 @@ impl Inode {
         }
     }
 
-    /// The encoded record.
+    /// The record as held: the modeled fields patched into the raw bytes, the checksum as
+    /// read (for comparisons; writers use [`Inode::encode_into`]).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = vec![0; self.raw.len()];
-        self.encode_into(&mut v);
+        self.patch(&mut v);
         v
     }
 
@@ -586,6 +600,64 @@ impl Inode {
     }
 }
 
+/// Whether the record `raw` has room for `i_checksum_hi` (`i_extra_isize` >= 4).
+fn has_checksum_hi(raw: &[u8]) -> bool {
+    raw.len() >= I_CHECKSUM_HI + 2
+        && GOOD_OLD_INODE_SIZE + get_u16(raw, I_EXTRA_ISIZE) as usize >= I_CHECKSUM_HI + 2
+}
+
+/// The checksum of inode record `raw` (all `s_inode_size` bytes) of inode `ino`, with the
+/// checksum fields as zero; the seed uses the record's own `i_generation`.
+pub fn checksum(csum: &Csum, ino: u32, raw: &[u8]) -> u32 {
+    let seed = csum.inode_seed(ino, get_u32(raw, I_GENERATION));
+    let mut c = crc32c(seed, &raw[..I_CHECKSUM_LO]);
+    c = crc32c(c, &[0, 0]);
+    c = crc32c(c, &raw[I_CHECKSUM_LO + 2..GOOD_OLD_INODE_SIZE.min(raw.len())]);
+    if raw.len() > GOOD_OLD_INODE_SIZE {
+        if has_checksum_hi(raw) {
+            c = crc32c(c, &raw[GOOD_OLD_INODE_SIZE..I_CHECKSUM_HI]);
+            c = crc32c(c, &[0, 0]);
+            c = crc32c(c, &raw[I_CHECKSUM_HI + 2..]);
+        } else {
+            c = crc32c(c, &raw[GOOD_OLD_INODE_SIZE..]);
+        }
+    }
+    c
+}
+
+/// Write the checksum of inode `ino` into its record `raw` (no-op without
+/// `metadata_csum`). Every writer of inode bytes ends with this, in-place patches of single
+/// fields included.
+pub fn set_checksum(csum: &Csum, ino: u32, raw: &mut [u8]) {
+    if !csum.metadata() {
+        return;
+    }
+    let c = checksum(csum, ino, raw);
+    put_u16(raw, I_CHECKSUM_LO, c as u16);
+    if has_checksum_hi(raw) {
+        put_u16(raw, I_CHECKSUM_HI, (c >> 16) as u16);
+    }
+}
+
+/// Check the checksum of inode `ino`'s record `raw` (Ok without `metadata_csum`). An
+/// all-zero record is accepted, as e2fsprogs does: it was never written (lazily
+/// initialised inode tables).
+pub fn verify_checksum(csum: &Csum, ino: u32, raw: &[u8]) -> FsResult<()> {
+    if !csum.metadata() || raw.len() < GOOD_OLD_INODE_SIZE {
+        return Ok(());
+    }
+    let c = checksum(csum, ino, raw);
+    let (stored, computed) = if has_checksum_hi(raw) {
+        (get_u16(raw, I_CHECKSUM_LO) as u32 | (get_u16(raw, I_CHECKSUM_HI) as u32) << 16, c)
+    } else {
+        (get_u16(raw, I_CHECKSUM_LO) as u32, c & 0xFFFF)
+    };
+    if stored != computed && raw[..GOOD_OLD_INODE_SIZE].iter().any(|&b| b != 0) {
+        return Err(FsError::checksum(CsumStructure::Inode, ino.to_string(), stored, computed));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,6 +756,30 @@ mod tests {
         assert_eq!(ino.xattr_area().len(), 256 - 160);
         put_u16(&mut raw, I_EXTRA_ISIZE, 130);
         assert!(Inode::decode(&raw).is_err());
+    }
+
+    #[test]
+    fn checksum_round_trip() {
+        let mut sb = crate::ondisk::superblock::Superblock::blank();
+        sb.feature_ro_compat = crate::ondisk::features::RO_COMPAT_METADATA_CSUM;
+        sb.uuid = [3; 16];
+        let c = Csum::from_sb(&sb);
+        let mut i = Inode::new(256, 32);
+        i.mode = S_IFREG | 0o644;
+        i.generation = 77;
+        let mut raw = vec![0u8; 256];
+        i.encode_into(&mut raw, &c, 12);
+        verify_checksum(&c, 12, &raw).unwrap();
+        assert!(verify_checksum(&c, 13, &raw).is_err(), "the inode number is in the seed");
+        raw[200] ^= 1;
+        assert!(matches!(verify_checksum(&c, 12, &raw), Err(FsError::Checksum { .. })));
+        // A never-written slot passes; without metadata_csum nothing is checked.
+        verify_checksum(&c, 12, &[0u8; 256]).unwrap();
+        verify_checksum(&Csum::none(), 12, &raw).unwrap();
+        // 128-byte inodes keep the low 16 bits only.
+        let mut small = vec![0u8; 128];
+        Inode::new(128, 0).encode_into(&mut small, &c, 5);
+        verify_checksum(&c, 5, &small).unwrap();
     }
 
     #[test]

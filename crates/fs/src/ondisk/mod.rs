@@ -1,6 +1,7 @@
 //! ext4 on-disk structures, one per file. Pure encode/decode of byte slices; no I/O.
 
 pub mod bitmap;
+pub mod csum;
 pub mod dirent;
 pub mod extent;
 pub mod features;

@@ -414,7 +414,8 @@ pub struct Superblock {
     pub encoding_flags: u16,
     /// `s_orphan_file_inum`.
     pub orphan_file_inum: u32,
-    /// `s_checksum` (metadata_csum only; left as read).
+    /// `s_checksum` as read. With `metadata_csum`, [`Superblock::encode_into`] writes the
+    /// checksum of the encoded bytes instead (see [`superblock_checksum`]).
     pub checksum: u32,
     raw: [u8; SUPERBLOCK_SIZE],
 }
@@ -547,6 +548,41 @@ impl Superblock {
     /// (no division by zero, no overflowing shift); feature support is checked separately by
     /// [`check_supported`].
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
+        if buf.len() < SUPERBLOCK_SIZE {
+            return Err(FsError::Corrupt(format!(
+                "superblock: {} bytes given, {SUPERBLOCK_SIZE} needed",
+                buf.len()
+            )));
+        }
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        raw.copy_from_slice(&buf[..SUPERBLOCK_SIZE]);
+        let sb = Self::from_raw_unchecked(raw);
+        sb.validate()?;
+        sb.verify_checksum()?;
+        Ok(sb)
+    }
+
+    /// With `metadata_csum`, check `s_checksum` against the bytes as read (Ok otherwise).
+    pub fn verify_checksum(&self) -> FsResult<()> {
+        if self.feature_ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
+            return Ok(());
+        }
+        let stored = get_u32(&self.raw, S_CHECKSUM);
+        let computed = superblock_checksum(&self.raw);
+        if stored != computed {
+            return Err(FsError::checksum(
+                crate::error::CsumStructure::Superblock,
+                format!("(group {} copy)", self.block_group_nr),
+                stored,
+                computed,
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Superblock::decode`] without the checksum check (tools that report a bad checksum
+    /// and go on).
+    pub fn decode_unverified(buf: &[u8]) -> FsResult<Self> {
         if buf.len() < SUPERBLOCK_SIZE {
             return Err(FsError::Corrupt(format!(
                 "superblock: {} bytes given, {SUPERBLOCK_SIZE} needed",
@@ -763,6 +799,7 @@ impl Superblock {
         put_u16(b, S_ENCODING_FLAGS, self.encoding_flags);
         put_u32(b, S_ORPHAN_FILE_INUM, self.orphan_file_inum);
         put_u32(b, S_CHECKSUM, self.checksum);
+        set_checksum(b);
     }
 
     /// The encoded 1024 bytes.
@@ -842,6 +879,16 @@ impl Superblock {
     /// `uninit_bg` (`gdt_csum`): crc16 group descriptor checksums.
     pub fn has_gdt_csum(&self) -> bool {
         self.has_ro_compat(RO_COMPAT_GDT_CSUM)
+    }
+    /// `metadata_csum`: crc32c checksums on all metadata.
+    pub fn has_metadata_csum(&self) -> bool {
+        self.has_ro_compat(RO_COMPAT_METADATA_CSUM)
+    }
+    /// Group descriptors are checksummed (`uninit_bg` or `metadata_csum`), which is what
+    /// makes uninitialised groups (`BLOCK_UNINIT`, `INODE_UNINIT`, `bg_itable_unused`)
+    /// possible (the kernel's `ext4_has_group_desc_csum`).
+    pub fn has_group_desc_csum(&self) -> bool {
+        self.has_gdt_csum() || self.has_metadata_csum()
     }
 
     // ---- geometry ----
@@ -1000,6 +1047,22 @@ impl Superblock {
         self.volume_name = [0; 16];
         self.volume_name[..b.len()].copy_from_slice(b);
         Ok(())
+    }
+}
+
+/// `s_checksum` of the 1024 superblock bytes `b`: CRC32C from `!0` over everything before
+/// the field (the kernel's `ext4_superblock_csum`).
+pub fn superblock_checksum(b: &[u8]) -> u32 {
+    crate::ondisk::csum::crc32c(!0, &b[..S_CHECKSUM])
+}
+
+/// Write `s_checksum` into the 1024 superblock bytes `b` when they say `metadata_csum`
+/// (no-op otherwise). Every writer of superblock bytes ends with this, including the
+/// in-place patches of single fields.
+pub fn set_checksum(b: &mut [u8]) {
+    if get_u32(b, S_FEATURE_RO_COMPAT) & RO_COMPAT_METADATA_CSUM != 0 {
+        let c = superblock_checksum(b);
+        put_u32(b, S_CHECKSUM, c);
     }
 }
 

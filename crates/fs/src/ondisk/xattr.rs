@@ -33,7 +33,7 @@ pub const H_REFCOUNT: usize = 4;
 pub const H_BLOCKS: usize = 8;
 /// `h_hash` (u32).
 pub const H_HASH: usize = 12;
-/// `h_checksum` (u32, metadata_csum only).
+/// `h_checksum` (u32, metadata_csum only: see [`block_checksum`]).
 pub const H_CHECKSUM: usize = 16;
 
 /// `e_name_len` (u8).
@@ -459,6 +459,35 @@ pub fn layout(
         )));
     }
     Ok((build_ibody(&inode_list, ibody_len)?, block_list))
+}
+
+/// `h_checksum` of the xattr block `block` at block number `blocknr` with file system seed
+/// `seed`: CRC32C over the block number (little-endian u64), then the block with the
+/// checksum field as zero (shared blocks keep one checksum: it does not depend on an inode).
+pub fn block_checksum(seed: u32, blocknr: u64, block: &[u8]) -> u32 {
+    let mut c = crate::ondisk::csum::crc32c(seed, &blocknr.to_le_bytes());
+    c = crate::ondisk::csum::crc32c(c, &block[..H_CHECKSUM]);
+    c = crate::ondisk::csum::crc32c(c, &[0; 4]);
+    crate::ondisk::csum::crc32c(c, &block[H_CHECKSUM + 4..])
+}
+
+/// Write `h_checksum` into xattr block `block` at `blocknr`.
+pub fn set_block_checksum(seed: u32, blocknr: u64, block: &mut [u8]) {
+    let c = block_checksum(seed, blocknr, block);
+    block[H_CHECKSUM..H_CHECKSUM + 4].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Check `h_checksum` of xattr block `block` at `blocknr`: `Err((stored, computed))` on a
+/// mismatch.
+pub fn verify_block_checksum(seed: u32, blocknr: u64, block: &[u8]) -> Result<(), (u32, u32)> {
+    let stored = u32::from_le_bytes([
+        block[H_CHECKSUM],
+        block[H_CHECKSUM + 1],
+        block[H_CHECKSUM + 2],
+        block[H_CHECKSUM + 3],
+    ]);
+    let computed = block_checksum(seed, blocknr, block);
+    if stored != computed { Err((stored, computed)) } else { Ok(()) }
 }
 
 #[cfg(test)]
