@@ -53,8 +53,9 @@
 //!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
 //! 7. leaves: `updates_lock` (a writer pins another log's transaction under that log's
 //!    `updates_lock` while holding the buffer's `jstate`), `checkpoint_list`, a transaction's
-//!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the lock inside `Transaction::done` (a
-//!    `polling::Completion`), the shadow pool, `Shared::aborted`.
+//!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the shadow pool, `Shared::aborted`. (A
+//!    `polling::Event` — under a transaction's `done` and `changed` and the work queues'
+//!    doorbells — has no lock of its own: its waiters park keyed by its address.)
 //!
 //! `Buffer::data` (the live image, a `RwLock`) is outside the ranking: it is never held
 //! while calling into the journal for writing, and the commit path takes it for reading
@@ -62,7 +63,7 @@
 //!
 //! Each condition variable pairs with one mutex: `commit_cv`, `locked_cv`, `done_cv` and
 //! `checkpoint_cv` with `state`; `updates_cv` with `updates_lock`; `flush_cv` with
-//! `flush_queue`; a transaction completion's condvar with its own lock; a buffer's condvar
+//! `flush_queue` (with shared dispatch); a buffer's condvar
 //! with its `jstate`.
 //!
 //! No lock is held across device I/O except `checkpoint_lock`, `sb_write`,

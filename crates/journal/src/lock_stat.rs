@@ -168,6 +168,12 @@ impl WaitCv {
     }
 }
 
+/// Record that a thread parked on `site` (outside a [`WaitCv`]: `polling::Event`) for `took`.
+#[inline]
+pub(crate) fn parked(site: WaitSite, took: Duration) {
+    WAITS[site as usize].add(took);
+}
+
 /// Contention on one lock rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockWaits {

@@ -23,8 +23,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use crate::lock_rank::{Rank, RankedMutex};
-use crate::lock_stat::{WaitCv, WaitSite};
+use crate::lock_stat::WaitSite;
 
 /// How a thread waits for a transaction to become durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -100,33 +99,31 @@ pub fn spin_until(budget: Duration, ready: impl Fn() -> bool) -> bool {
 /// state, a request arrived): a waiter reads [`Event::generation`] *before* it checks its
 /// condition, and [`Event::wait`] returns once the generation moved on; a notifier changes
 /// the condition, then calls [`Event::notify`]. Only threads that parked are woken, and only
-/// those parked on this event, not every waiter of the journal.
+/// those parked on this event, not every waiter of the journal; they park keyed by the
+/// event's address (`parking_lot_core`), with no mutex of their own, so a wake-up does not
+/// send them one by one through a lock (a condvar's waiters retake its mutex in turn: with
+/// 32 waiters of one transaction that convoy was the top lock wait).
 ///
-/// Protocol (checked by the `loom` model test): `notify` increments `generation`, issues a
-/// SeqCst fence and reads `parked`; a parking waiter, under `lock`, adds itself to `parked`,
-/// issues a SeqCst fence and reads `generation` before it waits. The fences order the two
-/// store-then-load pairs, so either the waiter sees the new generation, or the notifier sees
-/// the registration and takes `lock` — after the waiter released it in its wait — to notify.
+/// Protocol (checked by the `loom` model test, where the parking lot's bucket lock is a
+/// mutex and its queue a condvar): `notify` increments `generation`, issues a SeqCst fence and
+/// reads `parked`; a parking waiter adds itself to `parked`, issues a SeqCst fence and, under
+/// the bucket lock that `unpark_all` also takes, reads `generation` before it sleeps. The
+/// fences order the two store-then-load pairs, so either the waiter sees the new generation,
+/// or the notifier sees the registration and unparks — after the waiter queued itself.
 /// (Without the fences the model finds the lost wake-up: SeqCst accesses alone do not forbid
 /// store buffering in loom's model.)
 #[derive(Debug)]
 pub struct Event {
     generation: AtomicU64,
     parked: AtomicUsize,
-    /// Pairs with `cv`; protects nothing but the park/notify hand-off. A leaf lock.
-    lock: RankedMutex<()>,
-    cv: WaitCv,
+    /// Where parks are counted.
+    site: WaitSite,
 }
 
 impl Event {
     /// An event whose parks are counted as `site`.
     pub fn new(site: WaitSite) -> Self {
-        Event {
-            generation: AtomicU64::new(0),
-            parked: AtomicUsize::new(0),
-            lock: RankedMutex::new(Rank::Leaf, ()),
-            cv: WaitCv::new(site),
-        }
+        Event { generation: AtomicU64::new(0), parked: AtomicUsize::new(0), site }
     }
 
     /// The current generation: read it before checking the condition waited for.
@@ -135,14 +132,19 @@ impl Event {
         self.generation.load(Ordering::SeqCst)
     }
 
+    /// The parking key: the event's address (stable while anyone waits, who borrows it).
+    fn key(&self) -> usize {
+        self as *const Event as usize
+    }
+
     /// Announce a change: wake the threads parked on it (none are woken when none parked).
     pub fn notify(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         // Pairs with the fence in `wait` (see the type's docs).
         fence(Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock();
-            self.cv.notify_all();
+            // SAFETY: the key is this event's address, used only as a key; no callback.
+            unsafe { parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN) };
         }
     }
 
@@ -153,23 +155,31 @@ impl Event {
         if moved() || spin_until(budget, moved) {
             return true;
         }
-        let mut g = self.lock.lock();
         self.parked.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        let t0 = Instant::now();
         let changed = loop {
             if moved() {
                 break true;
             }
-            match deadline {
-                None => g.wait(&self.cv),
-                Some(d) => {
-                    if g.wait_until(&self.cv, d).timed_out() {
-                        break moved();
-                    }
-                }
+            // SAFETY: the key is this event's address; `validate` runs under the bucket lock
+            // and only reads an atomic; the other callbacks do nothing.
+            let r = unsafe {
+                parking_lot_core::park(
+                    self.key(),
+                    || self.generation.load(Ordering::SeqCst) == seen,
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    deadline,
+                )
+            };
+            if r == parking_lot_core::ParkResult::TimedOut {
+                break moved();
             }
         };
         self.parked.fetch_sub(1, Ordering::SeqCst);
+        crate::lock_stat::parked(self.site, t0.elapsed());
         changed
     }
 }
