@@ -726,8 +726,9 @@ mod tests {
         let want = p.flush_base_us + 8 * p.flush_per_dirty_mb_us;
         assert!(dirty >= Duration::from_micros(want), "dirty {dirty:?} < {want} µs");
         assert!(dirty > clean, "clean {clean:?} dirty {dirty:?}");
-        // Dirty data was reset by the flush.
-        let again = time_flush(&dev)?;
+        // Dirty data was reset by the flush (median of several: a preempted flush on a busy
+        // machine takes as long as it is descheduled).
+        let again = median((0..5).map(|_| time_flush(&dev)).collect::<DevResult<_>>()?);
         assert!(again < dirty, "again {again:?} dirty {dirty:?}");
 
         // Without a volatile cache, dirty data costs nothing.

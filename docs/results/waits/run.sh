@@ -10,9 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 cargo build --release -q -p cjfs-cli
+# A copy, so a rebuild during the sweeps does not mix binaries.
+B=$(mktemp /tmp/cjfs-waits.XXXXXX)
+cp ./target/release/cjfs "$B" && chmod +x "$B"
 OUT=docs/results/waits
 REPS=${REPS:-5}
-B=./target/release/cjfs
 modes_cjfs=(--mode cjfs --mode cjfs+wait=spin_park --mode cjfs+dispatch=per_core --mode cjfs+wait=spin_park+dispatch=per_core)
 modes_zj=(--mode zjournal --mode zjournal+wait=spin_park --mode zjournal+dispatch=per_core --mode zjournal+wait=spin_park+dispatch=per_core)
 run() { # name, device, workloads, threads, modes...
