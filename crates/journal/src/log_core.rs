@@ -401,18 +401,20 @@ impl LogCore {
         self.free_fast.store(l.ring.free(), Ordering::Release);
     }
 
-    /// Wait, with `state` held on entry and on return, until `tx` (the running transaction,
-    /// Locked or full) changes state, or the log closes. With polling waits the state lock
-    /// is released and the caller spins, then parks on the transaction's own `changed` event
-    /// (a state change wakes only that transaction's starters); otherwise on `locked_cv`.
+    /// Wait, with `state` held on entry, until `tx` (the running transaction, Locked or full)
+    /// changes state, or the log closes; the caller then starts again. On `locked_cv`, `state`
+    /// held again on return; with polling waits the state lock is released, the caller spins,
+    /// then parks on the transaction's own `changed` event (a state change wakes only that
+    /// transaction's starters), and returns `None`: it tries the lock-free start before it
+    /// takes `state` again, so the woken starters do not all queue on the log's state lock.
     fn wait_switch<'a>(
         &'a self,
         mut st: RankedGuard<'a, LogStateLocked>,
         tx: &Arc<Transaction>,
-    ) -> RankedGuard<'a, LogStateLocked> {
+    ) -> Option<RankedGuard<'a, LogStateLocked>> {
         if self.set.config.wait == crate::polling::WaitMode::Condvar {
             st.wait(&self.locked_cv);
-            return st;
+            return Some(st);
         }
         // Read under `state`, which every change to Running, Locked or Committing holds: a
         // change after this moves the generation on.
@@ -420,7 +422,7 @@ impl LogCore {
         drop(st);
         let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
         tx.changed.wait(seen, budget, None);
-        self.state.lock()
+        None
     }
 
     /// Lock-free handle start: join the running transaction if it is Running and has room.
@@ -501,8 +503,15 @@ impl LogCore {
             }
             if tx.state() != TxState::Running {
                 let t0 = Instant::now();
-                st = self.wait_switch(st, &tx);
+                let held = self.wait_switch(st, &tx);
                 self.set.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                st = match held {
+                    Some(g) => g,
+                    None => match self.try_start_fast(credits) {
+                        Some(h) => return Ok(h),
+                        None => self.state.lock(),
+                    },
+                };
                 continue;
             }
             let have = tx.credits.load(Ordering::Relaxed);
@@ -512,7 +521,13 @@ impl LogCore {
                     st.commit_request = tx.tid;
                     self.wake_committer();
                 }
-                st = self.wait_switch(st, &tx);
+                st = match self.wait_switch(st, &tx) {
+                    Some(g) => g,
+                    None => match self.try_start_fast(credits) {
+                        Some(h) => return Ok(h),
+                        None => self.state.lock(),
+                    },
+                };
                 continue;
             }
             tx.credits.fetch_add(credits, Ordering::Relaxed);
