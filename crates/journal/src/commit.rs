@@ -161,6 +161,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
             j.running_fast.store(None);
         }
         st.committing.push_back(tx.clone());
+        j.publish_committing(&st);
         st.committing.len() as u64
     };
     j.locked_cv.notify_all();

@@ -248,6 +248,7 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
         let mut st = j.state.lock();
         job.tx.set_state(TxState::Committed);
         st.committing.retain(|t| t.tid != tid);
+        j.publish_committing(&st);
         if st.durable < tid {
             st.durable = tid;
             j.durable_fast.store(tid, Ordering::Release);

@@ -102,6 +102,9 @@ pub(crate) struct LogCore {
     /// (JBD2 takes its state lock shared there; a user-space mutex taken by every handle
     /// is a convoy as soon as a holder is preempted). Written only under `state`.
     pub running_fast: arc_swap::ArcSwapOption<Transaction>,
+    /// `state.committing` as last changed, for waiters that look up their transaction
+    /// without the state lock. Written only under `state`.
+    pub committing_fast: arc_swap::ArcSwap<Vec<Arc<Transaction>>>,
     /// `state.aborted.is_some() || state.shutdown`, for the fast paths. Written under `state`.
     pub closed: AtomicBool,
     /// `state.durable`, for the fast paths. Written under `state`.
@@ -167,6 +170,7 @@ impl LogCore {
             requests: crate::work_queue::CommitRequests::new(first_tid - 1),
             checkpoint_cv: WaitCv::new(WaitSite::Checkpoint),
             running_fast: arc_swap::ArcSwapOption::empty(),
+            committing_fast: arc_swap::ArcSwap::from_pointee(Vec::new()),
             timing: crate::coalescing::PaceTiming::new(),
             closed: AtomicBool::new(false),
             durable_fast: AtomicU64::new(first_tid - 1),
@@ -319,8 +323,13 @@ impl LogCore {
         if self.is_durable(tid) {
             return Ok(());
         }
-        // Usually the running transaction: found without the state lock.
-        let tx = match self.running_fast.load_full().filter(|t| t.tid == tid) {
+        // Usually the running or a committing transaction: found without the state lock.
+        let found = self
+            .running_fast
+            .load_full()
+            .filter(|t| t.tid == tid)
+            .or_else(|| self.committing_fast.load().iter().find(|t| t.tid == tid).cloned());
+        let tx = match found {
             Some(t) => Some(t),
             None => {
                 let st = self.state.lock();
@@ -394,6 +403,11 @@ impl LogCore {
         !self.set.multi_log()
             || self.free_fast.load(Ordering::Acquire)
                 >= u64::from(self.max_tx_blocks) + self.unreserved.load(Ordering::Acquire) + 8
+    }
+
+    /// Publish `st.committing` for the lock-free lookup (call under `state` after changing it).
+    pub(crate) fn publish_committing(&self, st: &LogStateLocked) {
+        self.committing_fast.store(Arc::new(st.committing.iter().cloned().collect()));
     }
 
     /// Note the ring's free space after `l` changed it.
