@@ -37,9 +37,11 @@ use crate::inode::{Inode, InodeState, read_raw_inode, store_inode};
 use crate::ondisk::csum::Csum;
 use crate::ondisk::features::COMPAT_ORPHAN_FILE;
 use crate::ondisk::inode::EXT4_EXTENTS_FL;
-use crate::ondisk::orphan_file::{entries_per_block, entry, set_checksum as set_block_checksum, set_entry, verify_block};
-use crate::ondisk::superblock::Superblock;
 use crate::ondisk::inode::set_checksum as set_inode_checksum;
+use crate::ondisk::orphan_file::{
+    entries_per_block, entry, set_checksum as set_block_checksum, set_entry, verify_block,
+};
+use crate::ondisk::superblock::Superblock;
 use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, set_checksum as set_sb_checksum};
 use crate::tx::Tx;
 use crate::types::{Ino, Timestamp};
@@ -96,7 +98,9 @@ impl OrphanFile {
             )));
         }
         if raw.flags & EXT4_EXTENTS_FL == 0 {
-            return Err(FsError::Incompatible(format!("orphan file inode {ino} is block-mapped (no extents)")));
+            return Err(FsError::Incompatible(format!(
+                "orphan file inode {ino} is block-mapped (no extents)"
+            )));
         }
         if raw.size == 0 || raw.size % BLOCK_SIZE as u64 != 0 {
             return Err(FsError::Corrupt(format!(
@@ -109,12 +113,17 @@ impl OrphanFile {
         let mut store = crate::tx::ReadStore { cache, limit: sb.block_count() };
         let mut blocks: Vec<u64> = Vec::new();
         let mut bad = None;
-        crate::extent_tree::for_each_extent(&raw.block, &mut store, csum.for_inode(ino, raw.generation), |m| {
-            if bad.is_none() && (u64::from(m.lblk) != blocks.len() as u64 || m.unwritten) {
-                bad = Some(m.lblk);
-            }
-            blocks.extend((0..u64::from(m.len)).map(|k| m.pblk + k));
-        })?;
+        crate::extent_tree::for_each_extent(
+            &raw.block,
+            &mut store,
+            csum.for_inode(ino, raw.generation),
+            |m| {
+                if bad.is_none() && (u64::from(m.lblk) != blocks.len() as u64 || m.unwritten) {
+                    bad = Some(m.lblk);
+                }
+                blocks.extend((0..u64::from(m.len)).map(|k| m.pblk + k));
+            },
+        )?;
         if let Some(l) = bad {
             return Err(FsError::Corrupt(format!(
                 "orphan file inode {ino}: a hole or an unwritten extent at block {l}"
@@ -429,7 +438,10 @@ pub(crate) fn load_orphan_file(fs: &FsInner, chain: &[Ino]) -> FsResult<Vec<Ino>
         }
         let node = fs.inodes.get(fs, ino)?;
         if node.state.read().d.mode == 0 {
-            return Err(FsError::Corrupt(format!("orphan file inode {}: entry {ino} is a free inode", of.ino)));
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {}: entry {ino} is a free inode",
+                of.ino
+            )));
         }
     }
     Ok(entries)
@@ -439,7 +451,8 @@ pub(crate) fn load_orphan_file(fs: &FsInner, chain: &[Ino]) -> FsResult<Vec<Ino>
 /// from [`load_orphan_chain`], and of `file`, the orphan file's entries from
 /// [`load_orphan_file`]. Returns how many.
 pub(crate) fn process_orphans(fs: &FsInner, chain: Vec<Ino>, file: Vec<Ino>) -> FsResult<u32> {
-    if (chain.is_empty() && file.is_empty()) || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only {
+    if (chain.is_empty() && file.is_empty()) || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only
+    {
         return Ok(0);
     }
     *fs.orphans.lock() = chain.clone();

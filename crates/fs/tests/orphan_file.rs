@@ -8,6 +8,8 @@
 //! - Crash: an open-unlinked file at a crash leaves its entry in the orphan file (read raw
 //!   after journal replay) with `orphan_present` set; the next cjfs mount frees the inode
 //!   and its blocks, clears the entry and, at unmount, the flag.
+//! - Full orphan file: with a one-block orphan file (1022 slots) further orphans go on the
+//!   classic list; a crash leaves orphans in both and the next mount processes both.
 //! - Kernel orphan: the kernel's own entry (a file unlinked while open on a loop mount, the
 //!   image copied before the close) is processed by cjfs the same way.
 //!
@@ -20,6 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use cjfs_blockdev::{Device, EmulatedSsd, SsdPreset};
+use cjfs_fs::image_check::check_image;
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::{COMPAT_ORPHAN_FILE, RO_COMPAT_METADATA_CSUM, RO_COMPAT_ORPHAN_PRESENT};
 use cjfs_fs::{Fs, Ino, MountOptions, ROOT_INO, recover_device};
@@ -36,12 +39,18 @@ fn content(len: usize, seed: u8) -> Vec<u8> {
 /// `mkfs.ext4 -b 4096 -O <features>` on a 128 MiB image; `None` (after saying why) when
 /// mkfs.ext4 is missing or cannot make an orphan_file image.
 fn mkfs_orphan_file(img: &Path, features: &str) -> Option<()> {
+    mkfs_orphan_file_ext(img, features, &[])
+}
+
+/// [`mkfs_orphan_file`] with extra mkfs.ext4 arguments.
+fn mkfs_orphan_file_ext(img: &Path, features: &str, extra: &[&str]) -> Option<()> {
     let Some(mkfs) = which("mkfs.ext4") else {
         eprintln!("SKIP: mkfs.ext4 not installed");
         return None;
     };
     let o = Command::new(mkfs)
         .args(["-q", "-F", "-b", "4096", "-O", features])
+        .args(extra)
         .arg(img)
         .arg("128M")
         .output()
@@ -70,7 +79,8 @@ fn orphan_entries(img: &Path) -> Option<Vec<u32>> {
         return None;
     };
     let (_, ino) = sb_orphan(img);
-    let o = Command::new(debugfs).arg("-R").arg(format!("blocks <{ino}>")).arg(img).output().expect("debugfs");
+    let o =
+        Command::new(debugfs).arg("-R").arg(format!("blocks <{ino}>")).arg(img).output().expect("debugfs");
     let blocks: Vec<u64> = String::from_utf8_lossy(&o.stdout)
         .split_whitespace()
         .map(|w| w.parse().expect("block number"))
@@ -85,7 +95,9 @@ fn orphan_entries(img: &Path) -> Option<Vec<u32>> {
             0x0b10_ca04,
             "orphan file block {b}: magic"
         );
-        live.extend(blk[..4088].chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).filter(|&v| v != 0));
+        live.extend(
+            blk[..4088].chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).filter(|&v| v != 0),
+        );
     }
     Some(live)
 }
@@ -125,7 +137,8 @@ fn round_trip(features: &str, csum: bool) {
         return;
     }
     assert_eq!(sb_orphan(&img).0 & RO_COMPAT_METADATA_CSUM != 0, csum, "{features}: metadata_csum");
-    let fs = Fs::open(open_image(&img), MountOptions::default()).expect("mount an orphan_file image read-write");
+    let fs =
+        Fs::open(open_image(&img), MountOptions::default()).expect("mount an orphan_file image read-write");
     let keep = fs.create(ROOT_INO, b"keep", 0o644, 0, 0).expect("create").ino;
     fs.write(keep, 0, &content(300_000, 1)).expect("write");
     let gone = fs.create(ROOT_INO, b"gone", 0o644, 0, 0).expect("create").ino;
@@ -156,6 +169,8 @@ fn round_trip(features: &str, csum: bool) {
         assert!(live.is_empty(), "{features}: orphan file entries left after unmount: {live:?}");
     }
     assert_fsck_clean(&img);
+    let warnings = cjfs_check(&img);
+    assert!(warnings.is_empty(), "{features}: cjfs check warnings: {warnings:?}");
     if let Some(why) = no_kernel() {
         eprintln!("SKIP kernel mount: {why}");
         return;
@@ -186,6 +201,16 @@ fn orphan_file_image_round_trip_no_csum() {
     round_trip("orphan_file,^metadata_csum", false);
 }
 
+/// `cjfs check` of the image at `img` (a read-only mount): no error; the warnings returned.
+fn cjfs_check(img: &Path) -> Vec<String> {
+    let fs = Fs::open(open_image(img), MountOptions { read_only: true, ..MountOptions::default() })
+        .expect("read-only mount");
+    let r = check_image(&fs).expect("check");
+    fs.unmount().expect("unmount");
+    assert_eq!(r.error_count, 0, "cjfs check errors: {:?}", r.errors);
+    r.warnings
+}
+
 /// A RAM copy of the image at `img`.
 fn ram_copy(img: &Path) -> Arc<EmulatedSsd> {
     Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &std::fs::read(img).expect("read image")))
@@ -202,7 +227,13 @@ fn recover_crash_image(img: &Path, ino: Ino, name: &[u8], what: &str) {
     if let Some(live) = orphan_entries(img) {
         assert_eq!(live, vec![ino], "{what}: the orphan file holds the open-unlinked inode");
     }
-    let (fs, report) = Fs::open_with_report(open_image(img), MountOptions::default()).expect("mount the crash image");
+    let warnings = cjfs_check(img);
+    assert!(
+        warnings.iter().any(|w| w.contains("orphan file holds 1 inode(s)")),
+        "{what}: cjfs check names the pending orphan: {warnings:?}"
+    );
+    let (fs, report) =
+        Fs::open_with_report(open_image(img), MountOptions::default()).expect("mount the crash image");
     assert_eq!(report.orphans_cleaned, 1, "{what}: the orphan is processed");
     assert!(fs.lookup(ROOT_INO, name).is_err());
     assert!(fs.getattr(ino).is_err(), "{what}: inode {ino} is freed");
@@ -252,6 +283,76 @@ fn orphan_file_entry_at_a_crash_is_processed_metadata_csum() {
 #[test]
 fn orphan_file_entry_at_a_crash_is_processed_no_csum() {
     crash_variant("orphan_file,^metadata_csum");
+}
+
+/// A one-block orphan file (1022 slots) overflows onto the classic list; a crash leaves
+/// orphans in both, and the next mount processes both.
+#[test]
+fn full_orphan_file_falls_back_to_the_classic_list() {
+    const N: usize = 1030;
+    let tmp = tmpdir();
+    let img = tmp.path().join("of.img");
+    if mkfs_orphan_file_ext(&img, "orphan_file", &["-E", "orphan_file_size=1"]).is_none() {
+        return;
+    }
+    let ssd = ram_copy(&img);
+    let dev: Device = ssd.clone();
+    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    let free0 = fs.statfs();
+    let mut held = Vec::new();
+    for k in 0..N {
+        let name = format!("o{k}");
+        let a = fs.create(ROOT_INO, name.as_bytes(), 0o600, 0, 0).expect("create").ino;
+        if k % 100 == 0 {
+            fs.write(a, 0, &content(20_000, k as u8)).expect("write");
+        }
+        fs.open_file(a).expect("open");
+        fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink");
+        held.push(a);
+    }
+    fs.journal().force().expect("force");
+    assert_ne!(
+        fs.superblock().last_orphan,
+        0,
+        "the orphans past the orphan file's 1022 slots are on the list"
+    );
+    let crash = ssd.image_bytes();
+    // Releasing empties both: the list (its head last) and the file.
+    for a in held.iter().rev() {
+        fs.release(*a).expect("release");
+    }
+    fs.unmount().expect("unmount");
+    let done = tmp.path().join("done.img");
+    std::fs::write(&done, ssd.image_bytes()).expect("write image");
+    let (ro, _) = sb_orphan(&done);
+    assert_eq!(ro & RO_COMPAT_ORPHAN_PRESENT, 0, "orphan_present cleared");
+    assert_eq!(read_layout(&*open_image(&done)).expect("layout").0.last_orphan, 0, "list empty");
+    assert_fsck_clean(&done);
+
+    let crash_img = tmp.path().join("crash.img");
+    std::fs::write(&crash_img, &crash).expect("write crash image");
+    recover_device(&open_image(&crash_img)).expect("replay the journal");
+    if let Some(live) = orphan_entries(&crash_img) {
+        assert_eq!(live.len(), 1022, "the orphan file is full at the crash");
+    }
+    let warnings = cjfs_check(&crash_img);
+    assert!(warnings.iter().any(|w| w.contains("orphan list holds 8 inode(s)")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("orphan file holds 1022 inode(s)")), "{warnings:?}");
+    let (fs, report) = Fs::open_with_report(open_image(&crash_img), MountOptions::default()).expect("mount");
+    assert_eq!(report.orphans_cleaned as usize, N, "both the list and the file are processed");
+    let free1 = fs.statfs();
+    assert_eq!(
+        (free1.bfree, free1.ffree),
+        (free0.bfree, free0.ffree),
+        "every orphan's blocks and inode freed"
+    );
+    fs.unmount().expect("unmount");
+    let (sb, _) = read_layout(&*open_image(&crash_img)).expect("layout");
+    assert_eq!((sb.last_orphan, sb.feature_ro_compat & RO_COMPAT_ORPHAN_PRESENT), (0, 0));
+    if let Some(live) = orphan_entries(&crash_img) {
+        assert!(live.is_empty(), "entries left: {}", live.len());
+    }
+    assert_fsck_clean(&crash_img);
 }
 
 /// The kernel records an orphan in the orphan file; cjfs processes it.
