@@ -232,7 +232,7 @@ fn corrupt_journal_superblock() {
 }
 
 #[test]
-fn unsupported_feature_orphan_file() {
+fn unsupported_feature_inline_data() {
     let Some(mke2fs) = tool("mke2fs") else {
         println!("SKIP: mke2fs not installed");
         return;
@@ -240,13 +240,13 @@ fn unsupported_feature_orphan_file() {
     let dir = tempfile::tempdir().expect("tmp");
     let img = dir.path().join("csum.img");
     let o = Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,orphan_file"])
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,inline_data"])
         .arg(&img)
         .arg("64M")
         .output()
         .expect("mke2fs");
     assert!(o.status.success(), "mke2fs: {}", text(&o.stderr));
-    refused_everywhere(&img, "orphan_file");
+    refused_everywhere(&img, "inline_data");
     // mkfs refuses to overwrite it without --force and leaves it alone.
     let before = hash_file(&img);
     fails(&["mkfs", s(&img), "--size", "64M"], "--force");

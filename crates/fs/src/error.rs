@@ -157,6 +157,8 @@ pub enum CsumStructure {
     HtreeNode,
     /// An extended attribute block (`h_checksum`).
     XattrBlock,
+    /// An orphan file block (`ob_checksum`).
+    OrphanBlock,
 }
 
 impl std::fmt::Display for CsumStructure {
@@ -171,6 +173,7 @@ impl std::fmt::Display for CsumStructure {
             CsumStructure::DirBlock => "directory block",
             CsumStructure::HtreeNode => "htree node",
             CsumStructure::XattrBlock => "xattr block",
+            CsumStructure::OrphanBlock => "orphan file block",
         })
     }
 }

@@ -37,7 +37,7 @@ use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
 use crate::mkfs::read_layout;
 use crate::ondisk::csum::Csum;
-use crate::ondisk::features::INCOMPAT_RECOVER;
+use crate::ondisk::features::{INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
 use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, Superblock};
@@ -167,6 +167,8 @@ pub(crate) struct FsInner {
     /// The orphan list, head first (authoritative while mounted). Lock: itself, taken
     /// under `orphan_lock` for changes.
     pub orphans: RankedMutex<Vec<crate::types::Ino>>,
+    /// The orphan file (`orphan_file` images only).
+    pub ofile: Option<crate::orphan::OrphanFile>,
 }
 
 /// A mounted file system. Cheap to clone; `Send + Sync`.
@@ -371,8 +373,13 @@ impl Fs {
                 root.mode
             )));
         }
+        let ofile = crate::orphan::OrphanFile::load(&dev, &sb, &cache)?;
         if !opts.read_only {
             sb.feature_incompat |= INCOMPAT_RECOVER;
+            if ofile.is_some() {
+                // As the kernel: entries may be live from now until a clean unmount.
+                sb.feature_ro_compat |= RO_COMPAT_ORPHAN_PRESENT;
+            }
             sb.mnt_count = sb.mnt_count.wrapping_add(1);
             sb.mtime = crate::types::Timestamp::now().sec;
             sb.free_blocks_count = free_blocks as u64;
@@ -388,6 +395,7 @@ impl Fs {
             csum: Csum::from_sb(&sb),
             itable,
             orphans: RankedMutex::new(Rank::Leaf, Vec::new()),
+            ofile,
             dev,
             cache,
             journal,
@@ -419,9 +427,10 @@ impl Fs {
             // Everything read so far is validated (root, orphan chain) before the first write:
             // a refused image stays byte-identical.
             let chain = crate::orphan::load_orphan_chain(&fs.inner)?;
+            let file = crate::orphan::load_orphan_file(&fs.inner, &chain)?;
             let sb = fs.inner.sb.lock().clone();
             write_sb_direct(&fs.inner.dev, &sb)?;
-            report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner, chain)?;
+            report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner, chain, file)?;
         }
         Ok((fs, report))
     }
@@ -443,6 +452,9 @@ impl Fs {
         let cur = Superblock::decode(&b0.read()[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024])?;
         sb.last_orphan = cur.last_orphan;
         sb.feature_incompat &= !INCOMPAT_RECOVER;
+        if inner.ofile.as_ref().is_some_and(|of| of.is_empty()) {
+            sb.feature_ro_compat &= !RO_COMPAT_ORPHAN_PRESENT;
+        }
         sb.free_blocks_count = inner.free_blocks.load(Ordering::Relaxed).max(0) as u64;
         sb.free_inodes_count = inner.free_inodes.load(Ordering::Relaxed).max(0) as u32;
         sb.state |= STATE_VALID;

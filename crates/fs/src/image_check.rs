@@ -600,6 +600,40 @@ impl Walker<'_> {
                 seen.len()
             ));
         }
+        self.check_orphan_file(&seen);
+    }
+
+    /// The orphan file's entries (read and validated when the image was opened): the same
+    /// rules as the list, and none may also be on the list.
+    fn check_orphan_file(&mut self, list: &HashSet<Ino>) {
+        let Some(of) = &self.fs.inner.ofile else {
+            return;
+        };
+        let (first, last) = (self.sb.first_ino(), self.sb.inodes_count);
+        let entries = of.entries();
+        for &ino in &entries {
+            if ino < first || ino > last || ino == of.ino {
+                self.report.error(format!(
+                    "orphan file: entry {ino} is not an orphan candidate (orphans are inodes {first}..={last})"
+                ));
+            } else if list.contains(&ino) {
+                self.report.error(format!("orphan file: entry {ino} is also on the orphan list"));
+            } else {
+                match self.fs.check_inode(ino) {
+                    Ok(c) if c.mode == 0 => {
+                        self.report.error(format!("orphan file: entry {ino} is a free inode"))
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.report.error(format!("orphan file: entry {ino}: {e}")),
+                }
+            }
+        }
+        if !entries.is_empty() {
+            self.report.warn(format!(
+                "orphan file holds {} inode(s); the next read-write mount frees them",
+                entries.len()
+            ));
+        }
     }
 }
 
@@ -687,6 +721,19 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
                 w.journal_blocks = w.claim_inode(&c, &format!("journal (inode {})", sb.journal_inum));
             }
             Err(e) => w.report.error(format!("journal inode: {e}")),
+        }
+    }
+    if let Some(of) = &fs.inner.ofile {
+        // The orphan file is in use but in no directory: owned like the journal.
+        match fs.check_inode(of.ino) {
+            Ok(c) => {
+                w.meta_blocks += w.claim_inode(&c, &format!("orphan file (inode {})", of.ino));
+                w.seen.insert(
+                    of.ino,
+                    Seen { path: "<orphan file>".into(), kind: None, links: c.links, refs: 1 },
+                );
+            }
+            Err(e) => w.report.error(format!("orphan file inode {}: {e}", of.ino)),
         }
     }
     w.walk();

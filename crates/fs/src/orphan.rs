@@ -1,25 +1,250 @@
-//! The ext4 orphan list: inodes whose last link is gone but which are still open (or whose
-//! blocks are still being freed). The superblock's `s_last_orphan` names the first; each
-//! orphan's `i_dtime` names the next. A crash leaves the list on disk and the next mount
-//! frees what it holds.
+//! Orphans: inodes whose last link is gone but which are still open (or whose blocks are
+//! still being freed). A crash leaves them recorded on disk and the next read-write mount
+//! frees what they hold (or finishes the truncate of an orphan that still has links).
 //!
-//! The in-memory list (`FsInner::orphans`, head first) is authoritative while mounted;
-//! [`crate::inode::store_inode`] writes each orphan's next pointer from it.
-
+//! Two on-disk records exist, and a mount processes both (an image may hold entries in
+//! each):
+//!
+//! - the classic list: the superblock's `s_last_orphan` names the first; each orphan's
+//!   `i_dtime` names the next. The in-memory list (`FsInner::orphans`, head first) is
+//!   authoritative while mounted; [`crate::inode::store_inode`] writes each orphan's next
+//!   pointer from it.
+//! - the orphan file (`orphan_file`, compat 0x1000; format in
+//!   [`crate::ondisk::orphan_file`]): on such an image an orphan is recorded, as the kernel
+//!   does, by writing its inode number into a free slot of some block of the orphan file
+//!   ([`OrphanFile`] keeps each block's free count and each orphan's slot), and removed by
+//!   zeroing the slot; its `i_dtime` is left alone. When every slot is taken the orphan goes
+//!   on the classic list instead (the kernel's `-ENOSPC` fallback: the file never grows).
+//!   `RO_COMPAT_ORPHAN_PRESENT` follows the kernel: it is set when the image is mounted
+//!   read-write (written before the first entry can be) and cleared at a clean unmount
+//!   when the orphan file holds no entry, so a crash always leaves it set over any live
+//!   entry. At mount the entries left by a crash are validated like the classic list (a
+//!   reserved, out-of-range, free or twice-listed inode is corruption) and then processed
+//!   with the same semantics, clearing each slot.
 use std::sync::Arc;
 
 use cjfs_journal::JournalKind;
 
+use std::collections::HashMap;
+
+use cjfs_blockdev::{BLOCK_SIZE, Device};
+use cjfs_journal::BufferCache;
+use cjfs_journal::lock_rank::{Rank, RankedMutex};
+
 use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
-use crate::inode::{Inode, InodeState, store_inode};
+use crate::inode::{Inode, InodeState, read_raw_inode, store_inode};
+use crate::ondisk::csum::Csum;
+use crate::ondisk::features::COMPAT_ORPHAN_FILE;
+use crate::ondisk::inode::EXT4_EXTENTS_FL;
 use crate::ondisk::inode::set_checksum as set_inode_checksum;
+use crate::ondisk::orphan_file::{
+    entries_per_block, entry, set_checksum as set_block_checksum, set_entry, verify_block,
+};
+use crate::ondisk::superblock::Superblock;
 use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, set_checksum as set_sb_checksum};
 use crate::tx::Tx;
 use crate::types::{Ino, Timestamp};
 
 /// Byte offset of `i_dtime` in an inode record.
 const I_DTIME: usize = 0x14;
+
+/// Slots of one orphan file block.
+const SLOTS: usize = entries_per_block(BLOCK_SIZE);
+
+/// The orphan file of a mounted `orphan_file` image: where its blocks are and which slots
+/// are taken.
+pub(crate) struct OrphanFile {
+    /// Its inode (`s_orphan_file_inum`).
+    pub ino: Ino,
+    /// Physical block of each of its blocks, in file order.
+    pub blocks: Vec<u64>,
+    /// Its inode's checksum seed (`metadata_csum` only).
+    pub seed: Option<u32>,
+    /// Free slots and recorded orphans. Lock: itself (a leaf, never held across I/O).
+    pub state: RankedMutex<OrphanFileState>,
+}
+
+/// The mutable part of [`OrphanFile`].
+pub(crate) struct OrphanFileState {
+    /// Free slots of each block, less those reserved by an add in progress.
+    pub free: Vec<usize>,
+    /// Each orphan recorded in the file: (block index, slot).
+    pub slots: HashMap<Ino, (usize, usize)>,
+    /// Block the next add starts looking at (spreads concurrent adds over blocks).
+    pub rotor: usize,
+}
+
+impl OrphanFile {
+    /// Read and validate the orphan file of `sb`'s image (`None` without `orphan_file`):
+    /// its inode must be a regular file in use, extent-mapped without holes, a whole number
+    /// of blocks long; every block must carry the magic (and, with `metadata_csum`, a
+    /// matching checksum). The live entries are recorded in `slots`. Reads only.
+    pub(crate) fn load(dev: &Device, sb: &Superblock, cache: &BufferCache) -> FsResult<Option<OrphanFile>> {
+        if !sb.has_compat(COMPAT_ORPHAN_FILE) {
+            return Ok(None);
+        }
+        let ino = sb.orphan_file_inum;
+        if ino < crate::types::ROOT_INO || ino > sb.inodes_count || ino == crate::ondisk::inode::JOURNAL_INO {
+            return Err(FsError::Corrupt(format!(
+                "superblock: s_orphan_file_inum = {ino} cannot be the orphan file"
+            )));
+        }
+        let raw = read_raw_inode(&**dev, sb, ino)?;
+        if raw.mode & 0o170000 != 0o100000 || raw.links_count == 0 {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {ino}: i_mode {:#o}, i_links_count {} (not a regular file in use)",
+                raw.mode, raw.links_count
+            )));
+        }
+        if raw.flags & EXT4_EXTENTS_FL == 0 {
+            return Err(FsError::Incompatible(format!(
+                "orphan file inode {ino} is block-mapped (no extents)"
+            )));
+        }
+        if raw.size == 0 || raw.size % BLOCK_SIZE as u64 != 0 {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {ino}: i_size {} is not a positive whole number of blocks",
+                raw.size
+            )));
+        }
+        let nblocks = raw.size / BLOCK_SIZE as u64;
+        let csum = Csum::from_sb(sb);
+        let mut store = crate::tx::ReadStore { cache, limit: sb.block_count() };
+        let mut blocks: Vec<u64> = Vec::new();
+        let mut bad = None;
+        crate::extent_tree::for_each_extent(
+            &raw.block,
+            &mut store,
+            csum.for_inode(ino, raw.generation),
+            |m| {
+                if bad.is_none() && (u64::from(m.lblk) != blocks.len() as u64 || m.unwritten) {
+                    bad = Some(m.lblk);
+                }
+                blocks.extend((0..u64::from(m.len)).map(|k| m.pblk + k));
+            },
+        )?;
+        if let Some(l) = bad {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {ino}: a hole or an unwritten extent at block {l}"
+            )));
+        }
+        if (blocks.len() as u64) < nblocks {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {ino} maps {} block(s), i_size says {nblocks}",
+                blocks.len()
+            )));
+        }
+        blocks.truncate(nblocks as usize);
+        let seed = csum.metadata().then(|| csum.inode_seed(ino, raw.generation));
+        let mut free = Vec::with_capacity(blocks.len());
+        let mut slots = HashMap::new();
+        for (i, &pblk) in blocks.iter().enumerate() {
+            let buf = cache.read(pblk)?;
+            let data = buf.read();
+            let live = verify_block(seed, i as u32, pblk, &data[..])?;
+            free.push(SLOTS - live);
+            for s in (0..SLOTS).filter(|&s| entry(&data[..], s) != 0) {
+                let o = entry(&data[..], s);
+                if let Some((bi, bs)) = slots.insert(o, (i, s)) {
+                    return Err(FsError::Corrupt(format!(
+                        "orphan file inode {ino}: inode {o} is listed twice (block {bi} slot {bs}, block {i} slot {s})"
+                    )));
+                }
+            }
+        }
+        Ok(Some(OrphanFile {
+            ino,
+            blocks,
+            seed,
+            state: RankedMutex::new(Rank::Leaf, OrphanFileState { free, slots, rotor: 0 }),
+        }))
+    }
+
+    /// No orphan is recorded in the file.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.state.lock().slots.is_empty()
+    }
+
+    /// The orphans recorded in the file, in file order.
+    pub(crate) fn entries(&self) -> Vec<Ino> {
+        let st = self.state.lock();
+        let mut v: Vec<(usize, usize, Ino)> = st.slots.iter().map(|(&i, &(b, s))| (b, s, i)).collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, _, i)| i).collect()
+    }
+
+    /// Reserve a free slot in some block; `None` when the file is full.
+    fn reserve(&self) -> Option<usize> {
+        let mut st = self.state.lock();
+        let n = st.free.len();
+        let start = st.rotor % n;
+        let i = (0..n).map(|k| (start + k) % n).find(|&i| st.free[i] > 0)?;
+        st.free[i] -= 1;
+        st.rotor = i + 1;
+        Some(i)
+    }
+
+    /// Record `ino` in a free slot, journalled under `tx`. `false` when the file is full
+    /// (nothing was written: the caller uses the classic list).
+    fn add(&self, tx: &mut Tx<'_>, ino: Ino) -> FsResult<bool> {
+        let Some(i) = self.reserve() else {
+            return Ok(false);
+        };
+        let buf = match tx.fs.cache.read(self.blocks[i]) {
+            Ok(b) => b,
+            Err(e) => {
+                self.state.lock().free[i] += 1;
+                return Err(e.into());
+            }
+        };
+        if let Err(e) = tx.h.get_write_access(&buf) {
+            self.state.lock().free[i] += 1;
+            return Err(e.into());
+        }
+        let slot = {
+            let mut w = buf.write();
+            // The reservation guarantees a zero slot; its absence means the block changed
+            // under us, which only corruption explains.
+            let Some(s) = (0..SLOTS).find(|&s| entry(&w[..], s) == 0) else {
+                return Err(FsError::Corrupt(format!(
+                    "orphan file inode {}: block {i} has no free slot though one was counted",
+                    self.ino
+                )));
+            };
+            set_entry(&mut w[..], s, ino);
+            set_block_checksum(self.seed, self.blocks[i], &mut w[..]);
+            s
+        };
+        self.state.lock().slots.insert(ino, (i, slot));
+        Ok(true)
+    }
+
+    /// Clear `ino`'s slot, journalled under `tx`. `false` when `ino` is not in the file.
+    fn del(&self, tx: &mut Tx<'_>, ino: Ino) -> FsResult<bool> {
+        let Some((i, slot)) = self.state.lock().slots.get(&ino).copied() else {
+            return Ok(false);
+        };
+        let buf = tx.fs.cache.read(self.blocks[i])?;
+        tx.h.get_write_access(&buf)?;
+        {
+            let mut w = buf.write();
+            if entry(&w[..], slot) != ino {
+                return Err(FsError::Corrupt(format!(
+                    "orphan file inode {}: block {i} slot {slot} holds {}, expected orphan {ino}",
+                    self.ino,
+                    entry(&w[..], slot)
+                )));
+            }
+            set_entry(&mut w[..], slot, 0);
+            set_block_checksum(self.seed, self.blocks[i], &mut w[..]);
+        }
+        let mut st = self.state.lock();
+        st.slots.remove(&ino);
+        st.free[i] += 1;
+        Ok(true)
+    }
+}
 
 /// Next pointer for orphan `ino` (0 if last or not an orphan).
 pub(crate) fn next_of(fs: &FsInner, ino: Ino) -> u32 {
@@ -53,6 +278,12 @@ pub(crate) fn add(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
     if st.orphan {
         return Ok(());
     }
+    if let Some(of) = &tx.fs.ofile
+        && of.add(tx, ino)?
+    {
+        st.orphan = true;
+        return Ok(());
+    }
     let sb_buf = sb_access(tx)?;
     let _g = tx.fs.orphan_lock.lock();
     tx.fs.orphans.lock().insert(0, ino);
@@ -64,6 +295,12 @@ pub(crate) fn add(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
 /// Take `ino` off the orphan list. The caller stores the inode afterwards.
 pub(crate) fn del(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()> {
     if !st.orphan {
+        return Ok(());
+    }
+    if let Some(of) = &tx.fs.ofile
+        && of.del(tx, ino)?
+    {
+        st.orphan = false;
         return Ok(());
     }
     // The block to patch (the superblock, or the predecessor's inode table block) whose write
@@ -176,19 +413,56 @@ pub(crate) fn load_orphan_chain(fs: &FsInner) -> FsResult<Vec<Ino>> {
     Ok(chain)
 }
 
+/// At mount, before anything is written: validate the entries of the orphan file (if any)
+/// as [`load_orphan_chain`] validates the list, `chain` being that list (an inode in both
+/// is corruption). Returns them in file order (reads only).
+pub(crate) fn load_orphan_file(fs: &FsInner, chain: &[Ino]) -> FsResult<Vec<Ino>> {
+    let Some(of) = &fs.ofile else {
+        return Ok(Vec::new());
+    };
+    let entries = of.entries();
+    for &ino in &entries {
+        if ino < fs.geo.first_ino || ino > fs.geo.inodes_count || ino == of.ino {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {}: entry {ino} is {} (orphans are inodes {}..={}, not the orphan file)",
+                of.ino,
+                if ino > fs.geo.inodes_count { "past the inode table" } else { "reserved" },
+                fs.geo.first_ino,
+                fs.geo.inodes_count
+            )));
+        }
+        if chain.contains(&ino) {
+            return Err(FsError::Corrupt(format!(
+                "orphan inode {ino} is both in the orphan file and on the orphan list"
+            )));
+        }
+        let node = fs.inodes.get(fs, ino)?;
+        if node.state.read().d.mode == 0 {
+            return Err(FsError::Corrupt(format!(
+                "orphan file inode {}: entry {ino} is a free inode",
+                of.ino
+            )));
+        }
+    }
+    Ok(entries)
+}
+
 /// At mount: free (or finish truncating) every inode of `chain`, the validated orphan list
-/// from [`load_orphan_chain`]. Returns how many.
-pub(crate) fn process_orphans(fs: &FsInner, chain: Vec<Ino>) -> FsResult<u32> {
-    if chain.is_empty() || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only {
+/// from [`load_orphan_chain`], and of `file`, the orphan file's entries from
+/// [`load_orphan_file`]. Returns how many.
+pub(crate) fn process_orphans(fs: &FsInner, chain: Vec<Ino>, file: Vec<Ino>) -> FsResult<u32> {
+    if (chain.is_empty() && file.is_empty()) || fs.opts.journal.kind == JournalKind::None && fs.opts.read_only
+    {
         return Ok(0);
     }
     *fs.orphans.lock() = chain.clone();
-    for ino in &chain {
+    let all: Vec<Ino> = chain.into_iter().chain(file).collect();
+    for ino in &all {
         let node = fs.inodes.get(fs, *ino)?;
         node.state.write().orphan = true;
     }
     let mut n = 0;
-    for ino in chain {
+    for ino in all {
         let node = fs.inodes.get(fs, ino)?;
         let mut st = node.state.write();
         if st.d.links_count == 0 {
@@ -207,7 +481,10 @@ pub(crate) fn process_orphans(fs: &FsInner, chain: Vec<Ino>) -> FsResult<u32> {
 
 /// At unmount: free every orphan still held open.
 pub(crate) fn release_all(fs: &FsInner) -> FsResult<()> {
-    let list: Vec<Ino> = fs.orphans.lock().clone();
+    let mut list: Vec<Ino> = fs.orphans.lock().clone();
+    if let Some(of) = &fs.ofile {
+        list.extend(of.entries());
+    }
     for ino in list {
         let node = fs.inodes.get(fs, ino)?;
         let mut st = node.state.write();

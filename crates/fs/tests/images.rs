@@ -319,7 +319,6 @@ fn unsupported_features_are_refused_by_name() {
     let tmp = tmpdir();
     let mut tried = 0;
     for (features, name) in [
-        ("metadata_csum,^resize_inode,orphan_file", "orphan_file"),
         ("^metadata_csum,^resize_inode,inline_data", "inline_data"),
         ("^metadata_csum,^resize_inode,bigalloc", "bigalloc"),
         ("^metadata_csum,^resize_inode,encrypt", "encrypt"),

@@ -4,13 +4,15 @@
 //!
 //! Supported (read-write):
 //! - compat: `has_journal`, `ext_attr`, `dir_index`, `resize_inode` (its reserved GDT blocks
-//!   and inode 7 are left alone: cjfs never resizes);
+//!   and inode 7 are left alone: cjfs never resizes), `orphan_file` (orphans are recorded
+//!   in it and its entries processed at mount, see [`crate::orphan`]);
 //! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`,
 //!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
-//!   directory leaves and htree nodes, xattr blocks; `s_checksum_type` must be 1).
+//!   directory leaves and htree nodes, xattr blocks, orphan file blocks;
+//!   `s_checksum_type` must be 1), `orphan_present` (with `orphan_file` only).
 //!
 //! Both checksum features allow uninitialised groups (`BLOCK_UNINIT`, `INODE_UNINIT`,
 //! `bg_itable_unused`): their bitmaps are synthesized instead of read
@@ -21,7 +23,7 @@
 //! [`crate::ondisk::csum`]). The block size must be 4096 (the engine's compile-time block
 //! size), with or without checksums.
 //!
-//! Everything else (`orphan_file`, `bigalloc`, `inline_data`, `meta_bg`, `casefold`,
+//! Everything else (`bigalloc`, `inline_data`, `meta_bg`, `casefold`,
 //! `encrypt`, `ea_inode`, `large_dir`, `mmp`, `project`, `quota`, `verity`, ...) is refused
 //! with [`FsError::Incompatible`].
 
@@ -131,7 +133,7 @@ pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
 
 /// compat bits cjfs supports.
 pub const SUPPORTED_COMPAT: u32 =
-    COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX | COMPAT_RESIZE_INODE;
+    COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX | COMPAT_RESIZE_INODE | COMPAT_ORPHAN_FILE;
 /// incompat bits cjfs supports.
 pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_EXTENTS
@@ -146,7 +148,8 @@ pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_DIR_NLINK
     | RO_COMPAT_EXTRA_ISIZE
     | RO_COMPAT_GDT_CSUM
-    | RO_COMPAT_METADATA_CSUM;
+    | RO_COMPAT_METADATA_CSUM
+    | RO_COMPAT_ORPHAN_PRESENT;
 
 /// compat bits `mkfs` sets.
 pub const MKFS_COMPAT: u32 = COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX;
@@ -282,6 +285,9 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
             sb.checksum_type
         )));
     }
+    if sb.feature_ro_compat & RO_COMPAT_ORPHAN_PRESENT != 0 && !sb.has_compat(COMPAT_ORPHAN_FILE) {
+        return Err(FsError::Corrupt("superblock: orphan_present without orphan_file".into()));
+    }
     if sb.has_incompat(INCOMPAT_CSUM_SEED) && !sb.has_metadata_csum() {
         return Err(FsError::Corrupt("superblock: metadata_csum_seed without metadata_csum".into()));
     }
@@ -324,11 +330,18 @@ mod tests {
         sb.log_block_size = 2;
         sb.log_cluster_size = 2;
         sb.rev_level = 1;
-        sb.feature_compat = MKFS_COMPAT | COMPAT_ORPHAN_FILE;
+        sb.feature_compat = MKFS_COMPAT | COMPAT_FAST_COMMIT;
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_BIGALLOC;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): orphan_file, inline_data, bigalloc"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): fast_commit, inline_data, bigalloc"), "{e}");
+        sb.feature_compat = MKFS_COMPAT;
+        sb.feature_incompat = MKFS_INCOMPAT;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_ORPHAN_PRESENT;
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("orphan_present without orphan_file"), "{e}");
+        sb.feature_compat = MKFS_COMPAT | COMPAT_ORPHAN_FILE;
+        assert!(check_supported(&sb).is_ok());
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_CSUM_SEED;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_GDT_CSUM;

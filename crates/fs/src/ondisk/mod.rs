@@ -8,5 +8,6 @@ pub mod features;
 pub mod group_desc;
 pub mod htree;
 pub mod inode;
+pub mod orphan_file;
 pub mod superblock;
 pub mod xattr;
