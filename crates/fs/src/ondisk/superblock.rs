@@ -548,16 +548,7 @@ impl Superblock {
     /// (no division by zero, no overflowing shift); feature support is checked separately by
     /// [`check_supported`].
     pub fn decode(buf: &[u8]) -> FsResult<Self> {
-        if buf.len() < SUPERBLOCK_SIZE {
-            return Err(FsError::Corrupt(format!(
-                "superblock: {} bytes given, {SUPERBLOCK_SIZE} needed",
-                buf.len()
-            )));
-        }
-        let mut raw = [0u8; SUPERBLOCK_SIZE];
-        raw.copy_from_slice(&buf[..SUPERBLOCK_SIZE]);
-        let sb = Self::from_raw_unchecked(raw);
-        sb.validate()?;
+        let sb = Self::decode_unverified(buf)?;
         sb.verify_checksum()?;
         Ok(sb)
     }
