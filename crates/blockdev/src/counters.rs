@@ -47,12 +47,12 @@ impl Counters {
         Self::default()
     }
 
-    /// Count a submitted write request of `nblocks` blocks (FUA or not). Does not touch the
+    /// Count a submitted write request of `nblocks` blocks of `block_size` bytes (FUA or not). Does not touch the
     /// in-flight figures; see [`Counters::write_submitted`] and [`Counters::sample_inflight`].
-    pub fn record_write(&self, nblocks: u64, fua: bool) {
+    pub fn record_write(&self, nblocks: u64, block_size: usize, fua: bool) {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.blocks_written.fetch_add(nblocks, Ordering::Relaxed);
-        self.bytes_written.fetch_add(nblocks * crate::BLOCK_SIZE as u64, Ordering::Relaxed);
+        self.bytes_written.fetch_add(nblocks * block_size as u64, Ordering::Relaxed);
         if fua {
             self.fua_writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -141,7 +141,7 @@ pub struct DeviceStats {
     pub writes: u64,
     /// Blocks written.
     pub blocks_written: u64,
-    /// Bytes written (`blocks_written * BLOCK_SIZE`).
+    /// Bytes written (`blocks_written` times the block size).
     pub bytes_written: u64,
     /// Read requests.
     pub reads: u64,
@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn counts_and_delta() {
         let c = Counters::new();
-        c.record_write(2, false);
+        c.record_write(2, 4096, false);
         assert_eq!(c.write_submitted(), 1);
         assert_eq!(c.write_submitted(), 2);
         c.write_completed();
@@ -209,12 +209,12 @@ mod tests {
         let a = c.snapshot();
         assert_eq!(a.writes, 1);
         assert_eq!(a.blocks_written, 2);
-        assert_eq!(a.bytes_written, 2 * crate::BLOCK_SIZE as u64);
+        assert_eq!(a.bytes_written, 2 * 4096);
         assert_eq!(a.inflight_now, 0);
         assert_eq!(a.inflight_max, 2);
         assert!((a.inflight_mean - 1.5).abs() < 1e-9);
 
-        c.record_write(1, true);
+        c.record_write(1, 4096, true);
         c.sample_inflight(4);
         c.record_read(3);
         c.record_flush();

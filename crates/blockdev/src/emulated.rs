@@ -50,13 +50,12 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::timing::{precise_sleep, precise_sleep_until};
 use crate::{
-    BLOCK_SIZE, BlockDevice, Counters, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
+    BlockDevice, Counters, DEFAULT_BLOCK_SIZE, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket,
+    WriteRequest,
 };
 
-/// Blocks per lazily allocated storage chunk (1 MiB).
+/// Blocks per lazily allocated storage chunk (1 MiB of 4 KiB blocks).
 const CHUNK_BLOCKS: u64 = 256;
-/// Bytes per storage chunk.
-const CHUNK_BYTES: usize = CHUNK_BLOCKS as usize * BLOCK_SIZE;
 /// Bytes in a MiB (the unit of the flush cost).
 const MIB: u128 = 1 << 20;
 
@@ -266,6 +265,8 @@ impl TimingState {
 pub struct EmulatedSsd {
     /// Figures (immutable).
     preset: SsdPreset,
+    /// Block size in bytes (immutable).
+    block_size: usize,
     /// Size in blocks (immutable).
     num_blocks: u64,
     /// Image, in chunks of [`CHUNK_BLOCKS`] blocks allocated on first write; each chunk's
@@ -289,12 +290,21 @@ pub struct EmulatedSsd {
 }
 
 impl EmulatedSsd {
-    /// A zeroed device of `num_blocks` blocks with the given figures.
+    /// A zeroed device of `num_blocks` 4 KiB blocks with the given figures.
     pub fn new(preset: SsdPreset, num_blocks: u64) -> EmulatedSsd {
+        EmulatedSsd::with_block_size(preset, num_blocks, DEFAULT_BLOCK_SIZE)
+    }
+
+    /// A zeroed device of `num_blocks` blocks of `block_size` bytes (one of
+    /// [`crate::BLOCK_SIZES`]; others are taken as 4096). The latency model charges per
+    /// request and per byte, so a device of small blocks is as fast per byte.
+    pub fn with_block_size(preset: SsdPreset, num_blocks: u64, block_size: usize) -> EmulatedSsd {
+        let block_size = if crate::valid_block_size(block_size) { block_size } else { DEFAULT_BLOCK_SIZE };
         let nchunks = num_blocks.div_ceil(CHUNK_BLOCKS) as usize;
         let now = Instant::now();
         EmulatedSsd {
             preset,
+            block_size,
             num_blocks,
             chunks: (0..nchunks).map(|_| RwLock::new(None)).collect(),
             apply: RwLock::new(()),
@@ -320,11 +330,17 @@ impl EmulatedSsd {
     /// A device holding `bytes` (its size rounded up to whole blocks, padded with zeros).
     /// All-zero chunks are not allocated.
     pub fn from_image(preset: SsdPreset, bytes: &[u8]) -> EmulatedSsd {
-        let num_blocks = (bytes.len() as u64).div_ceil(BLOCK_SIZE as u64);
-        let dev = EmulatedSsd::new(preset, num_blocks);
-        for (chunk, src) in dev.chunks.iter().zip(bytes.chunks(CHUNK_BYTES)) {
+        EmulatedSsd::from_image_with_block_size(preset, bytes, DEFAULT_BLOCK_SIZE)
+    }
+
+    /// [`EmulatedSsd::from_image`] with blocks of `block_size` bytes.
+    pub fn from_image_with_block_size(preset: SsdPreset, bytes: &[u8], block_size: usize) -> EmulatedSsd {
+        let num_blocks = (bytes.len() as u64).div_ceil(block_size as u64);
+        let dev = EmulatedSsd::with_block_size(preset, num_blocks, block_size);
+        let chunk_bytes = dev.chunk_bytes();
+        for (chunk, src) in dev.chunks.iter().zip(bytes.chunks(chunk_bytes)) {
             if src.iter().any(|&b| b != 0) {
-                let mut data = vec![0u8; CHUNK_BYTES].into_boxed_slice();
+                let mut data = vec![0u8; chunk_bytes].into_boxed_slice();
                 data[..src.len()].copy_from_slice(src);
                 *chunk.write() = Some(data);
             }
@@ -332,7 +348,7 @@ impl EmulatedSsd {
         dev
     }
 
-    /// The whole image (`num_blocks * BLOCK_SIZE` bytes; unwritten blocks are zeros).
+    /// The whole image (`num_blocks * block_size` bytes; unwritten blocks are zeros).
     ///
     /// A point-in-time snapshot, usable as a crash image while other threads keep writing:
     /// it holds every write request applied before it, whole, and nothing of later ones. A
@@ -342,10 +358,10 @@ impl EmulatedSsd {
     /// home writes the checkpoint had made durable before writing it, in early chunks: a
     /// state no crash can leave, which loses committed blocks on recovery.)
     pub fn image_bytes(&self) -> Vec<u8> {
-        let total = self.num_blocks as usize * BLOCK_SIZE;
+        let total = self.num_blocks as usize * self.block_size;
         let mut out = vec![0u8; total];
         let _no_writes = self.apply.write();
-        for (chunk, dst) in self.chunks.iter().zip(out.chunks_mut(CHUNK_BYTES)) {
+        for (chunk, dst) in self.chunks.iter().zip(out.chunks_mut(self.chunk_bytes())) {
             if let Some(data) = &*chunk.read() {
                 dst.copy_from_slice(&data[..dst.len()]);
             }
@@ -361,7 +377,12 @@ impl EmulatedSsd {
     /// Bytes of image memory allocated so far (whole chunks).
     pub fn allocated_bytes(&self) -> u64 {
         let n = self.chunks.iter().filter(|c| c.read().is_some()).count();
-        (n * CHUNK_BYTES) as u64
+        (n * self.chunk_bytes()) as u64
+    }
+
+    /// Bytes in one chunk of the image.
+    fn chunk_bytes(&self) -> usize {
+        CHUNK_BLOCKS as usize * self.block_size
     }
 
     /// The cause of the poisoning, if an earlier flush failed.
@@ -401,14 +422,18 @@ impl EmulatedSsd {
         Some(f.swap_remove(i))
     }
 
-    fn locate(block: u64) -> (usize, usize) {
+    fn locate(&self, block: u64) -> (usize, usize) {
         let chunk = (block / CHUNK_BLOCKS) as usize;
-        let off = (block % CHUNK_BLOCKS) as usize * BLOCK_SIZE;
+        let off = (block % CHUNK_BLOCKS) as usize * self.block_size;
         (chunk, off)
     }
 }
 
 impl BlockDevice for EmulatedSsd {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
     fn num_blocks(&self) -> u64 {
         self.num_blocks
     }
@@ -420,10 +445,11 @@ impl BlockDevice for EmulatedSsd {
     fn describe(&self) -> String {
         let p = &self.preset;
         format!(
-            "emulated SSD '{}' ({} blocks of 4 KiB): write {} µs, read {} µs, {} MB/s, \
+            "emulated SSD '{}' ({} blocks of {} bytes): write {} µs, read {} µs, {} MB/s, \
              {} channels, flush {} µs + {} µs/dirty MiB, volatile cache {}, barrier {}",
             p.name,
             self.num_blocks,
+            self.block_size,
             p.write_latency_us,
             p.read_latency_us,
             if p.bandwidth_mb_s == 0 { "unlimited".to_string() } else { p.bandwidth_mb_s.to_string() },
@@ -436,10 +462,11 @@ impl BlockDevice for EmulatedSsd {
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if !buf.len().is_multiple_of(BLOCK_SIZE) {
+        let bs = self.block_size;
+        if !buf.len().is_multiple_of(bs) {
             return Err(DevError::BadLength(buf.len()));
         }
-        let count = (buf.len() / BLOCK_SIZE) as u64;
+        let count = (buf.len() / bs) as u64;
         self.check_range(block, count)?;
         if count == 0 {
             return Ok(());
@@ -448,10 +475,10 @@ impl BlockDevice for EmulatedSsd {
         precise_sleep(
             Duration::from_micros(self.preset.read_latency_us) + self.preset.transfer(buf.len() as u64),
         );
-        for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
-            let (c, off) = Self::locate(block + i as u64);
+        for (i, dst) in buf.chunks_mut(bs).enumerate() {
+            let (c, off) = self.locate(block + i as u64);
             match &*self.chunks[c].read() {
-                Some(data) => dst.copy_from_slice(&data[off..off + BLOCK_SIZE]),
+                Some(data) => dst.copy_from_slice(&data[off..off + bs]),
                 None => dst.fill(0),
             }
         }
@@ -460,7 +487,11 @@ impl BlockDevice for EmulatedSsd {
 
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
         let count = req.bufs.len() as u64;
+        let bs = self.block_size;
         self.check_range(req.block, count)?;
+        if let Some(b) = req.bufs.iter().find(|b| b.len() != bs) {
+            return Err(DevError::BadLength(b.len()));
+        }
         self.check_poison()?;
         if count == 0 {
             return Ok(IoTicket::done(Ok(())));
@@ -470,15 +501,16 @@ impl BlockDevice for EmulatedSsd {
             // The whole request is applied between two snapshots, never across one.
             let _applying = self.apply.read();
             for (i, src) in req.bufs.iter().enumerate() {
-                let (c, off) = Self::locate(req.block + i as u64);
+                let (c, off) = self.locate(req.block + i as u64);
                 let mut chunk = self.chunks[c].write();
-                let data = chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES].into_boxed_slice());
-                data[off..off + BLOCK_SIZE].copy_from_slice(&src[..]);
+                let data =
+                    chunk.get_or_insert_with(|| vec![0u8; CHUNK_BLOCKS as usize * bs].into_boxed_slice());
+                data[off..off + bs].copy_from_slice(&src[..]);
             }
         }
 
         let p = &self.preset;
-        let bytes = count * BLOCK_SIZE as u64;
+        let bytes = count * bs as u64;
         let mut service = Duration::from_micros(p.write_latency_us);
         if req.fua && p.volatile_cache {
             service += p.flush_cost(bytes);
@@ -502,7 +534,7 @@ impl BlockDevice for EmulatedSsd {
             t.inflight.push(Reverse(deadline));
             (deadline, t.inflight.len() as u64)
         };
-        self.counters.record_write(count, req.fua);
+        self.counters.record_write(count, bs, req.fua);
         self.counters.sample_inflight(inflight);
         let err = failure
             .map(|b| DevError::Injected(format!("write of block {b} (request at {} +{count})", req.block)));
@@ -557,6 +589,9 @@ impl BlockDevice for EmulatedSsd {
 mod tests {
     use super::*;
     use crate::{BlockBuf, BlockKind, WriteTag, block_from_slice, wait_all};
+
+    const BLOCK_SIZE: usize = DEFAULT_BLOCK_SIZE;
+    const CHUNK_BYTES: usize = CHUNK_BLOCKS as usize * BLOCK_SIZE;
 
     fn pattern(seed: u8) -> BlockBuf {
         let v: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i as u8).wrapping_add(seed)).collect();

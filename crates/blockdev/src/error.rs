@@ -30,6 +30,9 @@ pub enum DevError {
     /// A buffer whose length is not a multiple of the block size.
     #[error("buffer length {0} is not a multiple of the block size")]
     BadLength(usize),
+    /// A block size devices do not support (see [`crate::BLOCK_SIZES`]).
+    #[error("block size {0} is not supported (1024, 2048 or 4096 bytes)")]
+    BadBlockSize(usize),
     /// The device does not support the operation (e.g. barrier on a file).
     #[error("{0} is not supported by this device")]
     Unsupported(&'static str),

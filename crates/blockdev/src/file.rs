@@ -27,15 +27,15 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, Completion, Counters, DevError, DevResult, DeviceCaps, DeviceStats,
-    IoTicket, WriteRequest,
+    BlockBuf, BlockDevice, Completion, Counters, DEFAULT_BLOCK_SIZE, DevError, DevResult, DeviceCaps,
+    DeviceStats, IoTicket, WriteRequest,
 };
 
 /// Number of worker threads submitting `O_DIRECT` writes (the device's queue depth).
 pub const DIRECT_WORKERS: usize = 4;
 
 /// How to open a [`FileDevice`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileDeviceOptions {
     /// Open with `O_DIRECT` (bypass the page cache; writes go through worker threads).
     pub direct: bool,
@@ -50,6 +50,21 @@ pub struct FileDeviceOptions {
     /// device is `create_size` bytes of zeros (sparse). For making a new file system over
     /// an old image without racing another writer of it.
     pub zero: bool,
+    /// Block size in bytes, one of [`crate::BLOCK_SIZES`]; the default is
+    /// [`DEFAULT_BLOCK_SIZE`].
+    pub block_size: usize,
+}
+
+impl Default for FileDeviceOptions {
+    fn default() -> Self {
+        FileDeviceOptions {
+            direct: false,
+            read_only: false,
+            create_size: None,
+            zero: false,
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
 }
 
 /// A block device over an image file or a real block device. See the module docs.
@@ -74,6 +89,8 @@ struct Shared {
     direct: bool,
     /// Opened read-only (immutable).
     read_only: bool,
+    /// Block size in bytes (immutable).
+    block_size: usize,
     /// Size in blocks (immutable).
     num_blocks: u64,
     /// Statistics (atomics, no lock).
@@ -111,7 +128,7 @@ struct QueueState {
 
 impl Job {
     fn range(&self) -> (u64, u64) {
-        (self.offset, self.offset + (self.bufs.len() * BLOCK_SIZE) as u64)
+        (self.offset, self.offset + self.bufs.iter().map(|b| b.len() as u64).sum::<u64>())
     }
 }
 
@@ -142,30 +159,37 @@ struct WritePool {
     workers: Vec<JoinHandle<()>>,
 }
 
-/// One 4096-aligned block, the unit of the `O_DIRECT` bounce buffers.
+/// Alignment and allocation unit of the `O_DIRECT` bounce buffers.
+const PAGE: usize = 4096;
+
+/// One 4096-aligned page, the unit of the `O_DIRECT` bounce buffers.
 #[repr(C, align(4096))]
 #[derive(Clone, Copy)]
-struct AlignedBlock([u8; BLOCK_SIZE]);
+struct AlignedPage([u8; PAGE]);
 
-/// A growable, 4096-aligned, contiguous buffer of whole blocks.
+/// A growable, 4096-aligned, contiguous buffer of `len` bytes (in whole pages).
 #[derive(Default)]
-struct AlignedBuf(Vec<AlignedBlock>);
+struct AlignedBuf {
+    pages: Vec<AlignedPage>,
+    len: usize,
+}
 
 impl AlignedBuf {
-    /// Make the buffer hold exactly `n` blocks (contents unspecified).
-    fn resize(&mut self, n: usize) {
-        self.0.resize(n, AlignedBlock([0; BLOCK_SIZE]));
+    /// Make the buffer hold exactly `len` bytes (contents unspecified).
+    fn resize(&mut self, len: usize) {
+        self.pages.resize(len.div_ceil(PAGE), AlignedPage([0; PAGE]));
+        self.len = len;
     }
     fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `AlignedBlock` is `repr(C)` around `[u8; BLOCK_SIZE]` with alignment equal
-        // to its size, so it has no padding and a `Vec` of `n` of them is `n * BLOCK_SIZE`
-        // contiguous, initialised bytes, borrowed for the lifetime of `&self`.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE) }
+        // SAFETY: `AlignedPage` is `repr(C)` around `[u8; PAGE]` with alignment equal to its
+        // size, so it has no padding and the `Vec` holds at least `len` contiguous,
+        // initialised bytes, borrowed for the lifetime of `&self`.
+        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
     }
     fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`; the exclusive borrow of `self` makes the slice unique,
-        // and any byte pattern is a valid `AlignedBlock`.
-        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>(), self.0.len() * BLOCK_SIZE) }
+        // and any byte pattern is a valid `AlignedPage`.
+        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
     }
 }
 
@@ -175,6 +199,9 @@ impl FileDevice {
     pub fn open(path: impl AsRef<Path>, opts: FileDeviceOptions) -> DevResult<FileDevice> {
         let path = path.as_ref();
         let what = path.display().to_string();
+        if !crate::valid_block_size(opts.block_size) {
+            return Err(DevError::BadBlockSize(opts.block_size));
+        }
         let create_size = if opts.read_only { None } else { opts.create_size };
         let mut oo = OpenOptions::new();
         oo.read(true).write(!opts.read_only).create(create_size.is_some());
@@ -207,7 +234,8 @@ impl FileDevice {
             what,
             direct: opts.direct,
             read_only: opts.read_only,
-            num_blocks: size / BLOCK_SIZE as u64,
+            block_size: opts.block_size,
+            num_blocks: size / opts.block_size as u64,
             counters: Counters::new(),
             poison: Mutex::new(None),
             fail_next_flush: AtomicBool::new(false),
@@ -258,6 +286,9 @@ impl FileDevice {
     fn check_write(&self, req: &WriteRequest) -> DevResult<()> {
         let s = &self.shared;
         self.check_range(req.block, req.bufs.len() as u64)?;
+        if let Some(b) = req.bufs.iter().find(|b| b.len() != s.block_size) {
+            return Err(DevError::BadLength(b.len()));
+        }
         if s.read_only {
             return Err(DevError::io("write", &s.what, std::io::Error::from_raw_os_error(libc::EROFS)));
         }
@@ -271,9 +302,9 @@ impl FileDevice {
         if bufs.is_empty() {
             return (0..n).map(|_| IoTicket::done(Ok(()))).collect();
         }
-        s.counters.record_write(bufs.len() as u64, fua);
+        s.counters.record_write(bufs.len() as u64, s.block_size, fua);
         s.counters.write_submitted();
-        let offset = block * BLOCK_SIZE as u64;
+        let offset = block * s.block_size as u64;
         match &self.pool {
             Some(pool) => {
                 let done: Vec<Arc<Completion>> = (0..n).map(|_| Arc::new(Completion::default())).collect();
@@ -342,9 +373,9 @@ impl Shared {
         bounce: &mut AlignedBuf,
     ) -> DevResult<()> {
         let r = if self.direct {
-            bounce.resize(bufs.len());
-            for (dst, src) in bounce.0.iter_mut().zip(bufs) {
-                dst.0.copy_from_slice(&src[..]);
+            bounce.resize(bufs.len() * self.block_size);
+            for (dst, src) in bounce.as_bytes_mut().chunks_mut(self.block_size).zip(bufs) {
+                dst.copy_from_slice(&src[..]);
             }
             self.file.write_all_at(bounce.as_bytes(), offset)
         } else if let [one] = bufs {
@@ -362,7 +393,7 @@ impl Shared {
 fn pwritev_all(file: &File, bufs: &[BlockBuf], mut offset: u64) -> std::io::Result<()> {
     let mut iov: Vec<libc::iovec> = bufs
         .iter()
-        .map(|b| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: BLOCK_SIZE })
+        .map(|b| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() })
         .collect();
     let mut first = 0;
     while first < iov.len() {
@@ -487,6 +518,10 @@ fn worker(q: &Queue, s: &Shared) {
 }
 
 impl BlockDevice for FileDevice {
+    fn block_size(&self) -> usize {
+        self.shared.block_size
+    }
+
     fn num_blocks(&self) -> u64 {
         self.shared.num_blocks
     }
@@ -497,25 +532,27 @@ impl BlockDevice for FileDevice {
 
     fn describe(&self) -> String {
         format!(
-            "file {} ({} blocks of 4 KiB, {}{})",
+            "file {} ({} blocks of {} bytes, {}{})",
             self.shared.what,
             self.shared.num_blocks,
+            self.shared.block_size,
             if self.shared.direct { "O_DIRECT" } else { "buffered" },
             if self.shared.read_only { ", read-only" } else { "" },
         )
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if !buf.len().is_multiple_of(BLOCK_SIZE) {
+        let bs = self.shared.block_size;
+        if !buf.len().is_multiple_of(bs) {
             return Err(DevError::BadLength(buf.len()));
         }
-        let count = (buf.len() / BLOCK_SIZE) as u64;
+        let count = (buf.len() / bs) as u64;
         self.check_range(block, count)?;
         if count == 0 {
             return Ok(());
         }
         self.shared.counters.record_read(count);
-        let offset = block * BLOCK_SIZE as u64;
+        let offset = block * bs as u64;
         let s = &self.shared;
         if let Some(pool) = &self.pool {
             // Read-your-writes: a block whose write is still queued would read stale.
@@ -527,7 +564,7 @@ impl BlockDevice for FileDevice {
         }
         if s.direct {
             let mut bounce = AlignedBuf::default();
-            bounce.resize(count as usize);
+            bounce.resize(buf.len());
             s.file
                 .read_exact_at(bounce.as_bytes_mut(), offset)
                 .map_err(|e| DevError::io("read", &s.what, e))?;
@@ -584,6 +621,8 @@ impl BlockDevice for FileDevice {
 mod tests {
     use super::*;
     use crate::{BlockKind, WriteTag, block_from_slice, wait_all};
+
+    const BLOCK_SIZE: usize = DEFAULT_BLOCK_SIZE;
 
     fn pattern(seed: u8) -> BlockBuf {
         let v: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
@@ -671,7 +710,7 @@ mod tests {
         spec.iter()
             .map(|&(block, n, fua)| WriteRequest {
                 block,
-                bufs: (0..n).map(|k| pattern(block as u8 * 16 + k)).collect(),
+                bufs: (0..n).map(|k| pattern((block as u8).wrapping_mul(16).wrapping_add(k))).collect(),
                 tag: WriteTag::default(),
                 fua,
             })
@@ -681,7 +720,10 @@ mod tests {
     fn check_batch(dev: &FileDevice, spec: &[(u64, u8, bool)]) -> DevResult<()> {
         for &(block, n, _) in spec {
             for k in 0..n {
-                assert_eq!(&dev.read_block(block + u64::from(k))?[..], &pattern(block as u8 * 16 + k)[..]);
+                assert_eq!(
+                    &dev.read_block(block + u64::from(k))?[..],
+                    &pattern((block as u8).wrapping_mul(16).wrapping_add(k))[..]
+                );
             }
         }
         Ok(())

@@ -14,7 +14,8 @@
 //! every write, flush, barrier and FUA for the crash harness) and [`OverlayDevice`] (a
 //! writable view of a device that keeps its writes to itself, for dry runs).
 //!
-//! Block size is fixed at [`BLOCK_SIZE`] (4 KiB).
+//! Every device has one block size ([`BlockDevice::block_size`], one of [`BLOCK_SIZES`],
+//! 4 KiB unless chosen otherwise); block numbers and buffers are in that unit.
 
 mod counters;
 mod emulated;
@@ -37,46 +38,43 @@ pub use timing::{
     set_low_timer_slack,
 };
 
-/// Size of every block, in bytes.
-pub const BLOCK_SIZE: usize = 4096;
+/// The block size devices use unless told otherwise, and the only one the emulated
+/// devices' latency models were calibrated with.
+pub const DEFAULT_BLOCK_SIZE: usize = 4096;
 
-/// One block's bytes, shared and immutable once submitted: writers hand the device an
-/// `Arc` so a journal version, the recorder log and the device can share one copy.
-pub type BlockBuf = Arc<[u8; BLOCK_SIZE]>;
+/// Block sizes a device accepts: the ext4 block sizes a 4 KiB-page kernel mounts.
+pub const BLOCK_SIZES: [usize; 3] = [1024, 2048, 4096];
 
-/// A fresh zeroed block buffer.
-pub fn zeroed_block() -> Box<[u8; BLOCK_SIZE]> {
-    // A boxed array literal would be built on the stack first; this allocates zeroed directly.
-    let v: Box<[u8]> = vec![0u8; BLOCK_SIZE].into_boxed_slice();
-    match v.try_into() {
-        Ok(b) => b,
-        Err(_) => unreachable!("length is BLOCK_SIZE"),
-    }
+/// Whether `bs` is one of [`BLOCK_SIZES`].
+pub fn valid_block_size(bs: usize) -> bool {
+    BLOCK_SIZES.contains(&bs)
 }
 
-/// Copy a slice of exactly [`BLOCK_SIZE`] bytes into a shared block buffer.
+/// One block's bytes (exactly the device's block size), shared and immutable once
+/// submitted: writers hand the device an `Arc` so a journal version, the recorder log and
+/// the device can share one copy.
+pub type BlockBuf = Arc<[u8]>;
+
+/// A fresh zeroed buffer of `bs` bytes.
+pub fn zeroed_block(bs: usize) -> Box<[u8]> {
+    vec![0u8; bs].into_boxed_slice()
+}
+
+/// Copy `data` (one whole block) into a shared block buffer.
 pub fn block_from_slice(data: &[u8]) -> BlockBuf {
-    let src = &data[..BLOCK_SIZE];
-    let mut a = Arc::<[u8; BLOCK_SIZE]>::new_uninit();
-    // Filled in place: `Arc::from(Box)` would allocate twice and copy the block again.
-    if let Some(dst) = Arc::get_mut(&mut a) {
-        // SAFETY: `dst` is a fresh, uniquely owned allocation of BLOCK_SIZE bytes and `src`
-        // is BLOCK_SIZE bytes long; the regions cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), BLOCK_SIZE) };
-    }
-    // SAFETY: the only reference was written in full just above (`get_mut` cannot fail on
-    // a fresh `Arc`), and every byte pattern is a valid `[u8; N]`.
-    unsafe { a.assume_init() }
+    Arc::from(data)
 }
 
-/// A fresh zeroed block buffer, allocated once (see [`block_from_slice`]).
-pub fn zeroed_buf() -> BlockBuf {
-    let mut a = Arc::<[u8; BLOCK_SIZE]>::new_uninit();
+/// A fresh zeroed shared block buffer of `bs` bytes.
+pub fn zeroed_buf(bs: usize) -> BlockBuf {
+    let mut a = Arc::<[u8]>::new_uninit_slice(bs);
+    // Filled in place: `Arc::from(Vec)` would allocate twice and copy the block again.
     if let Some(dst) = Arc::get_mut(&mut a) {
-        // SAFETY: a fresh, uniquely owned allocation of BLOCK_SIZE bytes.
-        unsafe { std::ptr::write_bytes(dst.as_mut_ptr().cast::<u8>(), 0, BLOCK_SIZE) };
+        // SAFETY: a fresh, uniquely owned allocation of `bs` bytes.
+        unsafe { std::ptr::write_bytes(dst.as_mut_ptr().cast::<u8>(), 0, bs) };
     }
-    // SAFETY: fully written above; zero bytes are a valid `[u8; N]`.
+    // SAFETY: fully written above (`get_mut` cannot fail on a fresh `Arc`); zero bytes are
+    // valid `u8`s.
     unsafe { a.assume_init() }
 }
 
@@ -292,13 +290,15 @@ pub fn wait_all(tickets: impl IntoIterator<Item = IoTicket>) -> DevResult<()> {
 
 /// A block device. All methods take `&self`: devices are shared between threads.
 pub trait BlockDevice: Send + Sync {
-    /// Number of [`BLOCK_SIZE`] blocks.
+    /// Size of one block in bytes (one of [`BLOCK_SIZES`]).
+    fn block_size(&self) -> usize;
+    /// Number of blocks.
     fn num_blocks(&self) -> u64;
     /// Capabilities.
     fn caps(&self) -> DeviceCaps;
     /// Human-readable description (kind, path or preset, figures).
     fn describe(&self) -> String;
-    /// Read `buf.len() / BLOCK_SIZE` contiguous blocks starting at `block` (synchronous).
+    /// Read `buf.len() / block_size()` contiguous blocks starting at `block` (synchronous).
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()>;
     /// Submit a write; it completes asynchronously. Blocks past the end are an error.
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket>;
@@ -322,8 +322,8 @@ pub trait BlockDevice: Send + Sync {
         self.submit(WriteRequest::one(block, buf, tag))?.wait()
     }
     /// Read one block into a new buffer.
-    fn read_block(&self, block: u64) -> DevResult<Box<[u8; BLOCK_SIZE]>> {
-        let mut b = zeroed_block();
+    fn read_block(&self, block: u64) -> DevResult<Box<[u8]>> {
+        let mut b = zeroed_block(self.block_size());
         self.read(block, &mut b[..])?;
         Ok(b)
     }

@@ -15,9 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{
-    BLOCK_SIZE, BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
-};
+use crate::{BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, IoTicket, WriteRequest};
 
 /// A device that reads through to `base` and keeps its own writes. See the module docs.
 pub struct OverlayDevice {
@@ -84,6 +82,10 @@ impl OverlayDevice {
 }
 
 impl BlockDevice for OverlayDevice {
+    fn block_size(&self) -> usize {
+        self.base.block_size()
+    }
+
     fn num_blocks(&self) -> u64 {
         self.base.num_blocks()
     }
@@ -97,21 +99,22 @@ impl BlockDevice for OverlayDevice {
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if !buf.len().is_multiple_of(BLOCK_SIZE) {
+        let bs = self.block_size();
+        if !buf.len().is_multiple_of(bs) {
             return Err(DevError::BadLength(buf.len()));
         }
-        let count = (buf.len() / BLOCK_SIZE) as u64;
+        let count = (buf.len() / bs) as u64;
         self.check_range(block, count)?;
         let written = self.written.lock();
         if (block..block + count).all(|b| !written.contains(&b)) {
             drop(written);
             return self.base.read(block, buf);
         }
-        for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+        for (i, dst) in buf.chunks_mut(bs).enumerate() {
             let b = block + i as u64;
             if written.contains(&b) {
                 self.upper
-                    .read_exact_at(dst, b * BLOCK_SIZE as u64)
+                    .read_exact_at(dst, b * bs as u64)
                     .map_err(|e| DevError::io("read overlay", self.upper_path.display().to_string(), e))?;
             } else {
                 self.base.read(b, dst)?;
@@ -122,11 +125,15 @@ impl BlockDevice for OverlayDevice {
 
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
         self.check_range(req.block, req.bufs.len() as u64)?;
+        let bs = self.block_size();
+        if let Some(b) = req.bufs.iter().find(|b| b.len() != bs) {
+            return Err(DevError::BadLength(b.len()));
+        }
         let mut written = self.written.lock();
         for (i, b) in req.bufs.iter().enumerate() {
             let blk = req.block + i as u64;
             self.upper
-                .write_all_at(&b[..], blk * BLOCK_SIZE as u64)
+                .write_all_at(&b[..], blk * bs as u64)
                 .map_err(|e| DevError::io("write overlay", self.upper_path.display().to_string(), e))?;
             written.insert(blk);
         }
@@ -153,6 +160,8 @@ mod tests {
 
     use super::*;
     use crate::{FileDevice, FileDeviceOptions, WriteTag};
+
+    const BLOCK_SIZE: usize = crate::DEFAULT_BLOCK_SIZE;
 
     #[test]
     fn writes_stay_in_the_overlay() {

@@ -226,6 +226,10 @@ impl Recorder {
 }
 
 impl BlockDevice for Recorder {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
@@ -292,7 +296,7 @@ mod tests {
     use crate::{BlockKind, DevError, EmulatedSsd, SsdPreset, TxId, block_from_slice};
 
     fn buf(v: u8) -> BlockBuf {
-        block_from_slice(&[v; crate::BLOCK_SIZE])
+        block_from_slice(&[v; crate::DEFAULT_BLOCK_SIZE])
     }
 
     #[test]
@@ -316,7 +320,7 @@ mod tests {
         t2.wait()?;
         rec.flush()?;
         rec.barrier()?;
-        let mut rd = vec![0u8; crate::BLOCK_SIZE];
+        let mut rd = vec![0u8; crate::DEFAULT_BLOCK_SIZE];
         rec.read(5, &mut rd)?; // not logged
         assert_eq!(rd[0], 1);
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions, OverlayDevice};
+use cjfs_blockdev::{DEFAULT_BLOCK_SIZE, Device, FileDevice, FileDeviceOptions, OverlayDevice};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::ondisk::superblock::Superblock;
@@ -33,15 +33,38 @@ impl Ctx {
     }
 }
 
-/// Open the image file or block device at `image`. A missing path gives a plain "no such
-/// file" error rather than the device layer's wording.
+/// Open the image file or block device at `image`, in blocks of the size its ext4
+/// superblock names (4 KiB when it has none: the superblock check then reports that). A
+/// missing path gives a plain "no such file" error rather than the device layer's wording.
 pub fn open_device(image: &str, read_only: bool) -> CliResult<Device> {
     if let Err(e) = std::fs::metadata(image) {
         return Err(CliError::io(image, e));
     }
-    let dev = FileDevice::open(image, FileDeviceOptions { read_only, ..FileDeviceOptions::default() })
-        .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
+    let block_size = probe_block_size(Path::new(image)).unwrap_or(DEFAULT_BLOCK_SIZE);
+    open_device_with(image, read_only, block_size)
+}
+
+/// [`open_device`] with an explicit block size (for `mkfs`).
+pub fn open_device_with(image: &str, read_only: bool, block_size: usize) -> CliResult<Device> {
+    let dev =
+        FileDevice::open(image, FileDeviceOptions { read_only, block_size, ..FileDeviceOptions::default() })
+            .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     Ok(Arc::new(dev))
+}
+
+/// The block size the ext2/3/4 superblock of `path` names, when it has one with a
+/// supported size (read-only; errors and other sizes give `None`).
+pub fn probe_block_size(path: &Path) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    let mut sb = [0u8; 1024];
+    f.read_exact_at(&mut sb, 1024).ok()?;
+    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
+        return None;
+    }
+    let log = u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
+    let bs = 1024usize.checked_shl(log)?;
+    cjfs_blockdev::valid_block_size(bs).then_some(bs)
 }
 
 /// What [`probe`] found: a valid image, and whether its journal needs recovery.
@@ -55,16 +78,14 @@ pub struct Probe {
 /// Read the primary superblock of `dev`, reporting an image too small to hold one or
 /// shorter than the superblock says.
 pub fn read_primary_superblock(image: &str, dev: &Device) -> CliResult<Superblock> {
-    if dev.num_blocks() == 0 {
+    if dev.num_blocks() * (dev.block_size() as u64) < 2048 {
         let bytes = std::fs::metadata(image).map(|m| m.len()).unwrap_or(0);
         return Err(CliError::Msg(format!(
-            "{image}: not an ext2/3/4 file system: the image is only {bytes} bytes (less than one \
-             {BLOCK_SIZE}-byte block)"
+            "{image}: not an ext2/3/4 file system: the image is only {bytes} bytes (the superblock \
+             ends at byte 2048)"
         )));
     }
-    let b0 = dev.read_block(0).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
-    let sb = Superblock::decode_from_device_start(&b0[..]).map_err(|e| CliError::fs(image, e))?;
-    Ok(sb)
+    cjfs_fs::mkfs::read_primary_superblock(&**dev).map_err(|e| CliError::fs(image, e))
 }
 
 /// Check that the device holds the whole file system `sb` describes.

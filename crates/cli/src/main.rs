@@ -199,10 +199,13 @@ struct MkfsArgs {
     /// Volume label (at most 16 bytes).
     #[arg(long, value_name = "L")]
     label: Option<String>,
-    /// Journal size in 4 KiB blocks (default: like mke2fs for the file system size).
+    /// Block size in bytes: 1024, 2048 or 4096 (suffixes like 1K accepted).
+    #[arg(long, short = 'b', value_name = "BYTES", value_parser = image::parse_size, default_value = "4096")]
+    block_size: u64,
+    /// Journal size in blocks (default: like mke2fs for the file system size).
     #[arg(long, value_name = "N")]
     journal_blocks: Option<u32>,
-    /// An extra log area of N 4 KiB blocks inside the journal inode, after the journal
+    /// An extra log area of N blocks inside the journal inode, after the journal
     /// (repeat for more; for techniques that run several logs; invisible to stock tools).
     #[arg(long = "log-area", value_name = "N")]
     log_areas: Vec<u32>,
@@ -257,6 +260,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Command::Mkfs(a) => cmd::mkfs::run(&cmd::mkfs::MkfsRequest {
             image: a.image,
             size: a.size,
+            block_size: a.block_size,
             label: a.label,
             journal_blocks: a.journal_blocks,
             log_areas: a.log_areas,

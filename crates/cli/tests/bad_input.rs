@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
+use cjfs_blockdev::{DEFAULT_BLOCK_SIZE as BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::csum::Csum;
 use cjfs_fs::{Fs, MountOptions, ROOT_INO};

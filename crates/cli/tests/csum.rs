@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use cjfs_blockdev::{BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
+use cjfs_blockdev::{DEFAULT_BLOCK_SIZE as BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::{Fs, Ino, MountOptions, ROOT_INO, XattrFlags};
 use common::*;

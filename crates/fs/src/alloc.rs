@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cjfs_blockdev::BLOCK_SIZE;
 use cjfs_journal::Buffer;
 
 use crate::error::{FsError, FsResult};
@@ -424,5 +423,5 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
 /// A goal block for new data of inode `ino` (its group's first block).
 pub(crate) fn inode_goal(fs: &FsInner, ino: Ino) -> u64 {
     let g = fs.geo.inode_group(ino);
-    fs.geo.group_start(g) + (BLOCK_SIZE as u64 / 8)
+    fs.geo.group_start(g) + (fs.geo.block_size as u64 / 8)
 }

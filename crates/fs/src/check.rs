@@ -37,6 +37,8 @@ pub struct InodeCheck {
     pub xattr_block: Option<u64>,
     /// `i_blocks` as stored, in 512-byte units.
     pub blocks_512: u64,
+    /// The file system's block size in bytes.
+    pub block_size: u32,
 }
 
 impl InodeCheck {
@@ -46,9 +48,9 @@ impl InodeCheck {
         data + self.tree_blocks.len() as u64 + u64::from(self.xattr_block.is_some())
     }
 
-    /// Blocks `i_blocks` claims, in file system blocks (4 KiB).
+    /// Blocks `i_blocks` claims, in file system blocks.
     pub fn stored_blocks(&self) -> u64 {
-        self.blocks_512 / (cjfs_blockdev::BLOCK_SIZE as u64 / 512)
+        self.blocks_512 / (u64::from(self.block_size) / 512)
     }
 }
 
@@ -78,7 +80,8 @@ impl Fs {
             extents: Vec::new(),
             tree_blocks: Vec::new(),
             xattr_block: None,
-            blocks_512: d.blocks_512(inner.geo.huge_file, cjfs_blockdev::BLOCK_SIZE as u32),
+            blocks_512: d.blocks_512(inner.geo.huge_file, inner.geo.block_size as u32),
+            block_size: inner.geo.block_size as u32,
         };
         if d.file_acl != 0 {
             if d.file_acl < first || d.file_acl >= limit {

@@ -17,8 +17,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cjfs_blockdev::BLOCK_SIZE;
-
 use crate::error::CsumStructure;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree::{self, Mapping};
@@ -89,8 +87,9 @@ fn dir_blocks(st: &InodeState) -> FsResult<u32> {
     if st.d.flags & EXT4_EXTENTS_FL == 0 {
         return Err(FsError::Incompatible("block-mapped directory (no extents flag)".into()));
     }
-    let n = st.d.size / BLOCK_SIZE as u64;
-    if !st.d.size.is_multiple_of(BLOCK_SIZE as u64) || n == 0 || n > u64::from(u32::MAX) {
+    let bs = st.csum.block_size as u64;
+    let n = st.d.size / bs;
+    if !st.d.size.is_multiple_of(bs) || n == 0 || n > u64::from(u32::MAX) {
         return Err(FsError::Corrupt(format!(
             "directory size {} is not a whole number of blocks",
             st.d.size
@@ -125,7 +124,8 @@ fn block_kind(st: &InodeState, lblk: u32, block: &[u8]) -> BlockKind {
 /// Bytes of a block of `kind` that hold entries: all but the checksum record of a leaf
 /// with `metadata_csum`, else the whole block (an index block's records span it).
 fn entries_end(st: &InodeState, kind: BlockKind) -> usize {
-    if st.csum.seed.is_some() && kind == BlockKind::Leaf { BLOCK_SIZE - TAIL_SIZE } else { BLOCK_SIZE }
+    let bs = st.csum.block_size;
+    if st.csum.seed.is_some() && kind == BlockKind::Leaf { bs - TAIL_SIZE } else { bs }
 }
 
 /// Read directory block `lblk` (at `pblk`), checking its checksum the first time it is
@@ -225,7 +225,7 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
             tx.write_access(&buf)?;
             {
                 let mut w = buf.write();
-                let end = BLOCK_SIZE - TAIL_SIZE;
+                let end = st.csum.block_size - TAIL_SIZE;
                 if kind == BlockKind::DxRoot {
                     let (dot, dotdot) = (get_u32(&w[..], 0), get_u32(&w[..], 12));
                     dirent::init_block(&mut w[..end], &[(dot, b".", FT_DIR), (dotdot, b"..", FT_DIR)])?;
@@ -235,7 +235,7 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
             }
             let free = {
                 let r = buf.read();
-                block_max_free(&r[..BLOCK_SIZE - TAIL_SIZE])?
+                block_max_free(&r[..st.csum.block_size - TAIL_SIZE])?
             };
             if let Some(d) = st.dir.as_mut()
                 && let Some(f) = d.free.get_mut(lblk as usize)
@@ -326,7 +326,7 @@ pub(crate) fn add_entry(
         block_max_free(&w[..end])?
     };
     seal_leaf(st, &buf);
-    st.d.size += BLOCK_SIZE as u64;
+    st.d.size += st.csum.block_size as u64;
     crate::file::charge_blocks(
         tx.fs,
         st,
@@ -435,7 +435,7 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     let end = entries_end(st, BlockKind::Leaf);
     dirent::init_block(&mut buf.write()[..end], &[(self_ino, b".", FT_DIR), (parent, b"..", FT_DIR)])?;
     seal_leaf(st, &buf);
-    st.d.size = BLOCK_SIZE as u64;
+    st.d.size = st.csum.block_size as u64;
     crate::file::charge_blocks(tx.fs, st, 1)?;
     let mut idx = DirIndex::default();
     idx.free.push(block_max_free(&buf.read()[..end])?);
@@ -448,8 +448,9 @@ pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) ->
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let mut out = Vec::new();
-    let mut lblk = (offset / BLOCK_SIZE as u64) as u32;
-    let mut from = (offset % BLOCK_SIZE as u64) as usize;
+    let bs = st.csum.block_size as u64;
+    let mut lblk = (offset / bs) as u32;
+    let mut from = (offset % bs) as usize;
     while lblk < nblocks && out.len() < max {
         let pblk = map_block(st, &mut store, lblk)?;
         let (buf, end) = read_dir_block(fs, st, lblk, pblk)?;
@@ -464,7 +465,7 @@ pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) ->
                 // already returned.
                 continue;
             }
-            let next = u64::from(lblk) * BLOCK_SIZE as u64 + (e.offset + e.rec_len) as u64;
+            let next = u64::from(lblk) * bs + (e.offset + e.rec_len) as u64;
             out.push(DirEntry {
                 name: e.name.to_vec(),
                 ino: e.inode,

@@ -45,8 +45,8 @@ use crate::error::{CsumStructure, FsError, FsResult};
 use crate::meta::MetaStore;
 use crate::ondisk::csum::InodeCsum;
 use crate::ondisk::extent::{
-    BLOCK_MAX_ENTRIES, ENTRY_SIZE, Extent, ExtentIndex, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN,
-    NodeHeader, ROOT_MAX_ENTRIES, entry_key, read_extent, read_header, read_index, split_raw_len,
+    ENTRY_SIZE, Extent, ExtentIndex, MAX_DEPTH, MAX_INIT_LEN, MAX_UNWRITTEN_LEN, NodeHeader,
+    ROOT_MAX_ENTRIES, entry_key, max_entries_for, read_extent, read_header, read_index, split_raw_len,
     write_extent, write_header, write_index,
 };
 use crate::ondisk::extent::{set_block_checksum, verify_block_checksum};
@@ -60,7 +60,6 @@ pub const MAX_LBLK_END: u32 = u32::MAX;
 // `ondisk::extent`'s; this file walks and changes trees.
 const HDR: usize = ENTRY_SIZE;
 const ENT: usize = ENTRY_SIZE;
-const BLOCK_BYTES: usize = 4096;
 const PBLK_LIMIT: u64 = 1 << 48;
 
 /// One extent: `len` logical blocks from `lblk` mapped to the physical blocks from `pblk`.
@@ -302,7 +301,7 @@ fn validate_new(m: &Mapping) -> FsResult<()> {
 /// A private copy of a tree block being modified.
 struct Staged {
     buf: Arc<Buffer>,
-    data: Box<[u8; BLOCK_BYTES]>,
+    data: Box<[u8]>,
     dirty: bool,
 }
 
@@ -316,7 +315,7 @@ struct Tx<'s, M: MetaStore + ?Sized> {
     freed: Vec<u64>,
     /// Allocation goal for new tree blocks (0: none yet).
     goal: u64,
-    /// `eh_max` of new non-root nodes (always [`BLOCK_MAX_ENTRIES`] outside tests).
+    /// `eh_max` of new non-root nodes (all a block holds outside tests).
     new_max: u16,
     /// The owning inode's checksum seed.
     ic: InodeCsum,
@@ -422,8 +421,7 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
                 return Err(corrupt(Loc::Blk(b), "node pointer out of range"));
             }
             let buf = self.read_node_block(b)?;
-            let mut data = Box::new([0u8; BLOCK_BYTES]);
-            data.copy_from_slice(&buf.read()[..]);
+            let data: Box<[u8]> = Box::from(&buf.read()[..]);
             self.staged.insert(b, Staged { buf, data, dirty: false });
         }
         self.staged.get_mut(&b).ok_or_else(|| corrupt(Loc::Blk(b), "staged block vanished"))
@@ -451,7 +449,8 @@ impl<'s, M: MetaStore + ?Sized> Tx<'s, M> {
             )));
         }
         self.allocated.push(b);
-        self.staged.insert(b, Staged { buf, data: Box::new([0u8; BLOCK_BYTES]), dirty: true });
+        self.staged
+            .insert(b, Staged { buf, data: vec![0u8; self.ic.block_size].into_boxed_slice(), dirty: true });
         Ok(b)
     }
 
@@ -1075,7 +1074,7 @@ fn read<M, T>(
 where
     M: MetaStore + ?Sized,
 {
-    let mut tx = Tx::new(store, root, 0, BLOCK_MAX_ENTRIES, ic);
+    let mut tx = Tx::new(store, root, 0, max_entries_for(ic.block_size), ic);
     f(&mut tx)
 }
 
@@ -1165,7 +1164,7 @@ pub fn insert<M: MetaStore + ?Sized>(
     m: Mapping,
     goal: u64,
 ) -> FsResult<TreeDelta> {
-    insert_with(root, store, ic, m, goal, BLOCK_MAX_ENTRIES)
+    insert_with(root, store, ic, m, goal, max_entries_for(ic.block_size))
 }
 
 fn insert_with<M: MetaStore + ?Sized>(
@@ -1194,7 +1193,7 @@ pub fn remove_range<M: MetaStore + ?Sized>(
     start: u32,
     end: u32,
 ) -> FsResult<(Vec<(u64, u32)>, TreeDelta)> {
-    remove_range_with(root, store, ic, start, end, BLOCK_MAX_ENTRIES)
+    remove_range_with(root, store, ic, start, end, max_entries_for(ic.block_size))
 }
 
 fn remove_range_with<M: MetaStore + ?Sized>(
@@ -1223,7 +1222,7 @@ pub fn mark_written<M: MetaStore + ?Sized>(
     lblk: u32,
     len: u32,
 ) -> FsResult<TreeDelta> {
-    mark_written_with(root, store, ic, lblk, len, BLOCK_MAX_ENTRIES)
+    mark_written_with(root, store, ic, lblk, len, max_entries_for(ic.block_size))
 }
 
 fn mark_written_with<M: MetaStore + ?Sized>(
@@ -1525,7 +1524,7 @@ mod tests {
 
     #[test]
     fn checksummed_blocks() {
-        let ic = InodeCsum { ino: 12, seed: Some(0x1234_5678) };
+        let ic = InodeCsum { ino: 12, seed: Some(0x1234_5678), block_size: 4096 };
         let mut st = MemStore::new();
         let mut root = new_root();
         for i in 0..20u32 {
@@ -2307,7 +2306,7 @@ mod tests {
         /// Real node size.
         #[test]
         fn random_ops_full_nodes(ops in proptest::collection::vec(op_strategy(2000), 1..300)) {
-            run_ops(&ops, BLOCK_MAX_ENTRIES);
+            run_ops(&ops, max_entries_for(4096));
         }
     }
 }

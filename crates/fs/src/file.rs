@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use cjfs_blockdev::BLOCK_SIZE;
 use cjfs_journal::Buffer;
 
 use crate::error::{FsError, FsResult};
@@ -17,17 +16,19 @@ use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_JOURNAL_DATA_FL};
 use crate::tx::{ReadStore, Tx};
 use crate::types::{DataMode, FallocMode, Ino, Timestamp};
 
-const BS: u64 = BLOCK_SIZE as u64;
-/// Largest file: 2^32 blocks of 4 KiB (the extent format's logical block limit).
-pub(crate) const MAX_FILE_SIZE: u64 = (1u64 << 32) * BS;
+/// Largest file: 2^32 blocks (the extent format's logical block limit) of `bs` bytes.
+pub(crate) const fn max_file_size(bs: u64) -> u64 {
+    (1u64 << 32) * bs
+}
 /// Blocks written per transaction handle (bounds a handle's log footprint).
 const CHUNK_BLOCKS: u64 = 256;
 
 /// Add `nblocks` file system blocks (negative to remove) to the inode's `i_blocks`.
 pub(crate) fn charge_blocks(fs: &FsInner, st: &mut InodeState, nblocks: i64) -> FsResult<()> {
-    let cur = st.d.blocks_512(fs.geo.huge_file, BLOCK_SIZE as u32) as i64;
-    let new = (cur + nblocks * (BS as i64 / 512)).max(0) as u64;
-    st.d.set_blocks_512(new, fs.geo.huge_file, BLOCK_SIZE as u32)
+    let bs = fs.geo.block_size as u64;
+    let cur = st.d.blocks_512(fs.geo.huge_file, bs as u32) as i64;
+    let new = (cur + nblocks * (bs as i64 / 512)).max(0) as u64;
+    st.d.set_blocks_512(new, fs.geo.huge_file, bs as u32)
 }
 
 /// Whether this file's data is journalled.
@@ -47,6 +48,7 @@ fn check_extents(st: &InodeState) -> FsResult<()> {
 
 /// Read up to `buf.len()` bytes at `off`.
 pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+    let bs = fs.geo.block_size as u64;
     if off >= st.d.size || buf.is_empty() {
         return Ok(0);
     }
@@ -57,9 +59,9 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
     let mut cur: Option<Mapping> = None;
     while done < n {
         let pos = off + done as u64;
-        let lblk = (pos / BS) as u32;
-        let boff = (pos % BS) as usize;
-        let take = (BLOCK_SIZE - boff).min(n - done);
+        let lblk = (pos / bs) as u32;
+        let boff = (pos % bs) as usize;
+        let take = (bs as usize - boff).min(n - done);
         if !cur.is_some_and(|m| m.contains(lblk)) {
             cur = extent_tree::lookup(&st.d.block, &mut store, st.csum, lblk)?;
         }
@@ -177,13 +179,15 @@ pub(crate) fn write(
     data: &[u8],
     touch_times: bool,
 ) -> FsResult<usize> {
+    let bs = fs.geo.block_size as u64;
     if data.is_empty() {
         return Ok(0);
     }
     let end = off.checked_add(data.len() as u64).ok_or_else(|| FsError::TooBig("offset overflow".into()))?;
-    if end > MAX_FILE_SIZE {
+    if end > max_file_size(bs) {
         return Err(FsError::TooBig(format!(
-            "write ending at byte {end} exceeds the {MAX_FILE_SIZE}-byte limit"
+            "write ending at byte {end} exceeds the {}-byte limit",
+            max_file_size(bs)
         )));
     }
     check_extents(st)?;
@@ -195,8 +199,8 @@ pub(crate) fn write(
     let mut done = 0usize;
     while done < data.len() {
         let pos = off + done as u64;
-        let first = pos / BS;
-        let last = ((off + data.len() as u64 - 1) / BS).min(first + CHUNK_BLOCKS - 1);
+        let first = pos / bs;
+        let last = ((off + data.len() as u64 - 1) / bs).min(first + CHUNK_BLOCKS - 1);
         let nblk = (last - first + 1) as u32;
         let credits = 24 + if jdata { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
@@ -209,8 +213,8 @@ pub(crate) fn write(
         let mut failed = None;
         while lblk <= last {
             let pos = off + done as u64;
-            let boff = (pos % BS) as usize;
-            let take = (BLOCK_SIZE - boff).min(data.len() - done);
+            let boff = (pos % bs) as usize;
+            let take = (bs as usize - boff).min(data.len() - done);
             let (pblk, fresh) = match map_for_write(&mut tx, ino, st, lblk as u32, last as u32, &mut cur) {
                 Ok(v) => v,
                 Err(e) => {
@@ -218,7 +222,7 @@ pub(crate) fn write(
                     break;
                 }
             };
-            let buf = data_buffer(fs, pblk, fresh, take == BLOCK_SIZE)?;
+            let buf = data_buffer(fs, pblk, fresh, take == bs as usize)?;
             if jdata {
                 tx.h.get_write_access(&buf)?;
             }
@@ -325,8 +329,9 @@ const TRUNCATE_STEP: u64 = 32768;
 /// Change the size. Shrinking frees blocks from the end, one bounded transaction at a time,
 /// each leaving a consistent, smaller file.
 pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u64) -> FsResult<()> {
-    if new_size > MAX_FILE_SIZE {
-        return Err(FsError::TooBig(format!("size {new_size} exceeds the {MAX_FILE_SIZE}-byte limit")));
+    let bs = fs.geo.block_size as u64;
+    if new_size > max_file_size(bs) {
+        return Err(FsError::TooBig(format!("size {new_size} exceeds the {}-byte limit", max_file_size(bs))));
     }
     check_extents(st)?;
     let jdata = journals_data(fs, st);
@@ -341,7 +346,7 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         tx.stop()?;
         return Ok(());
     }
-    let keep = new_size.div_ceil(BS);
+    let keep = new_size.div_ceil(bs);
     // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
     let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
         let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
@@ -366,9 +371,9 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
             }
         }
         let last = step_start == keep;
-        st.d.size = if last { new_size } else { st.d.size.min(step_start * BS) };
-        if last && !new_size.is_multiple_of(BS) && st.d.flags & EXT4_EXTENTS_FL != 0 {
-            zero_partial(&mut tx, st, (new_size / BS) as u32, (new_size % BS) as usize, BLOCK_SIZE, jdata)?;
+        st.d.size = if last { new_size } else { st.d.size.min(step_start * bs) };
+        if last && !new_size.is_multiple_of(bs) && st.d.flags & EXT4_EXTENTS_FL != 0 {
+            zero_partial(&mut tx, st, (new_size / bs) as u32, (new_size % bs) as usize, bs as usize, jdata)?;
         }
         st.d.mtime = now;
         st.d.ctime = now;
@@ -402,12 +407,13 @@ pub(crate) fn fallocate(
     off: u64,
     len: u64,
 ) -> FsResult<()> {
+    let bs = fs.geo.block_size as u64;
     if len == 0 {
         return Err(FsError::Invalid("fallocate length 0".into()));
     }
     let end = off
         .checked_add(len)
-        .filter(|e| *e <= MAX_FILE_SIZE)
+        .filter(|e| *e <= max_file_size(bs))
         .ok_or_else(|| FsError::TooBig("fallocate range too large".into()))?;
     check_extents(st)?;
     if st.d.flags & EXT4_EXTENTS_FL == 0 {
@@ -423,30 +429,30 @@ pub(crate) fn fallocate(
     };
     if punch {
         let mut tx = Tx::start(fs, 64)?;
-        let first_full = off.div_ceil(BS);
-        let end_full = end / BS;
+        let first_full = off.div_ceil(bs);
+        let end_full = end / bs;
         if first_full < end_full {
             unmap_range(&mut tx, st, first_full as u32, end_full as u32, jdata)?;
         }
         // Partial blocks at the edges are zeroed in place.
-        let (fb, lb) = (off / BS, (end - 1) / BS);
+        let (fb, lb) = (off / bs, (end - 1) / bs);
         if fb == lb {
-            if !(off.is_multiple_of(BS) && end % BS == 0) {
+            if !(off.is_multiple_of(bs) && end % bs == 0) {
                 zero_partial(
                     &mut tx,
                     st,
                     fb as u32,
-                    (off % BS) as usize,
-                    ((end - 1) % BS + 1) as usize,
+                    (off % bs) as usize,
+                    ((end - 1) % bs + 1) as usize,
                     jdata,
                 )?;
             }
         } else {
-            if !off.is_multiple_of(BS) {
-                zero_partial(&mut tx, st, fb as u32, (off % BS) as usize, BLOCK_SIZE, jdata)?;
+            if !off.is_multiple_of(bs) {
+                zero_partial(&mut tx, st, fb as u32, (off % bs) as usize, bs as usize, jdata)?;
             }
-            if end % BS != 0 {
-                zero_partial(&mut tx, st, lb as u32, 0, (end % BS) as usize, jdata)?;
+            if end % bs != 0 {
+                zero_partial(&mut tx, st, lb as u32, 0, (end % bs) as usize, jdata)?;
             }
         }
         st.d.ctime = Timestamp::now();
@@ -455,8 +461,8 @@ pub(crate) fn fallocate(
         tx.stop()?;
     }
     if alloc {
-        let mut lblk = off / BS;
-        let last = (end - 1) / BS;
+        let mut lblk = off / bs;
+        let last = (end - 1) / bs;
         while lblk <= last {
             let mut tx = Tx::start(fs, 64)?;
             let stop = (lblk + CHUNK_BLOCKS * 16 - 1).min(last);
@@ -527,6 +533,7 @@ pub(crate) fn fallocate(
 
 /// Next offset >= `off` holding data (`data` = true) or a hole, for lseek.
 pub(crate) fn seek(fs: &FsInner, st: &InodeState, off: u64, data: bool) -> FsResult<Option<u64>> {
+    let bs = fs.geo.block_size as u64;
     if off >= st.d.size {
         return Ok(None);
     }
@@ -534,9 +541,9 @@ pub(crate) fn seek(fs: &FsInner, st: &InodeState, off: u64, data: bool) -> FsRes
         return Ok(if data { None } else { Some(st.d.size) }.or(Some(off)));
     }
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let mut lblk = (off / BS) as u32;
+    let mut lblk = (off / bs) as u32;
     loop {
-        let pos = (u64::from(lblk) * BS).max(off);
+        let pos = (u64::from(lblk) * bs).max(off);
         if pos >= st.d.size {
             return Ok(if data { None } else { Some(st.d.size) });
         }

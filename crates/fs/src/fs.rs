@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockKind, Device, WriteTag};
+use cjfs_blockdev::{BlockKind, Device, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use cjfs_journal::recovery::{RecoveryReport, recover_strict};
 use cjfs_journal::superblock::{
@@ -40,15 +40,17 @@ use crate::ondisk::csum::Csum;
 use crate::ondisk::features::{INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
-use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, Superblock};
+use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location};
 use crate::types::{MountOptions, ROOT_INO};
 
 /// Fixed numbers derived from the superblock.
 #[derive(Debug, Clone)]
 pub struct Geometry {
+    /// Bytes per block (1024, 2048 or 4096).
+    pub block_size: usize,
     /// Blocks in the file system.
     pub blocks_count: u64,
-    /// First data block (0 with 4 KiB blocks).
+    /// First data block (1 with 1 KiB blocks, else 0).
     pub first_data_block: u64,
     /// Blocks per group.
     pub blocks_per_group: u32,
@@ -73,6 +75,7 @@ pub struct Geometry {
 impl Geometry {
     fn from_sb(sb: &Superblock) -> Geometry {
         Geometry {
+            block_size: sb.block_size() as usize,
             blocks_count: sb.block_count(),
             first_data_block: u64::from(sb.first_data_block),
             blocks_per_group: sb.blocks_per_group,
@@ -110,7 +113,7 @@ impl Geometry {
 
     /// Descriptor location: (GDT block, byte offset).
     pub fn desc_location(&self, g: u32) -> (u64, usize) {
-        let per = BLOCK_SIZE as u32 / self.desc_size;
+        let per = self.block_size as u32 / self.desc_size;
         (self.gdt_start + u64::from(g / per), ((g % per) * self.desc_size) as usize)
     }
 }
@@ -234,7 +237,7 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
     if let Some(l) = bad {
         return Err(FsError::Corrupt(format!("journal inode has a hole before block {l}")));
     }
-    let size_blocks = raw.size / BLOCK_SIZE as u64;
+    let size_blocks = raw.size / u64::from(sb.block_size());
     let area = JournalArea::new(runs);
     if area.len() < size_blocks || area.len() < 1024 {
         return Err(FsError::Corrupt(format!(
@@ -317,11 +320,12 @@ pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResul
     Ok(report)
 }
 
-/// Write the superblock straight to block 0 (outside any transaction) and flush.
+/// Write the superblock straight to its block (outside any transaction) and flush.
 pub(crate) fn write_sb_direct(dev: &Device, sb: &Superblock) -> FsResult<()> {
-    let mut b0 = dev.read_block(0)?;
-    sb.encode_into(&mut b0[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024]);
-    dev.write_block(0, Arc::from(b0), WriteTag::kind(BlockKind::Superblock))?;
+    let (blk, off) = sb_location(dev.block_size());
+    let mut b0 = dev.read_block(blk)?;
+    sb.encode_into(&mut b0[off..off + SUPERBLOCK_SIZE]);
+    dev.write_block(blk, Arc::from(b0), WriteTag::kind(BlockKind::Superblock))?;
     dev.flush()?;
     Ok(())
 }
@@ -448,8 +452,9 @@ impl Fs {
         inner.journal.shutdown()?;
         let mut sb = inner.sb.lock().clone();
         // The on-disk superblock buffer may carry journalled orphan-list changes: start from it.
-        let b0 = inner.cache.read(0)?;
-        let cur = Superblock::decode(&b0.read()[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024])?;
+        let (sb_blk, sb_off) = sb_location(inner.geo.block_size);
+        let b0 = inner.cache.read(sb_blk)?;
+        let cur = Superblock::decode(&b0.read()[sb_off..sb_off + SUPERBLOCK_SIZE])?;
         sb.last_orphan = cur.last_orphan;
         sb.feature_incompat &= !INCOMPAT_RECOVER;
         if inner.ofile.as_ref().is_some_and(|of| of.is_empty()) {
@@ -461,9 +466,9 @@ impl Fs {
         sb.wtime = crate::types::Timestamp::now().sec;
         {
             let mut g = b0.write();
-            sb.encode_into(&mut g[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + 1024]);
+            sb.encode_into(&mut g[sb_off..sb_off + SUPERBLOCK_SIZE]);
         }
-        inner.dev.write_block(0, b0.snapshot(), WriteTag::kind(BlockKind::Superblock))?;
+        inner.dev.write_block(sb_blk, b0.snapshot(), WriteTag::kind(BlockKind::Superblock))?;
         inner.dev.flush()?;
         Ok(())
     }

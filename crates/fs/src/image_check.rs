@@ -39,9 +39,9 @@ use crate::ondisk::csum::Csum;
 use crate::ondisk::features::COMPAT_RESIZE_INODE;
 use crate::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
 use crate::ondisk::inode::RESIZE_INO;
-use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, Superblock};
+use crate::ondisk::superblock::{SUPERBLOCK_SIZE, Superblock, sb_location};
 use crate::types::{FileType, Ino, ROOT_INO};
-use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
+use cjfs_blockdev::BlockDevice;
 
 /// `EXT2_DIND_BLOCK`: the double-indirect slot of a block-mapped `i_block`.
 const DIND_BLOCK: usize = 13;
@@ -259,7 +259,8 @@ impl<'a> Walker<'a> {
                 mapped += 1;
             }
         }
-        let stored = d.blocks_512(sb.has_huge_file(), BLOCK_SIZE as u32) / (BLOCK_SIZE as u64 / 512);
+        let bs = sb.block_size();
+        let stored = d.blocks_512(sb.has_huge_file(), bs) / (u64::from(bs) / 512);
         if stored != mapped {
             self.report.error(format!("{what}: i_blocks says {stored} block(s) but the inode maps {mapped}"));
         }
@@ -673,8 +674,9 @@ pub struct ImageReport {
 /// the first): one message per mismatch, empty when all match or the image has no
 /// checksums. Fails only when the superblock cannot be read or decoded at all.
 pub fn layout_checksum_errors(dev: &dyn BlockDevice) -> FsResult<Vec<String>> {
-    let b0 = dev.read_block(0)?;
-    let raw = &b0[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE];
+    let (sb_blk, sb_off) = sb_location(dev.block_size());
+    let b0 = dev.read_block(sb_blk)?;
+    let raw = &b0[sb_off..sb_off + SUPERBLOCK_SIZE];
     let sb = Superblock::decode_unverified(raw)?;
     let mut out = Vec::new();
     if let Err(e) = sb.verify_checksum() {
@@ -684,7 +686,7 @@ pub fn layout_checksum_errors(dev: &dyn BlockDevice) -> FsResult<Vec<String>> {
     if !csum.group_desc() || sb.desc_size() < 32 {
         return Ok(out);
     }
-    let mut buf = vec![0u8; sb.gdt_blocks() as usize * BLOCK_SIZE];
+    let mut buf = vec![0u8; sb.gdt_blocks() as usize * dev.block_size()];
     dev.read(u64::from(sb.first_data_block) + 1, &mut buf)?;
     for (g, d) in GroupDesc::decode_table(&buf, sb.group_count(), sb.desc_size())?.iter().enumerate() {
         if let Err(e) = d.verify_checksum(&csum, g as u32) {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockDevice};
+use cjfs_blockdev::BlockDevice;
 use cjfs_journal::lock_rank::{Rank, RankedMutex, RankedRwLock};
 use cjfs_journal::{Buffer, TxId};
 
@@ -189,7 +189,8 @@ pub(crate) fn inode_location(fs: &FsInner, ino: Ino) -> (u64, usize) {
     let isz = u64::from(fs.geo.inode_size);
     let table = fs.itable[g as usize];
     let byte = idx * isz;
-    (table + byte / BLOCK_SIZE as u64, (byte % BLOCK_SIZE as u64) as usize)
+    let bs = fs.geo.block_size as u64;
+    (table + byte / bs, (byte % bs) as usize)
 }
 
 /// Whether inode `ino`'s table slot was never initialised: its group is `INODE_UNINIT`,
@@ -217,7 +218,7 @@ pub(crate) fn load_inode(fs: &FsInner, ino: Ino) -> FsResult<DiskInode> {
     let raw = &g[off..off + fs.geo.inode_size as usize];
     crate::ondisk::inode::verify_checksum(&fs.csum, ino, raw)?;
     let d = DiskInode::decode(raw).map_err(|e| in_inode(ino, e))?;
-    check_size(ino, &d, BLOCK_SIZE as u32)?;
+    check_size(ino, &d, fs.geo.block_size as u32)?;
     Ok(d)
 }
 
@@ -266,7 +267,8 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
 /// Read an inode straight from the device (mount time, before the cache exists).
 pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -> FsResult<DiskInode> {
     let g = (ino - 1) / sb.inodes_per_group;
-    let per = (BLOCK_SIZE / sb.desc_size()) as u32;
+    let bs = u64::from(sb.block_size());
+    let per = (bs as usize / sb.desc_size()) as u32;
     let gdt_blk = u64::from(sb.first_data_block) + 1 + u64::from(g / per);
     let raw = dev.read_block(gdt_blk)?;
     let off = (g % per) as usize * sb.desc_size();
@@ -276,9 +278,9 @@ pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -
     let idx = u64::from((ino - 1) % sb.inodes_per_group);
     let isz = sb.inode_size() as u64;
     let byte = idx * isz;
-    let blk = desc.inode_table + byte / BLOCK_SIZE as u64;
+    let blk = desc.inode_table + byte / bs;
     let b = dev.read_block(blk)?;
-    let o = (byte % BLOCK_SIZE as u64) as usize;
+    let o = (byte % bs) as usize;
     crate::ondisk::inode::verify_checksum(&csum, ino, &b[o..o + isz as usize])?;
     let d = DiskInode::decode(&b[o..o + isz as usize]).map_err(|e| in_inode(ino, e))?;
     check_size(ino, &d, sb.block_size())?;

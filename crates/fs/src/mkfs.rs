@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::collections::VecDeque;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, IoTicket, WriteRequest, WriteTag, zeroed_block, zeroed_buf,
+    BlockBuf, BlockDevice, BlockKind, IoTicket, WriteRequest, WriteTag, zeroed_block, zeroed_buf,
 };
 use cjfs_journal::JournalArea;
 
@@ -46,13 +46,13 @@ use crate::ondisk::inode::{
 };
 use crate::ondisk::superblock::{
     DEFM_ACL, DEFM_XATTR_USER, DYNAMIC_REV, ERRORS_CONTINUE, FLAGS_SIGNED_HASH, FLAGS_UNSIGNED_HASH,
-    JNL_BACKUP_BLOCKS, OS_LINUX, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, Superblock,
+    JNL_BACKUP_BLOCKS, OS_LINUX, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, Superblock, sb_location,
 };
 use crate::ondisk::{bitmap, superblock};
 
 /// Smallest device `mkfs` accepts.
 pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
-/// Blocks per group.
+/// Blocks per group with 4 KiB blocks (one bitmap block's bits: `8 * block size`).
 pub const BLOCKS_PER_GROUP: u32 = 32768;
 /// Smallest journal.
 pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
@@ -62,8 +62,6 @@ pub const MAX_JOURNAL_BLOCKS: u32 = 10_240_000;
 pub const LOST_FOUND_BLOCKS: u64 = 4;
 /// Percentage of blocks reserved for the super-user.
 pub const RESERVED_PERCENT: u64 = 5;
-
-const BS: u64 = BLOCK_SIZE as u64;
 
 /// What `mkfs` should make.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,7 +324,7 @@ impl<'a> Writer<'a> {
     }
 
     fn write(&mut self, block: u64, data: &[u8], kind: BlockKind) -> FsResult<()> {
-        let bufs = data.chunks(BLOCK_SIZE).map(cjfs_blockdev::block_from_slice).collect();
+        let bufs = data.chunks(self.dev.block_size()).map(cjfs_blockdev::block_from_slice).collect();
         self.submit(block, bufs, kind)
     }
 
@@ -352,8 +350,14 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// Geometry computed from the device size and options.
+/// Geometry computed from the device size, block size and options.
 struct Geometry {
+    /// Bytes per block.
+    bs: u64,
+    /// First data block: 1 with 1 KiB blocks (the superblock is block 1), else 0.
+    first: u64,
+    /// Blocks per group.
+    bpg: u32,
     blocks: u64,
     groups: u32,
     ipg: u32,
@@ -362,19 +366,22 @@ struct Geometry {
     desc_size: usize,
 }
 
-fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
+fn geometry(num_blocks: u64, bs: usize, opts: &MkfsOptions) -> FsResult<Geometry> {
     let desc_size = if opts.sixty_four_bit { 64 } else { 32 };
+    let first = u64::from(bs == 1024);
+    let bpg = (8 * bs) as u32;
+    let bs = bs as u64;
     let mut blocks = num_blocks;
     loop {
-        let groups = blocks.div_ceil(BLOCKS_PER_GROUP as u64);
+        let groups = (blocks - first).div_ceil(u64::from(bpg));
         if groups > u32::MAX as u64 {
             return Err(FsError::Invalid(format!("device of {num_blocks} blocks is too large")));
         }
         let groups32 = groups as u32;
-        let inodes_wanted = (blocks as u128 * BS as u128 / opts.inode_ratio as u128) as u64;
+        let inodes_wanted = (blocks as u128 * bs as u128 / opts.inode_ratio as u128) as u64;
         let mut ipg = inodes_wanted.div_ceil(groups).max(16);
         ipg = ipg.div_ceil(16) * 16;
-        ipg = ipg.min(8 * BS); // one bitmap block
+        ipg = ipg.min(8 * bs); // one bitmap block
         if ipg * groups > u32::MAX as u64 {
             ipg = (u32::MAX as u64 / groups) / 16 * 16;
         }
@@ -383,9 +390,9 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
                 "device of {num_blocks} blocks has too many groups for 2^32 inodes"
             )));
         }
-        let itb = (ipg * DEFAULT_INODE_SIZE as u64 / BS) as u32;
-        let gdt_blocks = (groups * desc_size as u64).div_ceil(BS) as u32;
-        let rem = blocks % BLOCKS_PER_GROUP as u64;
+        let itb = (ipg * DEFAULT_INODE_SIZE as u64 / bs) as u32;
+        let gdt_blocks = (groups * desc_size as u64).div_ceil(bs) as u32;
+        let rem = (blocks - first) % u64::from(bpg);
         let last = groups32 - 1;
         let mut overhead = 3 + itb as u64;
         if superblock::group_has_super_sparse(last) {
@@ -400,7 +407,17 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
             blocks -= rem;
             continue;
         }
-        return Ok(Geometry { blocks, groups: groups32, ipg: ipg as u32, itb, gdt_blocks, desc_size });
+        return Ok(Geometry {
+            bs,
+            first,
+            bpg,
+            blocks,
+            groups: groups32,
+            ipg: ipg as u32,
+            itb,
+            gdt_blocks,
+            desc_size,
+        });
     }
 }
 
@@ -409,7 +426,11 @@ fn geometry(num_blocks: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
 /// primary superblock is written last.
 pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     let num_blocks = dev.num_blocks();
-    let bytes = num_blocks.saturating_mul(BS);
+    let bs_bytes = dev.block_size();
+    if !cjfs_blockdev::valid_block_size(bs_bytes) {
+        return Err(FsError::Invalid(format!("block size {bs_bytes} (must be 1024, 2048 or 4096)")));
+    }
+    let bytes = num_blocks.saturating_mul(bs_bytes as u64);
     if bytes < MIN_DEVICE_BYTES {
         return Err(FsError::Invalid(format!(
             "device of {bytes} bytes ({num_blocks} blocks) is smaller than the 16 MiB minimum"
@@ -435,7 +456,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             opts.flex_bg_size
         )));
     }
-    let g = geometry(num_blocks, opts)?;
+    let g = geometry(num_blocks, bs_bytes, opts)?;
+    let bs = g.bs;
     let now = Timestamp::now();
     let uuid = opts.uuid.unwrap_or_else(random_bytes);
     let seed = opts.hash_seed.unwrap_or_else(random_bytes);
@@ -445,11 +467,11 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     sb.inodes_count = g.ipg * g.groups;
     sb.blocks_count = g.blocks;
     sb.r_blocks_count = g.blocks * RESERVED_PERCENT / 100;
-    sb.first_data_block = 0;
-    sb.log_block_size = 2;
-    sb.log_cluster_size = 2;
-    sb.blocks_per_group = BLOCKS_PER_GROUP;
-    sb.clusters_per_group = BLOCKS_PER_GROUP;
+    sb.first_data_block = g.first as u32;
+    sb.log_block_size = (bs / 1024).trailing_zeros();
+    sb.log_cluster_size = sb.log_block_size;
+    sb.blocks_per_group = g.bpg;
+    sb.clusters_per_group = g.bpg;
     sb.inodes_per_group = g.ipg;
     sb.wtime = now.sec;
     sb.max_mnt_count = -1;
@@ -488,6 +510,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
 
     // ---- allocation ----
     let mut used = Used::new(g.blocks);
+    if g.first > 0 {
+        // The boot block before the first group (1 KiB blocks) is nobody's to allocate.
+        used.mark(0, g.first);
+    }
     for grp in 0..g.groups {
         if sb.has_super_in_group(grp) {
             used.mark(sb.group_first_block(grp), 1 + g.gdt_blocks as u64);
@@ -564,16 +590,16 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         root.entries = NodeEntries::Leaf(jextents);
         (root, None)
     } else {
-        if jextents.len() > block_max() as usize {
+        if jextents.len() > block_max(bs_bytes) as usize {
             return Err(FsError::NoSpace(format!(
                 "mkfs: the journal needs {} extents (at most {})",
                 jextents.len(),
-                block_max()
+                block_max(bs_bytes)
             )));
         }
         let last = runs.last().map(|&(s, n)| s + n).unwrap_or(0);
         let ib = used.alloc(last, 1, "the journal's extent block")?;
-        let mut leaf = ExtentNode::new_leaf(block_max());
+        let mut leaf = ExtentNode::new_leaf(block_max(bs_bytes));
         leaf.entries = NodeEntries::Leaf(jextents);
         let mut root = ExtentNode::new_index(root_max(), 1);
         root.entries = NodeEntries::Index(vec![ExtentIndex { logical: 0, leaf: ib }]);
@@ -610,7 +636,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         i.mode = mode;
         i.links_count = links;
         i.size = size;
-        i.blocks = blocks * (BS / 512);
+        i.blocks = blocks * (bs / 512);
         i.flags = EXT4_EXTENTS_FL;
         i.block = iblock;
         i.atime = now;
@@ -624,15 +650,15 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         n.entries = NodeEntries::Leaf(extents_for_run(0, start, len));
         n.to_i_block()
     };
-    let root_inode = mk_inode(S_IFDIR | 0o755, 3, BS, 1, leaf_root(root_block, 1));
+    let root_inode = mk_inode(S_IFDIR | 0o755, 3, bs, 1, leaf_root(root_block, 1));
     let lf_inode = mk_inode(
         S_IFDIR | 0o700,
         2,
-        LOST_FOUND_BLOCKS * BS,
+        LOST_FOUND_BLOCKS * bs,
         LOST_FOUND_BLOCKS,
         leaf_root(lf_block, LOST_FOUND_BLOCKS),
     );
-    let jsize = jblocks as u64 * BS;
+    let jsize = jblocks as u64 * bs;
     let j_inode =
         mk_inode(S_IFREG | 0o600, 1, jsize, jblocks as u64 + jindex.is_some() as u64, jroot.to_i_block());
     let words = j_inode.block_words();
@@ -643,7 +669,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
 
     // ---- write ----
     let mut w = Writer::new(dev);
-    let zero: BlockBuf = zeroed_buf();
+    let zero: BlockBuf = zeroed_buf(bs_bytes);
     if !opts.assume_zeroed {
         for d in &descs {
             w.zero(d.inode_table, g.itb as u64, &zero)?;
@@ -657,19 +683,19 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         let grp = grp as u32;
         let start = sb.group_first_block(grp);
         let n = sb.group_block_count(grp) as u64;
-        let mut bb = vec![0u8; BLOCK_SIZE];
+        let mut bb = vec![0u8; bs_bytes];
         for (s, e) in used.ranges_in(start, start + n) {
             bitmap::set_range(&mut bb, (s - start) as usize, (e - s) as usize);
         }
         bitmap::pad_block_bitmap(&mut bb, n as usize);
         w.write(d.block_bitmap, &bb, BlockKind::Metadata)?;
-        let mut ib = vec![0u8; BLOCK_SIZE];
+        let mut ib = vec![0u8; bs_bytes];
         if grp == 0 {
             bitmap::set_range(&mut ib, 0, FIRST_INO as usize);
         }
         bitmap::pad_inode_bitmap(&mut ib, g.ipg as usize);
         w.write(d.inode_bitmap, &ib, BlockKind::Metadata)?;
-        d.set_block_bitmap_csum(&csum, &bb, BLOCKS_PER_GROUP);
+        d.set_block_bitmap_csum(&csum, &bb, g.bpg);
         d.set_inode_bitmap_csum(&csum, &ib, g.ipg);
         // Like mke2fs: a group whose bitmap is what an uninitialised one synthesizes (never
         // the last group) is left uninitialised.
@@ -677,8 +703,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             d.flags |= BG_BLOCK_UNINIT;
         }
     }
-    // first inode table block of group 0: inodes 1..=16
-    let mut itb0 = vec![0u8; BLOCK_SIZE];
+    // first inode table blocks of group 0: inodes 1..=11 (several blocks when they are small)
+    let mut itb0 = vec![0u8; (FIRST_INO as usize * DEFAULT_INODE_SIZE).div_ceil(bs_bytes) * bs_bytes];
     for (ino, inode) in [(ROOT_INO, &root_inode), (JOURNAL_INO, &j_inode), (FIRST_INO, &lf_inode)] {
         let off = (ino as usize - 1) * DEFAULT_INODE_SIZE;
         inode.encode_into(&mut itb0[off..off + DEFAULT_INODE_SIZE], &csum, ino);
@@ -686,10 +712,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     w.write(descs[0].inode_table, &itb0, BlockKind::Metadata)?;
     // directories
     // Directory leaves end with a checksum record with metadata_csum.
-    let dir_block = |ino: u32, entries: &[(u32, &[u8], u8)]| -> FsResult<Box<[u8; BLOCK_SIZE]>> {
-        let mut b = zeroed_block();
+    let dir_block = |ino: u32, entries: &[(u32, &[u8], u8)]| -> FsResult<Box<[u8]>> {
+        let mut b = zeroed_block(bs_bytes);
         let ic = csum.for_inode(ino, 0);
-        let end = if ic.seed.is_some() { BLOCK_SIZE - dirent::TAIL_SIZE } else { BLOCK_SIZE };
+        let end = if ic.seed.is_some() { bs_bytes - dirent::TAIL_SIZE } else { bs_bytes };
         dirent::init_block(&mut b[..end], entries)?;
         if let Some(seed) = ic.seed {
             dirent::set_leaf_checksum(seed, &mut b[..]);
@@ -707,7 +733,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
         w.write(lf_block + i, &dir_block(FIRST_INO, &[])?[..], BlockKind::Metadata)?;
     }
     if let Some((ib, leaf)) = &jindex {
-        let mut b = vec![0u8; BLOCK_SIZE];
+        let mut b = vec![0u8; bs_bytes];
         leaf.encode_into(&mut b);
         if let Some(seed) = csum.for_inode(JOURNAL_INO, 0).seed {
             set_block_checksum(seed, &mut b);
@@ -728,30 +754,31 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     )?;
 
     // group descriptor table copies
-    let mut gdt = vec![0u8; g.gdt_blocks as usize * BLOCK_SIZE];
+    let mut gdt = vec![0u8; g.gdt_blocks as usize * bs_bytes];
     GroupDesc::encode_table(&descs, g.desc_size, &mut gdt, &csum);
     let sb_groups: Vec<u32> = (0..g.groups).filter(|&x| sb.has_super_in_group(x)).collect();
     for &grp in &sb_groups {
         w.write(sb.group_first_block(grp) + 1, &gdt, BlockKind::Superblock)?;
     }
-    sb.kbytes_written = (w.blocks + sb_groups.len() as u64 + 2) * (BS / 1024);
+    sb.kbytes_written = (w.blocks + sb_groups.len() as u64 + 2) * (bs / 1024);
     for &grp in sb_groups.iter().filter(|&&x| x != 0) {
         let mut copy = sb.clone();
         copy.block_group_nr = grp as u16;
-        let mut b = vec![0u8; BLOCK_SIZE];
+        let mut b = vec![0u8; bs_bytes];
         copy.encode_into(&mut b[..SUPERBLOCK_SIZE]);
         w.write(sb.group_first_block(grp), &b, BlockKind::Superblock)?;
     }
     w.finish()?;
     dev.flush()?;
-    let mut b0 = vec![0u8; BLOCK_SIZE];
-    sb.encode_into(&mut b0[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE]);
-    w.write(0, &b0, BlockKind::Superblock)?;
+    let (sb_blk, sb_off) = sb_location(bs_bytes);
+    let mut b0 = vec![0u8; bs_bytes];
+    sb.encode_into(&mut b0[sb_off..sb_off + SUPERBLOCK_SIZE]);
+    w.write(sb_blk, &b0, BlockKind::Superblock)?;
     w.finish()?;
     dev.flush()?;
 
     // re-decode so the report's superblock carries the raw bytes written
-    let sb = Superblock::decode(&b0[SUPERBLOCK_OFFSET..])?;
+    let sb = Superblock::decode(&b0[sb_off..])?;
     Ok(MkfsReport {
         block_count: g.blocks,
         group_count: g.groups,
@@ -804,14 +831,37 @@ fn journal_goal(sb: &Superblock, used: &Used) -> u64 {
     sb.group_first_block(best)
 }
 
+/// Decode the primary superblock of `dev` (the 1024 bytes at byte 1024, whatever the block
+/// size) and check that the device was opened with the block size it names.
+pub fn read_primary_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
+    let bs = dev.block_size();
+    let nblocks = (SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE).div_ceil(bs);
+    if dev.num_blocks() < nblocks as u64 {
+        return Err(FsError::Corrupt(format!(
+            "superblock: the device holds {} blocks of {bs} bytes, too few for a superblock",
+            dev.num_blocks()
+        )));
+    }
+    let mut head = vec![0u8; nblocks * bs];
+    dev.read(0, &mut head)?;
+    let sb = Superblock::decode_from_device_start(&head)?;
+    if sb.block_size() as usize != bs && cjfs_blockdev::valid_block_size(sb.block_size() as usize) {
+        return Err(FsError::Invalid(format!(
+            "superblock: the file system has {}-byte blocks but the device was opened with {bs}-byte \
+             blocks",
+            sb.block_size()
+        )));
+    }
+    Ok(sb)
+}
+
 /// Read the primary superblock and the group descriptor table of `dev`: checks the magic
 /// ("not an ext2/3/4 file system: bad magic 0x...."), the geometry, the features
 /// ([`features::check_supported`]), that the device holds the whole file system, and every
 /// descriptor (location sanity, and its checksum with `uninit_bg` or `metadata_csum`). The
 /// superblock's own checksum is checked by [`Superblock::decode`].
 pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc>)> {
-    let b0 = dev.read_block(0)?;
-    let sb = Superblock::decode_from_device_start(&b0[..])?;
+    let sb = read_primary_superblock(dev)?;
     features::check_supported(&sb)?;
     if sb.block_count() > dev.num_blocks() {
         return Err(FsError::Corrupt(format!(
@@ -821,7 +871,7 @@ pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc
         )));
     }
     let gdt_blocks = sb.gdt_blocks() as usize;
-    let mut buf = vec![0u8; gdt_blocks * BLOCK_SIZE];
+    let mut buf = vec![0u8; gdt_blocks * dev.block_size()];
     dev.read(sb.first_data_block as u64 + 1, &mut buf)?;
     let descs = GroupDesc::decode_table(&buf, sb.group_count(), sb.desc_size())?;
     let csum = Csum::from_sb(&sb);
@@ -847,15 +897,15 @@ mod tests {
     #[test]
     fn geometry_small_and_rounding() {
         let o = MkfsOptions::default();
-        let g = geometry(4096, &o).unwrap();
+        let g = geometry(4096, 4096, &o).unwrap();
         assert_eq!((g.groups, g.ipg, g.itb), (1, 1024, 64));
         // 64 MiB
-        let g = geometry(16384, &o).unwrap();
+        let g = geometry(16384, 4096, &o).unwrap();
         assert_eq!((g.groups, g.ipg), (1, 4096));
         // a last group of 100 blocks is dropped
-        let g = geometry(32768 + 100, &o).unwrap();
+        let g = geometry(32768 + 100, 4096, &o).unwrap();
         assert_eq!((g.blocks, g.groups), (32768, 1));
-        let g = geometry(1 << 18, &o).unwrap();
+        let g = geometry(1 << 18, 4096, &o).unwrap();
         assert_eq!((g.groups, g.ipg, g.itb), (8, 8192, 512));
     }
 

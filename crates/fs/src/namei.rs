@@ -188,7 +188,7 @@ pub(crate) fn symlink(
     uid: u32,
     gid: u32,
 ) -> FsResult<Arc<Inode>> {
-    if target.is_empty() || target.len() >= cjfs_blockdev::BLOCK_SIZE {
+    if target.is_empty() || target.len() >= fs.geo.block_size {
         return Err(FsError::NameTooLong(format!("symlink target of {} bytes", target.len())));
     }
     make_node(fs, parent, name, S_IFLNK | 0o777, (uid, gid), 24, |tx, ino, st| {
@@ -226,7 +226,7 @@ pub(crate) fn readlink(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
     if is_fast_symlink(st) {
         return Ok(st.d.block[..n.min(60)].to_vec());
     }
-    if n > cjfs_blockdev::BLOCK_SIZE {
+    if n > fs.geo.block_size {
         return Err(FsError::Corrupt(format!("symlink of {n} bytes")));
     }
     let mut buf = vec![0u8; n];

@@ -31,7 +31,8 @@ fn attr_of(fs: &crate::fs::FsInner, ino: Ino, st: &InodeState) -> Attr {
         uid: d.uid,
         gid: d.gid,
         size: d.size,
-        blocks: d.blocks_512(fs.geo.huge_file, cjfs_blockdev::BLOCK_SIZE as u32),
+        blocks: d.blocks_512(fs.geo.huge_file, fs.geo.block_size as u32),
+        blksize: fs.geo.block_size as u32,
         atime: d.atime,
         mtime: d.mtime,
         ctime: d.ctime,
@@ -389,7 +390,7 @@ impl Fs {
         let sb = self.inner.sb.lock();
         let bfree = self.inner.free_blocks.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
         StatFs {
-            bsize: cjfs_blockdev::BLOCK_SIZE as u32,
+            bsize: self.inner.geo.block_size as u32,
             blocks: self.inner.geo.blocks_count,
             bfree,
             bavail: bfree.saturating_sub(sb.r_blocks_count),

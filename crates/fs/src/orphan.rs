@@ -27,7 +27,7 @@ use cjfs_journal::JournalKind;
 
 use std::collections::HashMap;
 
-use cjfs_blockdev::{BLOCK_SIZE, Device};
+use cjfs_blockdev::Device;
 use cjfs_journal::BufferCache;
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
 
@@ -42,15 +42,12 @@ use crate::ondisk::orphan_file::{
     entries_per_block, entry, set_checksum as set_block_checksum, set_entry, verify_block,
 };
 use crate::ondisk::superblock::Superblock;
-use crate::ondisk::superblock::{SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, set_checksum as set_sb_checksum};
+use crate::ondisk::superblock::{SUPERBLOCK_SIZE, sb_location, set_checksum as set_sb_checksum};
 use crate::tx::Tx;
 use crate::types::{Ino, Timestamp};
 
 /// Byte offset of `i_dtime` in an inode record.
 const I_DTIME: usize = 0x14;
-
-/// Slots of one orphan file block.
-const SLOTS: usize = entries_per_block(BLOCK_SIZE);
 
 /// The orphan file of a mounted `orphan_file` image: where its blocks are and which slots
 /// are taken.
@@ -61,6 +58,8 @@ pub(crate) struct OrphanFile {
     pub blocks: Vec<u64>,
     /// Its inode's checksum seed (`metadata_csum` only).
     pub seed: Option<u32>,
+    /// Slots in one of its blocks (set by the block size).
+    pub slots_per_block: usize,
     /// Free slots and recorded orphans. Lock: itself (a leaf, never held across I/O).
     pub state: RankedMutex<OrphanFileState>,
 }
@@ -102,13 +101,15 @@ impl OrphanFile {
                 "orphan file inode {ino} is block-mapped (no extents)"
             )));
         }
-        if raw.size == 0 || raw.size % BLOCK_SIZE as u64 != 0 {
+        let bs = u64::from(sb.block_size());
+        let slots_per_block = entries_per_block(bs as usize);
+        if raw.size == 0 || raw.size % bs != 0 {
             return Err(FsError::Corrupt(format!(
                 "orphan file inode {ino}: i_size {} is not a positive whole number of blocks",
                 raw.size
             )));
         }
-        let nblocks = raw.size / BLOCK_SIZE as u64;
+        let nblocks = raw.size / bs;
         let csum = Csum::from_sb(sb);
         let mut store = crate::tx::ReadStore { cache, limit: sb.block_count() };
         let mut blocks: Vec<u64> = Vec::new();
@@ -143,8 +144,8 @@ impl OrphanFile {
             let buf = cache.read(pblk)?;
             let data = buf.read();
             let live = verify_block(seed, i as u32, pblk, &data[..])?;
-            free.push(SLOTS - live);
-            for s in (0..SLOTS).filter(|&s| entry(&data[..], s) != 0) {
+            free.push(slots_per_block - live);
+            for s in (0..slots_per_block).filter(|&s| entry(&data[..], s) != 0) {
                 let o = entry(&data[..], s);
                 if let Some((bi, bs)) = slots.insert(o, (i, s)) {
                     return Err(FsError::Corrupt(format!(
@@ -157,6 +158,7 @@ impl OrphanFile {
             ino,
             blocks,
             seed,
+            slots_per_block,
             state: RankedMutex::new(Rank::Leaf, OrphanFileState { free, slots, rotor: 0 }),
         }))
     }
@@ -206,7 +208,7 @@ impl OrphanFile {
             let mut w = buf.write();
             // The reservation guarantees a zero slot; its absence means the block changed
             // under us, which only corruption explains.
-            let Some(s) = (0..SLOTS).find(|&s| entry(&w[..], s) == 0) else {
+            let Some(s) = (0..self.slots_per_block).find(|&s| entry(&w[..], s) == 0) else {
                 return Err(FsError::Corrupt(format!(
                     "orphan file inode {}: block {i} has no free slot though one was counted",
                     self.ino
@@ -258,7 +260,7 @@ pub(crate) fn next_of(fs: &FsInner, ino: Ino) -> u32 {
 /// Write access to the superblock's buffer, taken before `orphan_lock` (as ext4 does) so a
 /// writer waiting for the buffer never holds the lock every unlink needs.
 fn sb_access(tx: &mut Tx<'_>) -> FsResult<Arc<cjfs_journal::Buffer>> {
-    let buf = tx.fs.cache.read(0)?;
+    let buf = tx.fs.cache.read(sb_location(tx.fs.geo.block_size).0)?;
     tx.h.get_write_access(&buf)?;
     Ok(buf)
 }
@@ -267,9 +269,10 @@ fn write_sb_orphan(tx: &mut Tx<'_>, buf: &cjfs_journal::Buffer, head: Ino) -> Fs
     let mut sb = tx.fs.sb.lock();
     sb.last_orphan = head;
     // Only s_last_orphan changes here; keep the rest of the buffer as it is.
+    let off = sb_location(tx.fs.geo.block_size).1;
     let mut w = buf.write();
-    w[SUPERBLOCK_OFFSET + 0xE8..SUPERBLOCK_OFFSET + 0xEC].copy_from_slice(&head.to_le_bytes());
-    set_sb_checksum(&mut w[SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE]);
+    w[off + 0xE8..off + 0xEC].copy_from_slice(&head.to_le_bytes());
+    set_sb_checksum(&mut w[off..off + SUPERBLOCK_SIZE]);
     Ok(())
 }
 
@@ -317,7 +320,7 @@ pub(crate) fn del(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()
             (p, if p > 0 { Some(l[p - 1]) } else { None }, l.get(p + 1).copied().unwrap_or(0))
         };
         let (blk, off) = match prev {
-            None => (0, 0),
+            None => sb_location(tx.fs.geo.block_size),
             Some(prev) => crate::inode::inode_location(tx.fs, prev),
         };
         let buf = match &accessed {

@@ -185,6 +185,8 @@ pub struct Attr {
     pub size: u64,
     /// Allocated 512-byte sectors.
     pub blocks: u64,
+    /// The file system's block size (what `stat` reports as `st_blksize`, as ext4 does).
+    pub blksize: u32,
     /// Access time.
     pub atime: Timestamp,
     /// Modification time.

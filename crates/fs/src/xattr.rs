@@ -3,8 +3,6 @@
 //! With `metadata_csum` the block is checked against `h_checksum` when it enters the cache
 //! ([`read_block`]) and written with a fresh one whenever it changes.
 
-use cjfs_blockdev::BLOCK_SIZE;
-
 use std::sync::Arc;
 
 use cjfs_journal::Buffer;
@@ -91,7 +89,7 @@ pub(crate) fn set(
 ) -> FsResult<()> {
     x::split_name(name)?;
     if let Some(v) = value
-        && v.len() > BLOCK_SIZE - 64
+        && v.len() > fs.geo.block_size - 64
     {
         return Err(FsError::Range(format!("xattr value of {} bytes is too large", v.len())));
     }
@@ -120,7 +118,8 @@ pub(crate) fn set(
 
 fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
     let area_len = st.d.xattr_area().len();
-    let (ibody, block_list) = x::layout(list, area_len, BLOCK_SIZE).map_err(|e| match e {
+    let bs = tx.fs.geo.block_size;
+    let (ibody, block_list) = x::layout(list, area_len, bs).map_err(|e| match e {
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
         e => e,
     })?;
@@ -129,7 +128,7 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
         free_block(tx, st)?;
         return Ok(());
     }
-    let img = x::build_block(&block_list, 1, BLOCK_SIZE)?;
+    let img = x::build_block(&block_list, 1, bs)?;
     let shared = if st.d.file_acl != 0 {
         let b = read_block(tx.fs, ino, st.d.file_acl)?;
         let r = u32::from_le_bytes([

@@ -45,7 +45,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockDevice, Device, FileDevice, FileDeviceOptions};
+use cjfs_blockdev::{BlockDevice, DEFAULT_BLOCK_SIZE as BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::extent::{ExtentNode, NodeEntries};
 use cjfs_fs::ondisk::inode::Inode as RawInode;

@@ -80,7 +80,7 @@ fn exercise_sb(b: &[u8]) {
 }
 
 fn valid_dir_block() -> Vec<u8> {
-    let mut b = dirent::make_dot_block(12, 2).to_vec();
+    let mut b = dirent::make_dot_block(12, 2, 4096).to_vec();
     for (i, n) in ["a", "bb", "ccc-ccc", "dddd"].iter().enumerate() {
         let off = dirent::find_space(&b, n.len()).unwrap().unwrap();
         dirent::insert(&mut b, off, 20 + i as u32, n.as_bytes(), 1).unwrap();
@@ -222,7 +222,7 @@ proptest! {
 
     #[test]
     fn htree_mutated(muts in proptest::collection::vec((0usize..64, any::<u8>()), 0..4)) {
-        let mut b = DxRoot::new_block(12, 2, htree::DX_HASH_TEA, 1).to_vec();
+        let mut b = DxRoot::new_block(12, 2, htree::DX_HASH_TEA, 1, 4096).to_vec();
         if let Ok(mut r) = DxRoot::decode(&b) {
             r.entries.push(htree::DxEntry { hash: 0x1234_5679, block: 2 });
             r.indirect_levels = 1;

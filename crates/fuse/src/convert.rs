@@ -59,7 +59,7 @@ pub(crate) fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
-        blksize: cjfs_blockdev::BLOCK_SIZE as u32,
+        blksize: a.blksize,
         flags: 0,
     }
 }

@@ -979,6 +979,7 @@ fn dummy_attr(ino: Ino) -> Attr {
         gid: 0,
         size: 0,
         blocks: 0,
+        blksize: 4096,
         atime: t,
         mtime: t,
         ctime: t,

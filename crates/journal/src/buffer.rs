@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, TxId, zeroed_block};
+use cjfs_blockdev::{BlockBuf, Device, TxId, zeroed_block};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::lock_stat::{WaitCv, WaitSite};
@@ -82,7 +82,7 @@ impl JState {
 pub struct Buffer {
     blocknr: u64,
     /// Live image. Lock: itself.
-    data: RwLock<Box<[u8; BLOCK_SIZE]>>,
+    data: RwLock<Box<[u8]>>,
     /// Journal bookkeeping. Lock: itself.
     jstate: RankedMutex<JState>,
     /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here)
@@ -104,10 +104,10 @@ impl std::fmt::Debug for Buffer {
 }
 
 impl Buffer {
-    fn new(blocknr: u64) -> Self {
+    fn new(blocknr: u64, block_size: usize) -> Self {
         Buffer {
             blocknr,
-            data: RwLock::new(zeroed_block()),
+            data: RwLock::new(zeroed_block(block_size)),
             jstate: RankedMutex::new(Rank::BufferJState, JState::default()),
             cv: WaitCv::new(WaitSite::Buffer),
             uptodate: AtomicBool::new(false),
@@ -122,19 +122,19 @@ impl Buffer {
     }
 
     /// Read access to the live image.
-    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8; BLOCK_SIZE]>> {
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.data.read()
     }
 
     /// Write access to the live image. Metadata must be under a handle's write access first.
-    pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8; BLOCK_SIZE]>> {
+    pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write()
     }
 
     /// A shared copy of the live image (a version).
     pub fn snapshot(&self) -> BlockBuf {
         // One allocation and copy: this runs for every block of every commit.
-        Arc::new(**self.data.read())
+        BlockBuf::from(&self.data.read()[..])
     }
 
     /// Journal bookkeeping lock.
@@ -184,6 +184,8 @@ const SHARDS: usize = 64;
 /// held across device I/O except the buffer's own `data` lock while reading it in.
 pub struct BufferCache {
     dev: Device,
+    /// The device's block size, the length of every buffer (immutable).
+    block_size: usize,
     /// block number -> buffer, per shard. Lock: the shard's Mutex.
     shards: Vec<RankedMutex<HashMap<u64, Arc<Buffer>>>>,
     /// Soft limit on cached buffers per shard.
@@ -198,6 +200,7 @@ impl BufferCache {
     /// A cache over `dev` holding about `capacity_blocks` clean blocks.
     pub fn new(dev: Device, capacity_blocks: usize) -> Self {
         BufferCache {
+            block_size: dev.block_size(),
             dev,
             shards: (0..SHARDS).map(|_| RankedMutex::new(Rank::CacheShard, HashMap::new())).collect(),
             shard_cap: (capacity_blocks / SHARDS).max(64),
@@ -209,6 +212,11 @@ impl BufferCache {
     /// The device under the cache.
     pub fn device(&self) -> &Device {
         &self.dev
+    }
+
+    /// Bytes in every buffer: the device's block size.
+    pub fn block_size(&self) -> usize {
+        self.block_size
     }
 
     fn shard(&self, blocknr: u64) -> &RankedMutex<HashMap<u64, Arc<Buffer>>> {
@@ -228,7 +236,7 @@ impl BufferCache {
         if shard.len() >= self.shard_cap {
             Self::evict(&mut shard, self.shard_cap);
         }
-        let b = Arc::new(Buffer::new(blocknr));
+        let b = Arc::new(Buffer::new(blocknr, self.block_size));
         b.last_used.store(t, Ordering::Relaxed);
         shard.insert(blocknr, b.clone());
         b

@@ -284,7 +284,7 @@ fn take_versions(
     }
     j.set.stats.copy_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     j.set.stats.shadow_copies.fetch_add(out.len() as u64, Ordering::Relaxed);
-    j.set.stats.bytes_copied.fetch_add((out.len() * cjfs_blockdev::BLOCK_SIZE) as u64, Ordering::Relaxed);
+    j.set.stats.bytes_copied.fetch_add((out.len() * j.set.cache.block_size()) as u64, Ordering::Relaxed);
     Ok(out)
 }
 
@@ -388,7 +388,8 @@ fn log_requests(
         let l = j.log.lock();
         (l.sb.features(), l.sb.s_uuid)
     };
-    let blocks = crate::writer::build_log_blocks(tid, sb_features, uuid, versions, revokes)?;
+    let bs = j.set.cache.block_size();
+    let blocks = crate::writer::build_log_blocks(tid, sb_features, uuid, versions, revokes, bs)?;
     j.set.stats.revokes.fetch_add(revokes.len() as u64, Ordering::Relaxed);
     j.set.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
     let n = blocks.len() as u64 + 1;
@@ -397,7 +398,7 @@ fn log_requests(
     let mut lblk = start;
     let mut i = 0;
     let commit_first = crate::planted::bugs(&j.set.config).commit_before_data;
-    let commit_img = crate::writer::commit_block(tid, sb_features, uuid, chain)?;
+    let commit_img = crate::writer::commit_block(tid, sb_features, uuid, chain, bs)?;
     let commit_lblk = {
         let l = j.log.lock();
         let mut p = start;

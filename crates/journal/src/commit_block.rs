@@ -33,8 +33,6 @@
 //! clock stays in `h_commit_sec`/`h_commit_nsec`, which JBD2 recovery compares for its own
 //! checks. A journal of one log writes no extension: its commit blocks are plain JBD2.
 
-use cjfs_blockdev::BLOCK_SIZE;
-
 use crate::checksum::commit_block_csum;
 use crate::descriptor::{
     BLOCKTYPE_COMMIT, BlockHeader, HEADER_SIZE, check_block_len, rd_be32, rd_be64, wr_be32, wr_be64,
@@ -61,8 +59,8 @@ pub const CRC32_CHKSUM_SIZE: u8 = 4;
 pub const CHAIN_OFFSET: usize = 0x40;
 /// Magic of the chain-marks extension (`"ZJC1"`).
 pub const CHAIN_MAGIC: u32 = 0x5A4A_4331;
-/// Most marks one commit block can carry.
-pub const MAX_CHAIN_MARKS: usize = (BLOCK_SIZE - CHAIN_OFFSET - 24) / 8;
+/// Most marks one commit block can carry (in the smallest, 1 KiB, block).
+pub const MAX_CHAIN_MARKS: usize = (1024 - CHAIN_OFFSET - 24) / 8;
 
 /// A transaction's place in the order across logs (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -181,10 +179,12 @@ impl CommitBlock {
         self
     }
 
-    /// Encode into a journal block. With csum v2/v3 the type and size are written as 0 and
-    /// `h_chksum[0]` is set to the block checksum, whatever `self` holds there.
-    pub fn encode(&self, features: &JournalFeatures, csum_seed: u32) -> [u8; BLOCK_SIZE] {
-        self.encode_with(features, csum_seed, None).unwrap_or_else(|_| unreachable!("no extension"))
+    /// Encode into a journal block of `block_size` bytes. With csum v2/v3 the type and size
+    /// are written as 0 and `h_chksum[0]` is set to the block checksum, whatever `self`
+    /// holds there.
+    pub fn encode(&self, features: &JournalFeatures, csum_seed: u32, block_size: usize) -> Box<[u8]> {
+        self.encode_with(features, csum_seed, None, block_size)
+            .unwrap_or_else(|_| unreachable!("no extension"))
     }
 
     /// [`CommitBlock::encode`] with a chain-marks extension (per-core journaling).
@@ -193,8 +193,9 @@ impl CommitBlock {
         features: &JournalFeatures,
         csum_seed: u32,
         chain: Option<&ChainMarks>,
-    ) -> JResult<[u8; BLOCK_SIZE]> {
-        let mut b = [0u8; BLOCK_SIZE];
+        block_size: usize,
+    ) -> JResult<Box<[u8]>> {
+        let mut b = vec![0u8; block_size].into_boxed_slice();
         if let Some(c) = chain {
             c.encode_into(&mut b)?;
         }
@@ -259,6 +260,7 @@ impl CommitBlock {
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use crate::checksum::csum_seed;
     use crate::descriptor::{BLOCKTYPE_DESCRIPTOR, H_BLOCKTYPE_OFFSET};
@@ -268,7 +270,7 @@ mod tests {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&[3; 16]);
         let c = CommitBlock::new(17, 1_700_000_000, 123_456_789);
-        let b = c.encode(&f, seed);
+        let b = c.encode(&f, seed, BLOCK_SIZE);
         assert_eq!(b[COMMIT_CHKSUM_TYPE_OFFSET], 0);
         assert_eq!(b[COMMIT_CHKSUM_SIZE_OFFSET], 0);
         assert_eq!(rd_be64(&b, COMMIT_SEC_OFFSET), 1_700_000_000);
@@ -284,10 +286,10 @@ mod tests {
     fn roundtrip_no_csum_and_v1() {
         let f = JournalFeatures::cjfs(false);
         let c = CommitBlock::new(5, 10, 20);
-        let b = c.encode(&f, 0);
+        let b = c.encode(&f, 0, BLOCK_SIZE);
         assert_eq!(CommitBlock::decode(&b, &f, 0).expect("decode"), c);
         let c1 = CommitBlock::new(6, 1, 2).with_v1_checksum(0x1234_5678);
-        let b = c1.encode(&f, 0);
+        let b = c1.encode(&f, 0, BLOCK_SIZE);
         let d = CommitBlock::decode(&b, &f, 0).expect("decode");
         assert_eq!(d, c1);
         assert_eq!(d.chksum_type, CHKSUM_TYPE_CRC32);
@@ -298,7 +300,7 @@ mod tests {
     fn checksum_failure_detected() {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&[3; 16]);
-        let mut b = CommitBlock::new(17, 99, 1).encode(&f, seed);
+        let mut b = CommitBlock::new(17, 99, 1).encode(&f, seed, BLOCK_SIZE);
         b[COMMIT_SEC_OFFSET + 7] ^= 1;
         assert!(!CommitBlock::verify_csum(&b, &f, seed));
         match CommitBlock::decode(&b, &f, seed) {
@@ -307,7 +309,7 @@ mod tests {
         }
         // Torn block: second half zeroed does not matter here (all zero anyway), but a
         // zeroed checksum does.
-        let mut b = CommitBlock::new(17, 99, 1).encode(&f, seed);
+        let mut b = CommitBlock::new(17, 99, 1).encode(&f, seed, BLOCK_SIZE);
         wr_be32(&mut b, COMMIT_CHKSUM_OFFSET, 0);
         assert!(CommitBlock::decode(&b, &f, seed).is_err());
         assert!(CommitBlock::decode_unverified(&b).is_ok());
@@ -317,23 +319,23 @@ mod tests {
     fn chain_marks_round_trip_and_are_checked() {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&[3; 16]);
-        let plain = CommitBlock::new(9, 1, 2).encode(&f, seed);
+        let plain = CommitBlock::new(9, 1, 2).encode(&f, seed, BLOCK_SIZE);
         assert_eq!(ChainMarks::decode(&plain).expect("plain"), None);
         let c = ChainMarks { log: 3, stamp: 0x0102_0304_0506, marks: vec![(0, 0), (7, 41)] };
-        let b = CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&c)).expect("encode");
+        let b = CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&c), BLOCK_SIZE).expect("encode");
         assert!(CommitBlock::verify_csum(&b, &f, seed), "the block checksum covers the extension");
         assert_eq!(ChainMarks::decode(&b).expect("decode"), Some(c.clone()));
         let mut bad = b;
         bad[CHAIN_OFFSET + 22] ^= 1;
         assert!(ChainMarks::decode(&bad).is_err());
         let many = ChainMarks { marks: vec![(1, 1); MAX_CHAIN_MARKS + 1], ..c };
-        assert!(CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&many)).is_err());
+        assert!(CommitBlock::new(9, 1, 2).encode_with(&f, seed, Some(&many), BLOCK_SIZE).is_err());
     }
 
     #[test]
     fn wrong_type_rejected() {
         let f = JournalFeatures::cjfs(false);
-        let mut b = CommitBlock::new(1, 0, 0).encode(&f, 0);
+        let mut b = CommitBlock::new(1, 0, 0).encode(&f, 0, BLOCK_SIZE);
         wr_be32(&mut b, H_BLOCKTYPE_OFFSET, BLOCKTYPE_DESCRIPTOR);
         assert!(CommitBlock::decode(&b, &f, 0).is_err());
         assert!(CommitBlock::decode(&b[..20], &f, 0).is_err());

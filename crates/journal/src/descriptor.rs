@@ -17,7 +17,7 @@
 //! the first tag only); the last tag carries [`TAG_FLAG_LAST_TAG`]. With csum v2/v3 the
 //! block ends with a 4-byte tail (`jbd2_journal_block_tail`) holding the block's checksum.
 
-use cjfs_blockdev::BLOCK_SIZE;
+use cjfs_blockdev::valid_block_size;
 
 use crate::checksum::{block_tag_csum, block_tail_csum, csum_seed};
 use crate::error::{JResult, JournalError};
@@ -113,11 +113,11 @@ pub(crate) fn wr_be64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Check that `block` is exactly one journal block.
+/// Check that `block` is one whole journal block (1, 2 or 4 KiB).
 pub(crate) fn check_block_len(block: &[u8], what: &str) -> JResult<()> {
-    if block.len() != BLOCK_SIZE {
+    if !valid_block_size(block.len()) {
         return Err(JournalError::Corrupt(format!(
-            "{what}: buffer is {} bytes, expected {BLOCK_SIZE}",
+            "{what}: buffer is {} bytes, not a journal block of 1024, 2048 or 4096",
             block.len()
         )));
     }
@@ -359,7 +359,7 @@ pub fn parse_descriptor(block: &[u8], features: &JournalFeatures, csum_seed: u32
         return Err(JournalError::Corrupt(format!(
             "descriptor block of transaction {}: tail checksum 0x{:08x} does not match computed 0x{:08x}",
             h.sequence,
-            rd_be32(block, BLOCK_SIZE - BLOCK_TAIL_SIZE),
+            rd_be32(block, block.len() - BLOCK_TAIL_SIZE),
             block_tail_csum(csum_seed, block)
         )));
     }
@@ -374,7 +374,7 @@ pub fn parse_descriptor(block: &[u8], features: &JournalFeatures, csum_seed: u32
 /// writer stops one tag earlier, keeping room for a second UUID; both are valid).
 #[derive(Debug, Clone)]
 pub struct DescriptorBuilder {
-    block: Box<[u8; BLOCK_SIZE]>,
+    block: Box<[u8]>,
     features: JournalFeatures,
     uuid: [u8; 16],
     seed: u32,
@@ -387,9 +387,9 @@ pub struct DescriptorBuilder {
 
 impl DescriptorBuilder {
     /// An empty descriptor for transaction `sequence` of a journal with `features` and
-    /// `uuid` (the journal superblock's `s_uuid`).
-    pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16]) -> Self {
-        let mut block: Box<[u8; BLOCK_SIZE]> = Box::new([0u8; BLOCK_SIZE]);
+    /// `uuid` (the journal superblock's `s_uuid`), in blocks of `block_size` bytes.
+    pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16], block_size: usize) -> Self {
+        let mut block = vec![0u8; block_size].into_boxed_slice();
         BlockHeader::new(BLOCKTYPE_DESCRIPTOR, sequence).encode_into(&mut block[..]);
         DescriptorBuilder {
             block,
@@ -402,9 +402,9 @@ impl DescriptorBuilder {
         }
     }
 
-    /// Most tags one descriptor block holds with `features`.
-    pub fn max_tags(features: &JournalFeatures) -> usize {
-        let room = BLOCK_SIZE - HEADER_SIZE - features.tail_size();
+    /// Most tags one descriptor block of `block_size` bytes holds with `features`.
+    pub fn max_tags(features: &JournalFeatures, block_size: usize) -> usize {
+        let room = block_size - HEADER_SIZE - features.tail_size();
         let tb = features.tag_bytes();
         if room < tb + TAG_UUID_SIZE { 0 } else { 1 + (room - tb - TAG_UUID_SIZE) / tb }
     }
@@ -432,7 +432,7 @@ impl DescriptorBuilder {
         );
         let first = self.count == 0;
         let need = self.features.tag_bytes() + if first { TAG_UUID_SIZE } else { 0 };
-        if self.off + need > BLOCK_SIZE - self.features.tail_size() {
+        if self.off + need > self.block.len() - self.features.tail_size() {
             return false;
         }
         let mut flags = tag.flags & !(TAG_FLAG_SAME_UUID | TAG_FLAG_LAST_TAG);
@@ -454,19 +454,20 @@ impl DescriptorBuilder {
     ///
     /// # Panics
     /// If no tag was pushed (an empty descriptor would be read back as one tag for block 0).
-    pub fn finish(mut self) -> [u8; BLOCK_SIZE] {
+    pub fn finish(mut self) -> Box<[u8]> {
         let Some((off, tag)) = self.last else {
             panic!("DescriptorBuilder::finish on an empty descriptor");
         };
         let flags = tag.flags | TAG_FLAG_LAST_TAG;
         write_tag(&mut self.block[..], off, &tag, flags, &self.features);
         set_block_tail(&mut self.block[..], &self.features, self.seed);
-        *self.block
+        self.block
     }
 }
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use crate::superblock::{INCOMPAT_64BIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE};
 
@@ -524,7 +525,7 @@ mod tests {
     fn roundtrip(incompat: u32) {
         let f = feats(incompat);
         let seed = csum_seed(&UUID);
-        let mut b = DescriptorBuilder::new(9, f, UUID);
+        let mut b = DescriptorBuilder::new(9, f, UUID, BLOCK_SIZE);
         let mut pushed = Vec::new();
         for i in 0..5u64 {
             let home = if f.has_64bit() { (7u64 << 32) + i * 3 } else { 1000 + i * 3 };
@@ -564,7 +565,7 @@ mod tests {
     #[test]
     fn csum3_tag_layout() {
         let f = JournalFeatures::cjfs(true);
-        let mut b = DescriptorBuilder::new(3, f, UUID);
+        let mut b = DescriptorBuilder::new(3, f, UUID, BLOCK_SIZE);
         assert!(b.try_push(Tag { blocknr: 0x1_0000_0002, flags: TAG_FLAG_ESCAPE, checksum: 0xCAFEBABE }));
         let blk = b.finish();
         assert_eq!(rd_be32(&blk, 12), 2);
@@ -579,8 +580,8 @@ mod tests {
         // (4096 - 12 header - 4 tail - 16 uuid) / 16 bytes per tag.
         let cap = (BLOCK_SIZE - 12 - 4 - 16) / 16;
         assert_eq!(cap, 254);
-        assert_eq!(DescriptorBuilder::max_tags(&f), cap);
-        let mut b = DescriptorBuilder::new(1, f, UUID);
+        assert_eq!(DescriptorBuilder::max_tags(&f, BLOCK_SIZE), cap);
+        let mut b = DescriptorBuilder::new(1, f, UUID, BLOCK_SIZE);
         for i in 0..cap as u64 {
             assert!(b.try_push(Tag { blocknr: 100 + i, flags: 0, checksum: i as u32 }), "tag {i}");
         }
@@ -597,8 +598,8 @@ mod tests {
     fn capacity_other_layouts() {
         for incompat in [0, INCOMPAT_64BIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V2 | INCOMPAT_64BIT] {
             let f = feats(incompat);
-            let cap = DescriptorBuilder::max_tags(&f);
-            let mut b = DescriptorBuilder::new(1, f, UUID);
+            let cap = DescriptorBuilder::max_tags(&f, BLOCK_SIZE);
+            let mut b = DescriptorBuilder::new(1, f, UUID, BLOCK_SIZE);
             let mut n = 0;
             while b.try_push(Tag { blocknr: n, flags: 0, checksum: 0 }) {
                 n += 1;
@@ -613,7 +614,7 @@ mod tests {
     fn tail_checksum_failure_detected() {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&UUID);
-        let mut b = DescriptorBuilder::new(1, f, UUID);
+        let mut b = DescriptorBuilder::new(1, f, UUID, BLOCK_SIZE);
         assert!(b.try_push(Tag { blocknr: 5, flags: 0, checksum: 0 }));
         let mut blk = b.finish();
         assert!(verify_block_tail(&blk, &f, seed));
@@ -627,7 +628,7 @@ mod tests {
         blk[40] ^= 0x80;
         assert!(parse_descriptor(&blk, &f, csum_seed(&[0; 16])).is_err());
         // Wrong block type.
-        let mut blk2 = blk;
+        let mut blk2 = blk.clone();
         wr_be32(&mut blk2, H_BLOCKTYPE_OFFSET, BLOCKTYPE_REVOKE);
         assert!(parse_descriptor(&blk2, &f, seed).is_err());
         // Short buffer.

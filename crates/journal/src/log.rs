@@ -56,17 +56,17 @@ impl LogState {
     }
 
     /// The superblock image for the current position.
-    pub fn sb_image(&self) -> Box<[u8; cjfs_blockdev::BLOCK_SIZE]> {
+    pub fn sb_image(&self) -> Vec<u8> {
         self.sb_image_after(0).0
     }
 
     /// The superblock image (and its `s_start`) once transactions up to `upto` are released.
-    pub fn sb_image_after(&self, upto: Tid) -> (Box<[u8; cjfs_blockdev::BLOCK_SIZE]>, u64) {
+    pub fn sb_image_after(&self, upto: Tid) -> (Vec<u8>, u64) {
         let (start, seq) = self.position_after(upto);
         let mut sb = self.sb.clone();
         sb.s_start = start as u32;
         sb.s_sequence = seq as u32;
-        (Box::new(sb.encode()), start)
+        (sb.encode(), start)
     }
 }
 

@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cjfs_blockdev::{BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice};
+use cjfs_blockdev::{BlockDevice, BlockKind, WriteRequest, WriteTag};
 
 use crate::area::JournalArea;
 use crate::commit_block::ChainMarks;
@@ -251,7 +251,7 @@ pub fn recover_logs(
             let blk = areas[k].map(first_bad.commit_block)?;
             let req = WriteRequest {
                 block: blk,
-                bufs: vec![block_from_slice(&[0u8; cjfs_blockdev::BLOCK_SIZE])],
+                bufs: vec![cjfs_blockdev::zeroed_buf(dev.block_size())],
                 tag: WriteTag::kind(BlockKind::Recovery),
                 fua: false,
             };

@@ -57,11 +57,8 @@
 //!   half-written transaction `end` left in the log can never be mistaken for a new one.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
-use cjfs_blockdev::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice, wait_all,
-};
+use cjfs_blockdev::{BlockBuf, BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice, wait_all};
 
 use crate::area::JournalArea;
 use crate::checksum::crc32_be;
@@ -118,14 +115,16 @@ impl<'a> LogReader<'a> {
         }
         if lblk < self.start || lblk >= self.start + self.len {
             let (dev_block, n) = self.area.map_run(lblk, READ_RUN_BLOCKS.min(self.maxlen - lblk))?;
-            self.buf.resize(n as usize * BLOCK_SIZE, 0);
+            let bs = self.dev.block_size();
+            self.buf.resize(n as usize * bs, 0);
             self.len = 0;
             self.dev.read(dev_block, &mut self.buf)?;
             self.start = lblk;
             self.len = n;
         }
-        let off = (lblk - self.start) as usize * BLOCK_SIZE;
-        Ok(&self.buf[off..off + BLOCK_SIZE])
+        let bs = self.dev.block_size();
+        let off = (lblk - self.start) as usize * bs;
+        Ok(&self.buf[off..off + bs])
     }
 }
 
@@ -576,11 +575,14 @@ pub(crate) fn for_each_batch(
     for chunk in by_log.chunks(WRITE_BATCH_BLOCKS) {
         let mut batch = Vec::with_capacity(chunk.len());
         for &(home, src) in chunk {
-            let mut b = block_from_slice(reader.block(src.log_block)?);
-            if src.escaped {
-                // Never shared yet, so this does not copy.
-                unescape(&mut Arc::make_mut(&mut b)[..]);
-            }
+            let raw = reader.block(src.log_block)?;
+            let b = if src.escaped {
+                let mut v = raw.to_vec();
+                unescape(&mut v);
+                BlockBuf::from(v)
+            } else {
+                block_from_slice(raw)
+            };
             batch.push((home, b));
         }
         batch.sort_by_key(|(h, _)| *h);
@@ -881,10 +883,11 @@ pub(crate) fn write_home(
 pub(crate) mod test_support {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use cjfs_blockdev::{
-        BLOCK_SIZE, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
-    };
+    use cjfs_blockdev::{BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest};
     use parking_lot::Mutex;
+
+    /// The test devices' block size.
+    pub(crate) const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
 
     /// Blocks in a vector; writes are immediately durable.
     pub(crate) struct MemDev {
@@ -901,8 +904,8 @@ pub(crate) mod test_support {
                 writes: AtomicU64::new(0),
             }
         }
-        pub(crate) fn poke(&self, block: u64, data: &[u8; BLOCK_SIZE]) {
-            self.blocks.lock()[block as usize] = *data;
+        pub(crate) fn poke(&self, block: u64, data: &[u8]) {
+            self.blocks.lock()[block as usize].copy_from_slice(data);
         }
         pub(crate) fn peek(&self, block: u64) -> [u8; BLOCK_SIZE] {
             self.blocks.lock()[block as usize]
@@ -919,6 +922,9 @@ pub(crate) mod test_support {
     }
 
     impl BlockDevice for MemDev {
+        fn block_size(&self) -> usize {
+            BLOCK_SIZE
+        }
         fn num_blocks(&self) -> u64 {
             self.blocks.lock().len() as u64
         }
@@ -953,7 +959,7 @@ pub(crate) mod test_support {
                 });
             }
             for (i, b) in req.bufs.iter().enumerate() {
-                blocks[req.block as usize + i] = **b;
+                blocks[req.block as usize + i].copy_from_slice(b);
             }
             self.writes.fetch_add(1, Ordering::Relaxed);
             Ok(IoTicket::done(Ok(())))
@@ -973,6 +979,7 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::test_support::MemDev;
     use super::*;
     use crate::checksum::{crc32c, csum_seed};
@@ -1009,7 +1016,7 @@ mod tests {
         fn geo(&self) -> LogRing {
             LogRing::from_superblock(&self.sb)
         }
-        fn put(&mut self, data: &[u8; BLOCK_SIZE]) -> u64 {
+        fn put(&mut self, data: &[u8]) -> u64 {
             let at = self.pos;
             self.dev.poke(self.area.map(at).expect("map"), data);
             self.pos = self.geo().next(self.pos);
@@ -1025,7 +1032,7 @@ mod tests {
         /// Returns the log block of the commit (or where it would be).
         fn tx(&mut self, tid: u32, blocks: &[(u64, [u8; BLOCK_SIZE])], revokes: &[u64], commit: bool) -> u64 {
             if !revokes.is_empty() {
-                let mut rb = RevokeBuilder::new(tid, self.f, UUID);
+                let mut rb = RevokeBuilder::new(tid, self.f, UUID, BLOCK_SIZE);
                 for &r in revokes {
                     rb.push(r);
                 }
@@ -1035,7 +1042,7 @@ mod tests {
             }
             let mut rest = blocks;
             while !rest.is_empty() {
-                let mut db = DescriptorBuilder::new(tid, self.f, UUID);
+                let mut db = DescriptorBuilder::new(tid, self.f, UUID, BLOCK_SIZE);
                 let mut datas = Vec::new();
                 let mut n = 0;
                 for (home, data) in rest {
@@ -1055,7 +1062,7 @@ mod tests {
                 }
             }
             self.time += 10;
-            let c = CommitBlock::new(tid, self.time, 0).encode(&self.f, self.seed);
+            let c = CommitBlock::new(tid, self.time, 0).encode(&self.f, self.seed, BLOCK_SIZE);
             if commit { self.put(&c) } else { self.pos }
         }
     }
@@ -1447,13 +1454,13 @@ mod tests {
         let seed = csum_seed(&UUID);
         let geo = LogRing::from_superblock(&sb);
         let mut pos = 1u64;
-        let put = |d: &[u8; BLOCK_SIZE], pos: &mut u64| {
+        let put = |d: &[u8], pos: &mut u64| {
             dev.poke(area.map(*pos).expect("map"), d);
             *pos = geo.next(*pos);
         };
         // tx 1: 300 blocks (2 descriptors) across the two extents.
-        let mut db = DescriptorBuilder::new(1, f, UUID);
-        let mut pending = Vec::new();
+        let mut db = DescriptorBuilder::new(1, f, UUID, BLOCK_SIZE);
+        let mut pending: Vec<[u8; BLOCK_SIZE]> = Vec::new();
         for i in 0..300u64 {
             let mut d = pattern(i as u8);
             let t = make_tag(10 + i, &mut d, 1, &f, seed);
@@ -1462,7 +1469,7 @@ mod tests {
                 for p in pending.drain(..) {
                     put(&p, &mut pos);
                 }
-                db = DescriptorBuilder::new(1, f, UUID);
+                db = DescriptorBuilder::new(1, f, UUID, BLOCK_SIZE);
                 assert!(db.try_push(t));
             }
             pending.push(d);
@@ -1471,16 +1478,16 @@ mod tests {
         for p in pending.drain(..) {
             put(&p, &mut pos);
         }
-        put(&CommitBlock::new(1, 10, 0).encode(&f, seed), &mut pos);
+        put(&CommitBlock::new(1, 10, 0).encode(&f, seed, BLOCK_SIZE), &mut pos);
         // tx 2: revoke 600 blocks (two revoke blocks): 0..100 and 500..1000.
-        let mut rb = RevokeBuilder::new(2, f, UUID);
+        let mut rb = RevokeBuilder::new(2, f, UUID, BLOCK_SIZE);
         for b in (0..100u64).chain(500..1000) {
             rb.push(b);
         }
         for b in rb.finish() {
             put(&b, &mut pos);
         }
-        put(&CommitBlock::new(2, 11, 0).encode(&f, seed), &mut pos);
+        put(&CommitBlock::new(2, 11, 0).encode(&f, seed, BLOCK_SIZE), &mut pos);
         let mut sb2 = sb.clone();
         sb2.s_start = 1;
         sb2.s_sequence = 1;
@@ -1535,12 +1542,12 @@ mod tests {
         let mut sb = JournalSuperblock::new_v2_with_features(LOG_LEN as u32, UUID, f);
         let geo = LogRing::from_superblock(&sb);
         let mut pos = 1;
-        let put = |d: &[u8; BLOCK_SIZE], pos: &mut u64| {
+        let put = |d: &[u8], pos: &mut u64| {
             dev.poke(area.map(*pos).expect("map"), d);
             *pos = geo.next(*pos);
         };
         let write_tx = |tid: u32, home: u64, p: u8, good: bool, pos: &mut u64| {
-            let mut db = DescriptorBuilder::new(tid, f, UUID);
+            let mut db = DescriptorBuilder::new(tid, f, UUID, BLOCK_SIZE);
             let mut d = pattern(p);
             assert!(db.try_push(make_tag(home, &mut d, tid, &f, 0)));
             let desc = db.finish();
@@ -1551,7 +1558,12 @@ mod tests {
             }
             put(&desc, pos);
             put(&d, pos);
-            put(&CommitBlock::new(tid, 100 + u64::from(tid), 0).with_v1_checksum(crc).encode(&f, 0), pos);
+            put(
+                &CommitBlock::new(tid, 100 + u64::from(tid), 0)
+                    .with_v1_checksum(crc)
+                    .encode(&f, 0, BLOCK_SIZE),
+                pos,
+            );
         };
         write_tx(1, 10, 1, true, &mut pos);
         write_tx(2, 11, 2, false, &mut pos);
@@ -1572,14 +1584,14 @@ mod tests {
         let f = JournalFeatures::new(0, crate::superblock::INCOMPAT_CSUM_V2, 0);
         let mut sb = JournalSuperblock::new_v2_with_features(LOG_LEN as u32, UUID, f);
         let seed = csum_seed(&UUID);
-        let mut db = DescriptorBuilder::new(3, f, UUID);
+        let mut db = DescriptorBuilder::new(3, f, UUID, BLOCK_SIZE);
         let mut d = pattern(7);
         let t = make_tag(33, &mut d, 3, &f, seed);
         assert!(t.checksum <= 0xFFFF);
         assert!(db.try_push(t));
         dev.poke(AREA_START + 1, &db.finish());
         dev.poke(AREA_START + 2, &d);
-        dev.poke(AREA_START + 3, &CommitBlock::new(3, 1, 0).encode(&f, seed));
+        dev.poke(AREA_START + 3, &CommitBlock::new(3, 1, 0).encode(&f, seed, BLOCK_SIZE));
         sb.s_start = 1;
         sb.s_sequence = 3;
         dev.poke(AREA_START, &sb.encode());
@@ -1614,7 +1626,7 @@ mod tests {
         // Every block a revoke block of tid 1 forever: the walk must end.
         dev.poke(AREA_START, &sb.encode());
         for l in 1..LOG_LEN {
-            let mut rb = RevokeBuilder::new(1, w.f, UUID);
+            let mut rb = RevokeBuilder::new(1, w.f, UUID, BLOCK_SIZE);
             rb.push(l);
             dev.poke(AREA_START + l, &rb.finish()[0]);
         }

@@ -8,8 +8,6 @@
 //! A revoke record for block B in transaction T tells recovery not to replay any logged copy
 //! of B from a transaction with tid <= T.
 
-use cjfs_blockdev::BLOCK_SIZE;
-
 use crate::checksum::csum_seed;
 use crate::descriptor::{
     BLOCKTYPE_REVOKE, BlockHeader, HEADER_SIZE, check_block_len, rd_be32, rd_be64, set_block_tail,
@@ -31,24 +29,25 @@ pub struct RevokeBuilder {
     features: JournalFeatures,
     seed: u32,
     records: Vec<u64>,
+    block_size: usize,
 }
 
 impl RevokeBuilder {
     /// An empty set of revoke records for transaction `sequence` of a journal with
-    /// `features` and `uuid` (the superblock's `s_uuid`).
-    pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16]) -> Self {
-        RevokeBuilder { sequence, features, seed: csum_seed(&uuid), records: Vec::new() }
+    /// `features` and `uuid` (the superblock's `s_uuid`), in blocks of `block_size` bytes.
+    pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16], block_size: usize) -> Self {
+        RevokeBuilder { sequence, features, seed: csum_seed(&uuid), records: Vec::new(), block_size }
     }
 
-    /// Records one revoke block holds with `features` (509 with 64-bit + csum, 1020 with
-    /// neither).
-    pub fn records_per_block(features: &JournalFeatures) -> usize {
-        (BLOCK_SIZE - REVOKE_HEADER_SIZE - features.tail_size()) / features.revoke_record_len()
+    /// Records one revoke block of `block_size` bytes holds with `features` (in 4 KiB: 509
+    /// with 64-bit + csum, 1020 with neither).
+    pub fn records_per_block(features: &JournalFeatures, block_size: usize) -> usize {
+        (block_size - REVOKE_HEADER_SIZE - features.tail_size()) / features.revoke_record_len()
     }
 
-    /// Revoke blocks needed for `n` records.
-    pub fn blocks_needed(n: usize, features: &JournalFeatures) -> usize {
-        n.div_ceil(Self::records_per_block(features))
+    /// Revoke blocks of `block_size` bytes needed for `n` records.
+    pub fn blocks_needed(n: usize, features: &JournalFeatures, block_size: usize) -> usize {
+        n.div_ceil(Self::records_per_block(features, block_size))
     }
 
     /// Add a revoked block number.
@@ -75,17 +74,17 @@ impl RevokeBuilder {
 
     /// Number of blocks [`RevokeBuilder::finish`] will produce.
     pub fn block_count(&self) -> usize {
-        Self::blocks_needed(self.records.len(), &self.features)
+        Self::blocks_needed(self.records.len(), &self.features, self.block_size)
     }
 
     /// The revoke blocks, in order (none if nothing was pushed), each with `r_count` and the
     /// tail checksum set.
-    pub fn finish(self) -> Vec<[u8; BLOCK_SIZE]> {
-        let per = Self::records_per_block(&self.features);
+    pub fn finish(self) -> Vec<Box<[u8]>> {
+        let per = Self::records_per_block(&self.features, self.block_size);
         let rec = self.features.revoke_record_len();
         let mut out = Vec::with_capacity(self.block_count());
         for chunk in self.records.chunks(per) {
-            let mut b = [0u8; BLOCK_SIZE];
+            let mut b = vec![0u8; self.block_size].into_boxed_slice();
             BlockHeader::new(BLOCKTYPE_REVOKE, self.sequence).encode_into(&mut b);
             let mut off = REVOKE_HEADER_SIZE;
             for &blk in chunk {
@@ -110,7 +109,7 @@ impl RevokeBuilder {
 pub fn parse_revoke_records(block: &[u8], features: &JournalFeatures) -> JResult<Vec<u64>> {
     check_block_len(block, "revoke block")?;
     let rcount = rd_be32(block, REVOKE_COUNT_OFFSET);
-    let max = BLOCK_SIZE - features.tail_size();
+    let max = block.len() - features.tail_size();
     if rcount as usize > max {
         return Err(JournalError::Corrupt(format!(
             "revoke block of transaction {}: r_count {rcount} exceeds {max}",
@@ -143,6 +142,7 @@ pub fn parse_revoke(block: &[u8], features: &JournalFeatures, csum_seed: u32) ->
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use crate::superblock::{INCOMPAT_64BIT, INCOMPAT_CSUM_V3};
 
@@ -150,16 +150,19 @@ mod tests {
 
     #[test]
     fn capacity() {
-        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(true)), 509);
-        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(false)), 510);
-        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::default()), 1020);
-        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0)), 1019);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(true), BLOCK_SIZE), 509);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::cjfs(false), BLOCK_SIZE), 510);
+        assert_eq!(RevokeBuilder::records_per_block(&JournalFeatures::default(), BLOCK_SIZE), 1020);
+        assert_eq!(
+            RevokeBuilder::records_per_block(&JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0), BLOCK_SIZE),
+            1019
+        );
     }
 
     #[test]
     fn roundtrip_one_block() {
         let f = JournalFeatures::cjfs(true);
-        let mut b = RevokeBuilder::new(12, f, UUID);
+        let mut b = RevokeBuilder::new(12, f, UUID, BLOCK_SIZE);
         b.push(5);
         b.push(1 << 40);
         let blocks = b.finish();
@@ -178,9 +181,9 @@ mod tests {
             JournalFeatures::new(0, INCOMPAT_CSUM_V3, 0),
             JournalFeatures::new(0, INCOMPAT_64BIT, 0),
         ] {
-            let per = RevokeBuilder::records_per_block(&f);
+            let per = RevokeBuilder::records_per_block(&f, BLOCK_SIZE);
             let n = per * 2 + 7;
-            let mut b = RevokeBuilder::new(3, f, UUID);
+            let mut b = RevokeBuilder::new(3, f, UUID, BLOCK_SIZE);
             for i in 0..n as u64 {
                 b.push(i * 11 + 1);
             }
@@ -195,14 +198,14 @@ mod tests {
             }
             assert_eq!(all, (0..n as u64).map(|i| i * 11 + 1).collect::<Vec<_>>());
         }
-        assert!(RevokeBuilder::new(1, JournalFeatures::default(), UUID).finish().is_empty());
+        assert!(RevokeBuilder::new(1, JournalFeatures::default(), UUID, BLOCK_SIZE).finish().is_empty());
     }
 
     #[test]
     fn checksum_and_count_errors() {
         let f = JournalFeatures::cjfs(true);
         let seed = csum_seed(&UUID);
-        let mut b = RevokeBuilder::new(1, f, UUID);
+        let mut b = RevokeBuilder::new(1, f, UUID, BLOCK_SIZE);
         b.push(77);
         let mut blk = b.finish().remove(0);
         blk[17] ^= 1;

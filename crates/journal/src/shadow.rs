@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lock_rank::{Rank, RankedMutex};
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, zeroed_buf};
+use cjfs_blockdev::{BlockBuf, zeroed_buf};
 
 use crate::buffer::Buffer;
 
@@ -21,6 +21,8 @@ pub struct ShadowPool {
     cap: usize,
     /// Pages handed out from the pool (statistics). Relaxed.
     reused: AtomicU64,
+    /// Bytes in every page: the journal's block size (immutable).
+    block_size: usize,
 }
 
 /// Pages allocated when the pool is made; the rest of its capacity fills as versions come
@@ -28,10 +30,11 @@ pub struct ShadowPool {
 pub const EAGER_PAGES: usize = 256;
 
 impl ShadowPool {
-    /// A pool of up to `n` pages (0 disables pooling), [`EAGER_PAGES`] of them allocated now.
-    pub fn new(n: usize) -> Self {
-        let free = (0..n.min(EAGER_PAGES)).map(|_| zeroed_buf()).collect();
-        ShadowPool { free: RankedMutex::new(Rank::Leaf, free), cap: n, reused: AtomicU64::new(0) }
+    /// A pool of up to `n` pages of `block_size` bytes (0 disables pooling), [`EAGER_PAGES`]
+    /// of them allocated now.
+    pub fn new(n: usize, block_size: usize) -> Self {
+        let free = (0..n.min(EAGER_PAGES)).map(|_| zeroed_buf(block_size)).collect();
+        ShadowPool { free: RankedMutex::new(Rank::Leaf, free), cap: n, reused: AtomicU64::new(0), block_size }
     }
 
     /// A version of `buf`: a copy of its live image, taken under its read lock.
@@ -72,11 +75,14 @@ impl ShadowPool {
     }
 
     /// Bytes a version costs.
-    pub const PAGE_BYTES: usize = BLOCK_SIZE;
+    pub fn page_bytes(&self) -> usize {
+        self.block_size
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use cjfs_blockdev::{Device, EmulatedSsd};
 
@@ -86,7 +92,7 @@ mod tests {
         let cache = crate::buffer::BufferCache::new(dev, 64);
         let b = cache.get_new(3);
         b.write()[0] = 7;
-        let pool = ShadowPool::new(2);
+        let pool = ShadowPool::new(2, BLOCK_SIZE);
         let v1 = pool.copy_of(&b);
         assert_eq!(v1[0], 7);
         let held = v1.clone();

@@ -21,7 +21,9 @@
 //! | 0x100 | `s_users[16 * 48]` |
 //! | 0x400 | end of structure (rest of the 4 KiB block is zero) |
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockDevice, BlockKind, WriteRequest, WriteTag, block_from_slice};
+use cjfs_blockdev::{
+    BlockDevice, BlockKind, DEFAULT_BLOCK_SIZE, WriteRequest, WriteTag, block_from_slice, zeroed_buf,
+};
 
 use crate::area::JournalArea;
 use crate::checksum::{csum_seed, superblock_csum};
@@ -127,8 +129,11 @@ pub const CHKSUM_TYPE_SHA1: u8 = 3;
 /// `JBD2_CRC32C_CHKSUM`: the only `s_checksum_type` valid with csum v2/v3.
 pub const CHKSUM_TYPE_CRC32C: u8 = 4;
 
-/// The only journal block size this engine supports.
-pub const JOURNAL_BLOCK_SIZE: u32 = BLOCK_SIZE as u32;
+/// The journal block size a fresh superblock gets unless formatted on a device of another
+/// block size (JBD2 logs in file-system blocks, so it is always the file system's).
+pub const JOURNAL_BLOCK_SIZE: u32 = DEFAULT_BLOCK_SIZE as u32;
+/// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas.
+pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 8 * MAX_LOG_AREAS + 4;
 /// `JBD2_MIN_JOURNAL_BLOCKS`: the kernel and e2fsprogs refuse smaller journals. Not enforced
 /// here (tests use tiny logs), but anything meant for the kernel must be at least this long.
 pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
@@ -301,7 +306,8 @@ fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
 
 /// Write the log-area table for `areas` into `block` (nothing when there are none).
 fn encode_area_table(areas: &[LogArea], block: &mut [u8]) {
-    if areas.is_empty() {
+    // `format_journal_areas` refuses extra areas on blocks too small for the table.
+    if areas.is_empty() || block.len() < AREA_TABLE_OFFSET + 12 + 8 * areas.len() {
         return;
     }
     wr_be32(block, AREA_TABLE_OFFSET, AREA_TABLE_MAGIC);
@@ -320,7 +326,7 @@ fn encode_area_table(areas: &[LogArea], block: &mut [u8]) {
 pub struct JournalSuperblock {
     /// Header block type: [`BLOCKTYPE_SB_V1`] or [`BLOCKTYPE_SB_V2`].
     pub blocktype: u32,
-    /// Journal block size in bytes (always 4096 here).
+    /// Journal block size in bytes (the file system's block size).
     pub s_blocksize: u32,
     /// Total log blocks, including the superblock.
     pub s_maxlen: u32,
@@ -452,8 +458,12 @@ impl JournalSuperblock {
         let field = |off: usize| if v1 { 0 } else { rd_be32(buf, off) };
 
         let s_blocksize = rd_be32(buf, SB_BLOCKSIZE_OFFSET);
-        if s_blocksize != JOURNAL_BLOCK_SIZE {
-            let msg = format!("s_blocksize {s_blocksize} (only {JOURNAL_BLOCK_SIZE} is supported)");
+        if s_blocksize as usize != buf.len() {
+            let msg = format!(
+                "s_blocksize {s_blocksize} differs from the file system's block size {} (JBD2 logs \
+                 in file-system blocks)",
+                buf.len()
+            );
             return Err(if s_blocksize.is_power_of_two() && (512..=65536).contains(&s_blocksize) {
                 incompatible(msg)
             } else {
@@ -551,10 +561,12 @@ impl JournalSuperblock {
         Ok(sb)
     }
 
-    /// Encode into a full journal block. With csum v2/v3 the checksum is computed and stored
-    /// (the `s_checksum` field of `self` is ignored).
-    pub fn encode(&self) -> [u8; BLOCK_SIZE] {
-        let mut b = [0u8; BLOCK_SIZE];
+    /// Encode into a full journal block of `s_blocksize` bytes. With csum v2/v3 the checksum
+    /// is computed and stored (the `s_checksum` field of `self` is ignored). The log-area
+    /// table needs a block of at least [`AREA_TABLE_MIN_BLOCK`] bytes; formatting refuses
+    /// extra areas on smaller blocks.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.s_blocksize as usize];
         BlockHeader { magic: JBD2_MAGIC, blocktype: self.blocktype, sequence: 0 }.encode_into(&mut b);
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, self.s_blocksize);
         wr_be32(&mut b, SB_MAXLEN_OFFSET, self.s_maxlen);
@@ -626,8 +638,9 @@ pub fn format_journal(
     let maxlen = u32::try_from(len).map_err(|_| {
         JournalError::Incompatible(format!("journal area of {len} blocks exceeds 2^32 blocks"))
     })?;
-    let sb = JournalSuperblock::new_v2(maxlen, uuid, csum_v3);
-    let zero = block_from_slice(&[0u8; BLOCK_SIZE]);
+    let mut sb = JournalSuperblock::new_v2(maxlen, uuid, csum_v3);
+    sb.s_blocksize = dev.block_size() as u32;
+    let zero = zeroed_buf(dev.block_size());
     let t1 = dev.submit(WriteRequest {
         block: area.map(u64::from(sb.s_first))?,
         bufs: vec![zero],
@@ -683,6 +696,14 @@ pub fn format_journal_areas(
             inode_area.len()
         )));
     }
+    if !extra_lens.is_empty() && dev.block_size() < AREA_TABLE_MIN_BLOCK {
+        return Err(JournalError::Incompatible(format!(
+            "{} log areas need a journal block of at least {AREA_TABLE_MIN_BLOCK} bytes for their \
+             table; this file system's blocks are {} bytes (use one log)",
+            extra_lens.len() + 1,
+            dev.block_size()
+        )));
+    }
     let mut log_areas = Vec::with_capacity(extra_lens.len());
     let mut first = primary_len;
     for &len in extra_lens {
@@ -708,6 +729,7 @@ pub fn format_journal_areas(
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use crate::recovery::test_support::MemDev;
 
@@ -829,7 +851,7 @@ mod tests {
         let sb = JournalSuperblock::new_v2(64, uuid(), false);
         let good = sb.encode();
         // Bad magic.
-        let mut b = good;
+        let mut b = good.clone();
         b[0] = 0;
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // maxlen beyond the area.
@@ -840,21 +862,21 @@ mod tests {
         // Smaller area than maxlen is fine the other way round.
         assert!(JournalSuperblock::decode(&good, 100).is_ok());
         // Block size.
-        let mut b = good;
+        let mut b = good.clone();
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1024);
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Incompatible(_))));
         wr_be32(&mut b, SB_BLOCKSIZE_OFFSET, 1000);
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // s_first.
-        let mut b = good;
+        let mut b = good.clone();
         wr_be32(&mut b, SB_FIRST_OFFSET, 0);
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // s_start outside the log.
-        let mut b = good;
+        let mut b = good.clone();
         wr_be32(&mut b, SB_START_OFFSET, 64);
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         // Log block type as superblock.
-        let mut b = good;
+        let mut b = good.clone();
         wr_be32(&mut b, 4, BLOCKTYPE_COMMIT);
         assert!(matches!(JournalSuperblock::decode(&b, 64), Err(JournalError::Corrupt(_))));
         wr_be32(&mut b, 4, 9);

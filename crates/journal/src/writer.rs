@@ -20,27 +20,28 @@ pub(crate) fn build_log_blocks(
     uuid: [u8; 16],
     versions: &[(Arc<Buffer>, BlockBuf)],
     revokes: &[u64],
+    block_size: usize,
 ) -> JResult<Vec<(BlockKind, BlockBuf)>> {
     let seq = tid as u32;
     let seed = csum_seed(&uuid);
-    let per_desc = DescriptorBuilder::max_tags(&features).max(1);
+    let per_desc = DescriptorBuilder::max_tags(&features, block_size).max(1);
     let mut out = Vec::with_capacity(versions.len() + versions.len() / per_desc + 2);
     if !revokes.is_empty() {
-        let mut rb = RevokeBuilder::new(seq, features, uuid);
+        let mut rb = RevokeBuilder::new(seq, features, uuid, block_size);
         for &r in revokes {
             rb.push(r);
         }
         for blk in rb.finish() {
-            out.push((BlockKind::JournalRevoke, Arc::new(blk)));
+            out.push((BlockKind::JournalRevoke, BlockBuf::from(blk)));
         }
     }
     for chunk in versions.chunks(per_desc) {
-        let mut desc = DescriptorBuilder::new(seq, features, uuid);
+        let mut desc = DescriptorBuilder::new(seq, features, uuid, block_size);
         let mut logged = Vec::with_capacity(chunk.len());
         for (b, v) in chunk {
             let data: BlockBuf = if v[..4] == crate::descriptor::JBD2_MAGIC.to_be_bytes() {
                 // Escaping rewrites the first word: log a private copy, keep the version intact.
-                let mut tag_data = zeroed_block();
+                let mut tag_data = zeroed_block(block_size);
                 tag_data.copy_from_slice(&v[..]);
                 let tag = make_tag(b.blocknr(), &mut tag_data[..], seq, &features, seed);
                 let pushed = desc.try_push(tag);
@@ -63,7 +64,7 @@ pub(crate) fn build_log_blocks(
             };
             logged.push(data);
         }
-        out.push((BlockKind::JournalDescriptor, Arc::new(desc.finish())));
+        out.push((BlockKind::JournalDescriptor, BlockBuf::from(desc.finish())));
         out.extend(logged.into_iter().map(|d| (BlockKind::JournalLogged, d)));
     }
     Ok(out)
@@ -76,7 +77,8 @@ pub(crate) fn commit_block(
     features: JournalFeatures,
     uuid: [u8; 16],
     chain: Option<&crate::commit_block::ChainMarks>,
+    block_size: usize,
 ) -> JResult<BlockBuf> {
     let cb = CommitBlock::now(tid as u32);
-    Ok(Arc::new(cb.encode_with(&features, csum_seed(&uuid), chain)?))
+    Ok(BlockBuf::from(cb.encode_with(&features, csum_seed(&uuid), chain, block_size)?))
 }

@@ -8,9 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cjfs_blockdev::{
-    BLOCK_SIZE, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
-};
+use cjfs_blockdev::{BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest};
 use cjfs_journal::JournalArea;
 use cjfs_journal::checksum::csum_seed;
 use cjfs_journal::commit_block::CommitBlock;
@@ -18,6 +16,8 @@ use cjfs_journal::descriptor::{DescriptorBuilder, JBD2_MAGIC, make_tag};
 use cjfs_journal::recovery::{recover, scan};
 use cjfs_journal::revoke_block::RevokeBuilder;
 use cjfs_journal::superblock::JournalSuperblock;
+
+const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
 
 /// Offset of the ext4 superblock in the image.
 const EXT4_SB: u64 = 1024;
@@ -43,6 +43,9 @@ impl ImageDev {
 }
 
 impl BlockDevice for ImageDev {
+    fn block_size(&self) -> usize {
+        BLOCK_SIZE
+    }
     fn num_blocks(&self) -> u64 {
         self.blocks
     }
@@ -252,12 +255,12 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
     let f = sb.features();
     let seed = csum_seed(&uuid);
     // Log blocks from 1: desc5, x, y, z, commit5, revoke6, desc6, x', commit6, zero.
-    let mut log: Vec<[u8; BLOCK_SIZE]> = Vec::new();
+    let mut log: Vec<Box<[u8]>> = Vec::new();
 
     // tx 5: x = pattern(1), y = a block starting with the JBD2 magic (escaped), z = pattern(3).
     let mut ymagic = pattern(2);
     ymagic[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
-    let mut db = DescriptorBuilder::new(5, f, uuid);
+    let mut db = DescriptorBuilder::new(5, f, uuid, BLOCK_SIZE);
     let mut datas = Vec::new();
     for (home, data) in [(x, pattern(1)), (y, ymagic), (z, pattern(3))] {
         let mut d = data;
@@ -267,20 +270,20 @@ fn build_image(dir: &Path, damage: Damage) -> Setup {
         datas.push(d);
     }
     log.push(db.finish());
-    log.extend(datas);
-    log.push(CommitBlock::new(5, 1_700_000_000, 1).encode(&f, seed));
+    log.extend(datas.into_iter().map(|d| Box::new(d) as Box<[u8]>));
+    log.push(CommitBlock::new(5, 1_700_000_000, 1).encode(&f, seed, BLOCK_SIZE));
     // tx 6: revoke z, log x again with pattern(4).
-    let mut rb = RevokeBuilder::new(6, f, uuid);
+    let mut rb = RevokeBuilder::new(6, f, uuid, BLOCK_SIZE);
     rb.push(z);
     log.extend(rb.finish());
-    let mut db = DescriptorBuilder::new(6, f, uuid);
+    let mut db = DescriptorBuilder::new(6, f, uuid, BLOCK_SIZE);
     let mut d = pattern(4);
     assert!(db.try_push(make_tag(x, &mut d, 6, &f, seed)));
     log.push(db.finish());
-    log.push(d);
-    log.push(CommitBlock::new(6, 1_700_000_001, 2).encode(&f, seed));
+    log.push(Box::new(d));
+    log.push(CommitBlock::new(6, 1_700_000_001, 2).encode(&f, seed, BLOCK_SIZE));
     // End of the log: a zero block.
-    log.push([0u8; BLOCK_SIZE]);
+    log.push(vec![0u8; BLOCK_SIZE].into_boxed_slice());
     assert_eq!(log.len(), 10);
     if let Some(lb) = damage.log_block() {
         log[lb as usize - 1][3000] ^= 1;

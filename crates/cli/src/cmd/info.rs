@@ -4,7 +4,7 @@
 //! features, truncated, damaged journal) it still prints what it found, then fails with
 //! the first problem as its one-line error.
 
-use cjfs_blockdev::{BLOCK_SIZE, Device};
+use cjfs_blockdev::Device;
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
@@ -98,7 +98,10 @@ fn print_superblock(
         .ok()
         .and_then(|(j, areas)| cjfs_fs::fs::logs_need_recovery(dev, &j, &areas).ok());
     let label = sb.label();
-    outln!("Image:                 {image} ({} bytes on the device)", dev.num_blocks() * BLOCK_SIZE as u64);
+    outln!(
+        "Image:                 {image} ({} bytes on the device)",
+        dev.num_blocks() * dev.block_size() as u64
+    );
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
     outln!("UUID:                  {}", uuid(&sb.uuid));
     outln!("State:                 {}", state_string(sb, journal_dirty));
@@ -186,7 +189,7 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
         "  inode:               {} ({} blocks, {}, in {} extent(s))",
         sb.journal_inum,
         area.len(),
-        human_bytes(area.len() * BLOCK_SIZE as u64),
+        human_bytes(area.len() * u64::from(sb.block_size())),
         area.extents().len()
     );
     let jerr = |e: JournalError| CliError::Journal { image: image.to_string(), source: e };
@@ -251,7 +254,7 @@ fn print_log_areas(image: &str, dev: &Device, inode: &JournalArea, j: &JournalSu
             i + 1,
             a.first,
             u64::from(a.first) + u64::from(a.len),
-            human_bytes(u64::from(a.len) * BLOCK_SIZE as u64)
+            human_bytes(u64::from(a.len) * u64::from(j.s_blocksize))
         );
     }
     Ok(())

@@ -6,15 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, FileDevice,
-    FileDeviceOptions, IoTicket, WriteRequest,
+    BlockDevice, DevError, DevResult, Device, DeviceCaps, DeviceStats, FileDevice, FileDeviceOptions,
+    IoTicket, WriteRequest,
 };
 use cjfs_fs::mkfs::{MAX_JOURNAL_BLOCKS, MIN_DEVICE_BYTES, MIN_JOURNAL_BLOCKS, MkfsOptions, MkfsReport};
 use cjfs_fs::{FsError, mkfs};
 
 use crate::error::{CliError, CliResult};
 use crate::fmt::{human_bytes, uuid};
-use crate::image::{has_ext_magic, open_device};
+use crate::image::{has_ext_magic, open_device_with};
 use crate::out::outln;
 
 /// What `cjfs mkfs` was asked to do.
@@ -24,6 +24,8 @@ pub struct MkfsRequest {
     pub image: String,
     /// Size in bytes.
     pub size: Option<u64>,
+    /// Block size in bytes (1024, 2048 or 4096).
+    pub block_size: u64,
     /// Volume label.
     pub label: Option<String>,
     /// Journal blocks.
@@ -45,6 +47,9 @@ struct Limited {
 }
 
 impl BlockDevice for Limited {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
     fn num_blocks(&self) -> u64 {
         self.blocks
     }
@@ -55,7 +60,7 @@ impl BlockDevice for Limited {
         format!("first {} blocks of {}", self.blocks, self.inner.describe())
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        self.check(block, (buf.len() / BLOCK_SIZE) as u64)?;
+        self.check(block, (buf.len() / self.inner.block_size()) as u64)?;
         self.inner.read(block, buf)
     }
     fn submit(&self, req: WriteRequest) -> DevResult<IoTicket> {
@@ -84,6 +89,9 @@ impl Limited {
 
 /// Validate the options that do not depend on the device, before anything is touched.
 fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
+    if !cjfs_blockdev::valid_block_size(req.block_size as usize) {
+        return Err(CliError::Usage(format!("--block-size {}: must be 1024, 2048 or 4096", req.block_size)));
+    }
     let mut o = MkfsOptions { metadata_csum: req.metadata_csum, ..MkfsOptions::default() };
     if let Some(l) = &req.label {
         if l.len() > 16 {
@@ -136,6 +144,7 @@ fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
 /// Run `cjfs mkfs`.
 pub fn run(req: &MkfsRequest) -> CliResult<()> {
     let mut opts = options(req)?;
+    let bs = req.block_size as usize;
     let image = req.image.as_str();
     let path = Path::new(image);
     let mut created = false;
@@ -155,7 +164,7 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
                 return Err(CliError::io(image, e));
             }
             opts.assume_zeroed = true;
-            open_or_remove(image, created)?
+            open_or_remove(image, created, bs)?
         }
         Err(e) => return Err(CliError::io(image, e)),
         Ok(m) => {
@@ -165,16 +174,16 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
             }
             refuse_existing(image, req.force)?;
             if ft.is_block_device() {
-                let dev = open_device(image, false)?;
+                let dev = open_device_with(image, false, bs)?;
                 let have = dev.num_blocks();
                 match req.size {
-                    Some(s) if s / BLOCK_SIZE as u64 > have => {
+                    Some(s) if s / bs as u64 > have => {
                         return Err(CliError::Msg(format!(
                             "{image}: --size {s} is larger than the device ({} bytes)",
-                            have * BLOCK_SIZE as u64
+                            have * bs as u64
                         )));
                     }
-                    Some(s) => Arc::new(Limited { inner: dev, blocks: s / BLOCK_SIZE as u64 }),
+                    Some(s) => Arc::new(Limited { inner: dev, blocks: s / bs as u64 }),
                     None => dev,
                 }
             } else {
@@ -183,7 +192,12 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
                         // Start from zeros (sparse), emptied only once the writer lock is held.
                         let dev = FileDevice::open(
                             path,
-                            FileDeviceOptions { create_size: Some(size), zero: true, ..Default::default() },
+                            FileDeviceOptions {
+                                create_size: Some(size),
+                                zero: true,
+                                block_size: bs,
+                                ..Default::default()
+                            },
                         )
                         .map_err(|e| CliError::fs(image, FsError::Device(e)))?;
                         opts.assume_zeroed = true;
@@ -198,7 +212,7 @@ pub fn run(req: &MkfsRequest) -> CliResult<()> {
                     }
                     None => {}
                 }
-                open_device(image, false)?
+                open_device_with(image, false, bs)?
             }
         }
     };
@@ -223,8 +237,8 @@ fn make(image: &str, dev: Device, opts: &MkfsOptions, created: bool) -> CliResul
     }
 }
 
-fn open_or_remove(image: &str, created: bool) -> CliResult<Device> {
-    open_device(image, false).inspect_err(|_| {
+fn open_or_remove(image: &str, created: bool, block_size: usize) -> CliResult<Device> {
+    open_device_with(image, false, block_size).inspect_err(|_| {
         if created {
             let _ = std::fs::remove_file(image);
         }
@@ -243,9 +257,10 @@ fn refuse_existing(image: &str, force: bool) -> CliResult<()> {
 }
 
 fn print_summary(image: &str, r: &MkfsReport) -> CliResult<()> {
-    let bytes = r.block_count * BLOCK_SIZE as u64;
+    let bs = u64::from(r.superblock.block_size());
+    let bytes = r.block_count * bs;
     outln!("Made an ext4 file system on {image}");
-    outln!("  size:        {} ({} blocks of {BLOCK_SIZE} bytes)", human_bytes(bytes), r.block_count);
+    outln!("  size:        {} ({} blocks of {bs} bytes)", human_bytes(bytes), r.block_count);
     outln!(
         "  groups:      {} ({} inodes and {} inode table blocks each)",
         r.group_count,
@@ -261,7 +276,7 @@ fn print_summary(image: &str, r: &MkfsReport) -> CliResult<()> {
     outln!(
         "  journal:     {} blocks ({}) in {} extent(s)",
         r.journal_blocks,
-        human_bytes(u64::from(r.journal_blocks) * BLOCK_SIZE as u64),
+        human_bytes(u64::from(r.journal_blocks) * bs),
         r.journal_runs.len()
     );
     let label = r.superblock.label();

@@ -50,29 +50,32 @@ pub struct Csum {
     uuid: [u8; 16],
     /// `64bit`: the CRC16 descriptor checksum then covers the bytes after `bg_checksum`.
     is64: bool,
+    /// Block size in bytes, handed to every [`InodeCsum`] (a node's layout depends on it).
+    block_size: usize,
 }
 
 impl Csum {
     /// No checksums at all.
     pub const fn none() -> Self {
-        Csum { kind: CsumKind::None, seed: 0, uuid: [0; 16], is64: false }
+        Csum { kind: CsumKind::None, seed: 0, uuid: [0; 16], is64: false, block_size: 4096 }
     }
 
     /// The checksums `sb`'s features call for. `metadata_csum` wins over `uninit_bg` (the
     /// kernel ignores the latter when both are set).
     pub fn from_sb(sb: &Superblock) -> Self {
         let is64 = sb.has_64bit();
+        let block_size = sb.block_size() as usize;
         if sb.feature_ro_compat & RO_COMPAT_METADATA_CSUM != 0 {
             let seed = if sb.feature_incompat & INCOMPAT_CSUM_SEED != 0 {
                 sb.checksum_seed
             } else {
                 crc32c(!0, &sb.uuid)
             };
-            Csum { kind: CsumKind::Metadata, seed, uuid: sb.uuid, is64 }
+            Csum { kind: CsumKind::Metadata, seed, uuid: sb.uuid, is64, block_size }
         } else if sb.feature_ro_compat & RO_COMPAT_GDT_CSUM != 0 {
-            Csum { kind: CsumKind::Gdt, seed: 0, uuid: sb.uuid, is64 }
+            Csum { kind: CsumKind::Gdt, seed: 0, uuid: sb.uuid, is64, block_size }
         } else {
-            Csum::none()
+            Csum { block_size, ..Csum::none() }
         }
     }
 
@@ -115,7 +118,11 @@ impl Csum {
     /// The checksum context of inode `ino` (generation `generation`) for its extent tree
     /// and directory blocks.
     pub fn for_inode(&self, ino: u32, generation: u32) -> InodeCsum {
-        InodeCsum { ino, seed: self.metadata().then(|| self.inode_seed(ino, generation)) }
+        InodeCsum {
+            ino,
+            seed: self.metadata().then(|| self.inode_seed(ino, generation)),
+            block_size: self.block_size,
+        }
     }
 
     /// CRC32C of a bitmap (the first `bytes` bytes of its block) with the file system seed.
@@ -124,20 +131,23 @@ impl Csum {
     }
 }
 
-/// The checksum context of one inode's blocks: its number (for messages) and its seed
-/// (`None` without `metadata_csum`: nothing is checksummed).
+/// The context of one inode's blocks: its number (for messages), its checksum seed
+/// (`None` without `metadata_csum`: nothing is checksummed) and the block size (which sets
+/// how many extents a tree node holds and where a directory block's tail lies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InodeCsum {
     /// The inode the blocks belong to.
     pub ino: u32,
     /// Its seed, with `metadata_csum`.
     pub seed: Option<u32>,
+    /// Bytes in one block of the file system.
+    pub block_size: usize,
 }
 
 impl InodeCsum {
-    /// No checksums (file systems without `metadata_csum`, tests).
+    /// No checksums, 4 KiB blocks (file systems without `metadata_csum`, tests).
     pub const fn none(ino: u32) -> Self {
-        InodeCsum { ino, seed: None }
+        InodeCsum { ino, seed: None, block_size: 4096 }
     }
 }
 

@@ -11,7 +11,7 @@
 //! only the first `block size - 12` bytes: callers pass that slice to the functions here
 //! and finish the block with [`set_leaf_checksum`].
 
-use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
+use cjfs_blockdev::zeroed_block;
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::csum::crc32c;
@@ -332,19 +332,19 @@ pub fn init_block(block: &mut [u8], entries: &[(u32, &[u8], u8)]) -> FsResult<()
 }
 
 /// First block of a new directory: `.` (`self_ino`, rec_len 12) and `..` (`parent_ino`,
-/// taking the rest of the block).
-pub fn make_dot_block(self_ino: u32, parent_ino: u32) -> Box<[u8; BLOCK_SIZE]> {
-    let mut b = zeroed_block();
+/// taking the rest of the `block_size`-byte block).
+pub fn make_dot_block(self_ino: u32, parent_ino: u32, block_size: usize) -> Box<[u8]> {
+    let mut b = zeroed_block(block_size);
     write_entry(&mut b[..], 0, self_ino, 12, b".", FT_DIR);
-    write_entry(&mut b[..], 12, parent_ino, BLOCK_SIZE - 12, b"..", FT_DIR);
+    write_entry(&mut b[..], 12, parent_ino, block_size - 12, b"..", FT_DIR);
     b
 }
 
 /// An empty directory block (one unused record covering it), as used for extra
 /// directory blocks (e.g. lost+found's).
-pub fn make_empty_block() -> Box<[u8; BLOCK_SIZE]> {
-    let mut b = zeroed_block();
-    put_u16(&mut b[..], DE_REC_LEN, BLOCK_SIZE as u16);
+pub fn make_empty_block(block_size: usize) -> Box<[u8]> {
+    let mut b = zeroed_block(block_size);
+    put_u16(&mut b[..], DE_REC_LEN, block_size as u16);
     b
 }
 
@@ -423,6 +423,7 @@ pub fn is_empty_dir_block(block: &[u8]) -> FsResult<bool> {
 
 #[cfg(test)]
 mod tests {
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
 
     fn names(b: &[u8]) -> Vec<(u32, Vec<u8>)> {
@@ -431,7 +432,7 @@ mod tests {
 
     #[test]
     fn dot_block_insert_remove() {
-        let mut b = make_dot_block(12, 2);
+        let mut b = make_dot_block(12, 2, BLOCK_SIZE);
         assert_eq!(names(&b[..]), vec![(12, b".".to_vec()), (2, b"..".to_vec())]);
         let off = find_space(&b[..], 3).unwrap().unwrap();
         assert_eq!(off, 12);
@@ -453,7 +454,7 @@ mod tests {
 
     #[test]
     fn fill_block_until_full() {
-        let mut b = make_empty_block();
+        let mut b = make_empty_block(BLOCK_SIZE);
         let mut n = 0u32;
         loop {
             let name = format!("file-{n:05}");
@@ -469,20 +470,20 @@ mod tests {
 
     #[test]
     fn corrupt_records() {
-        let mut b = make_dot_block(2, 2);
+        let mut b = make_dot_block(2, 2, BLOCK_SIZE);
         put_u16(&mut b[..], 12 + DE_REC_LEN, 4000);
         assert!(validate_block(&b[..], 100).is_err());
-        let mut b = make_dot_block(2, 2);
+        let mut b = make_dot_block(2, 2, BLOCK_SIZE);
         put_u16(&mut b[..], DE_REC_LEN, 10);
         assert!(validate_block(&b[..], 100).is_err());
-        let b = make_dot_block(2, 200);
+        let b = make_dot_block(2, 200, BLOCK_SIZE);
         assert!(validate_block(&b[..], 100).is_err());
-        assert!(!is_dx_node_block(&make_empty_block()[..]));
+        assert!(!is_dx_node_block(&make_empty_block(BLOCK_SIZE)[..]));
     }
 
     #[test]
     fn init_block_entries() {
-        let mut b = zeroed_block();
+        let mut b = zeroed_block(BLOCK_SIZE);
         init_block(&mut b[..], &[(2, b".", FT_DIR), (2, b"..", FT_DIR), (11, b"lost+found", FT_DIR)])
             .unwrap();
         let v: Vec<_> = iter(&b[..]).map(|e| e.unwrap().rec_len).collect();

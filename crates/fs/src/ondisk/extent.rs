@@ -63,9 +63,9 @@ pub const fn root_max() -> u16 {
     ROOT_MAX_ENTRIES
 }
 
-/// Entries in a block node of 4 KiB.
-pub const fn block_max() -> u16 {
-    BLOCK_MAX_ENTRIES
+/// Entries in a block node of `block_size` bytes.
+pub const fn block_max(block_size: usize) -> u16 {
+    max_entries_for(block_size)
 }
 
 /// A leaf entry: `len` blocks starting at logical block `logical` map to physical `start`.

@@ -20,8 +20,9 @@
 //! [`crate::ondisk::bitmap::uninit_inode_bitmap`]) and initialised by the allocator when it
 //! first uses the group. Every checksum is verified when its structure is read (a mismatch
 //! is [`FsError::Checksum`]) and written with the structure (see
-//! [`crate::ondisk::csum`]). The block size must be 4096 (the engine's compile-time block
-//! size), with or without checksums.
+//! [`crate::ondisk::csum`]). Block sizes 1024, 2048 and 4096 are supported (what mke2fs
+//! picks for small, medium and large images); the device is opened with the file system's
+//! block size, and the journal logs in it as JBD2 does.
 //!
 //! Everything else (`bigalloc`, `inline_data`, `meta_bg`, `casefold`,
 //! `encrypt`, `ea_inode`, `large_dir`, `mmp`, `project`, `quota`, `verity`, ...) is refused
@@ -292,12 +293,17 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
         return Err(FsError::Corrupt("superblock: metadata_csum_seed without metadata_csum".into()));
     }
     let bs = sb.block_size();
-    if bs != 4096 {
-        return Err(FsError::Incompatible(format!("block size {bs} (only 4096 is supported)")));
+    if !cjfs_blockdev::valid_block_size(bs as usize) {
+        return Err(FsError::Incompatible(format!(
+            "block size {bs} (1024, 2048 and 4096 are supported: larger blocks than the 4 KiB page \
+             are not mounted by the kernel either)"
+        )));
     }
-    if sb.first_data_block != 0 {
+    // The superblock sits at byte 1024: in block 1 with 1 KiB blocks, in block 0 otherwise.
+    let want_first = if bs == 1024 { 1 } else { 0 };
+    if sb.first_data_block != want_first {
         return Err(FsError::Corrupt(format!(
-            "superblock: s_first_data_block = {} (must be 0 with 4096-byte blocks)",
+            "superblock: s_first_data_block = {} (must be {want_first} with {bs}-byte blocks)",
             sb.first_data_block
         )));
     }
@@ -353,9 +359,17 @@ mod tests {
         assert!(check_supported(&sb).is_err(), "csum seed without metadata_csum");
         sb.feature_incompat = MKFS_INCOMPAT;
         assert!(check_supported(&sb).is_ok());
+        // 1 KiB blocks open when the superblock is in block 1; 8 KiB blocks are refused.
         sb.log_block_size = 0;
         sb.log_cluster_size = 0;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("block size 1024 (only 4096 is supported)"), "{e}");
+        assert!(e.contains("s_first_data_block = 0 (must be 1 with 1024-byte blocks)"), "{e}");
+        sb.first_data_block = 1;
+        assert!(check_supported(&sb).is_ok());
+        sb.first_data_block = 0;
+        sb.log_block_size = 3;
+        sb.log_cluster_size = 3;
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("block size 8192 (1024, 2048 and 4096 are supported"), "{e}");
     }
 }

@@ -17,7 +17,7 @@
 //! The hash functions implement `ext2fs_dirhash` / the kernel's `ext4fs_dirhash` exactly
 //! (legacy, half-MD4, TEA; signed or unsigned char variants).
 
-use cjfs_blockdev::{BLOCK_SIZE, zeroed_block};
+use cjfs_blockdev::zeroed_block;
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::csum::crc32c;
@@ -416,14 +416,15 @@ impl DxRoot {
         encode_entries(block, DX_ROOT_INFO + self.info_length as usize, self.limit, &self.entries);
     }
 
-    /// A new root block for directory `self_ino` (parent `parent_ino`) with one leaf
-    /// (`first_leaf`) covering every hash.
+    /// A new root block of `block_size` bytes for directory `self_ino` (parent
+    /// `parent_ino`) with one leaf (`first_leaf`) covering every hash.
     pub fn new_block(
         self_ino: u32,
         parent_ino: u32,
         hash_version: u8,
         first_leaf: u32,
-    ) -> Box<[u8; BLOCK_SIZE]> {
+        block_size: usize,
+    ) -> Box<[u8]> {
         let root = DxRoot {
             dot_inode: self_ino,
             dotdot_inode: parent_ino,
@@ -431,10 +432,10 @@ impl DxRoot {
             info_length: DX_ROOT_INFO_LEN,
             indirect_levels: 0,
             unused_flags: 0,
-            limit: root_limit(BLOCK_SIZE),
+            limit: root_limit(block_size),
             entries: vec![DxEntry { hash: 0, block: first_leaf }],
         };
-        let mut b = zeroed_block();
+        let mut b = zeroed_block(block_size);
         root.encode_into(&mut b[..]);
         b
     }
@@ -656,7 +657,7 @@ mod tests {
 
     #[test]
     fn root_round_trip_and_search() {
-        let mut b = DxRoot::new_block(12, 2, DX_HASH_HALF_MD4, 1);
+        let mut b = DxRoot::new_block(12, 2, DX_HASH_HALF_MD4, 1, 4096);
         let mut r = DxRoot::decode(&b[..]).unwrap();
         assert_eq!(r.limit, 508);
         r.entries.push(DxEntry { hash: 0x1000, block: 2 });
@@ -682,7 +683,7 @@ mod tests {
             limit: 511,
             entries: vec![DxEntry { hash: 0, block: 5 }, DxEntry { hash: 77, block: 6 }],
         };
-        let mut b = zeroed_block();
+        let mut b = zeroed_block(4096);
         n.encode_into(&mut b[..]);
         assert_eq!(DxNode::decode(&b[..]).unwrap(), n);
         assert!(crate::ondisk::dirent::is_dx_node_block(&b[..]));

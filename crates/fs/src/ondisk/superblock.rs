@@ -12,6 +12,12 @@ use crate::ondisk::features::*;
 pub const SUPERBLOCK_OFFSET: usize = 1024;
 /// Size of the superblock structure in bytes.
 pub const SUPERBLOCK_SIZE: usize = 1024;
+
+/// Where the primary superblock lives with blocks of `block_size` bytes: (block, byte
+/// offset in it). Block 1 at offset 0 with 1 KiB blocks, block 0 at offset 1024 otherwise.
+pub const fn sb_location(block_size: usize) -> (u64, usize) {
+    ((SUPERBLOCK_OFFSET / block_size) as u64, SUPERBLOCK_OFFSET % block_size)
+}
 /// `s_magic`.
 pub const EXT4_SUPER_MAGIC: u16 = 0xEF53;
 

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, Device, Recorder};
+use cjfs_blockdev::{BlockBuf, DEFAULT_BLOCK_SIZE, Device, Recorder};
 use cjfs_fs::{Fs, MountOptions, ROOT_INO, recover_device};
 use cjfs_journal::JournalKind;
 
@@ -175,9 +175,10 @@ impl Scratch {
         self.b_state = None;
         let img = std::fs::read(&self.b).map_err(|e| format!("cannot read scratch image: {e}"))?;
         if img.len() == base.len() {
+            let bs = super::memdev::image_block_size(base).unwrap_or(DEFAULT_BLOCK_SIZE);
             let dirty = img
-                .chunks(BLOCK_SIZE)
-                .zip(base.chunks(BLOCK_SIZE))
+                .chunks(bs)
+                .zip(base.chunks(bs))
                 .enumerate()
                 .filter(|(_, (x, y))| x != y)
                 .map(|(i, _)| i as u64)
@@ -206,15 +207,16 @@ fn write_delta(
             BTreeSet::new()
         }
     };
+    let bs = super::memdev::image_block_size(base).unwrap_or(DEFAULT_BLOCK_SIZE);
     for (&b, buf) in changed {
-        f.seek(SeekFrom::Start(b * BLOCK_SIZE as u64)).map_err(err)?;
+        f.seek(SeekFrom::Start(b * bs as u64)).map_err(err)?;
         f.write_all(&buf[..]).map_err(err)?;
         stale.remove(&b);
     }
     for b in stale {
-        let off = b as usize * BLOCK_SIZE;
+        let off = b as usize * bs;
         f.seek(SeekFrom::Start(off as u64)).map_err(err)?;
-        f.write_all(&base[off..off + BLOCK_SIZE]).map_err(err)?;
+        f.write_all(&base[off..off + bs]).map_err(err)?;
     }
     Ok((base.clone(), changed.keys().copied().collect()))
 }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cjfs_blockdev::{
-    BLOCK_SIZE, BlockBuf, BlockDevice, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket, WriteRequest,
+    BlockBuf, BlockDevice, DEFAULT_BLOCK_SIZE, DevError, DevResult, DeviceCaps, DeviceStats, IoTicket,
+    WriteRequest,
 };
 use parking_lot::RwLock;
 
@@ -22,6 +23,8 @@ use parking_lot::RwLock;
 pub struct CowDevice {
     base: Arc<Vec<u8>>,
     num_blocks: u64,
+    /// Bytes per block (immutable).
+    block_size: usize,
     /// Changed blocks. Lock: itself.
     blocks: RwLock<BTreeMap<u64, BlockBuf>>,
     /// How long a flush takes (immutable).
@@ -30,12 +33,35 @@ pub struct CowDevice {
     barrier: bool,
 }
 
+/// The block size named by the ext4 superblock in `image` (`None` without one).
+pub fn image_block_size(image: &[u8]) -> Option<usize> {
+    let sb = image.get(1024..2048)?;
+    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
+        return None;
+    }
+    let log = u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
+    let bs = 1024usize.checked_shl(log)?;
+    cjfs_blockdev::valid_block_size(bs).then_some(bs)
+}
+
 impl CowDevice {
-    /// A device holding `base` with `blocks` changed.
+    /// A device holding `base` with `blocks` changed, in blocks of the size the ext4
+    /// superblock in `base` names (4 KiB when there is none yet).
     pub fn new(base: Arc<Vec<u8>>, blocks: BTreeMap<u64, BlockBuf>) -> CowDevice {
-        let num_blocks = (base.len() / BLOCK_SIZE) as u64;
+        let bs = image_block_size(&base).unwrap_or(DEFAULT_BLOCK_SIZE);
+        CowDevice::with_block_size(base, blocks, bs)
+    }
+
+    /// A device holding `base` with `blocks` changed, in blocks of `block_size` bytes.
+    pub fn with_block_size(
+        base: Arc<Vec<u8>>,
+        blocks: BTreeMap<u64, BlockBuf>,
+        block_size: usize,
+    ) -> CowDevice {
+        let num_blocks = (base.len() / block_size) as u64;
         CowDevice {
             base,
+            block_size,
             num_blocks,
             blocks: RwLock::new(blocks),
             flush_delay: Duration::ZERO,
@@ -68,8 +94,8 @@ impl CowDevice {
             .read()
             .iter()
             .filter(|(b, buf)| {
-                let off = **b as usize * BLOCK_SIZE;
-                self.base.get(off..off + BLOCK_SIZE).is_none_or(|o| o != &buf[..])
+                let off = **b as usize * self.block_size;
+                self.base.get(off..off + self.block_size).is_none_or(|o| o != &buf[..])
             })
             .map(|(b, buf)| (*b, buf.clone()))
             .collect()
@@ -79,8 +105,8 @@ impl CowDevice {
     pub fn image_bytes(&self) -> Vec<u8> {
         let mut img = self.base.to_vec();
         for (&b, buf) in self.blocks.read().iter() {
-            let off = b as usize * BLOCK_SIZE;
-            if let Some(dst) = img.get_mut(off..off + BLOCK_SIZE) {
+            let off = b as usize * self.block_size;
+            if let Some(dst) = img.get_mut(off..off + self.block_size) {
                 dst.copy_from_slice(&buf[..]);
             }
         }
@@ -89,11 +115,16 @@ impl CowDevice {
 
     /// A new device with the same contents (base shared, changed blocks copied).
     pub fn fork(&self) -> CowDevice {
-        CowDevice::new(self.base.clone(), self.blocks.read().clone()).with_barrier(self.barrier)
+        CowDevice::with_block_size(self.base.clone(), self.blocks.read().clone(), self.block_size)
+            .with_barrier(self.barrier)
     }
 }
 
 impl BlockDevice for CowDevice {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
     fn num_blocks(&self) -> u64 {
         self.num_blocks
     }
@@ -107,21 +138,22 @@ impl BlockDevice for CowDevice {
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> DevResult<()> {
-        if !buf.len().is_multiple_of(BLOCK_SIZE) {
+        let bs = self.block_size;
+        if !buf.len().is_multiple_of(bs) {
             return Err(DevError::BadLength(buf.len()));
         }
-        let count = (buf.len() / BLOCK_SIZE) as u64;
+        let count = (buf.len() / bs) as u64;
         if block.checked_add(count).is_none_or(|e| e > self.num_blocks) {
             return Err(DevError::OutOfRange { block, count, num_blocks: self.num_blocks });
         }
         let map = self.blocks.read();
-        for (i, dst) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+        for (i, dst) in buf.chunks_mut(bs).enumerate() {
             let b = block + i as u64;
             match map.get(&b) {
                 Some(src) => dst.copy_from_slice(&src[..]),
                 None => {
-                    let off = b as usize * BLOCK_SIZE;
-                    dst.copy_from_slice(&self.base[off..off + BLOCK_SIZE]);
+                    let off = b as usize * bs;
+                    dst.copy_from_slice(&self.base[off..off + bs]);
                 }
             }
         }
@@ -132,6 +164,9 @@ impl BlockDevice for CowDevice {
         let count = req.bufs.len() as u64;
         if req.block.checked_add(count).is_none_or(|e| e > self.num_blocks) {
             return Err(DevError::OutOfRange { block: req.block, count, num_blocks: self.num_blocks });
+        }
+        if let Some(b) = req.bufs.iter().find(|b| b.len() != self.block_size) {
+            return Err(DevError::BadLength(b.len()));
         }
         let mut map = self.blocks.write();
         for (i, b) in req.bufs.into_iter().enumerate() {

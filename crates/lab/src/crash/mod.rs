@@ -123,6 +123,8 @@ pub struct CrashConfig {
     pub failures_per_workload: usize,
     /// Failure files saved per run at most.
     pub max_failure_files: usize,
+    /// Block size of the images (1024, 2048 or 4096 bytes).
+    pub block_size: usize,
 }
 
 impl CrashConfig {
@@ -139,6 +141,7 @@ impl CrashConfig {
             failure_dir: None,
             failures_per_workload: 1,
             max_failure_files: 20,
+            block_size: cjfs_blockdev::DEFAULT_BLOCK_SIZE,
         }
     }
 
@@ -227,13 +230,13 @@ pub struct BaseCache {
 }
 
 impl BaseCache {
-    fn get(&self, opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, CrashError> {
+    fn get(&self, opts: &MountOptions, setup: &[Op], block_size: usize) -> Result<Arc<Vec<u8>>, CrashError> {
         // Everything that shapes the image: the whole mount options (planted bugs included).
-        let key = format!("{opts:?}/{setup:?}");
+        let key = format!("{opts:?}/{setup:?}/{block_size}");
         if let Some(b) = self.map.lock().get(&key) {
             return Ok(b.clone());
         }
-        let b = record::make_base(opts, setup)?;
+        let b = record::make_base(opts, setup, block_size)?;
         self.map.lock().insert(key, b.clone());
         Ok(b)
     }
@@ -246,7 +249,7 @@ pub fn prepare(
     bases: &BaseCache,
 ) -> Result<(record::Recording, states::ParsedLog), CrashError> {
     let opts = cfg.mount_options()?;
-    let base = bases.get(&opts, &wl.setup)?;
+    let base = bases.get(&opts, &wl.setup, cfg.block_size)?;
     let rec = record::record(&opts, wl, base, cfg.check.barrier)?;
     let parsed = states::ParsedLog::parse(&rec.log);
     Ok((rec, parsed))

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use cjfs_blockdev::{BLOCK_SIZE, Device, RecordedOp, Recorder};
+use cjfs_blockdev::{Device, RecordedOp, Recorder};
 use cjfs_fs::{Fs, Ino, MkfsOptions, MountOptions, mkfs};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -115,11 +115,12 @@ impl Recording {
     }
 }
 
-/// Make the base image: mkfs, mount with `opts`, run `setup`, unmount.
-pub fn make_base(opts: &MountOptions, setup: &[Op]) -> Result<Arc<Vec<u8>>, CrashError> {
-    let blocks = image_blocks(opts.journal.logs.wanted());
-    let zero = Arc::new(vec![0u8; blocks as usize * BLOCK_SIZE]);
-    let dev = Arc::new(CowDevice::new(zero, BTreeMap::new()));
+/// Make the base image: mkfs with blocks of `block_size` bytes, mount with `opts`, run
+/// `setup`, unmount. The image has as many bytes whatever the block size.
+pub fn make_base(opts: &MountOptions, setup: &[Op], block_size: usize) -> Result<Arc<Vec<u8>>, CrashError> {
+    let bytes = image_blocks(opts.journal.logs.wanted()) as usize * cjfs_blockdev::DEFAULT_BLOCK_SIZE;
+    let zero = Arc::new(vec![0u8; bytes]);
+    let dev = Arc::new(CowDevice::with_block_size(zero, BTreeMap::new(), block_size));
     let mk = MkfsOptions {
         uuid: Some(*b"cjfs-crash-test!"),
         hash_seed: Some(*b"cjfs-crash-seed!"),

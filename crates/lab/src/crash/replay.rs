@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, TxId, WriteTag};
+use cjfs_blockdev::{BlockBuf, BlockKind, DEFAULT_BLOCK_SIZE, RecordedOp, TxId, WriteTag};
 use serde::{Deserialize, Serialize};
 
 use super::oracle::hash64;
@@ -54,7 +54,7 @@ pub const FAILURE_VERSION: u32 = 2;
 
 /// Magic and version of the binary part of an [`EmbeddedRecording`].
 const BIN_MAGIC: &[u8; 4] = b"CJFR";
-const BIN_VERSION: u32 = 2;
+const BIN_VERSION: u32 = 3;
 /// Largest image an embedded recording may describe (blocks), and largest decoded size.
 const MAX_IMAGE_BLOCKS: u64 = 1 << 20;
 const MAX_DECODED: u64 = 1 << 30;
@@ -222,9 +222,10 @@ impl EmbeddedRecording {
         let mut body = Vec::new();
         let put32 = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
         let put64 = |v: &mut Vec<u8>, x: u64| v.extend_from_slice(&x.to_le_bytes());
+        let bs = super::memdev::image_block_size(&rec.base).unwrap_or(DEFAULT_BLOCK_SIZE);
         let base_blocks: Vec<(u64, u32)> = rec
             .base
-            .chunks(BLOCK_SIZE)
+            .chunks(bs)
             .enumerate()
             .map(|(b, c)| (b as u64, table.id(c)))
             .filter(|(_, id)| *id != 0)
@@ -277,7 +278,8 @@ impl EmbeddedRecording {
         let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
         z.write_all(BIN_MAGIC)?;
         z.write_all(&BIN_VERSION.to_le_bytes())?;
-        z.write_all(&((rec.base.len() / BLOCK_SIZE) as u64).to_le_bytes())?;
+        z.write_all(&((rec.base.len() / bs) as u64).to_le_bytes())?;
+        z.write_all(&(bs as u32).to_le_bytes())?;
         z.write_all(&(table.blocks.len() as u32).to_le_bytes())?;
         for b in &table.blocks {
             z.write_all(&b[..])?;
@@ -318,11 +320,16 @@ impl EmbeddedRecording {
         if nblocks == 0 || nblocks > MAX_IMAGE_BLOCKS {
             return Err(bad(format!("implausible image size of {nblocks} blocks")));
         }
+        // Version 3 records the block size; earlier recordings are all of 4 KiB blocks.
+        let bs = if version >= 3 { r.u32()? as usize } else { DEFAULT_BLOCK_SIZE };
+        if !cjfs_blockdev::valid_block_size(bs) {
+            return Err(bad(format!("block size {bs}")));
+        }
         let ntable = r.u32()? as usize;
-        let mut table: Vec<BlockBuf> = Vec::with_capacity(ntable.min(raw.len() / BLOCK_SIZE) + 1);
-        table.push(cjfs_blockdev::zeroed_buf());
+        let mut table: Vec<BlockBuf> = Vec::with_capacity(ntable.min(raw.len() / bs) + 1);
+        table.push(cjfs_blockdev::zeroed_buf(bs));
         for _ in 0..ntable {
-            table.push(cjfs_blockdev::block_from_slice(r.take(BLOCK_SIZE)?));
+            table.push(cjfs_blockdev::block_from_slice(r.take(bs)?));
         }
         let content = |id: u32| -> Result<&BlockBuf, CrashError> {
             table.get(id as usize).ok_or_else(|| bad(format!("block content {id} of {ntable}")))
@@ -333,12 +340,12 @@ impl EmbeddedRecording {
             }
             Ok(())
         };
-        let mut base = vec![0u8; nblocks as usize * BLOCK_SIZE];
+        let mut base = vec![0u8; nblocks as usize * bs];
         for _ in 0..r.u32()? {
             let (b, id) = (r.u64()?, r.u32()?);
             in_image(b, 1)?;
-            let off = b as usize * BLOCK_SIZE;
-            base[off..off + BLOCK_SIZE].copy_from_slice(&content(id)?[..]);
+            let off = b as usize * bs;
+            base[off..off + bs].copy_from_slice(&content(id)?[..]);
         }
         let nevents = r.u32()? as usize;
         let mut log = Vec::with_capacity(nevents.min(raw.len()));

@@ -29,16 +29,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cjfs_blockdev::{BLOCK_SIZE, BlockBuf, BlockKind, RecordedOp, TxId};
+use cjfs_blockdev::{BlockBuf, BlockKind, RecordedOp, TxId};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::oracle::hash64;
-
-/// Sectors per block.
-const SECTORS: u8 = (BLOCK_SIZE / 512) as u8;
 
 /// One write of the log.
 #[derive(Debug, Clone)]
@@ -76,7 +73,21 @@ pub struct ParsedLog {
     pub len: usize,
 }
 
+/// The mask of every 512-byte sector of a block of `block_size` bytes (at most 8).
+fn sector_mask(block_size: usize) -> u8 {
+    let n = (block_size / 512).min(8);
+    if n >= 8 { u8::MAX } else { (1u8 << n) - 1 }
+}
+
 impl ParsedLog {
+    /// The block size of the logged writes (4096 for a log without writes).
+    pub fn block_size(&self) -> usize {
+        self.writes
+            .iter()
+            .find_map(|w| w.bufs.first().map(|b| b.len()))
+            .unwrap_or(cjfs_blockdev::DEFAULT_BLOCK_SIZE)
+    }
+
     /// Parse a recorder log.
     pub fn parse(log: &[RecordedOp]) -> ParsedLog {
         let mut p = ParsedLog { len: log.len(), ..ParsedLog::default() };
@@ -361,15 +372,17 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             let base = mk(&before, "torn");
             let nb = w.bufs.len() as u32;
             let mut tears: Vec<(u32, u8)> = Vec::new();
+            // Sector masks beyond the block's sectors (small blocks) are cut to them.
+            let all = sector_mask(w.bufs.first().map_or(0, |b| b.len()));
             if nb == 1 {
                 for s in [0b0000_0001u8, 0b0000_1111, 0b0111_1111, 0b1111_0000] {
-                    tears.push((0, s));
+                    tears.push((0, s & all));
                 }
             } else {
                 for b in [1, nb / 2, nb - 1] {
                     tears.push((b, 0));
                 }
-                tears.push((nb / 2, 0b0000_1111));
+                tears.push((nb / 2, 0b0000_1111 & all));
             }
             tears.sort_unstable();
             tears.dedup();
@@ -432,12 +445,13 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
     chosen.sort_unstable();
     chosen.dedup();
     let mut blocks: BTreeMap<u64, (BlockBuf, u64)> = BTreeMap::new();
+    let bs = log.block_size();
     let block_of = |blocks: &BTreeMap<u64, (BlockBuf, u64)>, b: u64| -> Vec<u8> {
         match blocks.get(&b) {
             Some((buf, _)) => buf.to_vec(),
             None => {
-                let off = b as usize * BLOCK_SIZE;
-                base.get(off..off + BLOCK_SIZE).map_or_else(|| vec![0; BLOCK_SIZE], <[u8]>::to_vec)
+                let off = b as usize * bs;
+                base.get(off..off + bs).map_or_else(|| vec![0; bs], <[u8]>::to_vec)
             }
         }
     };
@@ -456,7 +470,7 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
         {
             let b = w.block + whole as u64;
             let mut cur = block_of(&blocks, b);
-            for s in 0..SECTORS {
+            for s in 0..(bs / 512) as u8 {
                 if mask >> s & 1 == 1 {
                     let r = s as usize * 512..(s as usize + 1) * 512;
                     cur[r.clone()].copy_from_slice(&w.bufs[whole][r]);
@@ -470,8 +484,8 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
     let mut out = Overlay::default();
     let mut hv = Vec::with_capacity(blocks.len() * 16);
     for (b, (buf, h)) in blocks {
-        let off = b as usize * BLOCK_SIZE;
-        if let Some(orig) = base.get(off..off + BLOCK_SIZE)
+        let off = b as usize * bs;
+        if let Some(orig) = base.get(off..off + bs)
             && orig == &buf[..]
         {
             continue;
@@ -488,8 +502,8 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
 pub fn materialize(base: &[u8], ov: &Overlay) -> Vec<u8> {
     let mut img = base.to_vec();
     for (&b, buf) in &ov.blocks {
-        let off = b as usize * BLOCK_SIZE;
-        if let Some(dst) = img.get_mut(off..off + BLOCK_SIZE) {
+        let off = b as usize * buf.len();
+        if let Some(dst) = img.get_mut(off..off + buf.len()) {
             dst.copy_from_slice(&buf[..]);
         }
     }
@@ -500,6 +514,8 @@ pub fn materialize(base: &[u8], ov: &Overlay) -> Vec<u8> {
 mod tests {
     use super::*;
     use cjfs_blockdev::{WriteTag, block_from_slice};
+
+    const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
 
     fn w(seq: u64, block: u64, fua: bool) -> RecordedOp {
         RecordedOp::Write {
