@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cjfs_blockdev::{BlockDevice, EmulatedSsd, FileDevice};
+use cjfs_blockdev::{BlockDevice, EmulatedSsd, FileDevice, FileDeviceOptions};
 use cjfs_fs::FsError;
 use cjfs_fs::mkfs::{MkfsOptions, MkfsReport, mkfs, read_layout};
 use cjfs_fs::ondisk::bitmap;
@@ -73,7 +73,16 @@ const FEATURES_32: &str = "has_journal ext_attr dir_index filetype extent flex_b
 
 /// Make a file system on a (sparse) image of `bytes` bytes; returns the report.
 fn make(img: &Path, bytes: u64, opts: &MkfsOptions) -> MkfsReport {
-    let dev = FileDevice::create(img, bytes).expect("create image");
+    make_bs(img, bytes, 4096, opts)
+}
+
+/// [`make`] with blocks of `block_size` bytes.
+fn make_bs(img: &Path, bytes: u64, block_size: usize, opts: &MkfsOptions) -> MkfsReport {
+    let dev = FileDevice::open(
+        img,
+        FileDeviceOptions { create_size: Some(bytes), block_size, ..Default::default() },
+    )
+    .expect("create image");
     let r = mkfs(&dev, opts).expect("mkfs");
     // the layout reads back
     let (sb, descs) = read_layout(&dev).expect("read_layout");
@@ -123,7 +132,7 @@ fn check_structures(dev: &dyn BlockDevice, r: &MkfsReport) {
     assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"lost+found".to_vec()]);
 
     let j = read_inode(JOURNAL_INO);
-    assert_eq!(j.size, r.journal_blocks as u64 * 4096);
+    assert_eq!(j.size, r.journal_blocks as u64 * u64::from(sb.block_size()));
     let words = j.block_words();
     assert_eq!(&sb.jnl_blocks[..15], &words[..]);
     assert_eq!(sb.jnl_blocks[16], j.size as u32);
@@ -158,6 +167,47 @@ fn mkfs_64mib_e2fsck_clean() {
         let uuid = field(&d, "Filesystem UUID").replace('-', "");
         let hex: String = r.uuid.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(uuid, hex);
+    }
+}
+
+/// 1 KiB and 2 KiB blocks (what mke2fs picks below 512 MiB): the layout e2fsck expects
+/// (superblock in block 1 and 8192-block groups with 1 KiB blocks), clean before and after
+/// cjfs writes files, directories and a long symlink into it.
+#[test]
+fn mkfs_small_blocks_e2fsck_clean() {
+    use cjfs_fs::{Fs, MountOptions};
+    for bs in [1024usize, 2048] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("fs.img");
+        let r = make_bs(&img, 64 << 20, bs, &MkfsOptions::default());
+        assert_eq!(r.block_count, (64 << 20) / bs as u64);
+        assert_eq!(r.superblock.block_size() as usize, bs);
+        assert_eq!(r.superblock.first_data_block, u32::from(bs == 1024));
+        assert_eq!(r.superblock.blocks_per_group as usize, 8 * bs);
+        if !e2fsck_clean(&img) {
+            return;
+        }
+        if let Some(d) = dumpe2fs_h(&img) {
+            assert_eq!(field(&d, "Block size"), bs.to_string());
+            assert_eq!(field(&d, "First block"), u32::from(bs == 1024).to_string());
+        }
+        let dev = std::sync::Arc::new(
+            FileDevice::open(&img, FileDeviceOptions { block_size: bs, ..Default::default() }).unwrap(),
+        );
+        let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for i in 0..200u32 {
+            let f = fs.create(d.ino, format!("file-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+            fs.write(f.ino, 0, &data[..(i as usize * 1500) % data.len()]).unwrap();
+        }
+        let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+        fs.write(big.ino, 0, &data).unwrap();
+        fs.symlink(ROOT_INO, b"long", &[b'x'; 900], 0, 0).unwrap();
+        fs.setxattr(big.ino, b"user.k", &[7u8; 600], cjfs_fs::XattrFlags::Create).unwrap();
+        fs.unlink(d.ino, b"file-0007").unwrap();
+        fs.unmount().unwrap();
+        assert!(e2fsck_clean(&img), "{bs}-byte blocks after cjfs wrote");
     }
 }
 

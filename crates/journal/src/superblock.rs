@@ -730,6 +730,28 @@ pub fn format_journal_areas(
 #[cfg(test)]
 mod tests {
     const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
+
+    #[test]
+    fn small_blocks_format_one_log_and_refuse_extra_areas() {
+        use cjfs_blockdev::{EmulatedSsd, SsdPreset};
+        let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 1024);
+        let area = crate::JournalArea::new([(100u64, 4096u64)]);
+        let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[]).expect("one log");
+        assert_eq!(sb.s_blocksize, 1024);
+        assert_eq!(read_superblock(&dev, &area.slice(0, 2048).unwrap()).unwrap().s_blocksize, 1024);
+        let e = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).unwrap_err().to_string();
+        assert!(e.contains("need a journal block of at least"), "{e}");
+        // A 2 KiB block holds the table.
+        let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 2048);
+        let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).expect("two logs");
+        assert_eq!(sb.log_areas.len(), 1);
+        // A superblock read on a device of another block size is refused, naming both.
+        let raw = dev.read_block(100).unwrap();
+        let mut four = vec![0u8; 4096];
+        four[..2048].copy_from_slice(&raw);
+        let e = JournalSuperblock::decode(&four, 2048).unwrap_err().to_string();
+        assert!(e.contains("s_blocksize 2048 differs from the file system's block size 4096"), "{e}");
+    }
     use super::*;
     use crate::recovery::test_support::MemDev;
 

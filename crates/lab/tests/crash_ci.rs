@@ -11,6 +11,8 @@
 //!   cache barrier (like an image file), where the journal's commit path differs: every
 //!   group of transactions pays flush, commit blocks, flush (`no_barrier_device_gets_no_barrier`
 //!   checks that the recording holds no barrier then).
+//! * `ci_subset_one_kib_blocks`: the same subset on images of 1 KiB blocks (what mke2fs
+//!   picks for images under 512 MiB) with `jbd2` and `cjfs`.
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
 //!   violations.
 //! * `regressions`: workloads that exposed real bugs stay clean.
@@ -38,6 +40,33 @@ fn ci_subset_every_mode_data_journal() {
 #[test]
 fn ci_subset_every_mode_without_barrier() {
     ci_subset(DataMode::Ordered, false);
+}
+
+#[test]
+fn ci_subset_one_kib_blocks() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let workloads = Suite::ci().workloads(1);
+    for m in ["jbd2", "cjfs"] {
+        let mut cfg = CrashConfig::new(m);
+        cfg.block_size = 1024;
+        cfg.states.max_states = 400;
+        let (s, results) = crash::run_suite(&cfg, &workloads, &|_| {});
+        for r in &results {
+            if let Some(e) = &r.error {
+                eprintln!("{m}: {}: {e}", r.name);
+            }
+        }
+        eprintln!("{m} with 1 KiB blocks: {} crash states, {} violations", s.crash_states, s.violations);
+        assert!(s.crash_states > 0, "{m}: no crash states");
+        assert!(
+            s.passed(),
+            "{m} with 1 KiB blocks: {} violation(s), {} workload error(s)",
+            s.violations,
+            s.workload_errors
+        );
+    }
 }
 
 /// The CI subset on every preset with data mode `data`, on a device with or without a

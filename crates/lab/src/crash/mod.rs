@@ -345,6 +345,8 @@ pub fn check_states(
 /// `save` is set.
 pub fn run_workload(cfg: &CrashConfig, wl: &Workload, bases: &BaseCache, save: bool) -> WorkloadResult {
     let t0 = Instant::now();
+    let fitted = wl.for_block_size(cfg.block_size);
+    let wl = &fitted;
     let mut result = WorkloadResult { name: wl.name.clone(), ..WorkloadResult::default() };
     let r = (|| -> Result<(), CrashError> {
         let (rec, parsed) = prepare(cfg, wl, bases)?;

@@ -73,6 +73,9 @@ pub struct FailureFile {
     /// Whether the crash device had a cache barrier (files written before this field: yes).
     #[serde(default = "has_barrier")]
     pub barrier: bool,
+    /// Block size of the image (files written before this field: 4096).
+    #[serde(default = "default_block_size")]
+    pub block_size: usize,
     /// Run seed.
     pub seed: u64,
     /// The workload (setup and operations).
@@ -94,6 +97,10 @@ pub struct FailureFile {
 
 fn has_barrier() -> bool {
     true
+}
+
+fn default_block_size() -> usize {
+    DEFAULT_BLOCK_SIZE
 }
 
 /// A recording as saved in a failure file (see the module docs for the format).
@@ -417,6 +424,7 @@ pub fn save(
         data: format!("{:?}", cfg.data).to_lowercase(),
         bugs: cfg.bugs,
         barrier: cfg.check.barrier,
+        block_size: cfg.block_size,
         seed: cfg.seed,
         workload: wl.clone(),
         op_log: op_log(wl),
@@ -503,6 +511,7 @@ pub fn replay(f: &FailureFile, threads: usize) -> Result<ReplayReport, CrashErro
     cfg.data = f.data.parse().map_err(CrashError::Replay)?;
     cfg.bugs = f.bugs;
     cfg.check.barrier = f.barrier;
+    cfg.block_size = f.block_size;
     cfg.seed = f.seed;
     cfg.threads = threads.max(1);
     let (rec, parsed) = match &f.recording {

@@ -193,6 +193,25 @@ impl Workload {
         }
     }
 
+    /// The workload as run on images of `block_size`-byte blocks: extended attribute values
+    /// longer than half a block are cut to half a block (one must fit an xattr block, as
+    /// the kernel requires without `ea_inode`). Unchanged with 4 KiB blocks.
+    pub fn for_block_size(&self, block_size: usize) -> Workload {
+        let cap = (block_size / 2) as u32;
+        let fit = |op: &Op| match op {
+            Op::SetXattr { path, name, len, seed } if block_size < 4096 && *len > cap => {
+                Op::SetXattr { path: path.clone(), name: name.clone(), len: cap, seed: *seed }
+            }
+            other => other.clone(),
+        };
+        Workload {
+            name: self.name.clone(),
+            setup: self.setup.iter().map(fit).collect(),
+            rounds: self.rounds.iter().map(|r| r.iter().map(fit).collect()).collect(),
+            free_running: self.free_running,
+        }
+    }
+
     /// The recorded operations in model order (round by round, thread order), ending with
     /// the unmount the recorder adds.
     pub fn flat_ops(&self) -> Vec<Op> {
