@@ -52,20 +52,7 @@ pub fn open_device_with(image: &str, read_only: bool, block_size: usize) -> CliR
     Ok(Arc::new(dev))
 }
 
-/// The block size the ext2/3/4 superblock of `path` names, when it has one with a
-/// supported size (read-only; errors and other sizes give `None`).
-pub fn probe_block_size(path: &Path) -> Option<usize> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).ok()?;
-    let mut sb = [0u8; 1024];
-    f.read_exact_at(&mut sb, 1024).ok()?;
-    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
-        return None;
-    }
-    let log = u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
-    let bs = 1024usize.checked_shl(log)?;
-    cjfs_blockdev::valid_block_size(bs).then_some(bs)
-}
+pub use cjfs_fs::ondisk::superblock::probe_block_size;
 
 /// What [`probe`] found: a valid image, and whether its journal needs recovery.
 pub struct Probe {

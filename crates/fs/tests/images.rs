@@ -78,10 +78,7 @@ fn debugfs_r(img: &Path, req: &str) -> Option<String> {
 
 /// Open `img` in blocks of the size its superblock names.
 fn open(img: &Path) -> Device {
-    use std::os::unix::fs::FileExt;
-    let mut sb = [0u8; 1024];
-    std::fs::File::open(img).expect("open image").read_exact_at(&mut sb, 1024).expect("read superblock");
-    let block_size = 1024usize << u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
+    let block_size = cjfs_fs::ondisk::superblock::probe_block_size(img).expect("superblock");
     Arc::new(
         FileDevice::open(img, FileDeviceOptions { block_size, ..Default::default() }).expect("open image"),
     )

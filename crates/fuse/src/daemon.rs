@@ -383,7 +383,13 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
     let dev: Device = Arc::new(
         FileDevice::open(
             image,
-            FileDeviceOptions { read_only: opts.read_only, ..FileDeviceOptions::default() },
+            FileDeviceOptions {
+                read_only: opts.read_only,
+                // The superblock check after the open names a missing or odd superblock.
+                block_size: cjfs_fs::ondisk::superblock::probe_block_size(image)
+                    .unwrap_or(cjfs_blockdev::DEFAULT_BLOCK_SIZE),
+                ..FileDeviceOptions::default()
+            },
         )
         .map_err(|e| match e {
             DevError::Busy(_) => MountError::Locked { path: image.to_path_buf() },

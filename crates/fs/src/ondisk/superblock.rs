@@ -13,6 +13,28 @@ pub const SUPERBLOCK_OFFSET: usize = 1024;
 /// Size of the superblock structure in bytes.
 pub const SUPERBLOCK_SIZE: usize = 1024;
 
+/// The block size the primary superblock in `head` (the first 2048 or more bytes of an
+/// image) names, when it has the ext2/3/4 magic and a size this engine opens.
+pub fn block_size_in(head: &[u8]) -> Option<usize> {
+    let sb = head.get(SUPERBLOCK_OFFSET..SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE)?;
+    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
+        return None;
+    }
+    let log = u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
+    let bs = 1024usize.checked_shl(log)?;
+    cjfs_blockdev::valid_block_size(bs).then_some(bs)
+}
+
+/// [`block_size_in`] for the image file or block device at `path` (reads 2048 bytes; `None`
+/// when it cannot be read or holds no usable superblock).
+pub fn probe_block_size(path: &std::path::Path) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE];
+    f.read_exact_at(&mut head, 0).ok()?;
+    block_size_in(&head)
+}
+
 /// Where the primary superblock lives with blocks of `block_size` bytes: (block, byte
 /// offset in it). Block 1 at offset 0 with 1 KiB blocks, block 0 at offset 1024 otherwise.
 pub const fn sb_location(block_size: usize) -> (u64, usize) {

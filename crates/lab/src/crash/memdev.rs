@@ -33,16 +33,7 @@ pub struct CowDevice {
     barrier: bool,
 }
 
-/// The block size named by the ext4 superblock in `image` (`None` without one).
-pub fn image_block_size(image: &[u8]) -> Option<usize> {
-    let sb = image.get(1024..2048)?;
-    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
-        return None;
-    }
-    let log = u32::from_le_bytes([sb[0x18], sb[0x19], sb[0x1A], sb[0x1B]]);
-    let bs = 1024usize.checked_shl(log)?;
-    cjfs_blockdev::valid_block_size(bs).then_some(bs)
-}
+pub use cjfs_fs::ondisk::superblock::block_size_in as image_block_size;
 
 impl CowDevice {
     /// A device holding `base` with `blocks` changed, in blocks of the size the ext4
