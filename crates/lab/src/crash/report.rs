@@ -16,6 +16,8 @@ pub struct ModeSummary {
     pub data: String,
     /// Whether the crash device had a cache barrier.
     pub barrier: bool,
+    /// Block size of the images.
+    pub block_size: usize,
     /// Whether the mode promises crash consistency (`nojournal` does not: its violations
     /// are expected and do not fail the run).
     pub crash_consistent_by_design: bool,
@@ -81,6 +83,7 @@ impl ModeSummary {
             mode: cfg.mode.clone(),
             data: format!("{:?}", cfg.data).to_lowercase(),
             barrier: cfg.check.barrier,
+            block_size: cfg.block_size,
             crash_consistent_by_design: cfg.crash_consistent_by_design(),
             workloads: results.len() as u64,
             workload_errors: results.iter().filter(|r| r.error.is_some()).count() as u64,
@@ -115,6 +118,9 @@ impl ModeSummary {
         }
         if !self.barrier {
             notes.push("no barrier".to_string());
+        }
+        if self.block_size != cjfs_blockdev::DEFAULT_BLOCK_SIZE {
+            notes.push(format!("{} KiB blocks", self.block_size / 1024));
         }
         if notes.is_empty() { self.mode.clone() } else { format!("{} ({})", self.mode, notes.join(", ")) }
     }
