@@ -356,79 +356,113 @@ pub fn host_xattrs(p: &Path) -> Xattrs {
     out
 }
 
-/// Every path under a kernel mount point.
+/// Every path under a mount point (a kernel's or a FUSE mount's).
+///
+/// The names are listed first, then four threads look at the paths: through FUSE each
+/// look is a few round trips to the daemon, and a tree may hold tens of thousands of paths.
 pub fn walk_host(root: &Path) -> Snap {
-    let mut snap = Snap::default();
-    let mut stack = vec![("/".to_string(), root.to_path_buf())];
-    let mut buf = vec![0u8; MIB as usize];
-    while let Some((path, abs)) = stack.pop() {
-        let md = std::fs::symlink_metadata(&abs).unwrap_or_else(|e| panic!("stat {}: {e}", abs.display()));
-        let ft = md.file_type();
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_fifo() {
-            Kind::Fifo
-        } else if ft.is_char_device() {
-            Kind::Chr
-        } else if ft.is_block_device() {
-            Kind::Blk
-        } else {
-            Kind::Sock
-        };
-        let mut e = Entry {
-            kind,
-            perm: md.mode() & 0o7777,
-            uid: md.uid(),
-            gid: md.gid(),
-            size: md.size(),
-            nlink: md.nlink() as u32,
-            crc: 0,
-            target: Vec::new(),
-            rdev: (0, 0),
-            xattrs: host_xattrs(&abs),
-        };
-        match kind {
-            // Empty files are not opened: through FUSE that is three requests per file, and a
-            // tree may hold tens of thousands of them.
-            Kind::File if md.size() > 0 => {
-                let mut f = File::open(&abs).expect("open");
-                loop {
-                    let n = f.read(&mut buf).expect("read");
-                    if n == 0 {
-                        break;
-                    }
-                    e.crc = crc32c::crc32c_append(e.crc, &buf[..n]);
-                }
+    let mut paths = Vec::new();
+    let mut stack = vec![("/".to_string(), root.to_path_buf(), true)];
+    while let Some((path, abs, is_dir)) = stack.pop() {
+        if is_dir {
+            for d in std::fs::read_dir(&abs).unwrap_or_else(|e| panic!("read_dir {}: {e}", abs.display())) {
+                let d = d.expect("dirent");
+                let name = d.file_name().to_string_lossy().into_owned();
+                let dir = d.file_type().unwrap_or_else(|e| panic!("{}: {e}", d.path().display())).is_dir();
+                stack.push((join(&path, &name), d.path(), dir));
             }
-            Kind::Symlink => {
-                e.target = std::fs::read_link(&abs).expect("readlink").as_os_str().as_bytes().to_vec()
-            }
-            Kind::Dir => {
-                for d in std::fs::read_dir(&abs).expect("read_dir") {
-                    let d = d.expect("dirent");
-                    let name = d.file_name().to_string_lossy().into_owned();
-                    stack.push((join(&path, &name), d.path()));
-                }
-            }
-            Kind::Chr | Kind::Blk => e.rdev = split_dev(md.rdev()),
-            _ => {}
         }
-        snap.extra.insert(
-            path.clone(),
-            Extra {
-                ino: md.ino(),
-                blocks: md.blocks(),
-                mtime: (md.mtime(), md.mtime_nsec() as u32),
-                ctime: (md.ctime(), md.ctime_nsec() as u32),
-            },
-        );
+        paths.push((path, abs, is_dir));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let looks: Vec<(String, Entry, Extra)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; MIB as usize];
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((path, abs, listed_dir)) = paths.get(i) else { break };
+                        let (e, x) = look(abs, &mut buf);
+                        assert_eq!(
+                            e.kind == Kind::Dir,
+                            *listed_dir,
+                            "{path}: the directory entry's type differs from the inode's ({:?})",
+                            e.kind
+                        );
+                        out.push((path.clone(), e, x));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("walker thread")).collect()
+    });
+    let mut snap = Snap::default();
+    for (path, e, x) in looks {
+        snap.extra.insert(path.clone(), x);
         snap.tree.insert(path, e);
     }
     snap
+}
+
+/// What one path under a mount point looks like; `buf` is scratch space for reading.
+fn look(abs: &Path, buf: &mut [u8]) -> (Entry, Extra) {
+    let md = std::fs::symlink_metadata(abs).unwrap_or_else(|e| panic!("stat {}: {e}", abs.display()));
+    let ft = md.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_char_device() {
+        Kind::Chr
+    } else if ft.is_block_device() {
+        Kind::Blk
+    } else {
+        Kind::Sock
+    };
+    let mut e = Entry {
+        kind,
+        perm: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        size: md.size(),
+        nlink: md.nlink() as u32,
+        crc: 0,
+        target: Vec::new(),
+        rdev: (0, 0),
+        xattrs: host_xattrs(abs),
+    };
+    match kind {
+        // Empty files are not opened: through FUSE that is three requests per file.
+        Kind::File if md.size() > 0 => {
+            let mut f = File::open(abs).unwrap_or_else(|e| panic!("open {}: {e}", abs.display()));
+            loop {
+                let n = f.read(buf).unwrap_or_else(|e| panic!("read {}: {e}", abs.display()));
+                if n == 0 {
+                    break;
+                }
+                e.crc = crc32c::crc32c_append(e.crc, &buf[..n]);
+            }
+        }
+        Kind::Symlink => {
+            e.target = std::fs::read_link(abs).expect("readlink").as_os_str().as_bytes().to_vec()
+        }
+        Kind::Chr | Kind::Blk => e.rdev = split_dev(md.rdev()),
+        _ => {}
+    }
+    let x = Extra {
+        ino: md.ino(),
+        blocks: md.blocks(),
+        mtime: (md.mtime(), md.mtime_nsec() as u32),
+        ctime: (md.ctime(), md.ctime_nsec() as u32),
+    };
+    (e, x)
 }
 
 /// Extended attributes for a message: names, sizes and checksums of the values.
