@@ -96,8 +96,9 @@ const EXPECT_REFUSED: &[(&str, Refusal)] = &[
 const BIG_DIR_ENTRIES: usize = 50_000;
 /// Entries of the directory the kernel makes (and indexes) in the fill.
 const HTREE_ENTRIES: usize = 3_000;
-/// Random operations through the FUSE mount, then through the kernel.
+/// Random operations through the FUSE mount.
 const FUSE_OPS: usize = 3_000;
+/// Random operations through the kernel afterwards.
 const KERNEL_OPS: usize = 1_500;
 /// Largest file the random operations make.
 const MAX_FILE: usize = 3 << 20;
@@ -972,8 +973,8 @@ fn run_config(cfg: &Config, base_seed: u64) -> Outcome {
     let name = cfg.name;
     let seed = base_seed ^ (crc32c::crc32c(name.as_bytes()) as u64);
     println!(
-        "config {name}: mkfs.ext4 -F -q {} IMG {} -> {}-byte blocks, {}-byte inodes",
-        cfg.opts.join(" "),
+        "config {name}: mkfs.ext4 -F -q {}IMG {} -> {}-byte blocks, {}-byte inodes",
+        cfg.opts.iter().map(|o| format!("{o} ")).collect::<String>(),
         cfg.size,
         geo.block_size,
         geo.inode_size
