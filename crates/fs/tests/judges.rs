@@ -35,14 +35,12 @@
 //! `CJFS_JUDGES_KEEP=1` keeps the temporary directories (images) and prints their paths.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CString, OsStr};
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cjfs_blockdev::{BlockDevice, DEFAULT_BLOCK_SIZE as BLOCK_SIZE, Device, FileDevice, FileDeviceOptions};
@@ -59,7 +57,10 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 
-const MIB: u64 = 1 << 20;
+#[path = "common/kernel.rs"]
+mod kernel;
+
+use kernel::*;
 
 // ---- environment ---------------------------------------------------------------------------
 
@@ -71,62 +72,6 @@ macro_rules! require {
             return;
         }
     };
-}
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .filter(|d| !d.is_empty())
-        .chain(["/sbin", "/usr/sbin", "/bin", "/usr/bin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-fn need_tools(names: &[&str]) -> Result<(), String> {
-    let missing: Vec<&str> = names.iter().copied().filter(|n| tool(n).is_none()).collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{} not found (install e2fsprogs and util-linux)", missing.join(", ")))
-    }
-}
-
-/// Root, loop devices and the kernel's ext4, probed once by mounting a small mke2fs image.
-fn kernel_env() -> Result<(), String> {
-    static ENV: OnceLock<Result<(), String>> = OnceLock::new();
-    ENV.get_or_init(probe_kernel).clone()
-}
-
-fn probe_kernel() -> Result<(), String> {
-    need_tools(&["mke2fs", "losetup", "mount", "umount"])?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root (loop devices and mounts need it)".into());
-    }
-    let o = run("losetup", ["-f"]);
-    if o.code != 0 {
-        return Err(format!("no loop device support (`losetup -f` failed: {})", o.text().trim()));
-    }
-    let dir = tmpdir();
-    let img = dir.path().join("probe.img");
-    let o = mke2fs(&img, "^metadata_csum", 32);
-    assert_eq!(o.code, 0, "mke2fs of the probe image failed:\n{}", o.text());
-    let lo = LoopDev::attach(&img, false)?;
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mkdir mnt");
-    match KMount::mount(&lo, &mnt, "") {
-        Ok(mut m) => {
-            m.umount();
-            Ok(())
-        }
-        Err(e) if e.contains("unknown filesystem type") => {
-            Err(format!("the kernel has no ext4 (mount said: {})", e.trim()))
-        }
-        Err(e) if e.contains("permission denied") || e.contains("must be superuser") => {
-            Err(format!("mounting is not permitted here (mount said: {})", e.trim()))
-        }
-        Err(e) => panic!("probe mount of a fresh mke2fs image failed: {e}"),
-    }
 }
 
 /// A fresh temporary directory; kept (and named on stdout) when `CJFS_JUDGES_KEEP` is set,
@@ -147,32 +92,6 @@ fn wseed(base: u64) -> u64 {
 }
 
 // ---- running tools -------------------------------------------------------------------------
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn text(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
-
-fn run<I, S>(prog: &str, args: I) -> Out
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    let exe = tool(prog).unwrap_or_else(|| PathBuf::from(prog));
-    let o = Command::new(&exe).args(args).output().unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
 
 fn mke2fs(img: &Path, features: &str, mib: u64) -> Out {
     run(
@@ -195,16 +114,6 @@ fn mke2fs(img: &Path, features: &str, mib: u64) -> Out {
     )
 }
 
-fn e2fsck(img: &Path, flags: &str) -> Out {
-    run("e2fsck", [OsStr::new(flags), img.as_os_str()])
-}
-
-/// `e2fsck -fn` must exit 0.
-fn assert_fsck_clean(img: &Path, what: &str) {
-    let o = e2fsck(img, "-fn");
-    assert_eq!(o.code, 0, "e2fsck -fn on {what} ({}) exited {}:\n{}", img.display(), o.code, o.text());
-}
-
 /// Copy an image file keeping it sparse.
 fn copy_image(src: &Path, dst: &Path) {
     let o = run("cp", [OsStr::new("--sparse=always"), src.as_os_str(), dst.as_os_str()]);
@@ -224,95 +133,6 @@ const INCOMPAT_RECOVER: u32 = 0x4;
 
 /// The JBD2 block magic, big-endian.
 const JBD2_MAGIC: [u8; 4] = [0xc0, 0x3b, 0x39, 0x98];
-
-// ---- loop devices and kernel mounts (drop guards) ------------------------------------------
-
-/// A loop device, detached on drop.
-struct LoopDev {
-    dev: String,
-}
-
-impl LoopDev {
-    fn attach(img: &Path, read_only: bool) -> Result<LoopDev, String> {
-        let mut args: Vec<OsString> = vec!["-f".into(), "--show".into()];
-        if read_only {
-            args.push("-r".into());
-        }
-        args.push(img.into());
-        let o = run("losetup", &args);
-        if o.code != 0 || o.stdout.trim().is_empty() {
-            return Err(format!("cannot attach a loop device to {}: {}", img.display(), o.text().trim()));
-        }
-        Ok(LoopDev { dev: o.stdout.trim().to_string() })
-    }
-}
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        for _ in 0..20 {
-            if run("losetup", ["-d", &self.dev]).code == 0 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("warning: could not detach {}", self.dev);
-    }
-}
-
-/// A kernel mount, unmounted on drop (lazily if it is busy).
-struct KMount {
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl KMount {
-    fn mount(lo: &LoopDev, dir: &Path, opts: &str) -> Result<KMount, String> {
-        let mut args: Vec<OsString> = vec!["-t".into(), "ext4".into()];
-        if !opts.is_empty() {
-            args.push("-o".into());
-            args.push(opts.into());
-        }
-        args.push(OsString::from(&lo.dev));
-        args.push(dir.into());
-        let o = run("mount", &args);
-        if o.code != 0 {
-            return Err(o.text());
-        }
-        Ok(KMount { dir: dir.to_path_buf(), mounted: true })
-    }
-
-    fn umount(&mut self) {
-        // "target is busy" can be transient (something else on the machine looking in).
-        let mut o = run("umount", [&self.dir]);
-        for _ in 0..20 {
-            if o.code == 0 || !o.text().contains("busy") {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-            o = run("umount", [&self.dir]);
-        }
-        if o.code != 0 && tool("fuser").is_some() {
-            println!("{}", run("fuser", [OsStr::new("-vm"), self.dir.as_os_str()]).text());
-        }
-        assert_eq!(o.code, 0, "umount {}: {}", self.dir.display(), o.text());
-        self.mounted = false;
-    }
-}
-
-impl Drop for KMount {
-    fn drop(&mut self) {
-        if self.mounted && run("umount", [&self.dir]).code != 0 {
-            let _ = run("umount", [OsStr::new("-l"), self.dir.as_os_str()]);
-        }
-    }
-}
-
-fn syncfs(dir: &Path) {
-    let f = File::open(dir).expect("open mount point");
-    // SAFETY: a valid open file descriptor.
-    let r = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) };
-    assert_eq!(r, 0, "syncfs: {}", std::io::Error::last_os_error());
-}
 
 // ---- cjfs images ---------------------------------------------------------------------------
 
@@ -410,18 +230,7 @@ fn print_scan(what: &str, s: &ScanResult) {
     }
 }
 
-// ---- logical snapshots ---------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Fifo,
-    Chr,
-    Blk,
-    Sock,
-}
+// ---- cjfs snapshots ------------------------------------------------------------------------
 
 fn kind_of(t: FileType) -> Kind {
     match t {
@@ -433,58 +242,6 @@ fn kind_of(t: FileType) -> Kind {
         FileType::BlockDev => Kind::Blk,
         FileType::Socket => Kind::Sock,
     }
-}
-
-type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// What a path looks like, as every judge can see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    kind: Kind,
-    perm: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    nlink: u32,
-    /// crc32c of a regular file's contents.
-    crc: u32,
-    /// Symlink target.
-    target: Vec<u8>,
-    /// (major, minor) of a device node.
-    rdev: (u32, u32),
-    xattrs: Xattrs,
-}
-
-/// Details two images (or an image and the kernel's view of it) must also agree on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Extra {
-    ino: u64,
-    blocks: u64,
-    mtime: (i64, u32),
-    ctime: (i64, u32),
-}
-
-#[derive(Debug, Clone, Default)]
-struct Snap {
-    tree: BTreeMap<String, Entry>,
-    extra: BTreeMap<String, Extra>,
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") }
-}
-
-fn split(path: &str) -> (&str, &str) {
-    let i = path.rfind('/').expect("absolute path");
-    (if i == 0 { "/" } else { &path[..i] }, &path[i + 1..])
-}
-
-fn split_dev(r: u64) -> (u32, u32) {
-    (((r >> 8) & 0xfff | (r >> 32) & !0xfff) as u32, (r & 0xff | (r >> 12) & !0xff) as u32)
-}
-
-fn make_dev(major: u32, minor: u32) -> u32 {
-    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
 /// Every path of a mounted cjfs with attributes, contents and xattrs.
@@ -557,204 +314,6 @@ fn walk_fs(fs: &Fs) -> Snap {
         assert!(snap.tree.insert(path.clone(), e).is_none(), "{path} seen twice");
     }
     snap
-}
-
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).expect("path without NUL")
-}
-
-fn host_xattrs(p: &Path) -> Xattrs {
-    let c = cpath(p);
-    let mut out = Xattrs::new();
-    // SAFETY: valid C string; a null buffer of size 0 asks for the size.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-    assert!(n >= 0, "llistxattr {}: {}", p.display(), std::io::Error::last_os_error());
-    let mut names = vec![0u8; n as usize];
-    // SAFETY: the buffer holds `names.len()` bytes.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "llistxattr {}: {}", p.display(), std::io::Error::last_os_error());
-    for name in names[..n as usize].split(|b| *b == 0).filter(|n| !n.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        // SAFETY: as above.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), std::ptr::null_mut(), 0) };
-        assert!(len >= 0, "lgetxattr {}: {}", p.display(), std::io::Error::last_os_error());
-        let mut v = vec![0u8; len as usize];
-        // SAFETY: the buffer holds `v.len()` bytes.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        assert!(len >= 0, "lgetxattr {}: {}", p.display(), std::io::Error::last_os_error());
-        v.truncate(len as usize);
-        out.insert(name.to_vec(), v);
-    }
-    out
-}
-
-/// Every path under a kernel mount point.
-fn walk_host(root: &Path) -> Snap {
-    let mut snap = Snap::default();
-    let mut stack = vec![("/".to_string(), root.to_path_buf())];
-    while let Some((path, abs)) = stack.pop() {
-        let md = std::fs::symlink_metadata(&abs).unwrap_or_else(|e| panic!("stat {}: {e}", abs.display()));
-        let ft = md.file_type();
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_fifo() {
-            Kind::Fifo
-        } else if ft.is_char_device() {
-            Kind::Chr
-        } else if ft.is_block_device() {
-            Kind::Blk
-        } else {
-            Kind::Sock
-        };
-        let mut e = Entry {
-            kind,
-            perm: md.mode() & 0o7777,
-            uid: md.uid(),
-            gid: md.gid(),
-            size: md.size(),
-            nlink: md.nlink() as u32,
-            crc: 0,
-            target: Vec::new(),
-            rdev: (0, 0),
-            xattrs: host_xattrs(&abs),
-        };
-        match kind {
-            Kind::File => {
-                let mut f = File::open(&abs).expect("open");
-                let mut buf = vec![0u8; MIB as usize];
-                loop {
-                    let n = f.read(&mut buf).expect("read");
-                    if n == 0 {
-                        break;
-                    }
-                    e.crc = crc32c::crc32c_append(e.crc, &buf[..n]);
-                }
-            }
-            Kind::Symlink => {
-                e.target = std::fs::read_link(&abs).expect("readlink").as_os_str().as_bytes().to_vec()
-            }
-            Kind::Dir => {
-                for d in std::fs::read_dir(&abs).expect("read_dir") {
-                    let d = d.expect("dirent");
-                    let name = d.file_name().to_string_lossy().into_owned();
-                    stack.push((join(&path, &name), d.path()));
-                }
-            }
-            Kind::Chr | Kind::Blk => e.rdev = split_dev(md.rdev()),
-            _ => {}
-        }
-        snap.extra.insert(
-            path.clone(),
-            Extra {
-                ino: md.ino(),
-                blocks: md.blocks(),
-                mtime: (md.mtime(), md.mtime_nsec() as u32),
-                ctime: (md.ctime(), md.ctime_nsec() as u32),
-            },
-        );
-        snap.tree.insert(path, e);
-    }
-    snap
-}
-
-fn show_xattrs(x: &Xattrs) -> String {
-    let parts: Vec<String> = x
-        .iter()
-        .map(|(n, v)| {
-            format!("{}=<{} bytes crc {:08x}>", String::from_utf8_lossy(n), v.len(), crc32c::crc32c(v))
-        })
-        .collect();
-    format!("{{{}}}", parts.join(", "))
-}
-
-fn entry_diffs(x: &Entry, y: &Entry, loose_dir_size: bool) -> Vec<String> {
-    let mut d = Vec::new();
-    if x.kind != y.kind {
-        d.push(format!("type {:?} vs {:?}", x.kind, y.kind));
-    }
-    if x.perm != y.perm {
-        d.push(format!("mode {:o} vs {:o}", x.perm, y.perm));
-    }
-    if (x.uid, x.gid) != (y.uid, y.gid) {
-        d.push(format!("owner {}:{} vs {}:{}", x.uid, x.gid, y.uid, y.gid));
-    }
-    if x.size != y.size && !(loose_dir_size && x.kind == Kind::Dir) {
-        d.push(format!("size {} vs {}", x.size, y.size));
-    }
-    if x.nlink != y.nlink {
-        d.push(format!("nlink {} vs {}", x.nlink, y.nlink));
-    }
-    if x.crc != y.crc {
-        d.push(format!("content crc {:08x} vs {:08x}", x.crc, y.crc));
-    }
-    if x.target != y.target {
-        d.push(format!(
-            "symlink target {:?} vs {:?}",
-            String::from_utf8_lossy(&x.target),
-            String::from_utf8_lossy(&y.target)
-        ));
-    }
-    if x.rdev != y.rdev {
-        d.push(format!("rdev {:?} vs {:?}", x.rdev, y.rdev));
-    }
-    if x.xattrs != y.xattrs {
-        d.push(format!("xattrs {} vs {}", show_xattrs(&x.xattrs), show_xattrs(&y.xattrs)));
-    }
-    d
-}
-
-/// Differences between two snapshots. `strict` also compares directory sizes, inode
-/// numbers, block counts, mtime and ctime.
-fn diff(an: &str, a: &Snap, bn: &str, b: &Snap, strict: bool) -> Vec<String> {
-    diff_opts(an, a, bn, b, strict, strict)
-}
-
-/// [`diff`]; `dir_sizes` false leaves out directories' sizes and block counts even when
-/// `strict` (e2fsck -fy may compact directories: its "Pass 3A: Optimizing directories").
-fn diff_opts(an: &str, a: &Snap, bn: &str, b: &Snap, strict: bool, dir_sizes: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    let keys: BTreeSet<&String> = a.tree.keys().chain(b.tree.keys()).collect();
-    for k in keys {
-        match (a.tree.get(k), b.tree.get(k)) {
-            (Some(x), None) => out.push(format!("{k}: only in {an} ({:?}, {} bytes)", x.kind, x.size)),
-            (None, Some(y)) => out.push(format!("{k}: only in {bn} ({:?}, {} bytes)", y.kind, y.size)),
-            (Some(x), Some(y)) => {
-                for d in entry_diffs(x, y, !dir_sizes) {
-                    out.push(format!("{k}: {d} ({an} vs {bn})"));
-                }
-                let same = |ex: &Extra, ey: &Extra| {
-                    ex == ey
-                        || (!dir_sizes
-                            && x.kind == Kind::Dir
-                            && Extra { blocks: ey.blocks, ..ex.clone() } == *ey)
-                };
-                if strict
-                    && let (Some(ex), Some(ey)) = (a.extra.get(k), b.extra.get(k))
-                    && !same(ex, ey)
-                {
-                    out.push(format!("{k}: {ex:?} vs {ey:?} ({an} vs {bn})"));
-                }
-            }
-            (None, None) => unreachable!(),
-        }
-    }
-    out
-}
-
-fn assert_same(ctx: &str, an: &str, a: &Snap, bn: &str, b: &Snap, strict: bool) {
-    let d = diff(an, a, bn, b, strict);
-    if !d.is_empty() {
-        let shown: Vec<&String> = d.iter().take(40).collect();
-        panic!(
-            "{ctx}: {an} and {bn} differ in {} places:\n  {}",
-            d.len(),
-            shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
-        );
-    }
 }
 
 // ---- the model: what the workload wrote ----------------------------------------------------

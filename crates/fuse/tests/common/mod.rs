@@ -135,6 +135,12 @@ pub struct Mount {
 impl Mount {
     /// Start `cjfs-mount IMAGE DIR --foreground -o OPTS` and wait until mounted.
     pub fn start(image: &Path, dir: &Path, opts: &str) -> Mount {
+        Mount::try_start(image, dir, opts).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Mount::start`]; `Err` with the exit status and the daemon's output when it exits
+    /// without mounting (it refused the image, say).
+    pub fn try_start(image: &Path, dir: &Path, opts: &str) -> Result<Mount, String> {
         let log = image.with_extension(format!("log{}", std::process::id()));
         let logf = File::create(&log).unwrap();
         let mut cmd = Command::new(CJFS_MOUNT);
@@ -148,12 +154,12 @@ impl Mount {
         while !is_mounted(dir) {
             if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 m.child = None;
-                panic!("cjfs-mount exited ({st}) before mounting:\n{}", m.log_text());
+                return Err(format!("cjfs-mount exited ({st}) before mounting:\n{}", m.log_text()));
             }
             assert!(t0.elapsed() < Duration::from_secs(60), "mount not ready after 60 s:\n{}", m.log_text());
             std::thread::sleep(Duration::from_millis(20));
         }
-        m
+        Ok(m)
     }
 
     /// The daemon's output so far.
