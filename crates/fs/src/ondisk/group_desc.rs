@@ -330,7 +330,7 @@ impl GroupDesc {
             for og in g..=sb.group_of_block(v + len - 1) {
                 let start = sb.group_first_block(og);
                 let meta = sb.group_super_overhead(og) as u64;
-                if v < start + meta && v + len > start {
+                if meta > 0 && v < start + meta && v + len > start {
                     return bad(field, v, format!("(overlaps the superblock/GDT copy of group {og})"));
                 }
             }
@@ -447,6 +447,35 @@ pub fn crc16(mut crc: u16, data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With 1 KiB blocks and flex_bg, mke2fs packs inode tables across group boundaries:
+    /// crossing into a group without a superblock copy is fine, into one with it is not.
+    #[test]
+    fn tables_may_cross_into_groups_without_a_superblock_copy() {
+        use crate::ondisk::features::{INCOMPAT_FLEX_BG, RO_COMPAT_SPARSE_SUPER};
+        let mut sb = Superblock::blank();
+        sb.log_block_size = 0;
+        sb.first_data_block = 1;
+        sb.blocks_per_group = 8192;
+        sb.blocks_count = 262144;
+        sb.inodes_per_group = 2048;
+        sb.inode_size = 256;
+        sb.rev_level = 1;
+        sb.feature_ro_compat |= RO_COMPAT_SPARSE_SUPER;
+        sb.feature_incompat |= INCOMPAT_FLEX_BG;
+        sb.log_groups_per_flex = 4;
+        let mut d = GroupDesc::new(64);
+        d.block_bitmap = 131073;
+        d.inode_bitmap = 131089;
+        // 512 table blocks from group 16 into group 17 (no copy): accepted.
+        d.inode_table = 138785;
+        d.validate(&sb, 31).unwrap();
+        // From group 8 into group 9 (a copy at its start): refused.
+        let start9 = sb.group_first_block(9);
+        d.inode_table = start9 - 100;
+        let e = d.validate(&sb, 31).unwrap_err().to_string();
+        assert!(e.contains("overlaps the superblock/GDT copy of group 9"), "{e}");
+    }
 
     #[test]
     fn crc16_reference() {
