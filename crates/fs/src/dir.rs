@@ -3,22 +3,29 @@
 //!
 //! Entries never move inside their block (insertion splits slack, removal merges into the
 //! previous record), so a readdir offset (`block << 12 | byte offset`) stays valid across
-//! inserts and removals. An htree (dir_index) directory is read as the linear directory it
-//! also is; the first change clears its index flag, which leaves a valid linear directory.
+//! inserts and removals. An htree (dir_index) directory keeps its index through every
+//! change ([`crate::dx`]): a new name goes to the leaf its hash selects, a full leaf is
+//! split (moving part of its entries to a new block at the end), and a linear directory
+//! whose only block fills up becomes indexed, as the kernel does. Lookups use the
+//! in-memory name map, built from every block on first use. On a file system without
+//! `dir_index` an indexed directory's flag is cleared before its first change, which
+//! leaves a valid linear directory.
 //!
 //! With `metadata_csum` each block is checked when it enters the cache: a leaf against its
 //! checksum record, an index block (the root, block 0, and interior nodes, recognised as
 //! the kernel does: a fake record of inode 0 covering the whole block) against its
 //! `dx_tail`. Leaf entries then fill the block less its 12-byte checksum record, and every
-//! block changed gets a fresh checksum ([`seal_leaf`]). Dropping the index also turns its
-//! blocks into leaves (`.` and `..` in the root, an empty record in a node), each with a
-//! checksum record: a linear reader of a checksummed directory expects one in every block.
+//! block changed gets a fresh checksum ([`seal_leaf`], [`crate::dx::seal`]). Dropping the
+//! index also turns its blocks into leaves (`.` and `..` in the root, an empty record in a
+//! node), each with a checksum record: a linear reader of a checksummed directory expects
+//! one in every block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use cjfs_blockdev::BLOCK_SIZE;
 
+use crate::dx::{self, BlockKind, DxCtx, DxStore};
 use crate::error::CsumStructure;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree::{self, Mapping};
@@ -26,7 +33,8 @@ use crate::fs::FsInner;
 use crate::inode::InodeState;
 use crate::meta::MetaStore;
 use crate::ondisk::dirent::{self, FT_DIR, TAIL_SIZE, rec_len_for};
-use crate::ondisk::htree;
+use crate::ondisk::features::INCOMPAT_LARGEDIR;
+use crate::ondisk::htree::{self, DX_HASH_TEA};
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
 use crate::ondisk::superblock::{get_u16, get_u32};
 use crate::tx::{ReadStore, Tx};
@@ -99,17 +107,6 @@ fn dir_blocks(st: &InodeState) -> FsResult<u32> {
     Ok(n as u32)
 }
 
-/// What a directory block is (decides its checksum and which bytes hold entries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BlockKind {
-    /// Entries (a linear block or an htree leaf).
-    Leaf,
-    /// The htree root (block 0 of an indexed directory).
-    DxRoot,
-    /// An htree interior node.
-    DxNode,
-}
-
 fn block_kind(st: &InodeState, lblk: u32, block: &[u8]) -> BlockKind {
     if st.d.flags & EXT4_INDEX_FL == 0 {
         BlockKind::Leaf
@@ -169,9 +166,163 @@ pub(crate) fn read_dir_block(
 
 /// Finish a changed leaf block: write its checksum record (with `metadata_csum`).
 fn seal_leaf(st: &InodeState, buf: &cjfs_journal::Buffer) {
-    if let Some(seed) = st.csum.seed {
-        dirent::set_leaf_checksum(seed, &mut buf.write()[..]);
+    seal_as(st, BlockKind::Leaf, buf);
+}
+
+/// Finish a changed block of `kind`: its checksum record or `dx_tail` (with
+/// `metadata_csum`).
+fn seal_as(st: &InodeState, kind: BlockKind, buf: &cjfs_journal::Buffer) {
+    if st.csum.seed.is_some() {
+        dx::seal(st.csum.seed, kind, &mut buf.write()[..]);
         buf.set_verified();
+    }
+}
+
+/// What `add_entry` and friends need from the superblock, copied so its lock is not held
+/// while blocks are allocated.
+struct DirParams {
+    block_size: usize,
+    dir_index: bool,
+    large_dir: bool,
+    def_hash_version: u8,
+    hash_seed: [u32; 4],
+    sb_flags: u32,
+}
+
+impl DirParams {
+    fn get(fs: &FsInner) -> Self {
+        let sb = fs.sb.lock();
+        DirParams {
+            block_size: sb.block_size() as usize,
+            dir_index: sb.has_dir_index(),
+            large_dir: sb.has_incompat(INCOMPAT_LARGEDIR),
+            def_hash_version: sb.def_hash_version,
+            hash_seed: sb.hash_seed,
+            sb_flags: sb.flags,
+        }
+    }
+
+    /// Whether `st` is an htree directory whose index is kept up to date.
+    fn indexed(&self, st: &InodeState) -> bool {
+        self.dir_index && st.d.flags & EXT4_INDEX_FL != 0
+    }
+
+    /// The hash of a name in a directory whose root says `version` (`s_flags` decides
+    /// signed or unsigned chars, `s_hash_seed` the seed).
+    fn hash(&self, version: u8, name: &[u8]) -> FsResult<u32> {
+        htree::dirhash(htree::effective_hash_version(version, self.sb_flags), name, &self.hash_seed)
+            .map(|h| h.0)
+    }
+}
+
+/// A directory's blocks inside a transaction, for the index code.
+struct TxDirStore<'s, 'a> {
+    tx: &'s mut Tx<'a>,
+    dir_ino: Ino,
+    st: &'s mut InodeState,
+    block_size: usize,
+}
+
+impl TxDirStore<'_, '_> {
+    fn set_free(&mut self, lblk: u32, free: u16) {
+        if let Some(d) = self.st.dir.as_mut() {
+            let i = lblk as usize;
+            if d.free.len() <= i {
+                d.free.resize(i + 1, 0);
+            }
+            d.free[i] = free;
+        }
+    }
+
+    fn leaf_free(&self, buf: &cjfs_journal::Buffer) -> u16 {
+        let end = self.block_size - if self.st.csum.seed.is_some() { TAIL_SIZE } else { 0 };
+        block_max_free(&buf.read()[..end]).unwrap_or(0)
+    }
+}
+
+impl DxStore for TxDirStore<'_, '_> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+    fn csum(&self) -> bool {
+        self.st.csum.seed.is_some()
+    }
+    fn nblocks(&self) -> u32 {
+        (self.st.d.size / self.block_size as u64).min(u64::from(u32::MAX)) as u32
+    }
+    fn read<R>(&mut self, lblk: u32, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
+        let pblk = map_block(self.st, self.tx, lblk)?;
+        let (buf, _) = read_dir_block(self.tx.fs, self.st, lblk, pblk)?;
+        let data = buf.read();
+        Ok(f(&data[..]))
+    }
+    fn modify<R>(
+        &mut self,
+        lblk: u32,
+        kind: BlockKind,
+        f: impl FnOnce(&mut [u8]) -> FsResult<R>,
+    ) -> FsResult<R> {
+        let pblk = map_block(self.st, self.tx, lblk)?;
+        let (buf, _) = read_dir_block(self.tx.fs, self.st, lblk, pblk)?;
+        self.tx.write_access(&buf)?;
+        let r = f(&mut buf.write()[..]);
+        // Sealed even on failure: the buffer is in the transaction either way.
+        seal_as(self.st, kind, &buf);
+        if kind == BlockKind::Leaf {
+            let free = self.leaf_free(&buf);
+            self.set_free(lblk, free);
+        }
+        r
+    }
+    fn append(&mut self, kind: BlockKind, f: impl FnOnce(&mut [u8]) -> FsResult<()>) -> FsResult<u32> {
+        let (lblk, buf) = append_block(self.tx, self.dir_ino, self.st, self.block_size)?;
+        let r = f(&mut buf.write()[..]);
+        seal_as(self.st, kind, &buf);
+        let free = if kind == BlockKind::Leaf { self.leaf_free(&buf) } else { 0 };
+        self.set_free(lblk, free);
+        r.map(|_| lblk)
+    }
+    fn set_indexed(&mut self) {
+        self.st.d.flags |= EXT4_INDEX_FL;
+    }
+}
+
+/// Map a new zeroed block at the end of the directory (size and block count updated).
+fn append_block(
+    tx: &mut Tx<'_>,
+    dir_ino: Ino,
+    st: &mut InodeState,
+    block_size: usize,
+) -> FsResult<(u32, Arc<cjfs_journal::Buffer>)> {
+    let lblk = u32::try_from(st.d.size / block_size as u64).map_err(|_| {
+        FsError::NoSpace(format!("directory inode {dir_ino} has the most blocks it can have"))
+    })?;
+    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
+        Some(m) => m.pblk + u64::from(m.len),
+        None => crate::alloc::inode_goal(tx.fs, dir_ino),
+    };
+    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
+    let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
+    let buf = tx.fs.cache.get_new(pblk);
+    tx.h.get_create_access(&buf)?;
+    st.d.size += block_size as u64;
+    crate::file::charge_blocks(
+        tx.fs,
+        st,
+        1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed),
+    )?;
+    Ok((lblk, buf))
+}
+
+/// Record in the name map where a change put names.
+fn note_placed(st: &InodeState, name: &[u8], ino: Ino, ftype: u8, placed: dx::Placed) {
+    if let Some(m) = st.names.0.write().as_mut() {
+        for (n, lblk) in placed.moved {
+            if let Some(s) = m.get_mut(&n) {
+                s.lblk = lblk;
+            }
+        }
+        m.insert(name.into(), DirSlot { ino, ftype, lblk: placed.lblk });
     }
 }
 
@@ -253,8 +404,8 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     Ok(())
 }
 
-/// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times may
-/// have changed).
+/// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times,
+/// flags may have changed).
 pub(crate) fn add_entry(
     tx: &mut Tx<'_>,
     dir_ino: Ino,
@@ -265,9 +416,22 @@ pub(crate) fn add_entry(
 ) -> FsResult<()> {
     check_name(name)?;
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    let params = DirParams::get(tx.fs);
+    if !params.dir_index {
+        drop_htree(tx, st)?;
+    }
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+    }
+    let hash = |v: u8, n: &[u8]| params.hash(v, n);
+    let ctx = DxCtx { dir_ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
+    if params.indexed(st) {
+        let placed = {
+            let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
+            dx::insert(&mut store, &ctx, name, ino, ftype)?
+        };
+        note_placed(st, name, ino, ftype, placed);
+        return Ok(());
     }
     let need = rec_len_for(name.len());
     let nblocks = st.dir.as_ref().map(|d| d.free.len()).unwrap_or(0);
@@ -305,19 +469,21 @@ pub(crate) fn add_entry(
             }
         }
     }
+    // A single full block becomes an htree (root and two leaves), as the kernel does; a
+    // hash version the kernel would not use (a corrupt s_def_hash_version) keeps it linear.
+    if nblocks == 1 && params.dir_index && params.def_hash_version <= DX_HASH_TEA {
+        let placed = {
+            let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
+            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, ftype)?
+        };
+        note_placed(st, name, ino, ftype, placed);
+        return Ok(());
+    }
     if let Some(d) = st.dir.as_mut() {
         d.hint = nblocks.saturating_sub(1);
     }
     // No room: append a block.
-    let lblk = nblocks as u32;
-    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
-        Some(m) => m.pblk + u64::from(m.len),
-        None => crate::alloc::inode_goal(tx.fs, dir_ino),
-    };
-    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
-    let buf = tx.fs.cache.get_new(pblk);
-    tx.h.get_create_access(&buf)?;
+    let (lblk, buf) = append_block(tx, dir_ino, st, params.block_size)?;
     let end = entries_end(st, BlockKind::Leaf);
     let newfree = {
         let mut w = buf.write();
@@ -326,12 +492,6 @@ pub(crate) fn add_entry(
         block_max_free(&w[..end])?
     };
     seal_leaf(st, &buf);
-    st.d.size += BLOCK_SIZE as u64;
-    crate::file::charge_blocks(
-        tx.fs,
-        st,
-        1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed),
-    )?;
     if let Some(d) = st.dir.as_mut() {
         d.free.push(newfree);
     }
@@ -344,7 +504,9 @@ pub(crate) fn add_entry(
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    if !DirParams::get(tx.fs).dir_index {
+        drop_htree(tx, st)?;
+    }
     let slot = st
         .names
         .0
@@ -386,7 +548,9 @@ pub(crate) fn set_entry(
     ftype: u8,
 ) -> FsResult<()> {
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    if !DirParams::get(tx.fs).dir_index {
+        drop_htree(tx, st)?;
+    }
     let lblk = if name == b".." {
         0
     } else {
@@ -401,7 +565,9 @@ pub(crate) fn set_entry(
     let (buf, end) = read_dir_block(tx.fs, st, lblk, pblk)?;
     tx.write_access(&buf)?;
     let prev = dirent::set_inode(&mut buf.write()[..end], name, ino, ftype)?;
-    seal_leaf(st, &buf);
+    // `..` of an indexed directory lives in the htree root
+    let kind = block_kind(st, lblk, &buf.read()[..]);
+    seal_as(st, kind, &buf);
     if prev.is_none() {
         return Err(FsError::Corrupt(format!(
             "directory entry {:?} missing from its block",
