@@ -6,7 +6,9 @@
 //! inserts and removals. An htree (dir_index) directory keeps its index through every
 //! change ([`crate::dx`]): a new name goes to the leaf its hash selects, a full leaf is
 //! split (moving part of its entries to a new block at the end), and a linear directory
-//! whose only block fills up becomes indexed, as the kernel does. Lookups use the
+//! whose only block fills up becomes indexed, as the kernel does (a split keeps the
+//! offsets of the entries it leaves; a readdir that already passed the split block may see
+//! a moved entry again in the new block). Lookups use the
 //! in-memory name map, built from every block on first use. On a file system without
 //! `dir_index` an indexed directory's flag is cleared before its first change, which
 //! leaves a valid linear directory.

@@ -163,6 +163,15 @@ fn assert_kernel_sees(img: &Path, dir: &str, want: &BTreeSet<Vec<u8>>) {
     let _ = std::fs::remove_dir(&mnt);
 }
 
+/// `cjfs check` (the library's image check) finds no error.
+fn assert_cjfs_check_clean(img: &Path) {
+    let ro = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Fs::open(open_image(img), ro).expect("read-only mount");
+    let r = cjfs_fs::image_check::check_image(&fs).expect("check_image");
+    assert!(r.errors.is_empty(), "cjfs check: {:?}", r.errors);
+    fs.unmount().expect("unmount");
+}
+
 fn flags(fs: &Fs, ino: Ino) -> u32 {
     fs.check_inode(ino).expect("check_inode").flags
 }
@@ -220,6 +229,7 @@ fn cjfs_50k_minus_10k_stays_indexed() {
     fs.unmount().expect("unmount");
 
     assert_fsck_strict(&img);
+    assert_cjfs_check_clean(&img);
     assert_eq!(debugfs_levels(&img, "/big"), 1, "50,000 names of 37 bytes need a level of nodes");
     // cjfs again: the index is read back, lookups work, nothing removed is found
     let fs = Fs::open(open_image(&img), MountOptions::default()).expect("remount");
@@ -310,6 +320,7 @@ fn kernel_then_cjfs(features: &str) {
     fs.unmount().expect("unmount");
 
     assert_fsck_strict(&img);
+    assert_cjfs_check_clean(&img);
     assert!(debugfs_levels(&img, "/big") >= levels_before);
     debugfs_levels(&img, "/small");
     assert_kernel_sees(&img, "/big", &big);
@@ -442,6 +453,7 @@ fn large_dir_three_levels() {
     assert_eq!(cjfs_names(&fs, d), want);
     fs.unmount().expect("unmount");
     assert_fsck_strict(&img);
+    assert_cjfs_check_clean(&img);
     assert_eq!(debugfs_levels(&img, "/d"), 2);
     assert_kernel_sees(&img, "/d", &want);
 }
