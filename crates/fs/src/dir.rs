@@ -316,6 +316,32 @@ fn append_block(
     Ok((lblk, buf))
 }
 
+/// After an index change: record where names went, or, when it failed part way (a block
+/// allocation failing after a split already grew the directory), store the directory inode
+/// as the blocks in this transaction expect it and forget the in-memory index (rebuilt from
+/// the blocks on next use).
+fn finish_dx(
+    tx: &mut Tx<'_>,
+    dir_ino: Ino,
+    st: &mut InodeState,
+    name: &[u8],
+    ino: Ino,
+    ftype: u8,
+    placed: FsResult<dx::Placed>,
+) -> FsResult<()> {
+    match placed {
+        Ok(p) => {
+            note_placed(st, name, ino, ftype, p);
+            Ok(())
+        }
+        Err(e) => {
+            crate::inode::store_inode(tx, dir_ino, st)?;
+            st.drop_index();
+            Err(e)
+        }
+    }
+}
+
 /// Record in the name map where a change put names.
 fn note_placed(st: &InodeState, name: &[u8], ino: Ino, ftype: u8, placed: dx::Placed) {
     if let Some(m) = st.names.0.write().as_mut() {
@@ -430,10 +456,9 @@ pub(crate) fn add_entry(
     if params.indexed(st) {
         let placed = {
             let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
-            dx::insert(&mut store, &ctx, name, ino, ftype)?
+            dx::insert(&mut store, &ctx, name, ino, ftype)
         };
-        note_placed(st, name, ino, ftype, placed);
-        return Ok(());
+        return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
     }
     let need = rec_len_for(name.len());
     let nblocks = st.dir.as_ref().map(|d| d.free.len()).unwrap_or(0);
@@ -476,10 +501,9 @@ pub(crate) fn add_entry(
     if nblocks == 1 && params.dir_index && params.def_hash_version <= DX_HASH_TEA {
         let placed = {
             let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
-            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, ftype)?
+            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, ftype)
         };
-        note_placed(st, name, ino, ftype, placed);
-        return Ok(());
+        return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
     }
     if let Some(d) = st.dir.as_mut() {
         d.hint = nblocks.saturating_sub(1);

@@ -533,6 +533,8 @@ pub(crate) mod tests {
         pub seed: Option<u32>,
         pub blocks: Vec<Vec<u8>>,
         pub indexed: bool,
+        /// Appends left before they fail with ENOSPC (`None`: unlimited).
+        pub appends_left: Option<usize>,
     }
 
     impl MemStore {
@@ -542,7 +544,7 @@ pub(crate) mod tests {
             let end = bs - if seed.is_some() { TAIL_SIZE } else { 0 };
             dirent::init_block(&mut b[..end], &[(12, b".", FT_DIR), (2, b"..", FT_DIR)]).unwrap();
             seal(seed, BlockKind::Leaf, &mut b);
-            MemStore { bs, seed, blocks: vec![b], indexed: false }
+            MemStore { bs, seed, blocks: vec![b], indexed: false, appends_left: None }
         }
     }
 
@@ -571,6 +573,12 @@ pub(crate) mod tests {
             r
         }
         fn append(&mut self, kind: BlockKind, f: impl FnOnce(&mut [u8]) -> FsResult<()>) -> FsResult<u32> {
+            if let Some(n) = self.appends_left.as_mut() {
+                if *n == 0 {
+                    return Err(FsError::NoSpace("test: no blocks left".into()));
+                }
+                *n -= 1;
+            }
             let mut b = vec![0u8; self.bs];
             f(&mut b)?;
             seal(self.seed, kind, &mut b);
@@ -814,6 +822,35 @@ pub(crate) mod tests {
         // deeper than allowed is corruption on read
         let e = find(&mut s, &c1, b"x").unwrap_err();
         assert!(e.to_string().contains("indirect_levels = 2"), "{e}");
+    }
+
+    #[test]
+    fn running_out_of_blocks_mid_insert_leaves_a_valid_tree() {
+        // 1 KiB blocks, long names: inserts often need a leaf split, a node split and a new
+        // level in one go; let the n-th append of such an insert fail
+        let long = |i: u32| format!("{i:08}{}", "z".repeat(200));
+        let c = ctx(&md4, 2);
+        for budget in 0..4 {
+            let mut s = MemStore::new(1024, Some(5));
+            let mut model = BTreeSet::new();
+            let mut failures = 0;
+            for i in 0..3000u32 {
+                // every 7th insert gets only `budget` appends
+                s.appends_left = (i % 7 == 0).then_some(budget);
+                match add(&mut s, &c, long(i).as_bytes(), 100 + i) {
+                    Ok(_) => {
+                        model.insert(long(i).into_bytes());
+                    }
+                    Err(FsError::NoSpace(_)) => failures += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            // (a budget of 3 covers nearly every insert)
+            assert!(budget > 1 || failures > 0, "budget {budget}: no insert failed");
+            s.appends_left = None;
+            let names = check_tree(&mut s, &c);
+            assert_eq!(names.keys().cloned().collect::<BTreeSet<_>>(), model, "budget {budget}");
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use cjfs_blockdev::{Device, FileDevice};
 use cjfs_fs::ondisk::htree::{DxEntry, DxNode, DxRoot, node_limit};
-use cjfs_fs::{Fs, Ino, MkfsOptions, MountOptions, ROOT_INO, RenameFlags, mkfs};
+use cjfs_fs::{Fs, FsError, Ino, MkfsOptions, MountOptions, ROOT_INO, RenameFlags, mkfs};
 use common::{open_image, which};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -456,4 +456,63 @@ fn large_dir_three_levels() {
     assert_cjfs_check_clean(&img);
     assert_eq!(debugfs_levels(&img, "/d"), 2);
     assert_kernel_sees(&img, "/d", &want);
+}
+
+/// Running out of blocks while an indexed directory grows: creates fail with ENOSPC, the
+/// directory stays valid (a split that got its block keeps it), e2fsck is clean.
+#[test]
+fn enospc_during_splits_leaves_a_clean_image() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("full.img");
+    let dev: Device = Arc::new(FileDevice::create(&img, 64 << 20).expect("create image"));
+    mkfs(&*dev, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
+    let fs = Fs::open(dev, MountOptions::default()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir").ino;
+    // fill the data space, leaving a few dozen blocks
+    let f = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).expect("create").ino;
+    let chunk = vec![7u8; 1 << 20];
+    let mut off = 0u64;
+    while fs.write(f, off, &chunk).is_ok() {
+        off += chunk.len() as u64;
+    }
+    let mut small = vec![7u8; 4096];
+    while fs.write(f, off, &small).is_ok() {
+        off += 4096;
+    }
+    let size = Some(off.saturating_sub(40 * 4096));
+    fs.setattr(f, &cjfs_fs::SetAttr { size, ..Default::default() }).expect("truncate");
+    small.clear();
+    let mut made = BTreeSet::new();
+    let mut enospc = 0;
+    for i in 0..20_000 {
+        let n = format!("{i:06}-{}", "n".repeat(120)).into_bytes();
+        match fs.create(d, &n, 0o644, 0, 0) {
+            Ok(_) => {
+                made.insert(n);
+            }
+            Err(FsError::NoSpace(_)) => {
+                enospc += 1;
+                if enospc > 50 {
+                    break;
+                }
+            }
+            Err(e) => panic!("create {i}: {e}"),
+        }
+    }
+    assert!(enospc > 0, "the file system never filled up");
+    assert_ne!(flags(&fs, d) & INDEX_FL, 0);
+    assert_eq!(cjfs_names(&fs, d), made);
+    for n in made.iter().step_by(5) {
+        fs.lookup(d, n).expect("lookup after ENOSPC");
+    }
+    fs.unmount().expect("unmount");
+    if no_e2fsprogs().is_none() {
+        assert_fsck_strict(&img);
+    } else {
+        println!("SKIP e2fsck check: e2fsprogs not installed");
+    }
+    let fs = Fs::open(open_image(&img), MountOptions::default()).expect("remount");
+    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    assert_eq!(cjfs_names(&fs, d), made);
+    fs.unmount().expect("unmount");
 }
