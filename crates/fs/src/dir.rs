@@ -2,13 +2,14 @@
 //! lookups and inserts in a 100,000-entry directory are not linear scans.
 //!
 //! Entries never move inside their block (insertion splits slack, removal merges into the
-//! previous record), so a readdir offset (`block << 12 | byte offset`) stays valid across
-//! inserts and removals. An htree (dir_index) directory keeps its index through every
+//! previous record), so a linear directory's readdir offset (`block << 12 | byte offset`)
+//! stays valid across inserts and removals. A directory read in hash order (indexed, or a
+//! single block that becomes indexed when it fills up, as the kernel reads them) has hash
+//! cookies instead, which stay valid when a split moves entries to another block. An
+//! htree (dir_index) directory keeps its index through every
 //! change ([`crate::dx`]): a new name goes to the leaf its hash selects, a full leaf is
 //! split (moving part of its entries to a new block at the end), and a linear directory
-//! whose only block fills up becomes indexed, as the kernel does (a split keeps the
-//! offsets of the entries it leaves; a readdir that already passed the split block may see
-//! a moved entry again in the new block). Lookups use the
+//! whose only block fills up becomes indexed, as the kernel does. Lookups use the
 //! in-memory name map, built from every block on first use. On a file system without
 //! `dir_index` an indexed directory's flag is cleared before its first change, which
 //! leaves a valid linear directory.
@@ -635,8 +636,169 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     Ok(())
 }
 
-/// Entries from `offset` on (at most `max`). Offsets are stable cookies.
+/// Read-only view of a directory's blocks for the index code (readdir).
+struct ReadDirStore<'s> {
+    fs: &'s FsInner,
+    st: &'s InodeState,
+    block_size: usize,
+}
+
+impl DxStore for ReadDirStore<'_> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+    fn csum(&self) -> bool {
+        self.st.csum.seed.is_some()
+    }
+    fn nblocks(&self) -> u32 {
+        (self.st.d.size / self.block_size as u64).min(u64::from(u32::MAX)) as u32
+    }
+    fn read<R>(&mut self, lblk: u32, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
+        let mut store = ReadStore { cache: &self.fs.cache, limit: self.fs.geo.blocks_count };
+        let pblk = map_block(self.st, &mut store, lblk)?;
+        let (buf, _) = read_dir_block(self.fs, self.st, lblk, pblk)?;
+        let data = buf.read();
+        Ok(f(&data[..]))
+    }
+    fn modify<R>(&mut self, _: u32, _: BlockKind, _: impl FnOnce(&mut [u8]) -> FsResult<R>) -> FsResult<R> {
+        Err(FsError::ReadOnly)
+    }
+    fn append(&mut self, _: BlockKind, _: impl FnOnce(&mut [u8]) -> FsResult<()>) -> FsResult<u32> {
+        Err(FsError::ReadOnly)
+    }
+    fn set_indexed(&mut self) {}
+}
+
+/// readdir cookies of a directory read in hash order: `.` is 1, `..` 2, an entry
+/// `HASH_COOKIE_BASE` + (major hash >> 1) << 32 | (minor hash >> 1).
+const HASH_COOKIE_BASE: u64 = 3;
+
+fn hash_cookie(major: u32, minor: u32) -> u64 {
+    HASH_COOKIE_BASE + ((u64::from(major >> 1) << 32) | u64::from(minor >> 1))
+}
+
+fn cookie_major(cookie: u64) -> u32 {
+    (cookie.saturating_sub(HASH_COOKIE_BASE) >> 32) as u32 * 2
+}
+
+/// The hash version to read `st` in hash order with, if it is read so: an indexed
+/// directory (its root's version), or a single-block directory that would become indexed
+/// when it grows (the default version). The kernel reads both in hash order too: cookies
+/// then survive a conversion and a split, which moves entries between blocks but never
+/// changes their hash.
+fn hash_order_version(fs: &FsInner, st: &InodeState, params: &DirParams) -> FsResult<Option<u8>> {
+    if !params.dir_index {
+        return Ok(None);
+    }
+    if params.indexed(st) {
+        let mut store = ReadDirStore { fs, st, block_size: params.block_size };
+        let root = store.read(0, htree::DxRoot::decode)?.map_err(|e| match e {
+            FsError::Corrupt(m) => FsError::Corrupt(format!("directory inode {} block 0: {m}", st.ino)),
+            e => e,
+        })?;
+        return Ok(Some(root.hash_version));
+    }
+    let single = st.d.size == params.block_size as u64;
+    Ok((single && params.def_hash_version <= DX_HASH_TEA).then_some(params.def_hash_version))
+}
+
+/// readdir of a directory read in hash order (see [`hash_order_version`]).
+fn readdir_hashed(
+    fs: &FsInner,
+    st: &InodeState,
+    params: &DirParams,
+    version: u8,
+    offset: u64,
+    max: usize,
+) -> FsResult<Vec<DirEntry>> {
+    let mut store = ReadDirStore { fs, st, block_size: params.block_size };
+    let max_ino = fs.geo.inodes_count;
+    let mut out = Vec::new();
+    if offset < 2 {
+        let dots = store.read(0, |b| -> FsResult<Vec<(u32, Vec<u8>)>> {
+            let mut v = Vec::new();
+            for e in dirent::iter(b).with_max_inode(max_ino).take(2) {
+                let e = e?;
+                v.push((e.inode, e.name.to_vec()));
+            }
+            Ok(v)
+        })??;
+        for (i, (ino, name)) in dots.into_iter().enumerate() {
+            if (i as u64) >= offset && (name == b"." || name == b"..") {
+                out.push(DirEntry { name, ino, kind: FileType::Directory, next_offset: i as u64 + 1 });
+            }
+        }
+    }
+    if out.len() >= max {
+        out.truncate(max);
+        return Ok(out);
+    }
+    let from = offset.max(2);
+    let want = max - out.len();
+    let legacy = version == htree::DX_HASH_LEGACY;
+    let end = params.block_size - if st.csum.seed.is_some() { TAIL_SIZE } else { 0 };
+    let mut cands: Vec<(u64, DirEntry)> = Vec::new();
+    let take = |b: &[u8], is_root_block: bool, cands: &mut Vec<(u64, DirEntry)>| -> FsResult<()> {
+        let end = if is_root_block && params.indexed(st) { b.len() } else { end.min(b.len()) };
+        for e in dirent::iter(&b[..end]).with_max_inode(max_ino) {
+            let e = e?;
+            if !e.is_live() || e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let (major, minor) = htree::dirhash(
+                htree::effective_hash_version(version, params.sb_flags),
+                e.name,
+                &params.hash_seed,
+            )?;
+            // The legacy hash has no minor part: a checksum of the name separates collisions.
+            let minor = if legacy { crate::ondisk::csum::crc32c(0, e.name) } else { minor };
+            let c = hash_cookie(major, minor);
+            if c > from {
+                let kind = FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular);
+                cands.push((c, DirEntry { name: e.name.to_vec(), ino: e.inode, kind, next_offset: c }));
+            }
+        }
+        Ok(())
+    };
+    let by_cookie =
+        |a: &(u64, DirEntry), b: &(u64, DirEntry)| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name));
+    if params.indexed(st) {
+        let hash = |v: u8, n: &[u8]| params.hash(v, n);
+        let ctx =
+            DxCtx { dir_ino: st.ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
+        dx::scan_leaves(&mut store, &ctx, cookie_major(from), |s, _, leaf, next| {
+            s.read(leaf, |b| take(b, false, &mut cands))??;
+            if cands.len() >= want {
+                cands.sort_by(by_cookie);
+                let m = cookie_major(cands[want - 1].0);
+                // later leaves hold hashes from `next` on
+                if next.is_none_or(|n| n & !1 > m) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
+    } else {
+        store.read(0, |b| take(b, true, &mut cands))??;
+    }
+    cands.sort_by(by_cookie);
+    // Entries sharing a cookie go out together: a reader resuming from it skips them all.
+    let mut n = want.min(cands.len());
+    while n > 0 && n < cands.len() && cands[n].0 == cands[n - 1].0 {
+        n += 1;
+    }
+    out.extend(cands.into_iter().take(n).map(|(_, e)| e));
+    Ok(out)
+}
+
+/// Entries from `offset` on (at most `max`). Offsets are stable cookies: hash-based for a
+/// directory read in hash order (indexed, or a single block that may become indexed),
+/// `block << 12 | byte offset` for a linear one.
 pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    let params = DirParams::get(fs);
+    if let Some(version) = hash_order_version(fs, st, &params)? {
+        return readdir_hashed(fs, st, &params, version, offset, max);
+    }
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let mut out = Vec::new();

@@ -16,11 +16,10 @@
 //!
 //! Removal takes the entry out of its leaf and nothing else: leaves are never merged.
 //!
-//! The entries a split leaves in the old leaf keep their offsets (the moved ones are
-//! removed in place), so a readdir cookie into that block stays valid; only when the new
-//! name then fits in no gap is the old block packed. Moved entries reappear in the new
-//! block, which comes after every existing one: a readdir running across the split may
-//! return a moved name twice, never skip one that was not packed.
+//! The moved entries are removed from the old leaf in place; only when the new name then
+//! fits in no gap is the old block packed. Indexed directories are read in hash order
+//! ([`scan_leaves`], readdir cookies from the hash), so moving entries between blocks does
+//! not disturb a readdir in progress.
 //!
 //! The algorithms work on a [`DxStore`]: the directory's blocks by logical number, changed
 //! inside the caller's transaction and sealed (leaf checksum record or `dx_tail`) after
@@ -228,6 +227,46 @@ pub(crate) fn find<S: DxStore>(s: &mut S, ctx: &DxCtx<'_>, name: &[u8]) -> FsRes
             Err(e) => return Err(ctx.at(err.unwrap_or(leaf), e)),
         }
     }
+}
+
+/// Visit the leaves in hash order from the first that may hold `hash` (low bit clear):
+/// `visit(store, leaf, next)` gets each leaf and the lowest hash of the leaves after it
+/// (`None` after the last one, the collision bit kept), and returns whether to go on.
+/// Returns the root's hash version.
+pub(crate) fn scan_leaves<S: DxStore>(
+    s: &mut S,
+    ctx: &DxCtx<'_>,
+    hash: u32,
+    mut visit: impl FnMut(&mut S, u8, u32, Option<u32>) -> FsResult<bool>,
+) -> FsResult<()> {
+    let root = read_root(s, ctx)?;
+    let p = probe(s, ctx, root, hash)?;
+    let version = p.version;
+    let mut frames = p.frames;
+    let mut leaf = p.leaf;
+    // Guards against an index whose entries form a cycle.
+    for _ in 0..=s.nblocks() {
+        // the next position: the deepest frame with an entry after the one followed
+        let next = (0..frames.len()).rev().find(|&l| frames[l].at + 1 < frames[l].entries.len());
+        let next_hash = next.map(|l| frames[l].entries[frames[l].at + 1].hash);
+        if !visit(s, version, leaf, next_hash)? {
+            return Ok(());
+        }
+        let Some(level) = next else {
+            return Ok(());
+        };
+        frames[level].at += 1;
+        let mut child =
+            check_child(s, ctx, frames[level].lblk, frames[level].entries[frames[level].at].block)?;
+        for f in frames.iter_mut().skip(level + 1) {
+            let node = s.read(child, DxNode::decode)?.map_err(|e| ctx.at(child, e))?;
+            let grand = check_child(s, ctx, child, node.entries[0].block)?;
+            *f = Frame { lblk: child, entries: node.entries, limit: node.limit, at: 0 };
+            child = grand;
+        }
+        leaf = child;
+    }
+    Err(ctx.corrupt(0, "htree index visits more leaves than the directory has blocks"))
 }
 
 /// Insert `(hash, block)` into index block `f` right after the entry it followed.
