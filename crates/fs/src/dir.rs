@@ -2,21 +2,31 @@
 //! lookups and inserts in a 100,000-entry directory are not linear scans.
 //!
 //! Entries never move inside their block (insertion splits slack, removal merges into the
-//! previous record), so a readdir offset (`block << 12 | byte offset`) stays valid across
-//! inserts and removals. An htree (dir_index) directory is read as the linear directory it
-//! also is; the first change clears its index flag, which leaves a valid linear directory.
+//! previous record), so a linear directory's readdir offset (`block << 12 | byte offset`)
+//! stays valid across inserts and removals. A directory read in hash order (indexed, or a
+//! single block that becomes indexed when it fills up, as the kernel reads them) has hash
+//! cookies instead, which stay valid when a split moves entries to another block. An
+//! htree (dir_index) directory keeps its index through every
+//! change ([`crate::dx`]): a new name goes to the leaf its hash selects, a full leaf is
+//! split (moving part of its entries to a new block at the end), and a linear directory
+//! whose only block fills up becomes indexed, as the kernel does. Lookups use the
+//! in-memory name map, built from every block on first use. On a file system without
+//! `dir_index` an indexed directory's flag is cleared before its first change, which
+//! leaves a valid linear directory.
 //!
 //! With `metadata_csum` each block is checked when it enters the cache: a leaf against its
 //! checksum record, an index block (the root, block 0, and interior nodes, recognised as
 //! the kernel does: a fake record of inode 0 covering the whole block) against its
 //! `dx_tail`. Leaf entries then fill the block less its 12-byte checksum record, and every
-//! block changed gets a fresh checksum ([`seal_leaf`]). Dropping the index also turns its
-//! blocks into leaves (`.` and `..` in the root, an empty record in a node), each with a
-//! checksum record: a linear reader of a checksummed directory expects one in every block.
+//! block changed gets a fresh checksum ([`seal_leaf`], [`crate::dx::seal`]). Dropping the
+//! index also turns its blocks into leaves (`.` and `..` in the root, an empty record in a
+//! node), each with a checksum record: a linear reader of a checksummed directory expects
+//! one in every block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::dx::{self, BlockKind, DxCtx, DxStore};
 use crate::error::CsumStructure;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree::{self, Mapping};
@@ -24,7 +34,8 @@ use crate::fs::FsInner;
 use crate::inode::InodeState;
 use crate::meta::MetaStore;
 use crate::ondisk::dirent::{self, FT_DIR, TAIL_SIZE, rec_len_for};
-use crate::ondisk::htree;
+use crate::ondisk::features::INCOMPAT_LARGEDIR;
+use crate::ondisk::htree::{self, DX_HASH_TEA};
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
 use crate::ondisk::superblock::{get_u16, get_u32};
 use crate::tx::{ReadStore, Tx};
@@ -98,17 +109,6 @@ fn dir_blocks(st: &InodeState) -> FsResult<u32> {
     Ok(n as u32)
 }
 
-/// What a directory block is (decides its checksum and which bytes hold entries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BlockKind {
-    /// Entries (a linear block or an htree leaf).
-    Leaf,
-    /// The htree root (block 0 of an indexed directory).
-    DxRoot,
-    /// An htree interior node.
-    DxNode,
-}
-
 fn block_kind(st: &InodeState, lblk: u32, block: &[u8]) -> BlockKind {
     if st.d.flags & EXT4_INDEX_FL == 0 {
         BlockKind::Leaf
@@ -169,9 +169,189 @@ pub(crate) fn read_dir_block(
 
 /// Finish a changed leaf block: write its checksum record (with `metadata_csum`).
 fn seal_leaf(st: &InodeState, buf: &cjfs_journal::Buffer) {
-    if let Some(seed) = st.csum.seed {
-        dirent::set_leaf_checksum(seed, &mut buf.write()[..]);
+    seal_as(st, BlockKind::Leaf, buf);
+}
+
+/// Finish a changed block of `kind`: its checksum record or `dx_tail` (with
+/// `metadata_csum`).
+fn seal_as(st: &InodeState, kind: BlockKind, buf: &cjfs_journal::Buffer) {
+    if st.csum.seed.is_some() {
+        dx::seal(st.csum.seed, kind, &mut buf.write()[..]);
         buf.set_verified();
+    }
+}
+
+/// What `add_entry` and friends need from the superblock, copied so its lock is not held
+/// while blocks are allocated.
+struct DirParams {
+    block_size: usize,
+    dir_index: bool,
+    large_dir: bool,
+    def_hash_version: u8,
+    hash_seed: [u32; 4],
+    sb_flags: u32,
+}
+
+impl DirParams {
+    fn get(fs: &FsInner) -> Self {
+        let sb = fs.sb.lock();
+        DirParams {
+            block_size: sb.block_size() as usize,
+            dir_index: sb.has_dir_index(),
+            large_dir: sb.has_incompat(INCOMPAT_LARGEDIR),
+            def_hash_version: sb.def_hash_version,
+            hash_seed: sb.hash_seed,
+            sb_flags: sb.flags,
+        }
+    }
+
+    /// Whether `st` is an htree directory whose index is kept up to date.
+    fn indexed(&self, st: &InodeState) -> bool {
+        self.dir_index && st.d.flags & EXT4_INDEX_FL != 0
+    }
+
+    /// The hash of a name in a directory whose root says `version` (`s_flags` decides
+    /// signed or unsigned chars, `s_hash_seed` the seed).
+    fn hash(&self, version: u8, name: &[u8]) -> FsResult<u32> {
+        htree::dirhash(htree::effective_hash_version(version, self.sb_flags), name, &self.hash_seed)
+            .map(|h| h.0)
+    }
+}
+
+/// A directory's blocks inside a transaction, for the index code.
+struct TxDirStore<'s, 'a> {
+    tx: &'s mut Tx<'a>,
+    dir_ino: Ino,
+    st: &'s mut InodeState,
+    block_size: usize,
+}
+
+impl TxDirStore<'_, '_> {
+    fn set_free(&mut self, lblk: u32, free: u16) {
+        if let Some(d) = self.st.dir.as_mut() {
+            let i = lblk as usize;
+            if d.free.len() <= i {
+                d.free.resize(i + 1, 0);
+            }
+            d.free[i] = free;
+        }
+    }
+
+    fn leaf_free(&self, buf: &cjfs_journal::Buffer) -> u16 {
+        let end = self.block_size - if self.st.csum.seed.is_some() { TAIL_SIZE } else { 0 };
+        block_max_free(&buf.read()[..end]).unwrap_or(0)
+    }
+}
+
+impl DxStore for TxDirStore<'_, '_> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+    fn csum(&self) -> bool {
+        self.st.csum.seed.is_some()
+    }
+    fn nblocks(&self) -> u32 {
+        (self.st.d.size / self.block_size as u64).min(u64::from(u32::MAX)) as u32
+    }
+    fn read<R>(&mut self, lblk: u32, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
+        let pblk = map_block(self.st, self.tx, lblk)?;
+        let (buf, _) = read_dir_block(self.tx.fs, self.st, lblk, pblk)?;
+        let data = buf.read();
+        Ok(f(&data[..]))
+    }
+    fn modify<R>(
+        &mut self,
+        lblk: u32,
+        kind: BlockKind,
+        f: impl FnOnce(&mut [u8]) -> FsResult<R>,
+    ) -> FsResult<R> {
+        let pblk = map_block(self.st, self.tx, lblk)?;
+        let (buf, _) = read_dir_block(self.tx.fs, self.st, lblk, pblk)?;
+        self.tx.write_access(&buf)?;
+        let r = f(&mut buf.write()[..]);
+        // Sealed even on failure: the buffer is in the transaction either way.
+        seal_as(self.st, kind, &buf);
+        if kind == BlockKind::Leaf {
+            let free = self.leaf_free(&buf);
+            self.set_free(lblk, free);
+        }
+        r
+    }
+    fn append(&mut self, kind: BlockKind, f: impl FnOnce(&mut [u8]) -> FsResult<()>) -> FsResult<u32> {
+        let (lblk, buf) = append_block(self.tx, self.dir_ino, self.st, self.block_size)?;
+        let r = f(&mut buf.write()[..]);
+        seal_as(self.st, kind, &buf);
+        let free = if kind == BlockKind::Leaf { self.leaf_free(&buf) } else { 0 };
+        self.set_free(lblk, free);
+        r.map(|_| lblk)
+    }
+    fn set_indexed(&mut self) {
+        self.st.d.flags |= EXT4_INDEX_FL;
+    }
+}
+
+/// Map a new zeroed block at the end of the directory (size and block count updated).
+fn append_block(
+    tx: &mut Tx<'_>,
+    dir_ino: Ino,
+    st: &mut InodeState,
+    block_size: usize,
+) -> FsResult<(u32, Arc<cjfs_journal::Buffer>)> {
+    let lblk = u32::try_from(st.d.size / block_size as u64).map_err(|_| {
+        FsError::NoSpace(format!("directory inode {dir_ino} has the most blocks it can have"))
+    })?;
+    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
+        Some(m) => m.pblk + u64::from(m.len),
+        None => crate::alloc::inode_goal(tx.fs, dir_ino),
+    };
+    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
+    let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
+    let buf = tx.fs.cache.get_new(pblk);
+    tx.h.get_create_access(&buf)?;
+    st.d.size += block_size as u64;
+    crate::file::charge_blocks(
+        tx.fs,
+        st,
+        1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed),
+    )?;
+    Ok((lblk, buf))
+}
+
+/// After an index change: record where names went, or, when it failed part way (a block
+/// allocation failing after a split already grew the directory), store the directory inode
+/// as the blocks in this transaction expect it and forget the in-memory index (rebuilt from
+/// the blocks on next use).
+fn finish_dx(
+    tx: &mut Tx<'_>,
+    dir_ino: Ino,
+    st: &mut InodeState,
+    name: &[u8],
+    ino: Ino,
+    ftype: u8,
+    placed: FsResult<dx::Placed>,
+) -> FsResult<()> {
+    match placed {
+        Ok(p) => {
+            note_placed(st, name, ino, ftype, p);
+            Ok(())
+        }
+        Err(e) => {
+            crate::inode::store_inode(tx, dir_ino, st)?;
+            st.drop_index();
+            Err(e)
+        }
+    }
+}
+
+/// Record in the name map where a change put names.
+fn note_placed(st: &InodeState, name: &[u8], ino: Ino, ftype: u8, placed: dx::Placed) {
+    if let Some(m) = st.names.0.write().as_mut() {
+        for (n, lblk) in placed.moved {
+            if let Some(s) = m.get_mut(&n) {
+                s.lblk = lblk;
+            }
+        }
+        m.insert(name.into(), DirSlot { ino, ftype, lblk: placed.lblk });
     }
 }
 
@@ -253,8 +433,8 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     Ok(())
 }
 
-/// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times may
-/// have changed).
+/// Add `name` -> `ino`. The caller stores the directory inode afterwards (size, times,
+/// flags may have changed).
 pub(crate) fn add_entry(
     tx: &mut Tx<'_>,
     dir_ino: Ino,
@@ -265,9 +445,21 @@ pub(crate) fn add_entry(
 ) -> FsResult<()> {
     check_name(name)?;
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    let params = DirParams::get(tx.fs);
+    if !params.dir_index {
+        drop_htree(tx, st)?;
+    }
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+    }
+    let hash = |v: u8, n: &[u8]| params.hash(v, n);
+    let ctx = DxCtx { dir_ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
+    if params.indexed(st) {
+        let placed = {
+            let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
+            dx::insert(&mut store, &ctx, name, ino, ftype)
+        };
+        return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
     }
     let need = rec_len_for(name.len());
     let nblocks = st.dir.as_ref().map(|d| d.free.len()).unwrap_or(0);
@@ -305,19 +497,20 @@ pub(crate) fn add_entry(
             }
         }
     }
+    // A single full block becomes an htree (root and two leaves), as the kernel does; a
+    // hash version the kernel would not use (a corrupt s_def_hash_version) keeps it linear.
+    if nblocks == 1 && params.dir_index && params.def_hash_version <= DX_HASH_TEA {
+        let placed = {
+            let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
+            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, ftype)
+        };
+        return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
+    }
     if let Some(d) = st.dir.as_mut() {
         d.hint = nblocks.saturating_sub(1);
     }
     // No room: append a block.
-    let lblk = nblocks as u32;
-    let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
-        Some(m) => m.pblk + u64::from(m.len),
-        None => crate::alloc::inode_goal(tx.fs, dir_ino),
-    };
-    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    let delta = crate::file::insert_or_free(tx, st, Mapping { lblk, pblk, len: 1, unwritten: false }, goal)?;
-    let buf = tx.fs.cache.get_new(pblk);
-    tx.h.get_create_access(&buf)?;
+    let (lblk, buf) = append_block(tx, dir_ino, st, params.block_size)?;
     let end = entries_end(st, BlockKind::Leaf);
     let newfree = {
         let mut w = buf.write();
@@ -326,12 +519,6 @@ pub(crate) fn add_entry(
         block_max_free(&w[..end])?
     };
     seal_leaf(st, &buf);
-    st.d.size += st.csum.block_size as u64;
-    crate::file::charge_blocks(
-        tx.fs,
-        st,
-        1 + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed),
-    )?;
     if let Some(d) = st.dir.as_mut() {
         d.free.push(newfree);
     }
@@ -344,7 +531,9 @@ pub(crate) fn add_entry(
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    if !DirParams::get(tx.fs).dir_index {
+        drop_htree(tx, st)?;
+    }
     let slot = st
         .names
         .0
@@ -386,7 +575,9 @@ pub(crate) fn set_entry(
     ftype: u8,
 ) -> FsResult<()> {
     ensure_index(tx.fs, st)?;
-    drop_htree(tx, st)?;
+    if !DirParams::get(tx.fs).dir_index {
+        drop_htree(tx, st)?;
+    }
     let lblk = if name == b".." {
         0
     } else {
@@ -401,7 +592,9 @@ pub(crate) fn set_entry(
     let (buf, end) = read_dir_block(tx.fs, st, lblk, pblk)?;
     tx.write_access(&buf)?;
     let prev = dirent::set_inode(&mut buf.write()[..end], name, ino, ftype)?;
-    seal_leaf(st, &buf);
+    // `..` of an indexed directory lives in the htree root
+    let kind = block_kind(st, lblk, &buf.read()[..]);
+    seal_as(st, kind, &buf);
     if prev.is_none() {
         return Err(FsError::Corrupt(format!(
             "directory entry {:?} missing from its block",
@@ -443,8 +636,169 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     Ok(())
 }
 
-/// Entries from `offset` on (at most `max`). Offsets are stable cookies.
+/// Read-only view of a directory's blocks for the index code (readdir).
+struct ReadDirStore<'s> {
+    fs: &'s FsInner,
+    st: &'s InodeState,
+    block_size: usize,
+}
+
+impl DxStore for ReadDirStore<'_> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+    fn csum(&self) -> bool {
+        self.st.csum.seed.is_some()
+    }
+    fn nblocks(&self) -> u32 {
+        (self.st.d.size / self.block_size as u64).min(u64::from(u32::MAX)) as u32
+    }
+    fn read<R>(&mut self, lblk: u32, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
+        let mut store = ReadStore { cache: &self.fs.cache, limit: self.fs.geo.blocks_count };
+        let pblk = map_block(self.st, &mut store, lblk)?;
+        let (buf, _) = read_dir_block(self.fs, self.st, lblk, pblk)?;
+        let data = buf.read();
+        Ok(f(&data[..]))
+    }
+    fn modify<R>(&mut self, _: u32, _: BlockKind, _: impl FnOnce(&mut [u8]) -> FsResult<R>) -> FsResult<R> {
+        Err(FsError::ReadOnly)
+    }
+    fn append(&mut self, _: BlockKind, _: impl FnOnce(&mut [u8]) -> FsResult<()>) -> FsResult<u32> {
+        Err(FsError::ReadOnly)
+    }
+    fn set_indexed(&mut self) {}
+}
+
+/// readdir cookies of a directory read in hash order: `.` is 1, `..` 2, an entry
+/// `HASH_COOKIE_BASE` + (major hash >> 1) << 32 | (minor hash >> 1).
+const HASH_COOKIE_BASE: u64 = 3;
+
+fn hash_cookie(major: u32, minor: u32) -> u64 {
+    HASH_COOKIE_BASE + ((u64::from(major >> 1) << 32) | u64::from(minor >> 1))
+}
+
+fn cookie_major(cookie: u64) -> u32 {
+    (cookie.saturating_sub(HASH_COOKIE_BASE) >> 32) as u32 * 2
+}
+
+/// The hash version to read `st` in hash order with, if it is read so: an indexed
+/// directory (its root's version), or a single-block directory that would become indexed
+/// when it grows (the default version). The kernel reads both in hash order too: cookies
+/// then survive a conversion and a split, which moves entries between blocks but never
+/// changes their hash.
+fn hash_order_version(fs: &FsInner, st: &InodeState, params: &DirParams) -> FsResult<Option<u8>> {
+    if !params.dir_index {
+        return Ok(None);
+    }
+    if params.indexed(st) {
+        let mut store = ReadDirStore { fs, st, block_size: params.block_size };
+        let root = store.read(0, htree::DxRoot::decode)?.map_err(|e| match e {
+            FsError::Corrupt(m) => FsError::Corrupt(format!("directory inode {} block 0: {m}", st.ino)),
+            e => e,
+        })?;
+        return Ok(Some(root.hash_version));
+    }
+    let single = st.d.size == params.block_size as u64;
+    Ok((single && params.def_hash_version <= DX_HASH_TEA).then_some(params.def_hash_version))
+}
+
+/// readdir of a directory read in hash order (see [`hash_order_version`]).
+fn readdir_hashed(
+    fs: &FsInner,
+    st: &InodeState,
+    params: &DirParams,
+    version: u8,
+    offset: u64,
+    max: usize,
+) -> FsResult<Vec<DirEntry>> {
+    let mut store = ReadDirStore { fs, st, block_size: params.block_size };
+    let max_ino = fs.geo.inodes_count;
+    let mut out = Vec::new();
+    if offset < 2 {
+        let dots = store.read(0, |b| -> FsResult<Vec<(u32, Vec<u8>)>> {
+            let mut v = Vec::new();
+            for e in dirent::iter(b).with_max_inode(max_ino).take(2) {
+                let e = e?;
+                v.push((e.inode, e.name.to_vec()));
+            }
+            Ok(v)
+        })??;
+        for (i, (ino, name)) in dots.into_iter().enumerate() {
+            if (i as u64) >= offset && (name == b"." || name == b"..") {
+                out.push(DirEntry { name, ino, kind: FileType::Directory, next_offset: i as u64 + 1 });
+            }
+        }
+    }
+    if out.len() >= max {
+        out.truncate(max);
+        return Ok(out);
+    }
+    let from = offset.max(2);
+    let want = max - out.len();
+    let legacy = version == htree::DX_HASH_LEGACY;
+    let end = params.block_size - if st.csum.seed.is_some() { TAIL_SIZE } else { 0 };
+    let mut cands: Vec<(u64, DirEntry)> = Vec::new();
+    let take = |b: &[u8], is_root_block: bool, cands: &mut Vec<(u64, DirEntry)>| -> FsResult<()> {
+        let end = if is_root_block && params.indexed(st) { b.len() } else { end.min(b.len()) };
+        for e in dirent::iter(&b[..end]).with_max_inode(max_ino) {
+            let e = e?;
+            if !e.is_live() || e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let (major, minor) = htree::dirhash(
+                htree::effective_hash_version(version, params.sb_flags),
+                e.name,
+                &params.hash_seed,
+            )?;
+            // The legacy hash has no minor part: a checksum of the name separates collisions.
+            let minor = if legacy { crate::ondisk::csum::crc32c(0, e.name) } else { minor };
+            let c = hash_cookie(major, minor);
+            if c > from {
+                let kind = FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular);
+                cands.push((c, DirEntry { name: e.name.to_vec(), ino: e.inode, kind, next_offset: c }));
+            }
+        }
+        Ok(())
+    };
+    let by_cookie =
+        |a: &(u64, DirEntry), b: &(u64, DirEntry)| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name));
+    if params.indexed(st) {
+        let hash = |v: u8, n: &[u8]| params.hash(v, n);
+        let ctx =
+            DxCtx { dir_ino: st.ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
+        dx::scan_leaves(&mut store, &ctx, cookie_major(from), |s, _, leaf, next| {
+            s.read(leaf, |b| take(b, false, &mut cands))??;
+            if cands.len() >= want {
+                cands.sort_by(by_cookie);
+                let m = cookie_major(cands[want - 1].0);
+                // later leaves hold hashes from `next` on
+                if next.is_none_or(|n| n & !1 > m) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
+    } else {
+        store.read(0, |b| take(b, true, &mut cands))??;
+    }
+    cands.sort_by(by_cookie);
+    // Entries sharing a cookie go out together: a reader resuming from it skips them all.
+    let mut n = want.min(cands.len());
+    while n > 0 && n < cands.len() && cands[n].0 == cands[n - 1].0 {
+        n += 1;
+    }
+    out.extend(cands.into_iter().take(n).map(|(_, e)| e));
+    Ok(out)
+}
+
+/// Entries from `offset` on (at most `max`). Offsets are stable cookies: hash-based for a
+/// directory read in hash order (indexed, or a single block that may become indexed),
+/// `block << 12 | byte offset` for a linear one.
 pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    let params = DirParams::get(fs);
+    if let Some(version) = hash_order_version(fs, st, &params)? {
+        return readdir_hashed(fs, st, &params, version, offset, max);
+    }
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let mut out = Vec::new();

@@ -7,6 +7,7 @@
 mod alloc;
 pub mod check;
 mod dir;
+mod dx;
 pub mod error;
 pub mod extent_tree;
 mod file;

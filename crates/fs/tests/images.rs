@@ -293,6 +293,8 @@ fn htree_directory_from_e2fsck_dash_d() {
         }
     }
     assert_eq!(names(&fs, big.ino), now);
+    let flags = fs.check_inode(big.ino).expect("check /big").flags;
+    assert_ne!(flags & INDEX_FL, 0, "cjfs's changes dropped the htree index");
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
 

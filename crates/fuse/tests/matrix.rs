@@ -76,7 +76,7 @@ const CONFIGS: &[Config] = &[
 /// The configurations cjfs refuses today and what the refusal must name (a feature). Emptied
 /// as support lands: a listed configuration that opens fails the test, so the list cannot go
 /// stale.
-const EXPECT_REFUSED: &[(&str, &str)] = &[("large-dir", "large_dir")];
+const EXPECT_REFUSED: &[(&str, &str)] = &[];
 
 /// Entries of the big directory made through FUSE (the number).
 const BIG_DIR_ENTRIES: usize = 50_000;

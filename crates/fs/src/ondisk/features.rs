@@ -7,7 +7,8 @@
 //!   and inode 7 are left alone: cjfs never resizes), `orphan_file` (orphans are recorded
 //!   in it and its entries processed at mount, see [`crate::orphan`]);
 //! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`,
-//!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`);
+//!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`), `large_dir` (htree
+//!   directories up to two levels of interior nodes, see [`crate::ondisk::htree`]);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
@@ -25,7 +26,7 @@
 //! block size, and the journal logs in it as JBD2 does.
 //!
 //! Everything else (`bigalloc`, `inline_data`, `meta_bg`, `casefold`,
-//! `encrypt`, `ea_inode`, `large_dir`, `mmp`, `project`, `quota`, `verity`, ...) is refused
+//! `encrypt`, `ea_inode`, `mmp`, `project`, `quota`, `verity`, ...) is refused
 //! with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
@@ -141,7 +142,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_64BIT
     | INCOMPAT_FLEX_BG
     | INCOMPAT_RECOVER
-    | INCOMPAT_CSUM_SEED;
+    | INCOMPAT_CSUM_SEED
+    | INCOMPAT_LARGEDIR;
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE

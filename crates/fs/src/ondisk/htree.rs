@@ -59,6 +59,8 @@ pub const DX_ROOT_INFO_LEN: u8 = 8;
 pub const DX_ENTRY_SIZE: usize = 8;
 /// Largest `indirect_levels` without `large_dir` (a root plus one level of nodes).
 pub const MAX_INDIRECT_LEVELS: u8 = 1;
+/// Largest `indirect_levels` with `large_dir` (a root plus two levels of nodes).
+pub const MAX_INDIRECT_LEVELS_LARGE_DIR: u8 = 2;
 /// `dx_entry.block` bits that hold the logical block (the top 4 are reserved).
 pub const DX_BLOCK_MASK: u32 = 0x0fff_ffff;
 
@@ -70,6 +72,23 @@ pub const fn root_limit(block_size: usize) -> u16 {
 /// Entries a `dx_node` can hold in a block of `block_size` bytes (511 for 4 KiB).
 pub const fn node_limit(block_size: usize) -> u16 {
     ((block_size - DX_NODE_ENTRIES) / DX_ENTRY_SIZE) as u16
+}
+
+/// `limit` of a new root: [`root_limit`], less one entry for the `dx_tail` with
+/// `metadata_csum`.
+pub const fn root_limit_for(block_size: usize, csum: bool) -> u16 {
+    root_limit(block_size) - csum as u16
+}
+
+/// `limit` of a new interior node: [`node_limit`], less one entry for the `dx_tail` with
+/// `metadata_csum`.
+pub const fn node_limit_for(block_size: usize, csum: bool) -> u16 {
+    node_limit(block_size) - csum as u16
+}
+
+/// Largest `indirect_levels` a directory may have: 2 with `large_dir`, else 1.
+pub const fn max_indirect_levels(large_dir: bool) -> u8 {
+    if large_dir { MAX_INDIRECT_LEVELS_LARGE_DIR } else { MAX_INDIRECT_LEVELS }
 }
 
 // ---- hash functions ----------------------------------------------------------------------
@@ -330,7 +349,8 @@ pub struct DxRoot {
     pub hash_version: u8,
     /// `info_length` (8).
     pub info_length: u8,
-    /// `indirect_levels`: 0 (root -> leaves) or 1 (root -> nodes -> leaves).
+    /// `indirect_levels`: 0 (root -> leaves), 1 (root -> nodes -> leaves) or, with
+    /// `large_dir`, 2 (two levels of nodes).
     pub indirect_levels: u8,
     /// `unused_flags`.
     pub unused_flags: u8,
@@ -367,10 +387,11 @@ impl DxRoot {
             return Err(corrupt(W, format!("info_length = {info_length} (expected 8)")));
         }
         let indirect_levels = block[DX_ROOT_INDIRECT_LEVELS];
-        if indirect_levels > MAX_INDIRECT_LEVELS {
+        // The caller checks the depth against the file system's `large_dir` feature.
+        if indirect_levels > MAX_INDIRECT_LEVELS_LARGE_DIR {
             return Err(corrupt(
                 W,
-                format!("indirect_levels = {indirect_levels} (at most {MAX_INDIRECT_LEVELS})"),
+                format!("indirect_levels = {indirect_levels} (at most {MAX_INDIRECT_LEVELS_LARGE_DIR})"),
             ));
         }
         let unused_flags = block[DX_ROOT_UNUSED_FLAGS];
@@ -526,6 +547,39 @@ pub fn set_dx_checksum(seed: u32, block: &mut [u8], root: bool) {
     }
 }
 
+/// Where to split a full leaf. `sorted` holds its live entries sorted by hash as (hash,
+/// bytes the record needs); `payload` is the bytes of the block that hold entries. The
+/// entries from the returned index on move to a new block, which the parent index reaches
+/// through the returned separator hash.
+///
+/// Entries are taken from the top while the moved bytes stay within half the payload, so
+/// both blocks end up about half full; when the leaf is mostly slack (after removals) it
+/// is split by count instead. The separator is the lowest moved hash, with the collision
+/// bit (the low bit) set when the entry just below the split has the same hash: a lookup
+/// for that hash then goes to the lower block and continues into the new one. `None` when
+/// fewer than two entries leave nothing to split.
+pub fn plan_leaf_split(sorted: &[(u32, usize)], payload: usize) -> Option<(usize, u32)> {
+    let count = sorted.len();
+    if count < 2 {
+        return None;
+    }
+    let half = payload / 2;
+    let (mut moved_bytes, mut moved) = (0usize, 0usize);
+    for &(_, size) in sorted.iter().rev() {
+        if moved_bytes + size / 2 > half {
+            break;
+        }
+        moved_bytes += size;
+        moved += 1;
+    }
+    // Everything but (at most) the first entry fits in half the block: split by count.
+    let split = if moved + 1 >= count { count / 2 } else { count - moved };
+    let split = split.clamp(1, count - 1);
+    let hash = sorted[split].0 & !1;
+    let continued = sorted[split - 1].0 & !1 == hash;
+    Some((split, hash | u32::from(continued)))
+}
+
 /// One level of a lookup: the index block, its entries, and the entry followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DxFrame {
@@ -547,8 +601,8 @@ pub struct DxPath {
 }
 
 /// Find the leaf for `hash` starting from the root block bytes. `read_block(lblk)` returns
-/// the directory's logical block `lblk` (an interior node) when the tree has one level of
-/// nodes. Checks that the depth matches.
+/// the directory's logical block `lblk` (an interior node) for each level of nodes (one or,
+/// with `large_dir`, two).
 pub fn lookup_leaf(
     root_block: &[u8],
     hash: u32,
@@ -675,6 +729,59 @@ mod tests {
         // 0x8001 has the collision bit: a lookup for 0x8000 continues into block 3
         assert_eq!(p.next_leaf(0x8000, |_| unreachable!()).unwrap(), Some(3));
         assert_eq!(p.next_leaf(0x8000, |_| unreachable!()).unwrap(), None);
+    }
+
+    #[test]
+    fn leaf_split_plan() {
+        assert_eq!(plan_leaf_split(&[], 4084), None);
+        assert_eq!(plan_leaf_split(&[(8, 16)], 4084), None);
+        // 200 entries of 20 bytes: the top half by bytes moves
+        let v: Vec<(u32, usize)> = (0..200).map(|i| (i * 4, 20)).collect();
+        let (split, sep) = plan_leaf_split(&v, 4000).unwrap();
+        assert_eq!(split, 100);
+        assert_eq!(sep, 400);
+        // a collision across the split sets the continuation bit
+        let mut c = v.clone();
+        c[100].0 = c[99].0;
+        let (split, sep) = plan_leaf_split(&c, 4000).unwrap();
+        assert_eq!(split, 100);
+        assert_eq!(sep, c[99].0 | 1);
+        // all equal: still split, with the bit
+        let same: Vec<(u32, usize)> = (0..50).map(|_| (0x1234_5678, 80)).collect();
+        let (split, sep) = plan_leaf_split(&same, 4000).unwrap();
+        assert!(split > 0 && split < 50);
+        assert_eq!(sep, 0x1234_5679);
+        // mostly slack: split by count
+        let few: Vec<(u32, usize)> = (0..4).map(|i| (i * 2, 12)).collect();
+        assert_eq!(plan_leaf_split(&few, 4000).unwrap().0, 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn leaf_split_plan_props(mut v in proptest::collection::vec((0u32..64, 12usize..264), 2..300)) {
+            for e in &mut v {
+                e.0 &= !1;
+                e.1 &= !3;
+            }
+            let payload = 4084;
+            // a leaf's entries fit in it
+            while v.iter().map(|e| e.1).sum::<usize>() > payload {
+                v.pop();
+            }
+            proptest::prop_assume!(v.len() >= 2);
+            v.sort_by_key(|e| e.0);
+            let (split, sep) = plan_leaf_split(&v, payload).unwrap();
+            proptest::prop_assert!(split >= 1 && split < v.len());
+            proptest::prop_assert_eq!(sep & !1, v[split].0);
+            proptest::prop_assert_eq!(sep & 1 == 1, v[split - 1].0 == v[split].0);
+            let moved: usize = v[split..].iter().map(|e| e.1).sum();
+            let total: usize = v.iter().map(|e| e.1).sum();
+            // when the leaf really is full, each half keeps room for a longest entry
+            if total + 264 > payload {
+                proptest::prop_assert!(moved + 264 <= payload && total - moved + 264 <= payload,
+                    "split {split} moved {moved} of {total}");
+            }
+        }
     }
 
     #[test]
