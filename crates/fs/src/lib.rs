@@ -12,6 +12,8 @@ pub mod error;
 pub mod extent_tree;
 mod file;
 pub mod fs;
+pub mod ijournal;
+pub mod ijournal_replay;
 pub mod image_check;
 mod inode;
 pub mod meta;
@@ -22,12 +24,15 @@ mod ops;
 mod orphan;
 mod planted;
 pub mod preset;
+mod rebuild;
 mod tx;
 pub mod types;
 pub mod xattr;
 
 pub use error::{CsumStructure, FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};
+pub use ijournal::{Fallback, IjStats};
+pub use ijournal_replay::IjReplayReport;
 pub use mkfs::{MkfsOptions, mkfs};
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;

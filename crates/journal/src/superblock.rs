@@ -98,13 +98,27 @@ pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// feature flag set") instead of replaying only this log. Set while extra logs are open,
 /// cleared by a clean unmount and by `cjfs recover`. The top bit, far from JBD2's own.
 pub const INCOMPAT_CJFS_LOGS: u32 = 0x8000_0000;
+/// cjfs-private: ijournal areas (see [`AreaKind::IJournal`]) may hold i-transactions that
+/// need replay (iJournaling's fsync records). Stock tools refuse the journal for the same
+/// reason as [`INCOMPAT_CJFS_LOGS`]: replaying the primary log alone would silently drop every
+/// fsync served by an i-transaction since the last commit. A bit of its own rather than
+/// `cjfs_logs` because the two are cleared at different points of recovery: the logs' bit once
+/// the normal logs are replayed, this one only after the i-transactions are home.
+pub const INCOMPAT_CJFS_IJOURNAL: u32 = 0x4000_0000;
 
 /// Offset of cjfs' log-area table in the journal superblock's block: past the 1024 bytes
 /// JBD2 defines (and checksums), which is all the kernel and e2fsck read; both write the
 /// block back whole, so the table survives their superblock updates.
 pub const AREA_TABLE_OFFSET: usize = 0x400;
-/// Magic of the log-area table ("CJLA", big-endian as the rest of JBD2).
+/// Magic of the log-area table ("CJLA", big-endian as the rest of JBD2): every entry a log.
 pub const AREA_TABLE_MAGIC: u32 = 0x434A_4C41;
+/// Magic of the log-area table with typed entries ("CJLB"): written when some area is not a
+/// log (an ijournal area), so a journal with only extra logs keeps the `CJLA` bytes.
+pub const AREA_TABLE_MAGIC_TYPED: u32 = 0x434A_4C42;
+/// `JBD2_DEFAULT_FAST_COMMIT_BLOCKS`: fast-commit blocks when `s_num_fc_blks` is 0.
+pub const DEFAULT_FC_BLOCKS: u64 = 256;
+/// Smallest ijournal area (its header block and a ring of 15 blocks).
+pub const MIN_IJOURNAL_AREA_BLOCKS: u32 = 16;
 /// Most extra log areas the table holds.
 pub const MAX_LOG_AREAS: usize = 64;
 
@@ -116,7 +130,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_REVOKE
     | INCOMPAT_ASYNC_COMMIT
     | INCOMPAT_CSUM_V2
     | INCOMPAT_CSUM_V3
-    | INCOMPAT_CJFS_LOGS;
+    | INCOMPAT_CJFS_LOGS
+    | INCOMPAT_CJFS_IJOURNAL;
 /// Ro-compat features we understand (none are defined by JBD2).
 pub const KNOWN_RO_COMPAT: u32 = 0;
 
@@ -132,8 +147,9 @@ pub const CHKSUM_TYPE_CRC32C: u8 = 4;
 /// The journal block size a fresh superblock gets unless formatted on a device of another
 /// block size (JBD2 logs in file-system blocks, so it is always the file system's).
 pub const JOURNAL_BLOCK_SIZE: u32 = DEFAULT_BLOCK_SIZE as u32;
-/// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas.
-pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 8 * MAX_LOG_AREAS + 4;
+/// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas (typed
+/// entries, the larger form).
+pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 12 * MAX_LOG_AREAS + 4;
 /// `JBD2_MIN_JOURNAL_BLOCKS`: the kernel and e2fsprogs refuse smaller journals. Not enforced
 /// here (tests use tiny logs), but anything meant for the kernel must be at least this long.
 pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
@@ -225,6 +241,7 @@ impl JournalFeatures {
 fn incompat_names(bits: u32) -> String {
     let names = [
         (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
+        (INCOMPAT_CJFS_IJOURNAL, "cjfs_ijournal"),
         (INCOMPAT_REVOKE, "revoke"),
         (INCOMPAT_64BIT, "64bit"),
         (INCOMPAT_ASYNC_COMMIT, "async_commit"),
@@ -246,36 +263,89 @@ fn incompat_names(bits: u32) -> String {
     out.join(",")
 }
 
-/// An extra log area: a JBD2 log of its own (its superblock at its first block) inside the
-/// journal inode, past the primary journal's `s_maxlen` (the kernel and e2fsck take
-/// `s_maxlen` as the journal's length and never look beyond it).
+/// What an extra area of the journal inode holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AreaKind {
+    /// A JBD2 log of its own (its superblock at its first block): per-core journaling.
+    #[default]
+    Log,
+    /// An ijournal area (iJournaling's fsync records; the file system's format, see
+    /// `cjfs_fs::ondisk::ijournal`): never replayed as a log.
+    IJournal,
+}
+
+impl AreaKind {
+    fn code(self) -> u32 {
+        match self {
+            AreaKind::Log => 0,
+            AreaKind::IJournal => 1,
+        }
+    }
+
+    fn from_code(c: u32) -> Option<AreaKind> {
+        match c {
+            0 => Some(AreaKind::Log),
+            1 => Some(AreaKind::IJournal),
+            _ => None,
+        }
+    }
+
+    /// The smallest area of this kind.
+    pub fn min_blocks(self) -> u32 {
+        match self {
+            AreaKind::Log => MIN_JOURNAL_BLOCKS,
+            AreaKind::IJournal => MIN_IJOURNAL_AREA_BLOCKS,
+        }
+    }
+}
+
+/// An extra area inside the journal inode, past the primary journal's `s_maxlen` (the kernel
+/// and e2fsck take `s_maxlen` as the journal's length and never look beyond it): a log of its
+/// own or an ijournal area.
 ///
 /// The table of them is stored big-endian at [`AREA_TABLE_OFFSET`] of the primary journal's
-/// superblock block: `u32 magic` ([`AREA_TABLE_MAGIC`]), `u32 count`, `count × (u32 first,
-/// u32 len)` in journal-inode blocks, ascending and disjoint, then `u32 crc32c` (seed !0) of
-/// everything before it. Absent (no magic) means no extra areas.
+/// superblock block. When every area is a log: `u32 magic` ([`AREA_TABLE_MAGIC`], "CJLA"),
+/// `u32 count`, `count × (u32 first, u32 len)` in journal-inode blocks, ascending and
+/// disjoint, then `u32 crc32c` (seed !0) of everything before it. When some area is of
+/// another kind: magic [`AREA_TABLE_MAGIC_TYPED`] ("CJLB") and `count × (u32 first, u32 len,
+/// u32 kind)` (0 = log, 1 = ijournal), the rest as before. Absent (no magic) means no extra
+/// areas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogArea {
     /// First block of the area, counted in the journal inode (its superblock).
     pub first: u32,
     /// Blocks in the area, its superblock included.
     pub len: u32,
+    /// What it holds.
+    pub kind: AreaKind,
 }
 
-/// Decode the log-area table in `block` (a whole journal superblock block), checked for
-/// shape: past the primary log's `maxlen`, ascending, disjoint, each at least 1024 blocks.
+impl LogArea {
+    /// A log area.
+    pub const fn log(first: u32, len: u32) -> Self {
+        LogArea { first, len, kind: AreaKind::Log }
+    }
+}
+
+/// Decode the area table in `block` (a whole journal superblock block), checked for shape:
+/// past the primary log's `maxlen`, ascending, disjoint, each at least its kind's minimum.
 /// Whether the areas lie inside the journal inode is [`read_log_areas`]'s check (the primary
 /// log is decoded over its own `s_maxlen` blocks, which never hold an area).
 fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
     let corrupt = |msg: String| JournalError::Corrupt(format!("journal log-area table: {msg}"));
-    if block.len() < AREA_TABLE_OFFSET + 8 || rd_be32(block, AREA_TABLE_OFFSET) != AREA_TABLE_MAGIC {
+    if block.len() < AREA_TABLE_OFFSET + 8 {
         return Ok(Vec::new());
     }
+    let entry = match rd_be32(block, AREA_TABLE_OFFSET) {
+        AREA_TABLE_MAGIC => 8,
+        AREA_TABLE_MAGIC_TYPED => 12,
+        _ => return Ok(Vec::new()),
+    };
     let count = rd_be32(block, AREA_TABLE_OFFSET + 4) as usize;
     if count > MAX_LOG_AREAS {
         return Err(corrupt(format!("{count} areas (at most {MAX_LOG_AREAS})")));
     }
-    let end = AREA_TABLE_OFFSET + 8 + 8 * count;
+    let end = AREA_TABLE_OFFSET + 8 + entry * count;
     if block.len() < end + 4 {
         return Err(corrupt(format!("{count} areas do not fit the block")));
     }
@@ -287,16 +357,25 @@ fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
     let mut areas = Vec::with_capacity(count);
     let mut next_free = u64::from(maxlen);
     for i in 0..count {
-        let off = AREA_TABLE_OFFSET + 8 + 8 * i;
-        let a = LogArea { first: rd_be32(block, off), len: rd_be32(block, off + 4) };
+        let off = AREA_TABLE_OFFSET + 8 + entry * i;
+        let kind = if entry == 12 {
+            let code = rd_be32(block, off + 8);
+            AreaKind::from_code(code).ok_or_else(|| corrupt(format!("area {i} has unknown kind {code}")))?
+        } else {
+            AreaKind::Log
+        };
+        let a = LogArea { first: rd_be32(block, off), len: rd_be32(block, off + 4), kind };
         let (first, len) = (u64::from(a.first), u64::from(a.len));
         if first < next_free {
             return Err(corrupt(format!(
                 "area {i} at block {first} overlaps the journal or the area before it (free from {next_free})"
             )));
         }
-        if len < 1024 {
-            return Err(corrupt(format!("area {i} (blocks {first}+{len}) is under 1024 blocks")));
+        if len < u64::from(kind.min_blocks()) {
+            return Err(corrupt(format!(
+                "area {i} (blocks {first}+{len}) is under {} blocks",
+                kind.min_blocks()
+            )));
         }
         next_free = first + len;
         areas.push(a);
@@ -304,19 +383,26 @@ fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
     Ok(areas)
 }
 
-/// Write the log-area table for `areas` into `block` (nothing when there are none).
+/// Write the area table for `areas` into `block` (nothing when there are none).
 fn encode_area_table(areas: &[LogArea], block: &mut [u8]) {
+    let typed = areas.iter().any(|a| a.kind != AreaKind::Log);
+    let entry = if typed { 12 } else { 8 };
     // `format_journal_areas` refuses extra areas on blocks too small for the table.
-    if areas.is_empty() || block.len() < AREA_TABLE_OFFSET + 12 + 8 * areas.len() {
+    if areas.is_empty() || block.len() < AREA_TABLE_OFFSET + 12 + entry * areas.len() {
         return;
     }
-    wr_be32(block, AREA_TABLE_OFFSET, AREA_TABLE_MAGIC);
+    let magic = if typed { AREA_TABLE_MAGIC_TYPED } else { AREA_TABLE_MAGIC };
+    wr_be32(block, AREA_TABLE_OFFSET, magic);
     wr_be32(block, AREA_TABLE_OFFSET + 4, areas.len() as u32);
     for (i, a) in areas.iter().enumerate() {
-        wr_be32(block, AREA_TABLE_OFFSET + 8 + 8 * i, a.first);
-        wr_be32(block, AREA_TABLE_OFFSET + 12 + 8 * i, a.len);
+        let off = AREA_TABLE_OFFSET + 8 + entry * i;
+        wr_be32(block, off, a.first);
+        wr_be32(block, off + 4, a.len);
+        if typed {
+            wr_be32(block, off + 8, a.kind.code());
+        }
     }
-    let end = AREA_TABLE_OFFSET + 8 + 8 * areas.len();
+    let end = AREA_TABLE_OFFSET + 8 + entry * areas.len();
     let crc = crate::checksum::crc32c(!0, &block[AREA_TABLE_OFFSET..end]);
     wr_be32(block, end, crc);
 }
@@ -416,6 +502,22 @@ impl JournalSuperblock {
     /// The checksum seed for descriptor, commit, revoke and tag checksums.
     pub fn csum_seed(&self) -> u32 {
         csum_seed(&self.s_uuid)
+    }
+
+    /// Fast-commit blocks at the end of the journal (`jbd2_journal_get_num_fc_blks`:
+    /// `s_num_fc_blks`, or 256 when it is 0), counted only while the journal has the
+    /// fast_commit feature.
+    pub fn fc_blocks(&self) -> u64 {
+        if !self.features().fast_commit() {
+            return 0;
+        }
+        if self.s_num_fc_blks == 0 { DEFAULT_FC_BLOCKS } else { u64::from(self.s_num_fc_blks) }
+    }
+
+    /// One past the last block of the circular log (JBD2's `j_last`): `s_maxlen`, less the
+    /// fast-commit area while the journal has the fast_commit feature.
+    pub fn log_end(&self) -> u64 {
+        u64::from(self.s_maxlen).saturating_sub(self.fc_blocks())
     }
 
     /// True if the log holds transactions that must be replayed (`s_start != 0`).
@@ -534,8 +636,13 @@ impl JournalSuperblock {
         if !v1 {
             sb.log_areas = decode_area_table(buf, sb.s_maxlen)?;
         }
-        if f.incompat & INCOMPAT_CJFS_LOGS != 0 && sb.log_areas.is_empty() {
+        if f.incompat & INCOMPAT_CJFS_LOGS != 0 && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log) {
             return Err(corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
+        }
+        if f.incompat & INCOMPAT_CJFS_IJOURNAL != 0
+            && !sb.log_areas.iter().any(|a| a.kind == AreaKind::IJournal)
+        {
+            return Err(corrupt("incompat cjfs_ijournal is set but the journal has no ijournal area".into()));
         }
         if f.csum_v2() && f.csum_v3() {
             return Err(corrupt("both csum_v2 and csum_v3 are set".into()));
@@ -654,14 +761,27 @@ pub fn format_journal(
 }
 
 /// The logs of a journal inode mapped by `inode_area`: the primary journal (log 0, its first
-/// `s_maxlen` blocks) and the extra areas its superblock's table lists, each a log of its own.
-/// Reads only; returns the primary superblock too.
+/// `s_maxlen` blocks) and the extra log areas its superblock's table lists, each a log of its own.
+/// Reads only; returns the primary superblock too. Areas of other kinds are left out (see
+/// [`read_journal_areas`]).
 pub fn read_log_areas(
     dev: &dyn BlockDevice,
     inode_area: &JournalArea,
 ) -> JResult<(JournalSuperblock, Vec<JournalArea>)> {
+    let (sb, logs, _) = read_journal_areas(dev, inode_area)?;
+    Ok((sb, logs))
+}
+
+/// Every area of a journal inode mapped by `inode_area`: the primary superblock, the logs
+/// (the primary journal first, then the extra logs) and the ijournal areas, in table order.
+/// Reads only.
+pub fn read_journal_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+) -> JResult<(JournalSuperblock, Vec<JournalArea>, Vec<JournalArea>)> {
     let sb = read_superblock(dev, inode_area)?;
-    let mut areas = vec![inode_area.slice(0, u64::from(sb.s_maxlen))?];
+    let mut logs = vec![inode_area.slice(0, u64::from(sb.s_maxlen))?];
+    let mut ijournal = Vec::new();
     for (i, a) in sb.log_areas.iter().enumerate() {
         let area = inode_area.slice(u64::from(a.first), u64::from(a.len)).map_err(|_| {
             JournalError::Corrupt(format!(
@@ -671,9 +791,12 @@ pub fn read_log_areas(
                 inode_area.len()
             ))
         })?;
-        areas.push(area);
+        match a.kind {
+            AreaKind::Log => logs.push(area),
+            AreaKind::IJournal => ijournal.push(area),
+        }
     }
-    Ok((sb, areas))
+    Ok((sb, logs, ijournal))
 }
 
 /// Format the journal inode mapped by `inode_area`: a primary journal of `primary_len`
@@ -688,34 +811,58 @@ pub fn format_journal_areas(
     primary_len: u64,
     extra_lens: &[u64],
 ) -> JResult<JournalSuperblock> {
-    let total: u64 = primary_len + extra_lens.iter().sum::<u64>();
-    if total > inode_area.len() || extra_lens.len() > MAX_LOG_AREAS {
+    let extra: Vec<(u64, AreaKind)> = extra_lens.iter().map(|&l| (l, AreaKind::Log)).collect();
+    format_journal_with_areas(dev, inode_area, uuid, csum_v3, primary_len, &extra)
+}
+
+/// [`format_journal_areas`] with areas of any kind: logs are formatted as empty JBD2 logs;
+/// an ijournal area is only listed (its owner, the file system, formats it).
+pub fn format_journal_with_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+    uuid: [u8; 16],
+    csum_v3: bool,
+    primary_len: u64,
+    extra: &[(u64, AreaKind)],
+) -> JResult<JournalSuperblock> {
+    let total: u64 = primary_len + extra.iter().map(|(l, _)| l).sum::<u64>();
+    if total > inode_area.len() || extra.len() > MAX_LOG_AREAS {
         return Err(JournalError::Incompatible(format!(
-            "{} log areas of {total} blocks in all do not fit a journal inode of {} blocks (at most {MAX_LOG_AREAS} extra areas)",
-            extra_lens.len() + 1,
+            "{} journal areas of {total} blocks in all do not fit a journal inode of {} blocks (at most \
+             {MAX_LOG_AREAS} extra areas)",
+            extra.len() + 1,
             inode_area.len()
         )));
     }
-    if !extra_lens.is_empty() && dev.block_size() < AREA_TABLE_MIN_BLOCK {
+    if !extra.is_empty() && dev.block_size() < AREA_TABLE_MIN_BLOCK {
         return Err(JournalError::Incompatible(format!(
-            "{} log areas need a journal block of at least {AREA_TABLE_MIN_BLOCK} bytes for their \
-             table; this file system's blocks are {} bytes (use one log)",
-            extra_lens.len() + 1,
+            "{} journal areas need a journal block of at least {AREA_TABLE_MIN_BLOCK} bytes for their \
+             table; this file system's blocks are {} bytes (use one log and no ijournal area)",
+            extra.len() + 1,
             dev.block_size()
         )));
     }
-    let mut log_areas = Vec::with_capacity(extra_lens.len());
+    let mut log_areas = Vec::with_capacity(extra.len());
     let mut first = primary_len;
-    for &len in extra_lens {
-        if len < 1024 {
-            return Err(JournalError::Incompatible(format!("log area of {len} blocks (at least 1024)")));
+    for &(len, kind) in extra {
+        if len < u64::from(kind.min_blocks()) {
+            let what = match kind {
+                AreaKind::Log => "log area",
+                AreaKind::IJournal => "ijournal area",
+            };
+            return Err(JournalError::Incompatible(format!(
+                "{what} of {len} blocks (at least {})",
+                kind.min_blocks()
+            )));
         }
-        format_journal(dev, &inode_area.slice(first, len)?, uuid, csum_v3)?;
+        if kind == AreaKind::Log {
+            format_journal(dev, &inode_area.slice(first, len)?, uuid, csum_v3)?;
+        }
         let narrow = |v: u64| {
             u32::try_from(v)
-                .map_err(|_| JournalError::Incompatible(format!("log area at block {v} beyond 2^32")))
+                .map_err(|_| JournalError::Incompatible(format!("journal area at block {v} beyond 2^32")))
         };
-        log_areas.push(LogArea { first: narrow(first)?, len: narrow(len)? });
+        log_areas.push(LogArea { first: narrow(first)?, len: narrow(len)?, kind });
         first += len;
     }
     let mut sb = format_journal(dev, &inode_area.slice(0, primary_len)?, uuid, csum_v3)?;
@@ -790,7 +937,7 @@ mod tests {
     #[test]
     fn log_area_table_roundtrips_and_is_checked() {
         let mut sb = JournalSuperblock::new_v2(1024, uuid(), true);
-        sb.log_areas = vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 3000, len: 2000 }];
+        sb.log_areas = vec![LogArea::log(1024, 1024), LogArea::log(3000, 2000)];
         sb.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
         let b = sb.encode();
         // The JBD2 superblock proper (and its checksum) is untouched by the table.
@@ -823,10 +970,7 @@ mod tests {
         let inode = JournalArea::new([(100, 1500), (2000, 1600)]);
         let sb = format_journal_areas(&dev, &inode, uuid(), true, 1024, &[1024, 1024]).expect("format");
         assert_eq!(sb.s_maxlen, 1024);
-        assert_eq!(
-            sb.log_areas,
-            vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 2048, len: 1024 }]
-        );
+        assert_eq!(sb.log_areas, vec![LogArea::log(1024, 1024), LogArea::log(2048, 1024)]);
         let (primary, areas) = read_log_areas(&dev, &inode).expect("read areas");
         assert_eq!((primary.s_maxlen, &primary.log_areas), (1024, &sb.log_areas));
         assert_eq!(areas.len(), 3);

@@ -7,6 +7,7 @@ pub mod extent;
 pub mod features;
 pub mod group_desc;
 pub mod htree;
+pub mod ijournal;
 pub mod inode;
 pub mod orphan_file;
 pub mod superblock;
