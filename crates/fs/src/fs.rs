@@ -383,14 +383,13 @@ fn recover_all(
             "the journal carries both extra logs and i-transactions, which cjfs never writes together".into(),
         ));
     }
+    // The last transaction the log holds committed (every record at or below it is older
+    // than what the normal replay puts home), taken before that replay.
+    let max = if ijournal { Some(crate::ijournal_replay::prepare(dev, primary, iareas)?) } else { None };
     let report = recover_logs(dev, areas, order)?;
-    if !ijournal {
+    let Some(max) = max else {
         return Ok((report, None));
-    }
-    // The last transaction the log holds committed: every record at or below it is older
-    // than what the replay put home (`end_tid` is one past the first uncommitted id, or
-    // `s_sequence + 1` for a clean log).
-    let max = report.end_tid.wrapping_sub(2);
+    };
     let r = crate::ijournal_replay::replay(dev, primary, iareas, max)?;
     Ok((report, Some(r)))
 }

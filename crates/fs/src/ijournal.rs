@@ -293,7 +293,7 @@ impl IJournal {
             let raw = dev.read_block(a.map(0)?)?;
             let old = AreaHeader::decode(seed, &raw)?;
             let generation = old.map_or(1, |h| h.generation.wrapping_add(1));
-            let h = AreaHeader { index: i as u32, len: a.len() as u32, generation };
+            let h = AreaHeader { index: i as u32, len: a.len() as u32, generation, replay: None };
             dev.write_block(
                 a.map(0)?,
                 BlockBuf::from(h.encode(seed, bs)),

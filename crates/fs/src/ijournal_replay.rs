@@ -66,9 +66,14 @@ struct Rec {
     payload: Vec<(u64, BlockBuf)>,
 }
 
-/// Scan one area: its complete records of generation `generation`, and how many headers led
-/// nowhere.
-fn scan_area(dev: &Device, area: &JournalArea, seed: u32, generation: u64) -> FsResult<(Vec<Rec>, u64)> {
+/// Scan one area: its complete records of generation `generation`, how many headers of it
+/// led nowhere, and whether any record header of the generation was found at all.
+fn scan_area(
+    dev: &Device,
+    area: &JournalArea,
+    seed: u32,
+    generation: u64,
+) -> FsResult<(Vec<Rec>, u64, bool)> {
     let len = area.len();
     let mut blocks = Vec::with_capacity(len as usize);
     for b in 0..len {
@@ -77,11 +82,13 @@ fn scan_area(dev: &Device, area: &JournalArea, seed: u32, generation: u64) -> Fs
     let ring = LogRing::new(1, len);
     let mut out = Vec::new();
     let mut incomplete = 0;
+    let mut any = false;
     for b in 1..len {
         let Some(h) = RecordHeader::decode(seed, &blocks[b as usize]) else { continue };
         if h.generation != generation {
             continue;
         }
+        any = true;
         if h.blocks() + 1 > ring.capacity() {
             incomplete += 1;
             continue;
@@ -115,12 +122,49 @@ fn scan_area(dev: &Device, area: &JournalArea, seed: u32, generation: u64) -> Fs
             incomplete += 1;
         }
     }
-    Ok((out, incomplete))
+    Ok((out, incomplete, any))
 }
 
-/// Replay the i-transactions in `iareas` newer than transaction `max` (the last one the
-/// normal replay of `primary` found committed), then invalidate the areas and clear the
-/// private bit. See the module docs.
+/// Before the normal journal in `primary` is replayed: the last transaction it holds
+/// committed (what records are judged against), recorded in every area's header, or the one
+/// an earlier recovery, cut, recorded there. The normal replay moves the log's sequence one
+/// past the first uncommitted id (as JBD2 does), so a recovery run again after it could not
+/// tell that id from a committed one.
+pub(crate) fn prepare(dev: &Device, primary: &JournalArea, iareas: &[JournalArea]) -> FsResult<u32> {
+    let (sb, _) = read_layout(&**dev)?;
+    let seed = seed(&sb.uuid);
+    let mut headers = Vec::new();
+    for area in iareas {
+        let raw = dev.read_block(area.map(0)?)?;
+        if let Some(h) = AreaHeader::decode(seed, &raw)?
+            && u64::from(h.len) == area.len()
+        {
+            if let Some(m) = h.replay {
+                return Ok(m);
+            }
+            headers.push((area, h));
+        }
+    }
+    let scan = cjfs_journal::recovery::scan(&**dev, primary)?;
+    let max =
+        if scan.needed { scan.end_tid.wrapping_sub(1) } else { scan.superblock.s_sequence.wrapping_sub(1) };
+    let bs = dev.block_size();
+    for (area, h) in &headers {
+        let marked = AreaHeader { replay: Some(max), ..*h };
+        dev.write_block(
+            area.map(0)?,
+            BlockBuf::from(marked.encode(seed, bs)),
+            WriteTag::kind(BlockKind::JournalSuper),
+        )?;
+    }
+    if !headers.is_empty() {
+        dev.flush()?;
+    }
+    Ok(max)
+}
+
+/// Replay the i-transactions in `iareas` newer than transaction `max` (see [`prepare`]),
+/// then invalidate the areas and clear the private bit. See the module docs.
 pub(crate) fn replay(
     dev: &Device,
     primary: &JournalArea,
@@ -139,8 +183,11 @@ pub(crate) fn replay(
             continue;
         }
         report.areas += 1;
-        headers.push((area.clone(), h));
-        let (recs, incomplete) = scan_area(dev, area, seed, h.generation)?;
+        let (recs, incomplete, any) = scan_area(dev, area, seed, h.generation)?;
+        // Invalidated below (a new generation) only when it holds records of its generation,
+        // else just unmarked: a recovery cut after some areas were done, run again, changes
+        // each area once (the image of an uncut run).
+        headers.push((area.clone(), h, any));
         report.incomplete += incomplete;
         for r in recs {
             report.scanned += 1;
@@ -176,15 +223,22 @@ pub(crate) fn replay(
     }
     // Everything is home: the records are dead from here on.
     let bs = dev.block_size();
-    for (area, h) in &headers {
-        let next = AreaHeader { generation: h.generation.wrapping_add(1), ..*h };
-        dev.write_block(
-            area.map(0)?,
-            BlockBuf::from(next.encode(seed, bs)),
-            WriteTag::kind(BlockKind::JournalSuper),
-        )?;
+    let mut wrote = false;
+    for (area, h, any) in &headers {
+        let next = AreaHeader {
+            generation: if *any { h.generation.wrapping_add(1) } else { h.generation },
+            replay: None,
+            ..*h
+        };
+        if next != *h {
+            let img = BlockBuf::from(next.encode(seed, bs));
+            dev.write_block(area.map(0)?, img, WriteTag::kind(BlockKind::JournalSuper))?;
+            wrote = true;
+        }
     }
-    dev.flush()?;
+    if wrote {
+        dev.flush()?;
+    }
     let mut jsb = read_superblock(&**dev, primary)?;
     if jsb.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0 {
         jsb.s_feature_incompat &= !INCOMPAT_CJFS_IJOURNAL;

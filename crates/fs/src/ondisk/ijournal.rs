@@ -16,6 +16,8 @@
 //! | 0x0C | `u32` area length in blocks (the header included) |
 //! | 0x10 | `u64` generation: bumped at every mount and by recovery; a record of another generation is dead |
 //! | 0x18 | `u32` block size |
+//! | 0x1C | `u32` 1 while a recovery is replaying the area, else 0 |
+//! | 0x20 | `u32` that recovery's last committed normal transaction (records at or below it are stale) |
 //! | last 4 | `u32` checksum of the bytes before it |
 //!
 //! Blocks 1.. of the area are a ring ([`cjfs_journal::ring::LogRing`]) of i-transactions.
@@ -132,6 +134,10 @@ pub struct AreaHeader {
     pub len: u32,
     /// Records of another generation are dead.
     pub generation: u64,
+    /// While a recovery replays the area: the last normal transaction it found committed.
+    /// Recorded before the normal journal is replayed (which moves the log's sequence past
+    /// an id), so a recovery cut and run again judges the records the same way.
+    pub replay: Option<u32>,
 }
 
 impl AreaHeader {
@@ -144,6 +150,10 @@ impl AreaHeader {
         wr32(&mut b, 12, self.len);
         wr64(&mut b, 16, self.generation);
         wr32(&mut b, 24, bs as u32);
+        if let Some(m) = self.replay {
+            wr32(&mut b, 28, 1);
+            wr32(&mut b, 32, m);
+        }
         seal(seed, &mut b);
         b
     }
@@ -163,7 +173,8 @@ impl AreaHeader {
         if rd32(b, 24) as usize != b.len() {
             return Ok(None);
         }
-        Ok(Some(AreaHeader { index: rd32(b, 8), len: rd32(b, 12), generation: rd64(b, 16) }))
+        let replay = (rd32(b, 28) == 1).then(|| rd32(b, 32));
+        Ok(Some(AreaHeader { index: rd32(b, 8), len: rd32(b, 12), generation: rd64(b, 16), replay }))
     }
 }
 
@@ -381,9 +392,11 @@ mod tests {
     #[test]
     fn area_header_roundtrips_and_rejects_damage() {
         let s = seed(&[7; 16]);
-        let h = AreaHeader { index: 1, len: 64, generation: 42 };
+        let h = AreaHeader { index: 1, len: 64, generation: 42, replay: None };
         let b = h.encode(s, BS);
         assert_eq!(AreaHeader::decode(s, &b).unwrap(), Some(h));
+        let r = AreaHeader { replay: Some(77), ..h };
+        assert_eq!(AreaHeader::decode(s, &r.encode(s, BS)).unwrap(), Some(r));
         assert_eq!(AreaHeader::decode(seed(&[8; 16]), &b).unwrap(), None, "another file system's");
         let mut torn = b.clone();
         torn[100] ^= 1;
