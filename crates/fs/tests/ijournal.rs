@@ -200,3 +200,34 @@ fn recovery_is_idempotent() {
     fs.unmount().expect("unmount");
     fsck(&once.image_bytes());
 }
+
+#[test]
+fn journaled_data_commits_and_presets_refuse_several_logs() {
+    let mut o = opts("ijournal");
+    o.data = cjfs_fs::DataMode::Journal;
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o).expect("mount");
+    let f = fs.create(ROOT_INO, b"j", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"journaled").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!(st.fallbacks, vec![("journal-data".to_string(), 1)]);
+    fs.unmount().expect("unmount");
+    let e = preset::resolve("zjournal+ijournal=cores").unwrap_err().to_string();
+    assert!(e.contains("cannot be combined with several logs"), "{e}");
+    assert!(preset::resolve("cjfs+ijournal=4+iform=commit+iarea=64").is_ok());
+    assert!(preset::resolve("ijournal+iarea=8").is_err(), "an area under 16 blocks");
+}
+
+#[test]
+fn an_image_without_ijournal_areas_commits_on_fsync() {
+    let o = opts("ijournal");
+    let ssd = Arc::new(EmulatedSsd::ram((64 << 20) / 4096));
+    mkfs(&*ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
+    let fs = Fs::open(ssd, o).expect("mount");
+    assert!(fs.ijournal_stats().is_none(), "no area, no iJournaling");
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"x").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    fs.unmount().expect("unmount");
+}

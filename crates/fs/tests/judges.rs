@@ -2212,3 +2212,72 @@ fn extra_log_area_hidden_from_stock_tools() {
     assert_eq!(&got[..n], &data[..], "the fsynced file after recovery");
     fs.unmount().expect("unmount");
 }
+
+/// iJournaling's areas are invisible to stock tools, and a crash image whose areas may hold
+/// i-transactions carries the private `cjfs_ijournal` bit: `e2fsck` and the kernel refuse it
+/// (replaying the normal journal alone would drop the fsync the record served); after
+/// `cjfs recover` both accept it, with the fsynced file (which no normal commit holds) back.
+#[test]
+fn ijournal_area_hidden_from_stock_tools() {
+    require!(need_tools(&["e2fsck"]));
+    const BIT: u32 = cjfs_journal::superblock::INCOMPAT_CJFS_IJOURNAL;
+    let dir = tmpdir();
+    let img = dir.path().join("ij.img");
+    let crash = dir.path().join("ij-crash.img");
+    let opts = MkfsOptions { journal_blocks: Some(1024), ijournal_areas: vec![64, 64], ..Default::default() };
+    let dev = new_image(&img, 64, &opts);
+    assert_eq!(journal_incompat(&img).0 & BIT, 0, "fresh image: bit clear");
+    assert_fsck_clean(&img, "a fresh image with ijournal areas");
+    let data = pattern(200_000, 52);
+    let journal = cjfs_journal::JournalConfig {
+        ijournal: cjfs_journal::IJournal {
+            areas: cjfs_journal::IAreas::Count(2),
+            ..cjfs_journal::IJournal::off()
+        },
+        ..quiet_journal()
+    };
+    let fs = Fs::open(dev, MountOptions { journal, ..Default::default() }).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"new", 0o755, 0, 0).expect("mkdir").ino;
+    let a = fs.create(d, b"kept", 0o644, 0, 0).expect("create").ino;
+    fs.write(a, 0, &data).expect("write");
+    let commits = fs.journal().stats().transactions;
+    fs.fsync(a, false).expect("fsync");
+    assert_eq!(fs.journal().stats().transactions, commits, "the fsync committed");
+    assert_eq!(fs.ijournal_stats().map(|s| s.served), Some(1));
+    copy_image(&img, &crash);
+    fs.unmount().expect("unmount");
+    assert_eq!(journal_incompat(&img).0 & BIT, 0, "a clean unmount clears the private bit");
+    assert_fsck_clean(&img, "clean unmount with ijournal areas");
+    let kernel = kernel_env();
+    match &kernel {
+        Ok(()) => kernel_mounts(&img, dir.path(), "new/kept", &data)
+            .unwrap_or_else(|e| panic!("the kernel refused a cleanly unmounted image: {e}")),
+        Err(why) => println!("SKIP (kernel part): {why}"),
+    }
+    assert_ne!(journal_incompat(&crash).0 & BIT, 0, "the crash state carries the private bit");
+    let o = e2fsck(&crash, "-fn");
+    assert_ne!(o.code, 0, "e2fsck -fn accepted a journal with the private bit:\n{}", o.text());
+    assert!(o.text().contains("unknown incompatible feature"), "{}", o.text());
+    if kernel.is_ok() {
+        let lo = LoopDev::attach(&crash, false).expect("loop device for the crash state");
+        let mnt = dir.path().join("kmnt");
+        let _ = std::fs::create_dir(&mnt);
+        match KMount::mount(&lo, &mnt, "") {
+            Ok(_) => panic!("the kernel mounted a journal with the private bit"),
+            Err(e) => println!("kernel refused the crash state: {}", e.trim()),
+        }
+    }
+    cjfs_fs::recover_device(&open_dev(&crash, false)).expect("recover the crash state");
+    assert_eq!(journal_incompat(&crash).0 & BIT, 0, "recovery clears the private bit");
+    assert_fsck_clean(&crash, "the crash state after cjfs recovery");
+    if kernel.is_ok() {
+        kernel_mounts(&crash, dir.path(), "new/kept", &data)
+            .unwrap_or_else(|e| panic!("the kernel refused the recovered image: {e}"));
+    }
+    let fs = mount_ro(&crash);
+    assert_eq!(fs.resolve("/new/kept").expect("the fsynced file's path"), a);
+    let mut got = vec![0u8; data.len() + 10];
+    let n = fs.read(a, 0, &mut got).expect("read");
+    assert_eq!(&got[..n], &data[..], "the fsynced file after recovery");
+    fs.unmount().expect("unmount");
+}

@@ -34,7 +34,7 @@ pub const LOG_AREA_BLOCKS: u32 = 1024;
 
 /// Blocks of each ijournal area of an iJournaling preset's crash image: small, so records
 /// wrap around the area and fill it within a workload.
-pub const IJOURNAL_AREA_BLOCKS: u32 = 48;
+pub const IJOURNAL_AREA_BLOCKS: u32 = 24;
 
 /// Blocks of the crash image for a journal of `logs` logs: [`IMAGE_BLOCKS`], plus room for
 /// the extra log areas (the journal may take at most half of the free space).
