@@ -195,6 +195,8 @@ pub(crate) struct Counters {
     wraps: AtomicU64,
     max_fill_permille: AtomicU64,
     commits_kicked: AtomicU64,
+    data_ns: AtomicU64,
+    record_ns: AtomicU64,
 }
 
 /// iJournaling statistics since mount.
@@ -228,12 +230,47 @@ pub struct IjStats {
     pub max_fill_permille: u64,
     /// Normal commits asked for early because an area was half full.
     pub commits_kicked: u64,
+    /// Time the served fsyncs spent making their data (and extent blocks) durable, µs.
+    pub data_us: u64,
+    /// Time they spent writing their records durable, µs.
+    pub record_us: u64,
 }
 
 impl IjStats {
     /// Fallbacks in all.
     pub fn fallback_total(&self) -> u64 {
         self.fallbacks.iter().map(|(_, n)| n).sum()
+    }
+
+    /// What happened since `earlier` (the highest fill stays the later one's).
+    pub fn since(&self, earlier: &IjStats) -> IjStats {
+        let fallbacks = self
+            .fallbacks
+            .iter()
+            .map(|(k, n)| {
+                let before = earlier.fallbacks.iter().find(|(e, _)| e == k).map_or(0, |(_, m)| *m);
+                (k.clone(), n.saturating_sub(before))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        IjStats {
+            areas: self.areas,
+            fsyncs: self.fsyncs.saturating_sub(earlier.fsyncs),
+            served: self.served.saturating_sub(earlier.served),
+            clean: self.clean.saturating_sub(earlier.clean),
+            fallbacks,
+            records: self.records.saturating_sub(earlier.records),
+            dir_records: self.dir_records.saturating_sub(earlier.dir_records),
+            blocks: self.blocks.saturating_sub(earlier.blocks),
+            payload_blocks: self.payload_blocks.saturating_sub(earlier.payload_blocks),
+            data_blocks: self.data_blocks.saturating_sub(earlier.data_blocks),
+            flushes: self.flushes.saturating_sub(earlier.flushes),
+            wraps: self.wraps.saturating_sub(earlier.wraps),
+            max_fill_permille: self.max_fill_permille,
+            commits_kicked: self.commits_kicked.saturating_sub(earlier.commits_kicked),
+            data_us: self.data_us.saturating_sub(earlier.data_us),
+            record_us: self.record_us.saturating_sub(earlier.record_us),
+        }
     }
 }
 
@@ -346,6 +383,8 @@ impl IJournal {
             wraps: l(&c.wraps),
             max_fill_permille: l(&c.max_fill_permille),
             commits_kicked: l(&c.commits_kicked),
+            data_us: l(&c.data_ns) / 1000,
+            record_us: l(&c.record_ns) / 1000,
         }
     }
 }
@@ -451,14 +490,15 @@ pub(crate) fn must_stay(fs: &FsInner, st: &InodeState) -> bool {
     })
 }
 
-/// Make `node` durable by i-transactions if it can be; `Ok(false)`: it cannot (the reason is
-/// counted), the caller commits. `datasync`: fdatasync (E14: only when what it needs changed).
+/// Make `node` durable (fsync; fdatasync with `datasync`) on a mount with iJournaling: by
+/// i-transactions when the file allows one, else (the reason counted) by a normal commit.
+/// `Ok(false)`: the mount does not use iJournaling, the caller commits. Every fsync of the
+/// inode runs under its `fsync_lock`, the committing ones too: a data buffer an earlier fsync
+/// wrote is then durable by the time a later one looks at it.
 pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult<bool> {
     let Some(ij) = fs.ij.get() else { return Ok(false) };
     let j = &fs.journal;
     ij.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-    // One fsync of an inode at a time: a second one must not return before the data the
-    // first took from the inode (and is still writing) is durable.
     let _one = node.fsync_lock.lock();
     let mut st = node.state.write();
     let tx = if datasync { st.datasync_tx } else { st.meta_tx };
@@ -469,28 +509,35 @@ pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult
         j.sync_data(&bufs)?;
         return Ok(true);
     }
-    let plan = match plan(fs, ij, node, &mut st) {
-        Ok(p) => p,
-        Err(why) => {
-            ij.fallback(why);
-            return Ok(false);
+    let why = match plan(fs, ij, node, &mut st) {
+        Ok(plan) => {
+            let bufs = std::mem::take(&mut st.dirty_data);
+            drop(st);
+            match write_records(fs, ij, plan, &bufs) {
+                Ok(()) => {
+                    ij.counters.served.fetch_add(1, Ordering::Relaxed);
+                    return Ok(true);
+                }
+                Err(Written::Fallback(why)) => {
+                    // The data buffers go back: the commit's data step needs them.
+                    st = node.state.write();
+                    st.dirty_data.extend(bufs);
+                    why
+                }
+                Err(Written::Failed(e)) => return Err(e),
+            }
         }
+        Err(why) => why,
     };
+    ij.fallback(why);
+    let tx = if datasync { st.datasync_tx } else { st.meta_tx };
     let bufs = std::mem::take(&mut st.dirty_data);
     drop(st);
-    match write_records(fs, ij, plan, &bufs) {
-        Ok(()) => {
-            ij.counters.served.fetch_add(1, Ordering::Relaxed);
-            Ok(true)
-        }
-        Err(Written::Fallback(why)) => {
-            ij.fallback(why);
-            // The data buffers go back: the caller's commit and data step need them.
-            node.state.write().dirty_data.extend(bufs);
-            Ok(false)
-        }
-        Err(Written::Failed(e)) => Err(e),
+    if !j.is_durable(tx) {
+        j.commit_wait(tx)?;
     }
+    j.sync_data(&bufs)?;
+    Ok(true)
 }
 
 /// Capture the records an fsync of `node` writes (under its inode lock), or why it cannot.
@@ -703,36 +750,43 @@ fn write_records(
             }
         }
         // The file's data first, then (with the payload, or the commit form's headers)
-        // everything the final blocks vouch for, a flush, and the final blocks durable.
-        let data_blocks = j.write_data_now(data)?;
-        ij.counters.data_blocks.fetch_add(data_blocks, Ordering::Relaxed);
+        // everything the final blocks vouch for, durable, then the final blocks durable. On
+        // a device with a volatile cache and FUA every write is FUA and no flush is issued:
+        // a flush drains every dirty byte in the device's cache, a background writer's too,
+        // while a FUA write makes durable only its own blocks (the fsync's cost then does not
+        // grow with other files' dirty data). Without FUA: writes and flushes; without a
+        // volatile cache: writes only.
         let caps = dev.caps();
-        if !first_phase.is_empty() {
-            let reqs = first_phase
-                .iter()
-                .map(|(b, img)| WriteRequest::one(*b, img.clone(), WriteTag::kind(BlockKind::JournalLogged)))
-                .collect();
-            cjfs_blockdev::wait_all(dev.submit_batch(reqs)?)?;
-        }
-        if (data_blocks > 0 || !first_phase.is_empty() || !data.is_empty()) && caps.volatile_cache {
+        let fua = caps.fua && caps.volatile_cache;
+        let flush = !fua && caps.volatile_cache;
+        let t0 = std::time::Instant::now();
+        // The extent blocks (and the commit form's headers) go in the data's batch.
+        let (data_blocks, others) = j.write_data_with(data, first_phase.clone(), fua)?;
+        ij.counters.data_blocks.fetch_add(data_blocks, Ordering::Relaxed);
+        let wrote_first = data_blocks > 0 || !first_phase.is_empty();
+        // With FUA a flush is still due for data another path wrote and this one waited for.
+        if (flush && (wrote_first || !data.is_empty())) || (fua && others > 0) {
             j.flush_device()?;
             ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }
-        let single = last_phase.len() == 1 && caps.fua;
+        let t1 = t0.elapsed();
+        let last_fua = fua;
         let reqs = last_phase
             .iter()
             .map(|(b, img)| WriteRequest {
                 block: *b,
                 bufs: vec![img.clone()],
                 tag: WriteTag::kind(BlockKind::JournalCommit),
-                fua: single,
+                fua: last_fua,
             })
             .collect();
         cjfs_blockdev::wait_all(dev.submit_batch(reqs)?)?;
-        if !single && caps.volatile_cache {
+        if !last_fua && caps.volatile_cache {
             j.flush_device()?;
             ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }
+        ij.counters.data_ns.fetch_add(t1.as_nanos() as u64, Ordering::Relaxed);
+        ij.counters.record_ns.fetch_add((t0.elapsed() - t1).as_nanos() as u64, Ordering::Relaxed);
         let c = &ij.counters;
         c.records.fetch_add(plan.len() as u64, Ordering::Relaxed);
         c.dir_records.fetch_add(plan.iter().filter(|p| p.header.dir).count() as u64, Ordering::Relaxed);

@@ -135,6 +135,10 @@ pub struct JournalConfig {
     pub max_tx_blocks: Option<u32>,
     /// Ordered data blocks after which the running transaction is committed.
     pub max_ordered_blocks: u32,
+    /// A commit writes its ordered data in windows of at most this many blocks, each after
+    /// the one before completed (the kernel's block layer bounds a writer's requests in
+    /// flight): other I/O waits behind one window, not behind the whole commit's data.
+    pub ordered_window_blocks: u32,
     /// Start background checkpointing when the log is this full (0..1).
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
@@ -191,6 +195,7 @@ impl JournalConfig {
             commit_interval: Duration::from_secs(5),
             max_tx_blocks: None,
             max_ordered_blocks: 16384,
+            ordered_window_blocks: 1024,
             checkpoint_high_water: 0.5,
             csum_v3: true,
             wait: crate::polling::WaitMode::Condvar,

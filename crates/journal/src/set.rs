@@ -475,11 +475,25 @@ impl Journal {
     /// whose last home write was a commit's ordered-data write, not yet durable, is written
     /// again (that write may still be in flight, and waiting for its commit to be durable is
     /// the wait the technique exists to avoid); writes of another fsync still in flight are
-    /// waited for. No flush: the caller flushes once for the data and its record. Returns
-    /// the blocks written.
-    pub fn write_data_now(&self, bufs: &[Arc<Buffer>]) -> JResult<u64> {
-        if bufs.is_empty() {
-            return Ok(0);
+    /// waited for. No flush: the caller flushes once for the data and its record, or asks
+    /// for FUA writes (`fua`), each durable when it completes (then a buffer another path
+    /// wrote and this call only waited for is durable only after a flush: the caller
+    /// flushes when the result's second figure is not zero). Returns the blocks written and
+    /// the blocks found written by another path, not yet known durable.
+    pub fn write_data_now(&self, bufs: &[Arc<Buffer>], fua: bool) -> JResult<(u64, u64)> {
+        self.write_data_with(bufs, Vec::new(), fua)
+    }
+
+    /// [`Journal::write_data_now`], with `extra` blocks (`(device block, image)`, outside the
+    /// buffer cache: an i-transaction's extent blocks) written in the same batch.
+    pub fn write_data_with(
+        &self,
+        bufs: &[Arc<Buffer>],
+        extra: Vec<(u64, cjfs_blockdev::BlockBuf)>,
+        fua: bool,
+    ) -> JResult<(u64, u64)> {
+        if bufs.is_empty() && extra.is_empty() {
+            return Ok((0, 0));
         }
         let chains = &self.shared.chains;
         let (tickets, written) = {
@@ -497,12 +511,31 @@ impl Journal {
                     written.push(b.clone());
                 }
             }
-            if writes.is_empty() {
+            if writes.is_empty() && extra.is_empty() {
                 (Vec::new(), written)
             } else {
                 self.shared.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
                 let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::Data);
-                match crate::commit::submit_runs(&self.shared, writes, tag) {
+                let mut submitted = if fua {
+                    crate::commit::submit_runs_fua(&self.shared, writes, tag)
+                } else {
+                    crate::commit::submit_runs(&self.shared, writes, tag)
+                };
+                if !extra.is_empty()
+                    && let Ok(t) = submitted.as_mut()
+                {
+                    let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalLogged);
+                    let more = if fua {
+                        crate::commit::submit_runs_fua(&self.shared, extra, tag)
+                    } else {
+                        crate::commit::submit_runs(&self.shared, extra, tag)
+                    };
+                    match more {
+                        Ok(m) => t.extend(m),
+                        Err(e) => submitted = Err(e),
+                    }
+                }
+                match submitted {
                     Ok(t) => (t, written),
                     Err(e) => {
                         for b in &written {
@@ -522,13 +555,17 @@ impl Journal {
             b.notify();
         }
         r?;
-        for b in bufs {
+        let mut others = 0;
+        for b in bufs.iter().filter(|b| !written.iter().any(|w| Arc::ptr_eq(w, b))) {
             let mut js = b.jstate();
+            if js.home_writes > 0 {
+                others += 1;
+            }
             while js.home_writes > 0 {
                 b.wait_jstate(&mut js);
             }
         }
-        Ok(written.len() as u64)
+        Ok((written.len() as u64, others))
     }
 
     /// Every transaction up to this id is durable (the primary log's; with several logs,

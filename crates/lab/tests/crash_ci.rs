@@ -84,22 +84,25 @@ fn ci_subset(data: DataMode, barrier: bool) {
     for m in preset::names() {
         let ij = preset::resolve(m).is_ok_and(|o| o.journal.ijournal.on());
         // iJournaling writes no i-transaction for journaled data (every fsync commits, as
-        // its base preset's: `tests/ijournal.rs` checks the fallback), and writes its records
-        // with flushes and FUA, never a barrier: its presets take no other path with
-        // data=journal or without a barrier than their base presets, tested here already.
-        if ij && (data == DataMode::Journal || !barrier) {
-            eprintln!("{m}: iJournaling takes its base preset's paths here; covered by that preset");
+        // its base preset's: `tests/ijournal.rs` checks the fallback): with data=journal its
+        // presets take their base presets' paths, tested here already. Without a barrier
+        // (and FUA) its records are written and flushed instead of FUA: `ijournal` runs its
+        // own and the multi-threaded cases that way.
+        if ij && (data == DataMode::Journal || (!barrier && *m != "ijournal")) {
+            eprintln!("{m}: iJournaling takes its base preset's paths here (or `ijournal`'s); covered there");
             continue;
         }
         let mut workloads = Suite::ci().workloads_for(m, 1);
-        if *m == "ijournal-shared" {
-            // One area instead of one per core is all that differs from `ijournal`: its own
-            // cases and the multi-threaded ones (where the area is shared) keep CI time.
+        if *m == "ijournal-shared" || (ij && !barrier) {
+            // One area instead of one per core is all that differs from `ijournal`; without
+            // FUA only the record writes differ: its own cases and the multi-threaded ones
+            // keep CI time.
             workloads.retain(|w| w.name.starts_with("ij-") || w.name.starts_with("mt"));
         }
         // Without a barrier only the presets that use one (or choose by it) take another
         // commit path; the others record the same logs as on the barrier device.
         let barrier_sensitive = *m == "auto"
+            || *m == "ijournal"
             || preset::resolve(m).is_ok_and(|o| o.journal.use_barriers || o.journal.dual_thread_barrier_only);
         if !barrier && !barrier_sensitive {
             eprintln!("{m}: same commit path with and without a barrier; covered by ci_subset_every_mode");
