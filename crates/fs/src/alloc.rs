@@ -565,3 +565,19 @@ pub(crate) fn claim_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<(
     fs.free_inodes.fetch_sub(1, Ordering::Relaxed);
     Ok(())
 }
+
+/// Keep `start..start+len` from being allocated for as long as this mount lives (recovery:
+/// blocks a later record claims, the kernel's fast-commit "excluded regions").
+pub(crate) fn exclude_blocks(fs: &FsInner, start: u64, len: u64) {
+    let geo = &fs.geo;
+    let never = cjfs_journal::TxId::new(0, u64::MAX);
+    let end = (start + len).min(geo.blocks_count);
+    let mut b = start.max(geo.first_data_block);
+    while b < end {
+        let g = geo.group_of(b);
+        let gend = geo.group_start(g) + u64::from(geo.group_len(g));
+        let n = end.min(gend) - b;
+        fs.groups[g as usize].lock().busy.map.insert(b, (n as u32, never));
+        b += n;
+    }
+}

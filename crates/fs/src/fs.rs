@@ -29,8 +29,8 @@ use cjfs_blockdev::{BlockKind, Device, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use cjfs_journal::recovery::{RecoveryReport, recover_strict};
 use cjfs_journal::superblock::{
-    INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS, JournalSuperblock, read_journal_areas, read_log_areas,
-    read_superblock, write_superblock,
+    INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS, INCOMPAT_FAST_COMMIT, JournalSuperblock, read_journal_areas,
+    read_log_areas, read_superblock, write_superblock,
 };
 use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, TxId};
 
@@ -41,7 +41,9 @@ use crate::ondisk::csum::Csum;
 use crate::ondisk::features::{INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
-use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location};
+use crate::ondisk::superblock::{
+    STATE_ERROR, STATE_FC_REPLAY, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location,
+};
 use crate::types::{MountOptions, ROOT_INO};
 
 /// Fixed numbers derived from the superblock.
@@ -331,7 +333,8 @@ pub fn journal_areas(
 /// Whether a log of the journal needs replay: the primary is not empty, the private
 /// `cjfs_logs` bit says extra logs may hold transactions, or an extra log is not empty.
 pub fn logs_need_recovery(dev: &Device, jsb: &JournalSuperblock, areas: &[JournalArea]) -> FsResult<bool> {
-    if jsb.needs_recovery() || jsb.s_feature_incompat & (INCOMPAT_CJFS_LOGS | INCOMPAT_CJFS_IJOURNAL) != 0 {
+    let private = INCOMPAT_CJFS_LOGS | INCOMPAT_CJFS_IJOURNAL;
+    if jsb.needs_recovery() || jsb.s_feature_incompat & private != 0 {
         return Ok(true);
     }
     for a in areas.iter().skip(1) {
@@ -378,15 +381,44 @@ fn recover_all(
     };
     let before = read_superblock(&**dev, primary)?;
     let ijournal = before.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0;
-    if ijournal && areas.len() > 1 {
+    // The kernel's fast commits are replayed only over a log that needs recovery, as the
+    // kernel and e2fsck do (a clean log means they are older than its last full commit).
+    // The normal replay below marks the log clean, so the ext4 superblock says a
+    // fast-commit replay is due (`EXT4_FC_REPLAY` in `s_state`, as e2fsck marks it) from
+    // before it until after the fast commits are home: a recovery cut in between replays them
+    // when run again.
+    let (mut sb, _) = read_layout(&**dev)?;
+    let fast_commit = (before.s_feature_incompat & INCOMPAT_FAST_COMMIT != 0 && before.needs_recovery())
+        || sb.state & STATE_FC_REPLAY != 0;
+    if fast_commit && areas.len() > 1 {
         return Err(FsError::Incompatible(
-            "the journal carries both extra logs and i-transactions, which cjfs never writes together".into(),
+            "the journal carries both extra logs and ext4 fast commits, which nothing writes together".into(),
         ));
+    }
+    if fast_commit && sb.state & STATE_FC_REPLAY == 0 {
+        sb.state |= STATE_FC_REPLAY;
+        write_sb_direct(dev, &sb)?;
     }
     // The last transaction the log holds committed (every record at or below it is older
     // than what the normal replay puts home), taken before that replay.
     let max = if ijournal { Some(crate::ijournal_replay::prepare(dev, primary, iareas)?) } else { None };
     let report = recover_logs(dev, areas, order)?;
+    if fast_commit {
+        // The kernel's fast commits, on top of the normal replay (as the kernel and e2fsck
+        // replay them at the end of their journal recovery).
+        let fc = crate::fast_commit::replay(dev, primary)?;
+        if fc.commits > 0 {
+            log::info!(
+                "replayed {} ext4 fast commit(s): {} record(s), {} block(s)",
+                fc.commits,
+                fc.records,
+                fc.blocks
+            );
+        }
+        let (mut sb, _) = read_layout(&**dev)?;
+        sb.state &= !STATE_FC_REPLAY;
+        write_sb_direct(dev, &sb)?;
+    }
     let Some(max) = max else {
         return Ok((report, None));
     };
@@ -454,7 +486,10 @@ impl Fs {
         }
         let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
         let mut report = MountReport::default();
-        if logs_need_recovery(&dev, &jsb, &areas)? || sb0.has_incompat(INCOMPAT_RECOVER) {
+        if logs_need_recovery(&dev, &jsb, &areas)?
+            || sb0.has_incompat(INCOMPAT_RECOVER)
+            || sb0.state & STATE_FC_REPLAY != 0
+        {
             if opts.read_only {
                 return Err(FsError::Invalid(
                     "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"

@@ -10,6 +10,7 @@ mod dir;
 mod dx;
 pub mod error;
 pub mod extent_tree;
+mod fast_commit;
 mod file;
 pub mod fs;
 pub mod ijournal;

@@ -367,6 +367,91 @@ impl Rebuild {
         Ok(Ok(true))
     }
 
+    /// Keep `pblk..pblk+len` from being allocated by this rebuild (see
+    /// `crate::alloc::exclude_blocks`).
+    pub fn exclude(&self, pblk: u64, len: u32) {
+        crate::alloc::exclude_blocks(&self.fs, pblk, u64::from(len));
+    }
+
+    /// Make `name` in directory `parent` name `ino` (type `ftype`): an entry of that name is
+    /// removed first, whatever it names (fast-commit CREAT and LINK, as e2fsck replays
+    /// them); directory entries count in the parent's links. A parent that is not a live
+    /// directory is left alone.
+    pub fn relink(&self, parent: Ino, name: &[u8], ino: Ino, ftype: u8) -> FsResult<()> {
+        let fs = &self.fs;
+        if !self.live_dir(parent)? {
+            log::warn!(
+                "fast-commit replay: directory {parent} is not live; entry {:?} skipped",
+                String::from_utf8_lossy(name)
+            );
+            return Ok(());
+        }
+        let pnode = fs.inodes.get(fs, parent)?;
+        let mut ps = pnode.state.write();
+        let mut tx = Tx::start(fs, 64)?;
+        if let Some(s) = crate::dir::lookup(fs, &mut ps, name)? {
+            if s.ino == ino && s.ftype == ftype {
+                tx.stop()?;
+                return Ok(());
+            }
+            crate::dir::remove_entry(&mut tx, &mut ps, name)?;
+            if s.ftype == FT_DIR && ps.d.links_count > 2 {
+                ps.d.links_count -= 1;
+            }
+        }
+        crate::dir::add_entry(&mut tx, parent, &mut ps, name, ino, ftype)?;
+        if ftype == FT_DIR {
+            ps.d.links_count = if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 {
+                1
+            } else {
+                ps.d.links_count + 1
+            };
+        }
+        store_inode(&mut tx, parent, &mut ps)?;
+        tx.stop()?;
+        Ok(())
+    }
+
+    /// Remove `name` from directory `parent` if it names `ino`, and drop the link it held
+    /// (fast-commit UNLINK, as the kernel replays it with `__ext4_unlink`): an inode left
+    /// with no link is freed with its blocks (the kernel puts it on the orphan list, which
+    /// its mount then frees). A later INODE record of the inode brings it back.
+    pub fn unlink_if(&self, parent: Ino, name: &[u8], ino: Ino) -> FsResult<()> {
+        let fs = &self.fs;
+        if !self.live_dir(parent)? {
+            return Ok(());
+        }
+        let pnode = fs.inodes.get(fs, parent)?;
+        let mut ps = pnode.state.write();
+        let Some(s) = crate::dir::lookup(fs, &mut ps, name)?.filter(|s| s.ino == ino) else { return Ok(()) };
+        let node = fs.inodes.get(fs, ino)?;
+        let mut st = node.state.write();
+        let mut tx = Tx::start(fs, 64)?;
+        crate::dir::remove_entry(&mut tx, &mut ps, name)?;
+        if s.ftype == FT_DIR && ps.d.links_count > 2 {
+            ps.d.links_count -= 1;
+        }
+        store_inode(&mut tx, parent, &mut ps)?;
+        let live = crate::alloc::inode_in_use(fs, ino)? && st.d.mode != 0 && st.d.links_count > 0;
+        if live {
+            let is_dir = st.d.is_dir();
+            st.d.links_count = if is_dir { 0 } else { st.d.links_count - 1 };
+            if st.d.links_count == 0 {
+                crate::file::free_all(&mut tx, &mut st)?;
+                crate::xattr::free_block(&mut tx, &mut st)?;
+                st.d.size = 0;
+                st.d.dtime = fs.sb.lock().wtime.max(1) as u32;
+                store_inode(&mut tx, ino, &mut st)?;
+                crate::alloc::free_inode(&mut tx, ino, is_dir)?;
+                st.drop_index();
+            } else {
+                store_inode(&mut tx, ino, &mut st)?;
+            }
+        }
+        tx.stop()?;
+        Ok(())
+    }
+
     /// Commit what was changed so far into the overlay (frees become reusable).
     pub fn sync(&self) -> FsResult<()> {
         Ok(self.fs.journal.force()?)

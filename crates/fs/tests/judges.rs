@@ -2281,3 +2281,104 @@ fn ijournal_area_hidden_from_stock_tools() {
     assert_eq!(&got[..n], &data[..], "the fsynced file after recovery");
     fs.unmount().expect("unmount");
 }
+
+/// Whether the journal of `img` holds live fast commits: the JBD2 fast_commit bit is set
+/// and the area (after the log) starts with a HEAD record.
+fn live_fast_commits(img: &Path) -> bool {
+    let dev = open_dev(img, true);
+    let Ok((sb, _)) = read_layout(&*dev) else { return false };
+    let Ok((jsb, areas, _)) = cjfs_fs::fs::journal_areas(&dev, &sb) else { return false };
+    if jsb.s_feature_incompat & cjfs_journal::superblock::INCOMPAT_FAST_COMMIT == 0 {
+        return false;
+    }
+    let first = jsb.log_end() + 1;
+    areas[0].map(first).ok().and_then(|b| dev.read_block(b).ok()).is_some_and(|b| b[0] == 9 && b[1] == 0)
+}
+
+/// A kernel image made with `-O fast_commit`, copied while the kernel holds fast commits
+/// newer than its last full commit (fsyncs of new files, appends, a truncate, an unlink, a
+/// hard link): cjfs refused such journals before; now it replays the fast commits and gets
+/// what `e2fsck -fy` gets, and the kernel saw.
+#[test]
+fn kernel_fast_commit_image_replays_like_e2fsck() {
+    require!(need_tools(&["mke2fs", "e2fsck", "cp"]));
+    require!(kernel_env());
+    let label = "kernel image -O fast_commit";
+    let dir = tmpdir();
+    let img = dir.path().join("fc.img");
+    let o = mke2fs(&img, "fast_commit,^orphan_file", 256);
+    assert_eq!(o.code, 0, "mke2fs -O fast_commit: {}", o.text());
+    assert_ne!(sb_features(&img).0 & 0x400, 0, "mke2fs made no fast_commit image");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let lo = LoopDev::attach(&img, false).expect("losetup");
+    let mut km =
+        KMount::mount(&lo, &mnt, "data=ordered,noatime").unwrap_or_else(|e| panic!("{label}: mount: {e}"));
+    let mut m = Model::from_snap(&walk_host(&mnt));
+    h_mkdir(&mnt, &mut m, "/d", 0o755, 0, 0);
+    h_file(&mnt, &mut m, "/d/old", 0o644, 0, 0, &pattern(20_000, 301));
+    h_file(&mnt, &mut m, "/d/gone", 0o644, 0, 0, &pattern(9_000, 302));
+    h_file(&mnt, &mut m, "/trunc", 0o644, 0, 0, &pattern(70_000, 303));
+    syncfs(&mnt);
+    let mut crash = None;
+    for attempt in 0..4 {
+        // Fast commits only from here: each fsync after the full commit above.
+        let fsync = |p: &str| File::open(habs(&mnt, p)).and_then(|f| f.sync_all()).expect("fsync");
+        for i in 0..5 {
+            let p = format!("/d/new{attempt}-{i}");
+            h_file(&mnt, &mut m, &p, 0o640, 0, 0, &pattern(5_000 + 3_000 * i, 310 + i as u64));
+            fsync(&p);
+        }
+        let old = std::fs::read(habs(&mnt, "/d/old")).expect("read");
+        h_write_at(&mnt, &mut m, "/d/old", old.len() as u64, &pattern(12_288, 320 + attempt as u64));
+        fsync("/d/old");
+        let f = std::fs::OpenOptions::new().write(true).open(habs(&mnt, "/trunc")).expect("open");
+        f.set_len(10_000 - attempt as u64).expect("truncate");
+        f.sync_all().expect("fsync");
+        m.get_mut("/trunc").data.truncate(10_000 - attempt);
+        if attempt == 0 {
+            std::fs::remove_file(habs(&mnt, "/d/gone")).expect("unlink");
+            m.unlink("/d/gone");
+            std::fs::hard_link(habs(&mnt, "/d/old"), habs(&mnt, "/d/old-link")).expect("link");
+            m.link("/d/old", "/d/old-link");
+            fsync("/d/old");
+        }
+        let copy = dir.path().join(format!("crash{attempt}.img"));
+        copy_image(&img, &copy);
+        if live_fast_commits(&copy) {
+            crash = Some(copy);
+            break;
+        }
+        println!("{label}: copy {attempt} holds no live fast commit; again");
+    }
+    let kernel_view = walk_host(&mnt);
+    km.umount();
+    drop(lo);
+    let crash = crash.unwrap_or_else(|| panic!("{label}: the kernel never left live fast commits"));
+    let a = crash.with_extension("e2fsck.img");
+    let b = crash.with_extension("cjfs.img");
+    copy_image(&crash, &a);
+    copy_image(&crash, &b);
+    let o = e2fsck(&a, "-fy");
+    println!("{label}: e2fsck -fy exited {}:\n{}", o.code, o.text());
+    assert!(o.code == 0 || o.code == 1, "{label}: e2fsck -fy exited {}", o.code);
+    let (fs, rep) = Fs::open_with_report(open_dev(&b, false), MountOptions::default())
+        .unwrap_or_else(|e| panic!("{label}: cjfs mount of the kernel's crash image: {e}"));
+    println!("{label}: cjfs recovery: {rep:?}");
+    let ours = walk_fs(&fs);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&b, &format!("{label}, after cjfs recovery and unmount"));
+    let mut theirs = walk_image(&a);
+    // e2fsck 1.47 replays an UNLINK by removing the name only: the file unlinked above keeps
+    // its inode, which its full check then reconnects in lost+found. The kernel's replay
+    // (`__ext4_unlink`) drops the link and frees the inode, and cjfs does as the kernel:
+    // lost+found is left out of the comparison with e2fsck.
+    let lost: Vec<String> = theirs.tree.keys().filter(|p| p.starts_with("/lost+found/")).cloned().collect();
+    for p in &lost {
+        println!("{label}: e2fsck reconnected {p} (the unlinked file); cjfs freed it, as the kernel does");
+        theirs.tree.remove(p);
+    }
+    assert_same(label, "cjfs", &ours, "e2fsck", &theirs, false);
+    assert_same(label, "cjfs", &ours, "kernel", &kernel_view, false);
+    println!("{label}: {} paths, cjfs and e2fsck -fy agree", ours.tree.len());
+}

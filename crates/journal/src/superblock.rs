@@ -90,7 +90,9 @@ pub const INCOMPAT_ASYNC_COMMIT: u32 = 0x4;
 pub const INCOMPAT_CSUM_V2: u32 = 0x8;
 /// `JBD2_FEATURE_INCOMPAT_CSUM_V3`: crc32c checksums, `journal_block_tag3_t` tags.
 pub const INCOMPAT_CSUM_V3: u32 = 0x10;
-/// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area follows the log (not supported).
+/// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area ends the journal (its last
+/// `s_num_fc_blks` blocks, 256 when 0); the log wraps before it. Replayed by the file system
+/// after the log (`cjfs_fs`), which then clears the bit.
 pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// cjfs-private: log areas besides this journal (see [`LogArea`]) may hold transactions that
 /// need replay. Unknown to the kernel and e2fsck, which therefore refuse the journal ("JBD2:
@@ -131,7 +133,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_REVOKE
     | INCOMPAT_CSUM_V2
     | INCOMPAT_CSUM_V3
     | INCOMPAT_CJFS_LOGS
-    | INCOMPAT_CJFS_IJOURNAL;
+    | INCOMPAT_CJFS_IJOURNAL
+    | INCOMPAT_FAST_COMMIT;
 /// Ro-compat features we understand (none are defined by JBD2).
 pub const KNOWN_RO_COMPAT: u32 = 0;
 
@@ -616,11 +619,6 @@ impl JournalSuperblock {
         };
 
         let f = sb.features();
-        if f.fast_commit() {
-            return Err(incompatible(
-                "incompat feature fast_commit is not supported (fast-commit areas are not replayed)".into(),
-            ));
-        }
         let unknown = f.incompat & !SUPPORTED_INCOMPAT;
         if unknown != 0 {
             return Err(incompatible(format!(
@@ -1053,12 +1051,15 @@ mod tests {
 
     #[test]
     fn feature_checks() {
+        // A fast-commit journal decodes; its log ends before the fast-commit area.
         let f = JournalFeatures::new(0, INCOMPAT_REVOKE | INCOMPAT_FAST_COMMIT, 0);
-        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
-        match JournalSuperblock::decode(&b, 64) {
-            Err(JournalError::Incompatible(m)) => assert!(m.contains("fast_commit"), "{m}"),
-            other => panic!("{other:?}"),
-        }
+        let mut sb = JournalSuperblock::new_v2_with_features(2048, uuid(), f);
+        let d = JournalSuperblock::decode(&sb.encode(), 2048).expect("fast commit");
+        assert_eq!((d.fc_blocks(), d.log_end()), (256, 2048 - 256));
+        sb.s_num_fc_blks = 64;
+        assert_eq!(JournalSuperblock::decode(&sb.encode(), 2048).expect("fc").log_end(), 2048 - 64);
+        sb.s_feature_incompat &= !INCOMPAT_FAST_COMMIT;
+        assert_eq!(JournalSuperblock::decode(&sb.encode(), 2048).expect("no fc").log_end(), 2048);
         let f = JournalFeatures::new(0, 0x400, 0);
         let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
         match JournalSuperblock::decode(&b, 64) {

@@ -4,6 +4,7 @@ pub mod bitmap;
 pub mod csum;
 pub mod dirent;
 pub mod extent;
+pub mod fast_commit;
 pub mod features;
 pub mod group_desc;
 pub mod htree;
