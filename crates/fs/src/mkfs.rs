@@ -566,10 +566,13 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             cjfs_journal::superblock::MAX_LOG_AREAS
         )));
     }
-    // The journal inode holds the primary journal and every extra log area.
-    let jblocks =
-        u32::try_from(u64::from(primary_blocks) + opts.log_areas.iter().map(|&a| u64::from(a)).sum::<u64>())
-            .map_err(|_| FsError::Invalid("the journal and its log areas exceed 2^32 blocks".into()))?;
+    // The journal inode holds the primary journal and every extra log area (and, with blocks
+    // too small to hold the areas' table beside the journal superblock, the table's block).
+    let table = cjfs_journal::superblock::area_table_blocks(bs_bytes, opts.log_areas.len());
+    let jblocks = u32::try_from(
+        u64::from(primary_blocks) + table + opts.log_areas.iter().map(|&a| u64::from(a)).sum::<u64>(),
+    )
+    .map_err(|_| FsError::Invalid("the journal and its log areas exceed 2^32 blocks".into()))?;
     if jblocks as u64 > free_now / 2 {
         return Err(FsError::Invalid(format!(
             "journal of {jblocks} blocks is too big: at most half of the {free_now} free blocks ({}) \
