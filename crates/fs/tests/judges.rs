@@ -2273,7 +2273,11 @@ fn single_io_journal_replayed_by_stock_tools() {
             let theirs = dir.path().join("theirs.img");
             copy_image(path, &theirs);
             let o = e2fsck(&theirs, "-fy");
-            println!("{label}, {what}: e2fsck -fy exit {}: {}", o.code, o.text().lines().take(4).collect::<Vec<_>>().join(" / "));
+            println!(
+                "{label}, {what}: e2fsck -fy exit {}: {}",
+                o.code,
+                o.text().lines().take(4).collect::<Vec<_>>().join(" / ")
+            );
             assert!(o.code <= 1, "{label}, {what}: e2fsck -fy exited {}:\n{}", o.code, o.text());
             assert!(
                 !o.text().contains("corrupt") && !o.text().contains("checksum error"),

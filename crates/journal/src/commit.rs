@@ -126,7 +126,7 @@ fn wait_previous_durable(j: &LogCore, tid: Tid) -> JResult<()> {
 }
 
 fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
-    if !j.set.config.dual_thread {
+    if !j.set.config.dual_thread && !crate::planted::bugs(&j.set.config).single_io_overlap {
         wait_previous_durable(j, tx.tid)?;
     }
     let t_lock = Instant::now();

@@ -159,7 +159,7 @@ pub(crate) fn commit(
         marks: Vec::new(),
     };
     j.timing.commit_took(t_lock.elapsed());
-    if j.set.config.dual_thread {
+    if j.set.config.dual_thread || bugs.single_io_overlap {
         j.flush_queue.push(job);
         Ok(())
     } else {

@@ -458,6 +458,7 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             let mut tears: Vec<(u32, u8)> = Vec::new();
             // Sector masks beyond the block's sectors (small blocks) are cut to them.
             let all = sector_mask(w.bufs.first().map_or(0, |b| b.len()));
+            let all_sectors = all;
             if nb == 1 {
                 for s in [0b0000_0001u8, 0b0000_1111, 0b0111_1111, 0b1111_0000] {
                     tears.push((0, s & all));
@@ -478,6 +479,22 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             for m in scattered_tears(nb as usize, all, random, &mut rng) {
                 torn.push(Tear { write: w.pos, blocks: 0, sectors: 0, mask: Some(m) });
             }
+            // A whole-transaction write torn inside while every later write in flight
+            // reached the medium (where barriers allow): a valid commit after a torn one,
+            // which recovery must never meet unless the writer let them overlap.
+            let later = if w.kind == BlockKind::JournalTransaction && k + 1 < n {
+                let mut all: Vec<bool> = (0..n).map(|j| j != k).collect();
+                all[k] = false;
+                log.barrier_ok(&pending, &all).then(|| {
+                    let mut d = mk(&all, "torn");
+                    let mut hole = vec![all_sectors; nb as usize];
+                    hole[nb as usize / 2] = 0;
+                    d.torn = Some(Tear { write: w.pos, blocks: 0, sectors: 0, mask: Some(hole) });
+                    d
+                })
+            } else {
+                None
+            };
             for t in torn {
                 let mut d = base.clone();
                 d.torn = Some(t);
@@ -487,6 +504,7 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
                     rest.push(d);
                 }
             }
+            prio.extend(later);
         }
     }
     if o.max_states > 0 && prio.len() + rest.len() > o.max_states {
