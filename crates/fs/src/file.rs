@@ -204,6 +204,7 @@ pub(crate) fn write(
         let nblk = (last - first + 1) as u32;
         let credits = 24 + if jdata { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
+        st.window.wrote(u64::from(nblk));
         let mut cur = None;
         let mut lblk = first;
         // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are

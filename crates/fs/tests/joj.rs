@@ -189,3 +189,86 @@ fn single_io_features_are_set_before_the_first_commit_and_put_back_at_unmount() 
     assert_eq!(fs.read(y, 0, &mut buf).expect("read"), 7);
     assert_eq!(&buf, b"durable");
 }
+
+#[test]
+fn files_inherit_data_journaling_from_their_directory() {
+    let r = rig("jbd2", DataMode::Ordered, None);
+    let d = r.fs.mkdir(ROOT_INO, b"db", 0o755, 0, 0).expect("mkdir");
+    r.fs.set_journal_data(d.ino, true).expect("chattr +j dir");
+    let f = r.fs.create(d.ino, b"main.db", 0o644, 0, 0).expect("create");
+    let sub = r.fs.mkdir(d.ino, b"sub", 0o755, 0, 0).expect("mkdir");
+    let l = r.fs.symlink(d.ino, b"link", b"main.db", 0, 0).expect("symlink");
+    const JDATA: u32 = 0x4000;
+    assert_ne!(r.fs.getattr(f.ino).unwrap().flags & JDATA, 0, "a file made in a +j directory");
+    assert_ne!(r.fs.getattr(sub.ino).unwrap().flags & JDATA, 0, "a directory made in a +j directory");
+    assert_eq!(r.fs.getattr(l.ino).unwrap().flags & JDATA, 0, "not a symlink (ext4_mask_flags)");
+    let g = r.fs.create(ROOT_INO, b"other", 0o644, 0, 0).expect("create");
+    assert_eq!(r.fs.getattr(g.ino).unwrap().flags & JDATA, 0);
+    // The inherited mode is the data-journaled one: its fsync writes nothing home.
+    r.fs.write(f.ino, 0, &pattern(5, 8192)).expect("write");
+    let s = r.seen(|fs| fs.fsync(f.ino, false).expect("fsync"));
+    assert_eq!(s.in_place(), 0, "{s:?}");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn switching_to_ordered_empties_the_journal() {
+    let r = rig("joj", DataMode::Ordered, None);
+    let ino = data_journaled_file(&r.fs, b"f");
+    r.fs.write(ino, 0, &pattern(6, 16384)).expect("write");
+    r.fs.fsync(ino, false).expect("fsync");
+    let other = r.fs.create(ROOT_INO, b"g", 0o644, 0, 0).expect("create");
+    r.fs.write(other.ino, 0, &pattern(7, 4096)).expect("write");
+    r.fs.set_journal_data(ino, false).expect("chattr -j");
+    // Everything before the switch is home; the log holds at most the switch itself.
+    let scan = {
+        let dev = r.rec.clone() as Device;
+        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
+        let (_, areas) = cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal");
+        cjfs_journal::recovery::scan(&*dev, &areas[0]).expect("scan")
+    };
+    assert!(scan.transactions.len() <= 1, "{} transactions left in the log", scan.transactions.len());
+    r.fs.write(ino, 0, &pattern(8, 4096)).expect("ordered write");
+    let s = r.seen(|fs| fs.fsync(ino, false).expect("fsync"));
+    assert!(s.writes.iter().any(|w| w.0 == BlockKind::Data), "ordered data goes home: {s:?}");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn the_adaptive_mode_follows_the_write_pattern() {
+    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    const JDATA: u32 = 0x4000;
+    let flags = |ino| r.fs.getattr(ino).unwrap().flags & JDATA;
+    // A rollback journal: created, a few blocks written, fsynced: data-journaled at that
+    // very fsync, which is then one write and one flush.
+    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
+    r.fs.write(j.ino, 0, &pattern(1, 512)).expect("header");
+    r.fs.write(j.ino, 512, &pattern(2, 2 * 4096 + 8)).expect("pages");
+    let s = r.seen(|fs| fs.fsync(j.ino, false).expect("fsync"));
+    assert_ne!(flags(j.ino), 0, "small appends that need a commit go to data journaling");
+    assert_eq!((s.writes.len(), s.flushes, s.in_place()), (1, 1, 0), "{s:?}");
+    // A WAL filled in large runs stays ordered.
+    let w = r.fs.create(ROOT_INO, b"db-wal", 0o644, 0, 0).expect("create");
+    r.fs.write(w.ino, 0, &pattern(3, 300 * 4096)).expect("run");
+    r.fs.fsync(w.ino, true).expect("fdatasync");
+    assert_eq!(flags(w.ino), 0, "a large run stays ordered");
+    // An overwrite that needs no commit stays ordered too (one flush either way).
+    r.fs.write(w.ino, 0, &pattern(4, 4096)).expect("overwrite");
+    r.fs.fsync(w.ino, true).expect("fdatasync");
+    assert_eq!(flags(w.ino), 0);
+    // A data-journaled file written in large runs goes back to ordered, emptying the journal.
+    for i in 0..2u8 {
+        r.fs.write(j.ino, 0, &pattern(10 + i, 300 * 4096)).expect("large");
+        r.fs.fsync(j.ino, false).expect("fsync");
+    }
+    assert_eq!(flags(j.ino), 0, "two large windows send it back to ordered");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.to_data, st.to_ordered), (1, 1), "{st:?}");
+    assert!(st.flush_ns > 0);
+    // An explicit choice pins the mode.
+    r.fs.set_journal_data(w.ino, false).expect("chattr -j");
+    r.fs.write(w.ino, 300 * 4096, &pattern(5, 4096)).expect("append");
+    r.fs.fsync(w.ino, false).expect("fsync");
+    assert_eq!(flags(w.ino), 0, "pinned");
+    r.fs.unmount().expect("unmount");
+}
