@@ -272,3 +272,20 @@ fn the_adaptive_mode_follows_the_write_pattern() {
     assert_eq!(flags(w.ino), 0, "pinned");
     r.fs.unmount().expect("unmount");
 }
+
+#[test]
+fn adaptive_policy_is_inert_under_data_journal() {
+    let r = rig("adaptive", DataMode::Journal, None);
+    let f = r.fs.create(ROOT_INO, b"j", 0o644, 0, 0).expect("create");
+    for i in 0..3u8 {
+        r.fs.write(f.ino, u64::from(i) * 4096, &pattern(i, 4096)).expect("write");
+        r.fs.fsync(f.ino, false).expect("fsync");
+    }
+    r.fs.write(f.ino, 0, &pattern(9, 300 * 4096)).expect("large");
+    r.fs.fsync(f.ino, false).expect("fsync");
+    r.fs.write(f.ino, 0, &pattern(9, 300 * 4096)).expect("large");
+    r.fs.fsync(f.ino, false).expect("fsync");
+    assert_eq!(r.fs.adaptive_stats(), cjfs_fs::AdaptiveStats::default(), "every file's data is journaled anyway");
+    assert_eq!(r.fs.getattr(f.ino).unwrap().flags & 0x4000, 0, "no flag is set");
+    r.fs.unmount().expect("unmount");
+}
