@@ -285,7 +285,11 @@ fn adaptive_policy_is_inert_under_data_journal() {
     r.fs.fsync(f.ino, false).expect("fsync");
     r.fs.write(f.ino, 0, &pattern(9, 300 * 4096)).expect("large");
     r.fs.fsync(f.ino, false).expect("fsync");
-    assert_eq!(r.fs.adaptive_stats(), cjfs_fs::AdaptiveStats::default(), "every file's data is journaled anyway");
+    assert_eq!(
+        r.fs.adaptive_stats(),
+        cjfs_fs::AdaptiveStats::default(),
+        "every file's data is journaled anyway"
+    );
     assert_eq!(r.fs.getattr(f.ino).unwrap().flags & 0x4000, 0, "no flag is set");
     r.fs.unmount().expect("unmount");
 }
