@@ -13,6 +13,7 @@
 //! reached through [`vfs::CjfsVfs`]; on a directory ([`run_dir`]) SQLite's own unix VFS
 //! opens it there (e.g. a `cjfs mount` through FUSE, or a kernel file system).
 
+pub mod report;
 pub mod vfs;
 
 use std::path::Path;
@@ -424,4 +425,60 @@ pub fn medians(rows: &[Row]) -> std::collections::BTreeMap<(CellKey, String), f6
             (k, m)
         })
         .collect()
+}
+
+/// The SQLite library's version.
+pub fn sqlite_version() -> String {
+    rusqlite::version().to_string()
+}
+
+/// Rows for one configuration's rounds on a directory (the FUSE matrix): one round per
+/// SQLite journal mode and transaction size, with `label` as the device.
+pub fn run_dir_rounds(
+    dir: &Path,
+    spec: &MatrixSpec,
+    cfg: &Config,
+    label: &str,
+    rep: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Row>, SqliteError> {
+    let mut rows = Vec::new();
+    for &mode in &spec.modes {
+        for &per_txn in &spec.per_txn {
+            progress(&format!(
+                "rep {}/{} {label} {} {per_txn} op/txn {}",
+                rep + 1,
+                spec.reps,
+                mode.name(),
+                cfg.label
+            ));
+            let records = if per_txn <= 1 { spec.records_small_txn } else { spec.records_large_txn };
+            let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64 };
+            let phases = run_dir(dir, &p)?;
+            let round = RoundReport {
+                phases: phases.clone(),
+                flushes: 0,
+                single_io_commits: 0,
+                device_writes: 0,
+                device_bytes: 0,
+                syncs: 0,
+                switches: (0, 0),
+                switch_ms: 0.0,
+            };
+            for ph in phases {
+                rows.push(Row {
+                    device: label.to_string(),
+                    config: cfg.label.clone(),
+                    mode,
+                    per_txn,
+                    phase: ph.phase,
+                    rep,
+                    txns: ph.txns,
+                    mean_us: ph.mean_us,
+                    round: round.clone(),
+                });
+            }
+        }
+    }
+    Ok(rows)
 }
