@@ -94,6 +94,14 @@ fn ci_subset(data: DataMode, barrier: bool) {
             eprintln!("{m}: under data=journal the same as joj; covered by joj");
             continue;
         }
+        // `joj` under data=ordered commits like `adaptive` under data=ordered (single writes,
+        // with and without ordered data, data-journaled files) without the policy's
+        // switches; CI time is short, so it runs there only (docs/results/joj/run.sh runs
+        // it too).
+        if data == DataMode::Ordered && *m == "joj" {
+            eprintln!("{m}: under data=ordered covered by adaptive");
+            continue;
+        }
         let mut cfg = CrashConfig::new(m);
         cfg.data = data;
         cfg.check.barrier = barrier;
