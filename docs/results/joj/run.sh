@@ -33,7 +33,7 @@ $cjfs bench sqlite --device nvme-consumer --modes delete,wal --per-txn 1,1000 \
 # Through FUSE (needs /dev/fuse and root or fusermount3), on image files in /var/tmp.
 if [ -e /dev/fuse ]; then
     $cjfs bench sqlite --fuse /var/tmp/cjfs-joj-fuse --modes delete,wal --per-txn 1,1000 \
-        --records-small 1000 --records-large 10000 --reps 1 --seed 1 --out "$out/fuse" \
+        --records-small 300 --records-large 3000 --reps 1 --seed 1 --out "$out/fuse" \
         | tee "$out/fuse.txt"
 else
     echo "SKIP: no /dev/fuse: the FUSE matrix is not run"
