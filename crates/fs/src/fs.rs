@@ -172,6 +172,8 @@ pub(crate) struct FsInner {
     pub orphans: RankedMutex<Vec<crate::types::Ino>>,
     /// The orphan file (`orphan_file` images only).
     pub ofile: Option<crate::orphan::OrphanFile>,
+    /// The adaptive data mode's switches (atomics).
+    pub adaptive: crate::adaptive::Counters,
 }
 
 /// A mounted file system. Cheap to clone; `Send + Sync`.
@@ -420,6 +422,7 @@ impl Fs {
             dir_rotor: AtomicU32::new(0),
             alloc_own: Default::default(),
             alloc_all: Default::default(),
+            adaptive: Default::default(),
         });
         let fs = Fs { inner };
         // The root must be a directory we can read.
@@ -481,6 +484,11 @@ impl Fs {
     /// The journal (statistics, forcing commits).
     pub fn journal(&self) -> &Journal {
         &self.inner.journal
+    }
+
+    /// What the adaptive data mode (the `adaptive` preset) switched so far.
+    pub fn adaptive_stats(&self) -> crate::AdaptiveStats {
+        self.inner.adaptive.snapshot()
     }
 
     /// Geometry.

@@ -86,6 +86,13 @@ pub struct Bugs {
     /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
     #[serde(default)]
     pub checkpoint_invalid: bool,
+    /// File system: do not revoke blocks freed from data-journaled files.
+    #[serde(default)]
+    pub no_data_revoke: bool,
+    /// Single-I/O commit: write a transaction before the previous one is durable, with no
+    /// barrier between them.
+    #[serde(default)]
+    pub single_io_overlap: bool,
 }
 
 impl Bugs {
@@ -97,6 +104,8 @@ impl Bugs {
             || self.skip_size_update_journal
             || self.drop_marks
             || self.checkpoint_invalid
+            || self.no_data_revoke
+            || self.single_io_overlap
     }
 }
 
@@ -154,13 +163,17 @@ impl CrashConfig {
         o.journal.commit_interval = Duration::from_secs(3600);
         #[cfg(feature = "planted-bugs")]
         {
-            o.bugs = cjfs_fs::FsBugs { skip_size_update_journal: self.bugs.skip_size_update_journal };
+            o.bugs = cjfs_fs::FsBugs {
+                skip_size_update_journal: self.bugs.skip_size_update_journal,
+                no_data_revoke: self.bugs.no_data_revoke,
+            };
             o.journal.bugs = cjfs_journal::PlantedBugs {
                 skip_preflush: self.bugs.skip_preflush,
                 commit_before_data: self.bugs.commit_before_data,
                 drop_revokes: self.bugs.drop_revokes,
                 drop_marks: self.bugs.drop_marks,
                 checkpoint_invalid: self.bugs.checkpoint_invalid,
+                single_io_overlap: self.bugs.single_io_overlap,
             };
         }
         #[cfg(not(feature = "planted-bugs"))]
