@@ -43,10 +43,13 @@ $cjfs bench run --target nvme=cjfs:nvme-consumer --mode jbd2 --mode zjournal --m
   --workload varmail-shared --threads 32 --duration 2 --reps 3 --seed 1 \
   --out "$work/zjournal" --quiet --compare docs/results/zjournal/nvme-varmail-shared/results.json
 echo
+echo "== journaling of journal: SQLite (the library, in-process) on the emulated eMMC, rollback journal and WAL, 1-op transactions =="
+$cjfs bench sqlite --device emmc --modes delete,wal --per-txn 1 --records-small 200 --reps 1 --seed 1
+echo
 echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
 WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 REPS=5 CI_PCT=5 MAX_REPS=8 MODES="jbd2 cjfs" OUT="$work/file-out" \
   COMPARE=docs/results/file-device/all/results.json \
   docs/results/cjfs/run-file.sh
 echo
 echo "== crash test: fast subset (docs/results/crash/ has the full suite for every mode) =="
-$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --mode zjournal --quiet --failures "$work/crash-failures"
+$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --mode zjournal --mode joj --mode adaptive --quiet --failures "$work/crash-failures"

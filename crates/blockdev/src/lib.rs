@@ -99,6 +99,9 @@ pub enum BlockKind {
     JournalCommit,
     /// Journal revoke block.
     JournalRevoke,
+    /// A whole journal transaction in one write (the single-I/O commit): revoke,
+    /// descriptor and logged blocks, and the commit block last.
+    JournalTransaction,
     /// File system superblock or group descriptors.
     Superblock,
     /// Written by recovery.

@@ -36,6 +36,45 @@ enum BenchCmd {
     /// Stress the journal's waits: many threads commit and wait until N fsyncs are done, a
     /// watchdog checks no waiter stays parked after its transaction became durable.
     Stress(StressArgs),
+    /// The journaling-of-journal paper's SQLite matrix with the SQLite library: in-process on
+    /// cjfs on emulated devices (through an SQLite VFS), or through `cjfs mount` (FUSE).
+    Sqlite(SqliteArgs),
+}
+
+#[derive(Debug, Args)]
+struct SqliteArgs {
+    /// Emulated devices, comma-separated (in-process runs).
+    #[arg(long, value_delimiter = ',', default_value = "emmc,sata-ssd")]
+    device: Vec<String>,
+    /// Configurations, comma-separated: nojournal, ordered, data, joj, adaptive, or
+    /// PRESET[/journal].
+    #[arg(long, value_delimiter = ',', default_value = "nojournal,ordered,data,joj,adaptive")]
+    config: Vec<String>,
+    /// SQLite journal modes, comma-separated: delete, truncate, persist, wal.
+    #[arg(long, value_delimiter = ',', default_value = "delete,wal")]
+    modes: Vec<String>,
+    /// Operations per transaction, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,1000")]
+    per_txn: Vec<usize>,
+    /// Records per round with 1-operation transactions (the paper: 10000).
+    #[arg(long, default_value_t = 1000)]
+    records_small: usize,
+    /// Records per round with larger transactions (the paper: 10000).
+    #[arg(long, default_value_t = 10000)]
+    records_large: usize,
+    /// Interleaved repetitions (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Seed of the update and delete orders.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Run through `cjfs mount` (FUSE) on image files made in this directory instead of
+    /// in-process on emulated devices.
+    #[arg(long)]
+    fuse: Option<PathBuf>,
+    /// Write results.json, results.csv, tables.md and charts here.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -268,6 +307,7 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
             cjfs_lab::device::print(&r);
             Ok(())
         }
+        BenchCmd::Sqlite(a) => sqlite(a),
         BenchCmd::Run(r) => {
             let targets =
                 r.targets.iter().map(|t| t.parse()).collect::<Result<Vec<TargetSpec>, _>>().map_err(usage)?;
@@ -345,4 +385,72 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
             Ok(())
         }
     }
+}
+
+fn sqlite(a: SqliteArgs) -> CliResult<()> {
+    use cjfs_lab::sqlite::{Config, JournalMode, MatrixSpec};
+    let usage = |e: String| CliError::Usage(e);
+    let configs = a
+        .config
+        .iter()
+        .map(|c| Config::parse(c).map_err(|e| usage(e.to_string())))
+        .collect::<CliResult<Vec<_>>>()?;
+    let modes = a
+        .modes
+        .iter()
+        .map(|m| JournalMode::parse(m).ok_or_else(|| usage(format!("unknown SQLite journal mode {m:?}"))))
+        .collect::<CliResult<Vec<_>>>()?;
+    for d in &a.device {
+        if cjfs_blockdev::SsdPreset::by_name(d).is_none() {
+            return Err(usage(format!("unknown device preset {d:?}")));
+        }
+    }
+    let spec = MatrixSpec {
+        devices: if a.fuse.is_some() { vec!["fuse-image-file".into()] } else { a.device.clone() },
+        configs,
+        modes,
+        per_txn: a.per_txn.clone(),
+        records_small_txn: a.records_small,
+        records_large_txn: a.records_large,
+        reps: a.reps,
+        seed: a.seed,
+    };
+    let workdir = a.fuse.clone().unwrap_or_else(std::env::temp_dir);
+    let machine = cjfs_lab::machine::Machine::detect(&workdir);
+    outln!("{}", machine.line());
+    outln!(
+        "SQLite {} · synchronous=FULL · records {} (1 op/txn), {} (larger) · {} repetition(s) · seed {}",
+        rusqlite_version(),
+        a.records_small,
+        a.records_large,
+        a.reps,
+        a.seed
+    );
+    let mut progress = |what: &str| eprintln!("  {what}");
+    let rows = match &a.fuse {
+        None => {
+            cjfs_lab::sqlite::run_matrix(&spec, &mut progress).map_err(|e| CliError::Msg(e.to_string()))?
+        }
+        Some(dir) => crate::sqlite_fuse::run(dir, &spec, &mut progress)?,
+    };
+    outln!("{}", cjfs_lab::sqlite::report::tables(&rows));
+    if let Some(acc) = cjfs_lab::sqlite::report::acceptance(&rows) {
+        outln!(
+            "paper cells: {} · adaptive within 6% of nojournal: {} · adaptive/nojournal mean {:.3} · joj faster than data: {}",
+            acc.cells,
+            acc.adaptive_within_6pct,
+            acc.adaptive_mean_ratio,
+            acc.joj_faster_than_data
+        );
+    }
+    if let Some(out_dir) = &a.out {
+        cjfs_lab::sqlite::report::write(out_dir, &machine, &spec, &rows)
+            .map_err(|e| CliError::Io { path: out_dir.display().to_string(), source: e })?;
+        outln!("written to {}", out_dir.display());
+    }
+    Ok(())
+}
+
+fn rusqlite_version() -> String {
+    cjfs_lab::sqlite::sqlite_version()
 }

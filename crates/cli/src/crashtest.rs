@@ -53,8 +53,7 @@ pub struct CrashtestArgs {
     /// writes), so the journal takes its barrier-less commit path.
     #[arg(long)]
     no_barrier: bool,
-    /// Block size of the test images in bytes: 1024, 2048 or 4096 (presets with several
-    /// logs need 2048 or more: their log-area table does not fit a 1 KiB block).
+    /// Block size of the test images in bytes: 1024, 2048 or 4096.
     #[arg(long, value_name = "BYTES", default_value_t = 4096)]
     block_size: usize,
     /// Print the summary as JSON instead of a table.

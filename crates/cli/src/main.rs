@@ -16,6 +16,7 @@ mod fmt;
 mod image;
 mod mount;
 mod out;
+mod sqlite_fuse;
 
 use std::process::ExitCode;
 

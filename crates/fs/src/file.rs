@@ -204,6 +204,7 @@ pub(crate) fn write(
         let nblk = (last - first + 1) as u32;
         let credits = 24 + if jdata { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
+        st.window.wrote(u64::from(nblk));
         let mut cur = None;
         let mut lblk = first;
         // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are
@@ -313,9 +314,14 @@ fn zero_partial(
 /// worth of work. Runs inside `tx`.
 fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata: bool) -> FsResult<()> {
     let (freed, delta) = extent_tree::remove_range(&mut st.d.block, tx, st.csum, start, end)?;
+    // A data-journaled file's freed blocks are revoked (ext4's `__ext4_forget`): a logged copy
+    // left in the journal must never be replayed over the block's next owner, which may be a
+    // file in ordered mode writing it in place. Unlike ext4, also under a data=journal mount,
+    // where a file may still switch to ordered (adaptive mode, `chattr -j`).
+    let revoke = jdata && !(st.d.is_reg() && crate::planted::bugs(&tx.fs.opts).no_data_revoke);
     let mut n = 0i64;
     for (pblk, len) in freed {
-        crate::alloc::free_blocks(tx, pblk, len, jdata)?;
+        crate::alloc::free_blocks(tx, pblk, len, revoke)?;
         n += i64::from(len);
     }
     charge_blocks(tx.fs, st, -n + i64::from(delta.blocks_allocated) - i64::from(delta.blocks_freed))?;

@@ -183,6 +183,8 @@ pub(crate) struct FsInner {
     /// iJournaling, when the mount uses it (unset: fsync commits). Set once at mount, after
     /// the image is validated (starting it writes the areas' headers).
     pub ij: std::sync::OnceLock<crate::ijournal::IJournal>,
+    /// The adaptive data mode's switches (atomics).
+    pub adaptive: crate::adaptive::Counters,
 }
 
 impl FsInner {
@@ -229,6 +231,7 @@ impl FsInner {
             dir_rotor: AtomicU32::new(0),
             alloc_own: Default::default(),
             alloc_all: Default::default(),
+            adaptive: Default::default(),
             ij: match ij {
                 Some(i) => std::sync::OnceLock::from(i),
                 None => std::sync::OnceLock::new(),
@@ -620,6 +623,11 @@ impl Fs {
     /// The journal (statistics, forcing commits).
     pub fn journal(&self) -> &Journal {
         &self.inner.journal
+    }
+
+    /// What the adaptive data mode (the `adaptive` preset) switched so far.
+    pub fn adaptive_stats(&self) -> crate::AdaptiveStats {
+        self.inner.adaptive.snapshot()
     }
 
     /// Geometry.

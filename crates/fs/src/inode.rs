@@ -36,6 +36,8 @@ pub(crate) struct InodeState {
     pub datasync_tx: TxId,
     /// Data buffers written since the last fsync (fdatasync without a commit writes these).
     pub dirty_data: Vec<Arc<Buffer>>,
+    /// Writes since the last sync, for the adaptive data mode (`adaptive.rs`).
+    pub window: crate::adaptive::Window,
     /// Open file handles (the FUSE layer's opens and the library's explicit opens).
     pub open: u32,
     /// The inode has no links left and sits on the orphan list until its last close.
@@ -199,6 +201,7 @@ impl InodeState {
             meta_tx: TxId::default(),
             datasync_tx: TxId::default(),
             dirty_data: Vec::new(),
+            window: crate::adaptive::Window::default(),
             open: 0,
             orphan: false,
             freed: false,

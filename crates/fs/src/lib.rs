@@ -4,6 +4,7 @@
 //! inode numbers (with path helpers) and returns a typed [`FsError`] that maps to an errno.
 //! See [`fs`] for the lock order.
 
+mod adaptive;
 mod alloc;
 pub mod check;
 mod dir;
@@ -30,6 +31,7 @@ mod tx;
 pub mod types;
 pub mod xattr;
 
+pub use adaptive::AdaptiveStats;
 pub use error::{CsumStructure, FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};
 pub use ijournal::{Fallback, IjStats};

@@ -580,9 +580,12 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             cjfs_journal::superblock::MAX_LOG_AREAS
         )));
     }
-    // The journal inode holds the primary journal and every extra area.
+    // The journal inode holds the primary journal and every extra area (and, with blocks too
+    // small to hold the areas' table beside the journal superblock, the table's block).
+    let extra_count = opts.log_areas.len() + opts.ijournal_areas.len();
+    let table = cjfs_journal::superblock::area_table_blocks(bs_bytes, extra_count);
     let extra_blocks: u64 = opts.log_areas.iter().chain(&opts.ijournal_areas).map(|&a| u64::from(a)).sum();
-    let jblocks = u32::try_from(u64::from(primary_blocks) + extra_blocks)
+    let jblocks = u32::try_from(u64::from(primary_blocks) + table + extra_blocks)
         .map_err(|_| FsError::Invalid("the journal and its extra areas exceed 2^32 blocks".into()))?;
     if jblocks as u64 > free_now / 2 {
         return Err(FsError::Invalid(format!(

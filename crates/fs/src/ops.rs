@@ -374,16 +374,33 @@ impl Fs {
         if crate::ijournal::fsync(&self.inner, &node, datasync)? {
             return Ok(());
         }
-        let (tx, bufs) = {
-            let mut st = node.state.write();
-            let tx = if datasync { st.datasync_tx } else { st.meta_tx };
-            (tx, std::mem::take(&mut st.dirty_data))
-        };
         let j = &self.inner.journal;
+        let (tx, bufs, back) = {
+            let mut st = node.state.write();
+            let mut tx = if datasync { st.datasync_tx } else { st.meta_tx };
+            let mut back = false;
+            // The adaptive data mode decides from the writes since the last sync.
+            if self.inner.opts.adaptive && !st.freed && st.d.links_count > 0 {
+                match crate::adaptive::decide(&self.inner, &mut st, !j.is_durable(tx)) {
+                    crate::adaptive::Decision::ToData => {
+                        crate::adaptive::to_data(&self.inner, ino, &mut st)?;
+                        tx = st.meta_tx;
+                    }
+                    crate::adaptive::Decision::ToOrdered => back = true,
+                    crate::adaptive::Decision::Keep => {}
+                }
+            }
+            (tx, std::mem::take(&mut st.dirty_data), back)
+        };
+        // A data-journaled file's data is in the log: the commit is all (its committed pages
+        // not yet checkpointed stay checkpoint work, never written home on this path).
         if !j.is_durable(tx) {
             j.commit_wait(tx)?;
         }
         j.sync_data(&bufs)?;
+        if back {
+            crate::adaptive::timed(&self.inner, || self.change_journal_data(ino, false, false))?;
+        }
         Ok(())
     }
 
@@ -466,16 +483,33 @@ impl Fs {
         xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)
     }
 
-    /// Turn data journalling for one file on or off (ext4's `chattr +j`).
+    /// Turn data journalling for one file on or off (ext4's `chattr +j`). On a directory the
+    /// flag only passes to the files and directories made in it later (ext4's
+    /// `EXT4_FL_INHERITED`). The mode set here stays for the mount: the adaptive data mode
+    /// (`adaptive` preset) leaves the file alone.
     pub fn set_journal_data(&self, ino: Ino, on: bool) -> FsResult<()> {
+        self.change_journal_data(ino, on, true)
+    }
+
+    /// [`Fs::set_journal_data`]; `explicit` pins the mode against the adaptive policy.
+    pub(crate) fn change_journal_data(&self, ino: Ino, on: bool, explicit: bool) -> FsResult<()> {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
-        // Data already buffered must reach home under the old mode first.
-        drop(st);
-        self.fsync(ino, false)?;
-        st = self.write_state(&node)?;
-        if !on && st.d.flags & EXT4_JOURNAL_DATA_FL != 0 && self.inner.opts.data != DataMode::Journal {
+        if explicit {
+            st.window.pinned = true;
+        }
+        if st.d.is_reg() {
+            // Data already buffered must reach home under the old mode first.
+            drop(st);
+            self.fsync(ino, false)?;
+            st = self.write_state(&node)?;
+        }
+        let was = st.d.flags & EXT4_JOURNAL_DATA_FL != 0;
+        if !explicit && was == on {
+            return Ok(());
+        }
+        if st.d.is_reg() && !on && was && self.inner.opts.data != DataMode::Journal {
             // Journalled copies of this file's blocks may still await checkpoint. In ordered
             // mode new data goes straight home, and freeing an ordered block revokes nothing,
             // so a later checkpoint would write those stale copies over the file's new data

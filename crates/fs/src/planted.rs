@@ -14,6 +14,9 @@ pub struct FsBugs {
     /// iJournaling: an fsync leaves out the records of the new directories on the file's
     /// path, so recovery finds the file's entry in a directory it never made.
     pub skip_ancestor_record: bool,
+    /// Blocks freed from a data-journaled file are not revoked ("revoke switched off"): a
+    /// logged copy of one may be replayed over the block's next owner.
+    pub no_data_revoke: bool,
 }
 
 /// The bugs planted in `o` (none without the `planted-bugs` feature).
@@ -26,6 +29,6 @@ pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
     #[cfg(not(feature = "planted-bugs"))]
     {
         let _ = o;
-        FsBugs { skip_size_update_journal: false, skip_ancestor_record: false }
+        FsBugs { skip_size_update_journal: false, skip_ancestor_record: false, no_data_revoke: false }
     }
 }

@@ -4,7 +4,7 @@
 //! the FUSE `-o journal=` option and the lab never resolve a name themselves.
 
 use cjfs_journal::polling::WaitMode;
-use cjfs_journal::{JournalConfig, JournalKind, Logs};
+use cjfs_journal::{CommitMode, JournalConfig, JournalKind, Logs};
 
 use crate::types::MountOptions;
 
@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -39,6 +39,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     let bad = |why: String| UnknownPreset { name: spec.to_string(), why: Some(why) };
     let mut journal =
         JournalConfig::preset(name).ok_or_else(|| UnknownPreset { name: spec.to_string(), why: None })?;
+    // Journaling of journal's automatic per-file data mode is the file system's.
+    let mut adaptive = name == "adaptive";
     for setting in parts {
         if journal.per_device {
             return Err(bad("`auto` chooses every setting per device; name a preset to change one".into()));
@@ -63,6 +65,10 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
                         bad(format!("iarea={n}: expected a number of blocks, at least {min}"))
                     })?;
             }
+            Some(("commit", "single_io")) => journal.commit = CommitMode::SingleIo,
+            Some(("commit", "two_step")) => journal.commit = CommitMode::TwoStep,
+            Some(("adaptive", "on")) => adaptive = true,
+            Some(("adaptive", "off")) => adaptive = false,
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();
@@ -76,7 +82,10 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     }
     // Core-aware block-group allocation goes with per-core logs, except in its ablation.
     let core_groups = journal.logs != Logs::One && name != "zjournal-no-bga";
-    Ok(MountOptions { journal, core_groups, ..base })
+    if journal.commit == CommitMode::SingleIo && journal.logs != Logs::One {
+        return Err(bad("the single-I/O commit runs one log (per-core journaling has several)".into()));
+    }
+    Ok(MountOptions { journal, core_groups, adaptive, ..base })
 }
 
 /// Blocks of each extra log area a per-core journal gets from [`mkfs_for`].
@@ -147,5 +156,16 @@ mod tests {
         let e = resolve("cjfs+wait=fast").unwrap_err().to_string();
         assert!(e.contains("unknown setting \"wait=fast\""), "{e}");
         assert!(resolve("auto+wait=spin_park").unwrap_err().to_string().contains("per device"));
+        // Journaling of journal combines with the CJFS techniques.
+        let c = resolve("cjfs+commit=single_io+adaptive=on").unwrap();
+        assert_eq!(
+            (c.journal.commit, c.adaptive, c.journal.multi_version),
+            (CommitMode::SingleIo, true, true)
+        );
+        let a = resolve("adaptive").unwrap();
+        assert_eq!((a.journal.commit, a.adaptive), (CommitMode::SingleIo, true));
+        assert!(!resolve("joj").unwrap().adaptive);
+        assert_eq!(resolve("joj+commit=two_step").unwrap().journal.commit, CommitMode::TwoStep);
+        assert!(resolve("zjournal+commit=single_io").unwrap_err().to_string().contains("one log"));
     }
 }

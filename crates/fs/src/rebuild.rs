@@ -118,6 +118,7 @@ impl Rebuild {
             read_only: false,
             cache_blocks: 4096,
             core_groups: false,
+            adaptive: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         };

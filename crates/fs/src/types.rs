@@ -51,6 +51,10 @@ pub struct MountOptions {
     /// cores' transactions do not share bitmap and descriptor blocks. Set by the `zjournal`
     /// presets (`cjfs_fs::preset`).
     pub core_groups: bool,
+    /// Per-file adaptive journaling (journaling of journal, FAST'14 §2.2): at each fsync the
+    /// file system picks the file's data mode from what was written since the last one
+    /// (`adaptive.rs`), with no change to the application. Set by the `adaptive` preset.
+    pub adaptive: bool,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -64,6 +68,7 @@ impl Default for MountOptions {
             read_only: false,
             cache_blocks: 256 * 1024,
             core_groups: false,
+            adaptive: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }

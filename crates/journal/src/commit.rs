@@ -126,7 +126,7 @@ fn wait_previous_durable(j: &LogCore, tid: Tid) -> JResult<()> {
 }
 
 fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
-    if !j.set.config.dual_thread {
+    if !j.set.config.dual_thread && !crate::planted::bugs(&j.set.config).single_io_overlap {
         wait_previous_durable(j, tx.tid)?;
     }
     let t_lock = Instant::now();
@@ -173,6 +173,9 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     let revoked = revokes.clone();
     if crate::planted::bugs(&j.set.config).drop_revokes {
         revokes.clear();
+    }
+    if j.set.config.kind == JournalKind::Jbd2 && j.set.config.commit == crate::config::CommitMode::SingleIo {
+        return crate::single_io::commit(j, tx, &lists.ordered, versions, &revokes, revoked, t_lock);
     }
     let (reqs, commit) = match j.set.config.kind {
         JournalKind::None => {
@@ -251,6 +254,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         commit_ticket,
         versions,
         had_data: !lists.ordered.is_empty(),
+        single_io: false,
         t_lock,
         handed: Instant::now(),
         revoked,
@@ -331,7 +335,7 @@ pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
 /// returned (ordered data of transaction `tx`, or an fdatasync's own writes when `tx` is
 /// `None`, counted in `home_writes`). The caller holds `home_write_lock` until the requests
 /// are submitted.
-fn ordered_requests(
+pub(crate) fn ordered_requests(
     set: &Shared,
     bufs: &[Arc<Buffer>],
     tx: Option<TxId>,
@@ -425,7 +429,7 @@ fn log_requests(
     let mut lblk = start;
     let mut i = 0;
     let commit_first = crate::planted::bugs(&j.set.config).commit_before_data;
-    let commit_img = crate::writer::commit_block(tid, sb_features, uuid, chain, bs)?;
+    let commit_img = crate::writer::commit_block(tid, sb_features, uuid, chain, &blocks, bs)?;
     let commit_lblk = {
         let l = j.log.lock();
         let mut p = start;
@@ -465,7 +469,7 @@ fn log_requests(
 
 /// Reserve `n` log blocks, checkpointing (and in dual-thread modes waiting for in-flight
 /// transactions to become durable) until they fit.
-fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
+pub(crate) fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
     loop {
         {
             let mut l = j.log.lock();

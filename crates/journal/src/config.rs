@@ -89,6 +89,22 @@ impl IJournal {
     }
 }
 
+/// How a transaction reaches the log (see `single_io.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// JBD2's two-step commit: log blocks, an ordering step (flush, or a cache barrier),
+    /// then the commit block and a flush. Any JBD2 checksum feature (or none) replays it.
+    TwoStep,
+    /// Journaling of journal's single-I/O commit (FAST'14 §2.1): the whole transaction —
+    /// revoke blocks, descriptors, escaped blocks and the commit block — as one contiguous
+    /// write (two where the log wraps), then one flush. A torn write is told from a whole
+    /// one by a checksum over the transaction, so the journal carries JBD2's v1 transaction
+    /// checksum with `ASYNC_COMMIT` while it is open (see `single_io.rs` for what that means
+    /// to the kernel and e2fsck). A transaction with ordered data pays a flush before its
+    /// single write (or, on a device with one, a cache barrier).
+    SingleIo,
+}
+
 /// Every journal setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalConfig {
@@ -143,6 +159,9 @@ pub struct JournalConfig {
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
     pub csum_v3: bool,
+    /// How a transaction is written: JBD2's two-step commit or one single I/O
+    /// (journaling of journal, `single_io.rs`).
+    pub commit: CommitMode,
     /// Per-core journaling (Z-Journal): how many logs. With more than one, each handle joins
     /// its core's log, transactions of different logs touching one block are chained, and
     /// fsync commits every log (see `per_core.rs`). The image must have the extra log areas
@@ -198,6 +217,7 @@ impl JournalConfig {
             ordered_window_blocks: 1024,
             checkpoint_high_water: 0.5,
             csum_v3: true,
+            commit: CommitMode::TwoStep,
             wait: crate::polling::WaitMode::Condvar,
             dispatch: crate::work_queue::Dispatch::Shared,
             logs: crate::per_core::Logs::One,
@@ -268,6 +288,14 @@ impl JournalConfig {
         }
     }
 
+    /// Journaling of journal (FAST'14): JBD2 with the single-I/O commit. Data-journaled
+    /// files (a `data=journal` mount, or `chattr +j`) then cost one write and one flush per
+    /// fsync; which files journal their data stays the mount's and the files' choice (the
+    /// `adaptive` preset adds the file system's automatic per-file choice).
+    pub fn joj() -> Self {
+        JournalConfig { name: "joj".into(), commit: CommitMode::SingleIo, ..Self::jbd2() }
+    }
+
     /// Every preset, including the technique ablations; each is crash tested and may be
     /// named anywhere (bench, crashtest, mount). `auto` resolves to one of the others per
     /// device.
@@ -290,6 +318,8 @@ impl JournalConfig {
             "ijournal",
             "ijournal-shared",
             "ijournal-cjfs",
+            "joj",
+            "adaptive",
         ]
     }
 
@@ -338,6 +368,9 @@ impl JournalConfig {
                 ijournal: IJournal { areas: IAreas::PerCore, ..IJournal::off() },
                 ..Self::cjfs()
             }),
+            "joj" => Self::joj(),
+            // The automatic per-file data mode is the file system's (`cjfs_fs::preset`).
+            "adaptive" => named(Self::joj()),
             _ => return None,
         })
     }

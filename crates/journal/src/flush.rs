@@ -36,6 +36,9 @@ pub(crate) struct FlushJob {
     pub versions: Vec<(Arc<Buffer>, BlockBuf)>,
     /// Ordered data was written (a flush is needed even with nothing logged).
     pub had_data: bool,
+    /// The whole transaction, commit block included, is in `tickets` (single-I/O commit):
+    /// one flush after them makes it durable.
+    pub single_io: bool,
     /// Blocks the transaction revoked (their older checkpoint copies die with it).
     pub revoked: Vec<u64>,
     /// Per-core journaling: the transactions of other logs it is valid only after.
@@ -182,9 +185,9 @@ pub(crate) fn complete_group(j: &LogCore, mut jobs: Vec<FlushJob>) -> JResult<()
         j.timing.group_flushes_start(1);
         flush(j)?;
     } else if dispatched
-        || jobs
-            .iter()
-            .any(|jb| jb.had_data || (j.set.config.kind == JournalKind::None && !jb.versions.is_empty()))
+        || jobs.iter().any(|jb| {
+            jb.had_data || jb.single_io || (j.set.config.kind == JournalKind::None && !jb.versions.is_empty())
+        })
     {
         j.timing.group_flushes_start(1);
         flush(j)?;
@@ -215,6 +218,7 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
             && js.checkpoint.as_ref().is_none_or(|c| c.stamp < stamp)
             && let Some(old) = js.checkpoint.replace(Committed { tx: id, stamp, image: v.clone() })
         {
+            j.set.stats.checkpoint_cancelled.fetch_add(1, Ordering::Relaxed);
             j.set.shadow.put(old.image);
         }
         drop(js);
@@ -316,6 +320,7 @@ fn drop_revoked(j: &LogCore, p: &crate::per_core::Pending) {
             if js.checkpoint.as_ref().is_some_and(|c| c.stamp < stamp)
                 && let Some(old) = js.checkpoint.take()
             {
+                j.set.stats.checkpoint_cancelled.fetch_add(1, Ordering::Relaxed);
                 j.set.shadow.put(old.image);
             }
         }

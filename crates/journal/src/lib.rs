@@ -28,6 +28,7 @@
 //! | `superblock.rs`, `descriptor.rs`, `commit_block.rs`, `revoke_block.rs`, `checksum.rs`, `writer.rs` | the JBD2 on-disk format |
 //! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
+//! | `single_io.rs` | the single-I/O commit of journaling of journal (FAST'14 §2.1): a transaction as one write and one flush, with the v1 checksum and async-commit features |
 //! | `per_core.rs` | per-core journaling (Z-Journal): admission, chain marks, stamps, validity |
 //! | `order_graph.rs` | recovery of several logs by order graph (Z-Journal §3.4) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
@@ -105,6 +106,7 @@ pub mod revoke_block;
 pub mod ring;
 mod set;
 pub mod shadow;
+pub mod single_io;
 pub mod stats;
 pub mod superblock;
 pub mod transaction;
@@ -114,7 +116,7 @@ mod writer;
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, Committed, JState, Tid};
 pub use cjfs_blockdev::{LogId, TxId};
-pub use config::{IAreas, IForm, IJournal, JournalConfig, JournalKind};
+pub use config::{CommitMode, IAreas, IForm, IJournal, JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
 pub use per_core::Logs;

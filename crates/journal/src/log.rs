@@ -18,6 +18,12 @@ pub(crate) struct LogState {
     pub sb_start_on_disk: u64,
     /// Sequence number the next empty-log superblock must carry (above every tid logged).
     pub next_seq: Tid,
+    /// Once every transaction is released, point the superblock at the head of the log
+    /// (`s_start` = head, `s_sequence` = the next id) instead of marking the log empty, as
+    /// JBD2's `jbd2_journal_get_log_tail` does: the next commit then needs no superblock
+    /// write first. The single-I/O commit sets it, so its fsync is one write; the log is
+    /// marked empty (`s_start` = 0) only when the journal closes ([`LogState::sb_image_empty`]).
+    pub keep_head: bool,
 }
 
 impl LogState {
@@ -31,7 +37,7 @@ impl LogState {
             )));
         }
         let next_seq = u64::from(sb.s_sequence.max(1));
-        Ok(LogState { sb, ring, sb_start_on_disk: 0, next_seq })
+        Ok(LogState { sb, ring, sb_start_on_disk: 0, next_seq, keep_head: false })
     }
 
     /// Reserve `n` consecutive (wrapping) log blocks for `tid`. `None` when the log lacks
@@ -51,8 +57,18 @@ impl LogState {
     fn position_after(&self, upto: Tid) -> (u64, Tid) {
         match self.ring.first_after(upto) {
             Some(t) => (t.start, t.id),
+            None if self.keep_head => (self.ring.head(), self.next_seq),
             None => (0, self.next_seq),
         }
+    }
+
+    /// The superblock image of an empty log (`s_start` = 0), whatever `keep_head` says: for
+    /// closing the journal once every transaction is released.
+    pub fn sb_image_empty(&self) -> Vec<u8> {
+        let mut sb = self.sb.clone();
+        sb.s_start = 0;
+        sb.s_sequence = self.next_seq as u32;
+        sb.encode()
     }
 
     /// The superblock image for the current position.

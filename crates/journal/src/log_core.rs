@@ -311,7 +311,11 @@ impl LogCore {
             && crate::commit::commit_inline(self, tid)?
         {
             self.set.stats.fsync_waits.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            if self.is_durable(tid) {
+                return Ok(());
+            }
+            // Handed to the flush thread after all (a planted bug's path).
+            return self.wait(tid);
         }
         self.request_commit(tid);
         self.wait(tid)

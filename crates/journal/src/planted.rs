@@ -20,6 +20,10 @@ pub struct PlantedBugs {
     /// Per-core journaling: checkpoint every transaction as soon as it is durable, writing
     /// home and releasing versions of transactions that are not yet valid.
     pub checkpoint_invalid: bool,
+    /// Single-I/O commit: hand each transaction to the flush thread without waiting for the
+    /// previous one to be durable and without a barrier, so transaction n+1's write may
+    /// persist while n's is torn.
+    pub single_io_overlap: bool,
 }
 
 /// The bugs planted in `c` (none without the `planted-bugs` feature).
@@ -38,6 +42,7 @@ pub(crate) fn bugs(c: &JournalConfig) -> PlantedBugs {
             drop_revokes: false,
             drop_marks: false,
             checkpoint_invalid: false,
+            single_io_overlap: false,
         }
     }
 }

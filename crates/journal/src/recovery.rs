@@ -748,10 +748,17 @@ pub(crate) fn committed_after(
     let ScanStop::CommitChecksum { tid, log_block } = scan.stop else {
         return false;
     };
+    let f = sb.features();
+    if f.compat_checksum() && f.async_commit() {
+        // v1 with async commit scans past the failed transaction and stops only at a later
+        // commit block (JBD2's `j_failed_commit = end_transaction`): a commit after a torn
+        // transaction, which a single-I/O journal never leaves (n+1 is written only once n
+        // is durable, or behind a barrier).
+        return true;
+    }
     if tid != failed {
         return false;
     }
-    let f = sb.features();
     let seed = sb.csum_seed();
     let geo = LogRing::from_superblock(sb);
     let next_tid = failed.wrapping_add(1);

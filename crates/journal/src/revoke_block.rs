@@ -30,13 +30,43 @@ pub struct RevokeBuilder {
     seed: u32,
     records: Vec<u64>,
     block_size: usize,
+    /// Records per block at most (`None`: as many as fit).
+    cap: Option<usize>,
 }
+
+/// Bytes of a sector: the unit a device is assumed to write atomically.
+pub const SECTOR_SIZE: usize = 512;
 
 impl RevokeBuilder {
     /// An empty set of revoke records for transaction `sequence` of a journal with
     /// `features` and `uuid` (the superblock's `s_uuid`), in blocks of `block_size` bytes.
     pub fn new(sequence: u32, features: JournalFeatures, uuid: [u8; 16], block_size: usize) -> Self {
-        RevokeBuilder { sequence, features, seed: csum_seed(&uuid), records: Vec::new(), block_size }
+        RevokeBuilder {
+            sequence,
+            features,
+            seed: csum_seed(&uuid),
+            records: Vec::new(),
+            block_size,
+            cap: None,
+        }
+    }
+
+    /// Put records only in each block's first 512-byte sector (`r_count` <= 512). Without a
+    /// checksum over revoke blocks (JBD2's v1 transaction checksum does not cover them) a
+    /// block torn at sector granularity is then either wholly this transaction's — its
+    /// header and every record are in that sector — or wholly stale, whose old sequence
+    /// number ends the log before the transaction: recovery reads records only up to
+    /// `r_count`, so a stale later sector can never add a record.
+    pub fn sector_atomic(mut self) -> Self {
+        self.cap =
+            Some((SECTOR_SIZE.min(self.block_size) - REVOKE_HEADER_SIZE) / self.features.revoke_record_len());
+        self
+    }
+
+    /// Records per block for this builder.
+    fn per_block(&self) -> usize {
+        let all = Self::records_per_block(&self.features, self.block_size);
+        self.cap.map_or(all, |c| c.min(all))
     }
 
     /// Records one revoke block of `block_size` bytes holds with `features` (in 4 KiB: 509
@@ -74,13 +104,13 @@ impl RevokeBuilder {
 
     /// Number of blocks [`RevokeBuilder::finish`] will produce.
     pub fn block_count(&self) -> usize {
-        Self::blocks_needed(self.records.len(), &self.features, self.block_size)
+        self.records.len().div_ceil(self.per_block())
     }
 
     /// The revoke blocks, in order (none if nothing was pushed), each with `r_count` and the
     /// tail checksum set.
     pub fn finish(self) -> Vec<Box<[u8]>> {
-        let per = Self::records_per_block(&self.features, self.block_size);
+        let per = self.per_block();
         let rec = self.features.revoke_record_len();
         let mut out = Vec::with_capacity(self.block_count());
         for chunk in self.records.chunks(per) {
@@ -145,6 +175,24 @@ mod tests {
     const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
     use super::*;
     use crate::superblock::{INCOMPAT_64BIT, INCOMPAT_CSUM_V3};
+
+    #[test]
+    fn sector_atomic_blocks_keep_every_record_in_the_first_sector() {
+        let f = JournalFeatures::new(crate::superblock::COMPAT_CHECKSUM, INCOMPAT_64BIT, 0);
+        let mut b = RevokeBuilder::new(4, f, [1; 16], BLOCK_SIZE).sector_atomic();
+        for i in 0..200u64 {
+            b.push(1000 + i);
+        }
+        assert_eq!(b.block_count(), 4, "62 records of 8 bytes per 512-byte sector");
+        let blocks = b.finish();
+        let mut all = Vec::new();
+        for blk in &blocks {
+            assert!(rd_be32(blk, REVOKE_COUNT_OFFSET) as usize <= SECTOR_SIZE);
+            assert!(blk[SECTOR_SIZE..].iter().all(|&x| x == 0), "nothing past the first sector");
+            all.extend(parse_revoke_records(blk, &f).expect("records"));
+        }
+        assert_eq!(all, (1000..1200).collect::<Vec<u64>>());
+    }
 
     const UUID: [u8; 16] = [0x42; 16];
 

@@ -94,6 +94,11 @@ impl LogRing {
         if to >= from { to - from } else { self.capacity() - (from - to) }
     }
 
+    /// The next block to hand out (where the next span starts).
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
     /// Blocks not in use.
     pub fn free(&self) -> u64 {
         self.capacity() - self.used

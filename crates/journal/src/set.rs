@@ -14,7 +14,7 @@
 //! are named by [`TxId`] (log and id) everywhere outside a log's own code, so a second log
 //! cannot be mistaken for the first.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 
@@ -22,7 +22,7 @@ use cjfs_blockdev::{Device, TxId};
 
 use crate::area::JournalArea;
 use crate::buffer::{Buffer, BufferCache};
-use crate::config::{JournalConfig, JournalKind};
+use crate::config::{CommitMode, JournalConfig, JournalKind};
 use crate::error::{JResult, JournalError};
 use crate::handle::Handle;
 use crate::lock_rank::{Rank, RankedMutex};
@@ -114,6 +114,12 @@ pub struct Journal {
     /// The first handle must set the private bit: extra logs exist and the journal logs
     /// (a journal of kind `None` or a read-only one never writes a log). Immutable.
     claim_needed: bool,
+    /// Single-I/O commit: the features found at open, put back by a clean close (`None`:
+    /// the journal commits in two steps). Immutable.
+    single_io_plain: Option<crate::superblock::JournalFeatures>,
+    /// The single-I/O features are on disk (written by the first handle's start, before
+    /// anything is logged). Written under log 0's `sb_write`.
+    single_io_on: AtomicBool,
 }
 
 impl std::fmt::Debug for Journal {
@@ -179,6 +185,28 @@ impl Journal {
             log::info!("journal {}: the device has no cache barrier: serial commit", config.name);
             config.dual_thread = false;
         }
+        let single_io = config.kind == JournalKind::Jbd2 && config.commit == CommitMode::SingleIo;
+        if single_io && areas.len() > 1 {
+            return Err(JournalError::Incompatible(format!(
+                "journal {}: the single-I/O commit runs one log ({} wanted)",
+                config.name,
+                areas.len()
+            )));
+        }
+        if single_io && config.dual_thread && !(config.use_barriers && dev.caps().barrier) {
+            // Without a barrier nothing keeps transaction n+1's single write from persisting
+            // while n's is torn, which recovery takes for corruption: each waits for the
+            // flush before it.
+            log::info!("journal {}: single-I/O commit without a cache barrier: serial commit", config.name);
+            config.dual_thread = false;
+        }
+        let single_io_plain = single_io.then(|| {
+            let found = states.first().map(|l| l.sb.features()).unwrap_or_default();
+            crate::single_io::plain_features(found, config.csum_v3)
+        });
+        if single_io && let Some(l) = states.first_mut() {
+            l.keep_head = true;
+        }
         let first_tids: Vec<u64> = states.iter().map(|l| u64::from(l.sb.s_sequence.max(1))).collect();
         let shared = Arc::new(Shared {
             chains: crate::per_core::Chains::new(&first_tids),
@@ -207,6 +235,8 @@ impl Journal {
             choice,
             claimed: AtomicU32::new(0),
             claim_needed,
+            single_io_plain,
+            single_io_on: AtomicBool::new(false),
         };
         for log in &journal.logs {
             journal.spawn_threads(log)?;
@@ -250,7 +280,72 @@ impl Journal {
         if self.claim_needed && self.claimed.load(Ordering::Acquire) & INCOMPAT_CJFS_LOGS == 0 {
             self.set_private_bit(INCOMPAT_CJFS_LOGS, true)?;
         }
+        if self.single_io_plain.is_some() && !self.single_io_on.load(Ordering::Acquire) {
+            self.set_single_io_features()?;
+        }
         self.admit().start(credits)
+    }
+
+    /// Put the single-I/O features (see `single_io.rs`) into the journal superblock and make
+    /// it durable, before the first handle can log anything: the log is empty (recovered at
+    /// open, nothing committed since), so no transaction of another format is in it. The
+    /// superblock points at the head of the log from now on (`LogState::keep_head`).
+    fn set_single_io_features(&self) -> JResult<()> {
+        let log0 = &self.logs[0];
+        let r = {
+            let _g = log0.sb_write.lock();
+            if self.single_io_on.load(Ordering::Acquire) || log0.closed.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let (img, start) = {
+                let mut l = log0.log.lock();
+                if !l.ring.spans().is_empty() {
+                    return Err(JournalError::Corrupt(
+                        "single-I/O features asked for while the log holds transactions".into(),
+                    ));
+                }
+                let f = crate::single_io::features(l.sb.features());
+                crate::single_io::set_features(&mut l.sb, f);
+                (l.sb_image(), l.sb_position().0)
+            };
+            let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
+            let r = self
+                .shared
+                .dev
+                .write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)
+                .and_then(|_| self.shared.dev.flush());
+            if r.is_ok() {
+                log0.log.lock().sb_start_on_disk = start;
+                self.single_io_on.store(true, Ordering::Release);
+            }
+            r
+        };
+        if let Err(e) = r {
+            self.shared.abort(format!("writing the journal superblock's single-I/O features failed: {e}"));
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Close a single-I/O journal whose log is empty: the features found at open back and
+    /// `s_start` = 0 (an empty log), made durable.
+    fn close_single_io(&self) -> JResult<()> {
+        let (Some(plain), log0) = (self.single_io_plain, &self.logs[0]) else { return Ok(()) };
+        let _g = log0.sb_write.lock();
+        let img = {
+            let mut l = log0.log.lock();
+            if !l.ring.spans().is_empty() {
+                return Ok(());
+            }
+            crate::single_io::set_features(&mut l.sb, plain);
+            l.sb_image_empty()
+        };
+        let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
+        self.shared.dev.write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)?;
+        self.shared.dev.flush()?;
+        log0.log.lock().sb_start_on_disk = 0;
+        self.single_io_on.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Start a handle in log `log` (not its core's): for tests and the crash harness, which
@@ -635,6 +730,9 @@ impl Journal {
                     result = self.set_private_bit(bit, false);
                 }
             }
+        }
+        if result.is_ok() && self.aborted().is_none() && self.single_io_on.load(Ordering::Acquire) {
+            result = self.close_single_io();
         }
         if let Some(a) = self.aborted() {
             return Err(JournalError::Aborted(a));

@@ -37,6 +37,11 @@ pub struct JournalStats {
     pub(crate) copy_ns: AtomicU64,
     pub(crate) shared_flushes: AtomicU64,
     pub(crate) space_waits: AtomicU64,
+    pub(crate) single_io_commits: AtomicU64,
+    pub(crate) single_io_writes: AtomicU64,
+    pub(crate) single_io_blocks: AtomicU64,
+    pub(crate) single_io_preflushes: AtomicU64,
+    pub(crate) checkpoint_cancelled: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -108,6 +113,16 @@ pub struct StatsSnapshot {
     pub shared_flushes: u64,
     /// Per-core journaling: handle starts that waited for log space (admission by space).
     pub space_waits: u64,
+    /// Single-I/O commits (the whole transaction in one write).
+    pub single_io_commits: u64,
+    /// Write commands those commits issued (one each, two where the log wrapped).
+    pub single_io_writes: u64,
+    /// Blocks those writes carried (revoke, descriptor, logged and commit blocks).
+    pub single_io_blocks: u64,
+    /// Single-I/O commits that carried ordered data and so flushed (or set a barrier) before their write.
+    pub single_io_preflushes: u64,
+    /// Committed block copies that never needed their checkpoint: superseded by a newer commit of the block, or dropped because the block was freed (JoJ §2.1).
+    pub checkpoint_cancelled: u64,
 }
 
 impl JournalStats {
@@ -146,6 +161,11 @@ impl JournalStats {
             copy_ns: self.copy_ns.load(Relaxed),
             shared_flushes: self.shared_flushes.load(Relaxed),
             space_waits: self.space_waits.load(Relaxed),
+            single_io_commits: self.single_io_commits.load(Relaxed),
+            single_io_writes: self.single_io_writes.load(Relaxed),
+            single_io_blocks: self.single_io_blocks.load(Relaxed),
+            single_io_preflushes: self.single_io_preflushes.load(Relaxed),
+            checkpoint_cancelled: self.checkpoint_cancelled.load(Relaxed),
         }
     }
 }
@@ -186,6 +206,11 @@ impl StatsSnapshot {
             copy_ns: self.copy_ns - earlier.copy_ns,
             shared_flushes: self.shared_flushes - earlier.shared_flushes,
             space_waits: self.space_waits - earlier.space_waits,
+            single_io_commits: self.single_io_commits - earlier.single_io_commits,
+            single_io_writes: self.single_io_writes - earlier.single_io_writes,
+            single_io_blocks: self.single_io_blocks - earlier.single_io_blocks,
+            single_io_preflushes: self.single_io_preflushes - earlier.single_io_preflushes,
+            checkpoint_cancelled: self.checkpoint_cancelled - earlier.checkpoint_cancelled,
         }
     }
 

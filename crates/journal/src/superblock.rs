@@ -151,8 +151,18 @@ pub const CHKSUM_TYPE_CRC32C: u8 = 4;
 /// block size (JBD2 logs in file-system blocks, so it is always the file system's).
 pub const JOURNAL_BLOCK_SIZE: u32 = DEFAULT_BLOCK_SIZE as u32;
 /// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas (typed
-/// entries, the larger form).
+/// entries, the larger form) past the JBD2 superblock. On smaller blocks (1 KiB, where the
+/// superblock fills the block) the table has a block of its own instead: journal-inode block
+/// `s_maxlen`, the first past the primary journal, at offset 0, and the extra areas follow it
+/// (see [`area_table_blocks`]).
 pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 12 * MAX_LOG_AREAS + 4;
+
+/// Blocks the area table takes of its own in a journal inode of `block_size`-byte blocks
+/// with `extra_areas` extra areas: 1 where the table does not fit beside the superblock,
+/// else 0.
+pub const fn area_table_blocks(block_size: usize, extra_areas: usize) -> u64 {
+    if extra_areas > 0 && block_size < AREA_TABLE_MIN_BLOCK { 1 } else { 0 }
+}
 /// `JBD2_MIN_JOURNAL_BLOCKS`: the kernel and e2fsprogs refuse smaller journals. Not enforced
 /// here (tests use tiny logs), but anything meant for the kernel must be at least this long.
 pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
@@ -307,7 +317,8 @@ impl AreaKind {
 /// own or an ijournal area.
 ///
 /// The table of them is stored big-endian at [`AREA_TABLE_OFFSET`] of the primary journal's
-/// superblock block. When every area is a log: `u32 magic` ([`AREA_TABLE_MAGIC`], "CJLA"),
+/// superblock block (blocks under [`AREA_TABLE_MIN_BLOCK`] bytes: at offset 0 of the block
+/// after the primary journal, see [`area_table_blocks`]). When every area is a log: `u32 magic` ([`AREA_TABLE_MAGIC`], "CJLA"),
 /// `u32 count`, `count × (u32 first, u32 len)` in journal-inode blocks, ascending and
 /// disjoint, then `u32 crc32c` (seed !0) of everything before it. When some area is of
 /// another kind: magic [`AREA_TABLE_MAGIC_TYPED`] ("CJLB") and `count × (u32 first, u32 len,
@@ -330,37 +341,38 @@ impl LogArea {
     }
 }
 
-/// Decode the area table in `block` (a whole journal superblock block), checked for shape:
-/// past the primary log's `maxlen`, ascending, disjoint, each at least its kind's minimum.
+/// Decode the area table at byte `at` of `block`, checked for shape: from block `free_from`
+/// of the journal inode on (past the primary log and the table's own block, if any),
+/// ascending, disjoint, each at least its kind's minimum.
 /// Whether the areas lie inside the journal inode is [`read_log_areas`]'s check (the primary
 /// log is decoded over its own `s_maxlen` blocks, which never hold an area).
-fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
+fn decode_area_table(block: &[u8], at: usize, free_from: u64) -> JResult<Vec<LogArea>> {
     let corrupt = |msg: String| JournalError::Corrupt(format!("journal log-area table: {msg}"));
-    if block.len() < AREA_TABLE_OFFSET + 8 {
+    if block.len() < at + 8 {
         return Ok(Vec::new());
     }
-    let entry = match rd_be32(block, AREA_TABLE_OFFSET) {
+    let entry = match rd_be32(block, at) {
         AREA_TABLE_MAGIC => 8,
         AREA_TABLE_MAGIC_TYPED => 12,
         _ => return Ok(Vec::new()),
     };
-    let count = rd_be32(block, AREA_TABLE_OFFSET + 4) as usize;
+    let count = rd_be32(block, at + 4) as usize;
     if count > MAX_LOG_AREAS {
         return Err(corrupt(format!("{count} areas (at most {MAX_LOG_AREAS})")));
     }
-    let end = AREA_TABLE_OFFSET + 8 + entry * count;
+    let end = at + 8 + entry * count;
     if block.len() < end + 4 {
         return Err(corrupt(format!("{count} areas do not fit the block")));
     }
     let stored = rd_be32(block, end);
-    let computed = crate::checksum::crc32c(!0, &block[AREA_TABLE_OFFSET..end]);
+    let computed = crate::checksum::crc32c(!0, &block[at..end]);
     if stored != computed {
         return Err(corrupt(format!("checksum 0x{stored:08x} does not match computed 0x{computed:08x}")));
     }
     let mut areas = Vec::with_capacity(count);
-    let mut next_free = u64::from(maxlen);
+    let mut next_free = free_from;
     for i in 0..count {
-        let off = AREA_TABLE_OFFSET + 8 + entry * i;
+        let off = at + 8 + entry * i;
         let kind = if entry == 12 {
             let code = rd_be32(block, off + 8);
             AreaKind::from_code(code).ok_or_else(|| corrupt(format!("area {i} has unknown kind {code}")))?
@@ -386,27 +398,28 @@ fn decode_area_table(block: &[u8], maxlen: u32) -> JResult<Vec<LogArea>> {
     Ok(areas)
 }
 
-/// Write the area table for `areas` into `block` (nothing when there are none).
-fn encode_area_table(areas: &[LogArea], block: &mut [u8]) {
+/// Write the area table for `areas` into `block` at byte `at` (nothing when there are none,
+/// or when the block has no room for it there: a small block's table has a block of its
+/// own, written once by [`format_journal_with_areas`]).
+fn encode_area_table(areas: &[LogArea], block: &mut [u8], at: usize) {
     let typed = areas.iter().any(|a| a.kind != AreaKind::Log);
     let entry = if typed { 12 } else { 8 };
-    // `format_journal_areas` refuses extra areas on blocks too small for the table.
-    if areas.is_empty() || block.len() < AREA_TABLE_OFFSET + 12 + entry * areas.len() {
+    if areas.is_empty() || block.len() < at + 12 + entry * areas.len() {
         return;
     }
     let magic = if typed { AREA_TABLE_MAGIC_TYPED } else { AREA_TABLE_MAGIC };
-    wr_be32(block, AREA_TABLE_OFFSET, magic);
-    wr_be32(block, AREA_TABLE_OFFSET + 4, areas.len() as u32);
+    wr_be32(block, at, magic);
+    wr_be32(block, at + 4, areas.len() as u32);
     for (i, a) in areas.iter().enumerate() {
-        let off = AREA_TABLE_OFFSET + 8 + entry * i;
+        let off = at + 8 + entry * i;
         wr_be32(block, off, a.first);
         wr_be32(block, off + 4, a.len);
         if typed {
             wr_be32(block, off + 8, a.kind.code());
         }
     }
-    let end = AREA_TABLE_OFFSET + 8 + entry * areas.len();
-    let crc = crate::checksum::crc32c(!0, &block[AREA_TABLE_OFFSET..end]);
+    let end = at + 8 + entry * areas.len();
+    let crc = crate::checksum::crc32c(!0, &block[at..end]);
     wr_be32(block, end, crc);
 }
 
@@ -632,9 +645,13 @@ impl JournalSuperblock {
             return Err(incompatible(format!("unknown ro_compat features 0x{unknown_ro:x}")));
         }
         if !v1 {
-            sb.log_areas = decode_area_table(buf, sb.s_maxlen)?;
+            sb.log_areas = decode_area_table(buf, AREA_TABLE_OFFSET, u64::from(sb.s_maxlen))?;
         }
-        if f.incompat & INCOMPAT_CJFS_LOGS != 0 && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log) {
+        // A small block's table is in a block of its own, checked by `read_journal_areas`.
+        if f.incompat & INCOMPAT_CJFS_LOGS != 0
+            && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log)
+            && buf.len() >= AREA_TABLE_MIN_BLOCK
+        {
             return Err(corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
         }
         if f.incompat & INCOMPAT_CJFS_IJOURNAL != 0
@@ -667,9 +684,9 @@ impl JournalSuperblock {
     }
 
     /// Encode into a full journal block of `s_blocksize` bytes. With csum v2/v3 the checksum
-    /// is computed and stored (the `s_checksum` field of `self` is ignored). The log-area
-    /// table needs a block of at least [`AREA_TABLE_MIN_BLOCK`] bytes; formatting refuses
-    /// extra areas on smaller blocks.
+    /// is computed and stored (the `s_checksum` field of `self` is ignored). The area table
+    /// goes in only on blocks of at least [`AREA_TABLE_MIN_BLOCK`] bytes (smaller blocks keep
+    /// it in a block of its own).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; self.s_blocksize as usize];
         BlockHeader { magic: JBD2_MAGIC, blocktype: self.blocktype, sequence: 0 }.encode_into(&mut b);
@@ -696,7 +713,7 @@ impl JournalSuperblock {
         b[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN].copy_from_slice(&self.s_users);
         let csum = if self.features().csum_v2or3() { superblock_csum(&b) } else { self.s_checksum };
         wr_be32(&mut b, SB_CHECKSUM_OFFSET, csum);
-        encode_area_table(&self.log_areas, &mut b);
+        encode_area_table(&self.log_areas, &mut b, AREA_TABLE_OFFSET);
         b
     }
 }
@@ -777,8 +794,21 @@ pub fn read_journal_areas(
     dev: &dyn BlockDevice,
     inode_area: &JournalArea,
 ) -> JResult<(JournalSuperblock, Vec<JournalArea>, Vec<JournalArea>)> {
-    let sb = read_superblock(dev, inode_area)?;
-    let mut logs = vec![inode_area.slice(0, u64::from(sb.s_maxlen))?];
+    let mut sb = read_superblock(dev, inode_area)?;
+    let maxlen = u64::from(sb.s_maxlen);
+    if sb.log_areas.is_empty()
+        && (sb.s_blocksize as usize) < AREA_TABLE_MIN_BLOCK
+        && inode_area.len() > maxlen
+    {
+        let table = dev.read_block(inode_area.map(maxlen)?)?;
+        sb.log_areas = decode_area_table(&table, 0, maxlen + 1)?;
+    }
+    if sb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0
+        && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log)
+    {
+        return Err(JournalError::Corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
+    }
+    let mut logs = vec![inode_area.slice(0, maxlen)?];
     let mut ijournal = Vec::new();
     for (i, a) in sb.log_areas.iter().enumerate() {
         let area = inode_area.slice(u64::from(a.first), u64::from(a.len)).map_err(|_| {
@@ -823,7 +853,8 @@ pub fn format_journal_with_areas(
     primary_len: u64,
     extra: &[(u64, AreaKind)],
 ) -> JResult<JournalSuperblock> {
-    let total: u64 = primary_len + extra.iter().map(|(l, _)| l).sum::<u64>();
+    let table_blocks = area_table_blocks(dev.block_size(), extra.len());
+    let total: u64 = primary_len + table_blocks + extra.iter().map(|(l, _)| l).sum::<u64>();
     if total > inode_area.len() || extra.len() > MAX_LOG_AREAS {
         return Err(JournalError::Incompatible(format!(
             "{} journal areas of {total} blocks in all do not fit a journal inode of {} blocks (at most \
@@ -832,16 +863,8 @@ pub fn format_journal_with_areas(
             inode_area.len()
         )));
     }
-    if !extra.is_empty() && dev.block_size() < AREA_TABLE_MIN_BLOCK {
-        return Err(JournalError::Incompatible(format!(
-            "{} journal areas need a journal block of at least {AREA_TABLE_MIN_BLOCK} bytes for their \
-             table; this file system's blocks are {} bytes (use one log and no ijournal area)",
-            extra.len() + 1,
-            dev.block_size()
-        )));
-    }
     let mut log_areas = Vec::with_capacity(extra.len());
-    let mut first = primary_len;
+    let mut first = primary_len + table_blocks;
     for &(len, kind) in extra {
         if len < u64::from(kind.min_blocks()) {
             let what = match kind {
@@ -865,6 +888,17 @@ pub fn format_journal_with_areas(
     }
     let mut sb = format_journal(dev, &inode_area.slice(0, primary_len)?, uuid, csum_v3)?;
     if !log_areas.is_empty() {
+        if table_blocks > 0 {
+            let mut table = vec![0u8; dev.block_size()];
+            encode_area_table(&log_areas, &mut table, 0);
+            let req = WriteRequest {
+                block: inode_area.map(primary_len)?,
+                bufs: vec![block_from_slice(&table)],
+                tag: WriteTag::kind(BlockKind::JournalSuper),
+                fua: false,
+            };
+            dev.submit(req)?.wait()?;
+        }
         sb.log_areas = log_areas;
         write_superblock(dev, inode_area, &sb, false)?;
         dev.flush()?;
@@ -877,15 +911,49 @@ mod tests {
     const BLOCK_SIZE: usize = cjfs_blockdev::DEFAULT_BLOCK_SIZE;
 
     #[test]
-    fn small_blocks_format_one_log_and_refuse_extra_areas() {
+    fn small_blocks_keep_the_area_table_in_a_block_of_its_own() {
         use cjfs_blockdev::{EmulatedSsd, SsdPreset};
         let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 1024);
         let area = crate::JournalArea::new([(100u64, 4096u64)]);
         let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[]).expect("one log");
         assert_eq!(sb.s_blocksize, 1024);
         assert_eq!(read_superblock(&dev, &area.slice(0, 2048).unwrap()).unwrap().s_blocksize, 1024);
-        let e = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).unwrap_err().to_string();
-        assert!(e.contains("need a journal block of at least"), "{e}");
+        // With 1 KiB blocks the table takes the block after the primary journal, and the
+        // area follows it; the superblock block carries JBD2's 1024 bytes only.
+        assert_eq!(area_table_blocks(1024, 1), 1);
+        let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2047]).expect("two logs");
+        assert_eq!(sb.log_areas, vec![LogArea::log(2049, 2047)]);
+        let raw = dev.read_block(100).unwrap();
+        assert_eq!(JournalSuperblock::decode(&raw, 4096).unwrap().log_areas, vec![]);
+        assert_eq!(rd_be32(&dev.read_block(100 + 2048).unwrap(), 0), AREA_TABLE_MAGIC);
+        let (primary, areas) = read_log_areas(&dev, &area).expect("areas");
+        assert_eq!((primary.log_areas.len(), areas.len()), (1, 2));
+        assert_eq!(areas[1].map(0).ok(), Some(100 + 2049));
+        assert_eq!(read_superblock(&dev, &areas[1]).unwrap().s_maxlen, 2047);
+        // The private bit with the table block gone is corruption, named.
+        let mut with_bit = primary.clone();
+        with_bit.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
+        write_superblock(&dev, &area, &with_bit, false).unwrap();
+        assert!(read_log_areas(&dev, &area).is_ok());
+        dev.write_block(100 + 2048, zeroed_buf(1024), WriteTag::kind(BlockKind::JournalSuper)).unwrap();
+        let e = read_log_areas(&dev, &area).unwrap_err().to_string();
+        assert!(e.contains("cjfs_logs is set but there is no log-area table"), "{e}");
+        assert!(format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).is_err(), "one block short");
+        // A typed table (a log and an ijournal area) in its own block too.
+        let sb = format_journal_with_areas(
+            &dev,
+            &area,
+            [1; 16],
+            true,
+            2048,
+            &[(1024, AreaKind::Log), (u64::from(MIN_IJOURNAL_AREA_BLOCKS), AreaKind::IJournal)],
+        )
+        .expect("a log and an ijournal area");
+        assert_eq!(sb.log_areas[1].kind, AreaKind::IJournal);
+        assert_eq!(rd_be32(&dev.read_block(100 + 2048).unwrap(), 0), AREA_TABLE_MAGIC_TYPED);
+        let (_, logs, ij) = read_journal_areas(&dev, &area).expect("areas");
+        assert_eq!((logs.len(), ij.len()), (2, 1));
+        assert_eq!(ij[0].map(0).ok(), Some(100 + 2049 + 1024));
         // A 2 KiB block holds the table.
         let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 2048);
         let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).expect("two logs");

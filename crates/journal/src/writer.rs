@@ -13,7 +13,9 @@ use crate::error::JResult;
 use crate::revoke_block::RevokeBuilder;
 use crate::superblock::JournalFeatures;
 
-/// The transaction's log blocks in log order, without the commit block.
+/// The transaction's log blocks in log order, without the commit block. With the v1
+/// transaction checksum (`COMPAT_CHECKSUM`), which does not cover revoke blocks, revoke
+/// records stay in each block's first sector (see [`RevokeBuilder::sector_atomic`]).
 pub(crate) fn build_log_blocks(
     tid: Tid,
     features: JournalFeatures,
@@ -41,6 +43,9 @@ pub(crate) fn build_log_blocks_for(
     let mut out = Vec::with_capacity(versions.len() + versions.len() / per_desc + 2);
     if !revokes.is_empty() {
         let mut rb = RevokeBuilder::new(seq, features, uuid, block_size);
+        if features.compat_checksum() {
+            rb = rb.sector_atomic();
+        }
         for &r in revokes {
             rb.push(r);
         }
@@ -83,15 +88,30 @@ pub(crate) fn build_log_blocks_for(
     Ok(out)
 }
 
-/// The commit block of transaction `tid`, with its chain marks when the journal has several
-/// logs.
+/// JBD2's v1 transaction checksum (`calc_chksums` in recovery, `crc32_sum` in commit):
+/// crc32_be from `~0` over every descriptor block and every logged block, as written
+/// (escaped), in log order; revoke blocks are not covered.
+pub(crate) fn v1_checksum(blocks: &[(BlockKind, BlockBuf)]) -> u32 {
+    blocks
+        .iter()
+        .filter(|(k, _)| matches!(k, BlockKind::JournalDescriptor | BlockKind::JournalLogged))
+        .fold(!0u32, |crc, (_, b)| crate::checksum::crc32_be(crc, &b[..]))
+}
+
+/// The commit block of transaction `tid` whose log blocks are `blocks`, with its chain marks
+/// when the journal has several logs. With `COMPAT_CHECKSUM` it carries the v1 checksum
+/// of `blocks` (never zero fields: recovery takes type 0, size 0, sum 0 as "no checksum").
 pub(crate) fn commit_block(
     tid: Tid,
     features: JournalFeatures,
     uuid: [u8; 16],
     chain: Option<&crate::commit_block::ChainMarks>,
+    blocks: &[(BlockKind, BlockBuf)],
     block_size: usize,
 ) -> JResult<BlockBuf> {
-    let cb = CommitBlock::now(tid as u32);
+    let mut cb = CommitBlock::now(tid as u32);
+    if features.compat_checksum() && !features.csum_v2or3() {
+        cb = cb.with_v1_checksum(v1_checksum(blocks));
+    }
     Ok(BlockBuf::from(cb.encode_with(&features, csum_seed(&uuid), chain, block_size)?))
 }

@@ -211,3 +211,80 @@ pub fn draw_all(r: &SweepReport, dir: &Path) -> Result<Vec<String>, ChartError> 
     }
     Ok(out)
 }
+
+fn ratios<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    labels: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let n = labels.len().max(1);
+    let ymax = series.iter().flat_map(|(_, v)| v.iter().flatten().copied()).fold(1.2, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(110)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)?;
+    let l = labels.to_vec();
+    chart
+        .configure_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < l.len() {
+                l[i as usize].clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style(("sans-serif", 12).into_font().transform(FontTransform::Rotate90))
+        .y_desc("response time / nojournal")
+        .draw()?;
+    chart.draw_series(LineSeries::new(vec![(-0.5, 1.0), (n as f64 - 0.5, 1.0)], BLACK.stroke_width(1)))?;
+    for (k, (name, v)) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let pts: Vec<(f64, f64)> =
+            v.iter().enumerate().filter_map(|(i, y)| y.map(|y| (i as f64, y))).collect();
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 5, c.filled())))?
+            .label(name.clone())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 5, c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// A chart of ratios per labelled cell (one point per series and cell, a line at 1.0), as
+/// `stem.png` and `stem.svg` in `dir`.
+pub fn draw_ratios(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    labels: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> Result<(), ChartError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ChartError { file: dir.display().to_string(), msg: e.to_string() })?;
+    if !font_loaded() {
+        return Err(ChartError {
+            file: dir.display().to_string(),
+            msg: format!(
+                "no TrueType font at {} (apt-get install fonts-dejavu-core)",
+                FONT_PATHS.join(" or ")
+            ),
+        });
+    }
+    let mut out = Vec::new();
+    both(dir, stem, |a| ratios(a, title, labels, series), |a| ratios(a, title, labels, series), &mut out)
+}

@@ -8,7 +8,9 @@
 //!   repetitions; [`report`] and [`charts`] turn them into tables, JSON/CSV and figures;
 //! * [`compare`]: whether a fresh run agrees with committed results, ratio by ratio;
 //! * [`device`]: the device sanity check; [`smoke`]: the quickest look at this machine;
-//! * [`crash`]: the crash-consistency harness behind `cjfs crashtest`.
+//! * [`crash`]: the crash-consistency harness behind `cjfs crashtest`;
+//! * [`sqlite`]: the journaling-of-journal paper's SQLite benchmark with the SQLite library
+//!   itself, in-process on cjfs through an SQLite VFS or on any directory.
 
 pub mod bench;
 pub mod charts;
@@ -19,6 +21,7 @@ pub mod hist;
 pub mod machine;
 pub mod report;
 pub mod smoke;
+pub mod sqlite;
 pub mod stats;
 pub mod target;
 pub mod wait_stress;

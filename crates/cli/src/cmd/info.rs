@@ -12,7 +12,7 @@ use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
 use cjfs_journal::superblock::{
     AreaKind, COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_IJOURNAL,
     INCOMPAT_CJFS_LOGS, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE,
-    JournalSuperblock, read_superblock,
+    JournalSuperblock, read_log_areas, read_superblock,
 };
 use cjfs_journal::{JournalArea, JournalError};
 
@@ -194,7 +194,7 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
         area.extents().len()
     );
     let jerr = |e: JournalError| CliError::Journal { image: image.to_string(), source: e };
-    let j = read_superblock(&**dev, &area).map_err(jerr)?;
+    let (j, _) = read_log_areas(&**dev, &area).map_err(jerr)?;
     let version = match j.blocktype {
         3 => "v1".to_string(),
         4 => "v2".to_string(),

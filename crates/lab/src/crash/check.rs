@@ -314,7 +314,15 @@ fn e2fsck(path: &Path, fix: bool) -> Result<(i32, String), String> {
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with("e2fsck ") && !l.starts_with("Pass "))
         .collect();
-    let keep = tail.iter().rev().take(6).rev().copied().collect::<Vec<_>>().join(" | ");
+    // The last lines, and any line about a corrupt journal transaction before them.
+    let n = tail.len();
+    let keep = tail
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| *i + 6 >= n || l.contains("was corrupt"))
+        .map(|(_, l)| *l)
+        .collect::<Vec<_>>()
+        .join(" | ");
     Ok((out.status.code().unwrap_or(-1), keep))
 }
 
@@ -352,6 +360,9 @@ pub fn check_image(
 ) -> ImageOutcome {
     let mut out = ImageOutcome::default();
     let dev = Arc::new(CowDevice::new(base.clone(), changed.clone()).with_barrier(co.barrier));
+    // A single-I/O journal (v1 checksum, async commit) promises that stock tools end the log
+    // cleanly at a torn transaction, with no report of a corrupt one.
+    let single_io = journal_is_single_io(&dev);
     let (state, needed) = match open_read_unmount(opts, &dev) {
         Ok((st, needed, applied)) => {
             out.ij_applied = applied;
@@ -398,6 +409,11 @@ pub fn check_image(
             }
             if code >= 4 {
                 return Err(format!("e2fsck -fy on the crash image exited {code}: {msg}"));
+            }
+            if single_io && msg.contains("was corrupt") {
+                return Err(format!(
+                    "e2fsck -fy takes a transaction of the single-I/O journal for corrupt: {msg}"
+                ));
             }
             let fixed = scratch.read_b(base)?;
             let fdev = Arc::new(CowDevice::new(Arc::new(fixed), BTreeMap::new()).with_barrier(co.barrier));
@@ -451,6 +467,15 @@ pub fn check_image(
     }
     out.recovered = Some(state);
     out
+}
+
+/// Whether the journal on `dev` carries the single-I/O features (v1 transaction checksum
+/// with async commit), read before recovery.
+fn journal_is_single_io(dev: &Arc<CowDevice>) -> bool {
+    let d: Device = dev.clone();
+    let Ok((sb, _)) = cjfs_fs::mkfs::read_layout(&*d) else { return false };
+    cjfs_fs::fs::journal_logs(&d, &sb)
+        .is_ok_and(|(jsb, _)| cjfs_journal::single_io::is_single_io(jsb.features()))
 }
 
 /// Journal replay as `cjfs recover` does it (no mount); returns the changed blocks.

@@ -89,6 +89,13 @@ pub struct Bugs {
     /// iJournaling: leave out the records of the new directories on an fsynced file's path.
     #[serde(default)]
     pub skip_ancestor_record: bool,
+    /// File system: do not revoke blocks freed from data-journaled files.
+    #[serde(default)]
+    pub no_data_revoke: bool,
+    /// Single-I/O commit: write a transaction before the previous one is durable, with no
+    /// barrier between them.
+    #[serde(default)]
+    pub single_io_overlap: bool,
 }
 
 impl Bugs {
@@ -101,6 +108,8 @@ impl Bugs {
             || self.drop_marks
             || self.checkpoint_invalid
             || self.skip_ancestor_record
+            || self.no_data_revoke
+            || self.single_io_overlap
     }
 }
 
@@ -165,6 +174,7 @@ impl CrashConfig {
             o.bugs = cjfs_fs::FsBugs {
                 skip_size_update_journal: self.bugs.skip_size_update_journal,
                 skip_ancestor_record: self.bugs.skip_ancestor_record,
+                no_data_revoke: self.bugs.no_data_revoke,
             };
             o.journal.bugs = cjfs_journal::PlantedBugs {
                 skip_preflush: self.bugs.skip_preflush,
@@ -172,6 +182,7 @@ impl CrashConfig {
                 drop_revokes: self.bugs.drop_revokes,
                 drop_marks: self.bugs.drop_marks,
                 checkpoint_invalid: self.bugs.checkpoint_invalid,
+                single_io_overlap: self.bugs.single_io_overlap,
             };
         }
         #[cfg(not(feature = "planted-bugs"))]

@@ -68,7 +68,7 @@ use std::sync::Arc;
 use cjfs_fs::{FileType, Fs, FsError, Ino, ROOT_INO};
 use serde::{Deserialize, Serialize};
 
-use super::workloads::{Op, pattern, split_path};
+use super::workloads::{Op, magic_pattern, pattern, split_path};
 
 /// Sector size content hashes are taken over.
 pub const SECTOR: usize = 512;
@@ -551,7 +551,7 @@ impl Model {
                 self.inodes.insert(ino, node);
                 self.add_name(path, ino, &mut ch);
             }
-            Op::Write { path, off, len, seed } => {
+            Op::Write { path, off, len, seed } | Op::WriteMagic { path, off, len, seed } => {
                 if let Some(ino) = self.ino_of(path)
                     && let Some(n) = self.inodes.get_mut(&ino)
                 {
@@ -559,7 +559,11 @@ impl Model {
                     if n.data.len() < end {
                         n.data.resize(end, 0);
                     }
-                    n.data[*off as usize..end].copy_from_slice(&pattern(*seed, *off, *len));
+                    let bytes = match op {
+                        Op::WriteMagic { .. } => magic_pattern(*seed, *off, *len),
+                        _ => pattern(*seed, *off, *len),
+                    };
+                    n.data[*off as usize..end].copy_from_slice(&bytes);
                     ch.inos.insert(ino);
                 }
             }
@@ -667,7 +671,8 @@ impl Model {
                     ch.inos.insert(ino);
                 }
             }
-            Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount => {}
+            // The data mode is not part of the logical state.
+            Op::SetJournalData { .. } | Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount => {}
         }
         ch
     }

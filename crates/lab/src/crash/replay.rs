@@ -155,6 +155,7 @@ fn kind_code(k: BlockKind) -> u8 {
         BlockKind::JournalRevoke => 7,
         BlockKind::Superblock => 8,
         BlockKind::Recovery => 9,
+        BlockKind::JournalTransaction => 10,
     }
 }
 
@@ -170,6 +171,7 @@ fn kind_of_code(c: u8) -> Result<BlockKind, CrashError> {
         7 => BlockKind::JournalRevoke,
         8 => BlockKind::Superblock,
         9 => BlockKind::Recovery,
+        10 => BlockKind::JournalTransaction,
         _ => return Err(bad(format!("unknown block kind {c}"))),
     })
 }

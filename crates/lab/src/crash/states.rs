@@ -20,9 +20,13 @@
 //!   subset when there are at most [`StateOptions::exhaustive_limit`], seeded random subsets
 //!   and every in-order prefix beyond), barrier order respected;
 //! * **torn writes**: the in-flight writes before one write `w`, plus `w` torn — only some
-//!   of its 512-byte sectors (single-block writes) or only a prefix of its blocks
-//!   (multi-block writes) reached the medium. Commit blocks, journal superblocks and file
-//!   system superblocks are always torn; other writes by seeded sample.
+//!   of its 512-byte sectors reached the medium. A multi-block write is one command, torn
+//!   anywhere inside at sector granularity: a prefix of its blocks (the likely case), and
+//!   sector subsets that are not prefixes — its last block without the others (a commit
+//!   block persisted before the transaction it closes), every block but one in the middle,
+//!   its first block short of a sector, and seeded random sector subsets. Commit blocks,
+//!   whole-transaction writes (the single-I/O commit), journal superblocks and file system
+//!   superblocks are always torn; other writes by seeded sample.
 //!
 //! One tear is outside the model: inside the primary ext4 superblock (device bytes
 //! 1024..2048, two sectors). The format keeps every field that changes in place (state,
@@ -198,6 +202,7 @@ impl ParsedLog {
                         | BlockKind::JournalLogged
                         | BlockKind::JournalCommit
                         | BlockKind::JournalRevoke
+                        | BlockKind::JournalTransaction
                 )
             })
             .filter_map(|w| w.tx)
@@ -249,7 +254,7 @@ impl ParsedLog {
 }
 
 /// How a write was torn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Tear {
     /// Log position of the torn write.
     pub write: usize,
@@ -257,6 +262,27 @@ pub struct Tear {
     pub blocks: u32,
     /// Sectors of the next block that reached it (bit mask; 0 = none).
     pub sectors: u8,
+    /// A tear that is not a prefix: for each block of the write, the sectors that reached
+    /// the medium (bit mask; `blocks` and `sectors` are then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask: Option<Vec<u8>>,
+}
+
+impl Tear {
+    /// The sectors of each of the write's `nb` blocks that reached the medium (`full` is
+    /// every sector of a block).
+    pub fn sectors_per_block(&self, nb: usize, full: u8) -> Vec<u8> {
+        match &self.mask {
+            Some(m) => (0..nb).map(|k| m.get(k).copied().unwrap_or(0) & full).collect(),
+            None => (0..nb)
+                .map(|k| match k.cmp(&(self.blocks as usize)) {
+                    std::cmp::Ordering::Less => full,
+                    std::cmp::Ordering::Equal => self.sectors & full,
+                    std::cmp::Ordering::Greater => 0,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A crash state, reproducible from the same log.
@@ -296,12 +322,18 @@ impl StateDesc {
             s.push_str(&format!(": {}", names.join(", ")));
         }
         if let Some(t) = &self.torn {
-            s.push_str(&format!(
-                "; torn: {} ({} whole block(s), sectors {:08b} of the next)",
-                name(t.write),
-                t.blocks,
-                t.sectors
-            ));
+            match &t.mask {
+                None => s.push_str(&format!(
+                    "; torn: {} ({} whole block(s), sectors {:08b} of the next)",
+                    name(t.write),
+                    t.blocks,
+                    t.sectors
+                )),
+                Some(m) => {
+                    let per: Vec<String> = m.iter().map(|b| format!("{b:08b}")).collect();
+                    s.push_str(&format!("; torn: {} (sectors per block {})", name(t.write), per.join(" ")));
+                }
+            }
         }
         s
     }
@@ -330,7 +362,39 @@ impl Default for StateOptions {
 }
 
 fn important(kind: BlockKind) -> bool {
-    matches!(kind, BlockKind::JournalCommit | BlockKind::JournalSuper | BlockKind::Superblock)
+    matches!(
+        kind,
+        BlockKind::JournalCommit
+            | BlockKind::JournalSuper
+            | BlockKind::Superblock
+            | BlockKind::JournalTransaction
+    )
+}
+
+/// Tears of a write of `nb` blocks (`all`: the sector mask of a whole block) that are not
+/// prefixes: the last block alone, every block but a middle one, the first block short of
+/// its last sector, and `random` seeded sector subsets.
+fn scattered_tears(nb: usize, all: u8, random: usize, rng: &mut StdRng) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    if nb < 2 {
+        return out;
+    }
+    let mut last_only = vec![0u8; nb];
+    last_only[nb - 1] = all;
+    out.push(last_only);
+    let mut hole = vec![all; nb];
+    hole[nb / 2] = 0;
+    out.push(hole);
+    let mut first_short = vec![all; nb];
+    first_short[0] = all & !(1u8 << (all.count_ones() - 1));
+    out.push(first_short);
+    for _ in 0..random {
+        let m: Vec<u8> = (0..nb).map(|_| rng.r#gen::<u8>() & all).collect();
+        if m.iter().any(|&b| b != all) && m.iter().any(|&b| b != 0) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// Every crash state of `log` (see the module docs). The first of each crash point is its
@@ -394,6 +458,7 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             let mut tears: Vec<(u32, u8)> = Vec::new();
             // Sector masks beyond the block's sectors (small blocks) are cut to them.
             let all = sector_mask(w.bufs.first().map_or(0, |b| b.len()));
+            let all_sectors = all;
             if nb == 1 {
                 for s in [0b0000_0001u8, 0b0000_1111, 0b0111_1111, 0b1111_0000] {
                     tears.push((0, s & all));
@@ -406,15 +471,40 @@ pub fn generate(log: &ParsedLog, o: &StateOptions) -> Vec<StateDesc> {
             }
             tears.sort_unstable();
             tears.dedup();
-            for (blocks, sectors) in tears {
+            let mut torn: Vec<Tear> = tears
+                .into_iter()
+                .map(|(blocks, sectors)| Tear { write: w.pos, blocks, sectors, mask: None })
+                .collect();
+            let random = if important(w.kind) { 2 } else { 0 };
+            for m in scattered_tears(nb as usize, all, random, &mut rng) {
+                torn.push(Tear { write: w.pos, blocks: 0, sectors: 0, mask: Some(m) });
+            }
+            // A whole-transaction write torn inside while every later write in flight
+            // reached the medium (where barriers allow): a valid commit after a torn one,
+            // which recovery must never meet unless the writer let them overlap.
+            let later = if w.kind == BlockKind::JournalTransaction && k + 1 < n {
+                let mut all: Vec<bool> = (0..n).map(|j| j != k).collect();
+                all[k] = false;
+                log.barrier_ok(&pending, &all).then(|| {
+                    let mut d = mk(&all, "torn");
+                    let mut hole = vec![all_sectors; nb as usize];
+                    hole[nb as usize / 2] = 0;
+                    d.torn = Some(Tear { write: w.pos, blocks: 0, sectors: 0, mask: Some(hole) });
+                    d
+                })
+            } else {
+                None
+            };
+            for t in torn {
                 let mut d = base.clone();
-                d.torn = Some(Tear { write: w.pos, blocks, sectors });
+                d.torn = Some(t);
                 if important(w.kind) {
                     prio.push(d);
                 } else {
                     rest.push(d);
                 }
             }
+            prio.extend(later);
         }
     }
     if o.max_states > 0 && prio.len() + rest.len() > o.max_states {
@@ -454,9 +544,10 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
         chosen.push(log.write_at(p).ok_or_else(|| format!("no write at log position {p}"))?);
     }
     let torn = match &d.torn {
-        Some(t) => {
-            Some((log.write_at(t.write).ok_or_else(|| format!("no write at log position {}", t.write))?, *t))
-        }
+        Some(t) => Some((
+            log.write_at(t.write).ok_or_else(|| format!("no write at log position {}", t.write))?,
+            t.clone(),
+        )),
         None => None,
     };
     if let Some((i, _)) = torn {
@@ -475,26 +566,28 @@ pub fn overlay(log: &ParsedLog, base: &[u8], d: &StateDesc) -> Result<Overlay, S
             }
         }
     };
+    let full = sector_mask(bs);
     for i in chosen {
         let w = &log.writes[i];
-        let (whole, partial) = match torn {
-            Some((ti, t)) if ti == i => (t.blocks as usize, Some(t.sectors)),
-            _ => (w.bufs.len(), None),
+        let per = match &torn {
+            Some((ti, t)) if *ti == i => t.sectors_per_block(w.bufs.len(), full),
+            _ => vec![full; w.bufs.len()],
         };
-        for k in 0..whole.min(w.bufs.len()) {
-            blocks.insert(w.block + k as u64, (w.bufs[k].clone(), w.hashes[k]));
-        }
-        if let Some(mask) = partial
-            && mask != 0
-            && whole < w.bufs.len()
-        {
-            let b = w.block + whole as u64;
+        for (k, &mask) in per.iter().enumerate() {
+            let b = w.block + k as u64;
+            if mask == full {
+                blocks.insert(b, (w.bufs[k].clone(), w.hashes[k]));
+                continue;
+            }
             let mask = superblock_atomic(mask, b, bs);
+            if mask == 0 {
+                continue;
+            }
             let mut cur = block_of(&blocks, b);
             for s in 0..(bs / 512) as u8 {
                 if mask >> s & 1 == 1 {
                     let r = s as usize * 512..(s as usize + 1) * 512;
-                    cur[r.clone()].copy_from_slice(&w.bufs[whole][r]);
+                    cur[r.clone()].copy_from_slice(&w.bufs[k][r]);
                 }
             }
             let h = hash64(&cur);
@@ -592,9 +685,47 @@ mod tests {
         assert_eq!(ov.blocks.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
         // A torn single-block write keeps only some sectors.
         let mut d = subsets[0].clone();
-        d.torn = Some(Tear { write: 0, blocks: 0, sectors: 0b0000_0001 });
+        d.torn = Some(Tear { write: 0, blocks: 0, sectors: 0b0000_0001, mask: None });
         let ov = overlay(&p, &vec![0u8; 8 * BLOCK_SIZE], &d).expect("overlay");
         let b = &ov.blocks[&1];
         assert!(b[..512].iter().all(|&x| x == 1) && b[512..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_multi_block_write_is_one_command_torn_anywhere_at_sector_granularity() {
+        // One write of four blocks (a whole transaction), in flight at the end of the log.
+        let log = vec![RecordedOp::Write {
+            seq: 0,
+            block: 2,
+            bufs: (1..=4u8).map(|v| block_from_slice(&[v; BLOCK_SIZE])).collect(),
+            tag: WriteTag::tx(BlockKind::JournalTransaction, TxId::new(0, 7)),
+            fua: false,
+        }];
+        let p = ParsedLog::parse(&log);
+        assert_eq!(p.writes.len(), 1, "one command");
+        assert_eq!(p.txs_in_flight(p.len), 1);
+        let states = generate(&p, &StateOptions::default());
+        let masks: Vec<Vec<u8>> =
+            states.iter().filter_map(|d| d.torn.as_ref()).map(|t| t.sectors_per_block(4, 0xff)).collect();
+        // The commit block (last) without the body, a hole in the middle, a short first
+        // block, and prefixes are all among the tears.
+        assert!(masks.contains(&vec![0, 0, 0, 0xff]), "{masks:?}");
+        assert!(masks.contains(&vec![0xff, 0xff, 0, 0xff]), "{masks:?}");
+        assert!(masks.contains(&vec![0x7f, 0xff, 0xff, 0xff]), "{masks:?}");
+        assert!(masks.contains(&vec![0xff, 0, 0, 0]), "{masks:?}");
+        // The overlay of "last block only" holds block 5 and nothing of blocks 2..=4.
+        let d = states
+            .iter()
+            .find(|d| d.torn.as_ref().is_some_and(|t| t.sectors_per_block(4, 0xff) == vec![0, 0, 0, 0xff]))
+            .expect("last-only tear");
+        let ov = overlay(&p, &vec![0u8; 8 * BLOCK_SIZE], d).expect("overlay");
+        assert_eq!(ov.blocks.keys().copied().collect::<Vec<_>>(), vec![5]);
+        // A sector-level tear keeps exactly its sectors.
+        let mut d = d.clone();
+        d.torn = Some(Tear { write: 0, blocks: 0, sectors: 0, mask: Some(vec![0b1000_0001, 0, 0, 0]) });
+        let ov = overlay(&p, &vec![0u8; 8 * BLOCK_SIZE], &d).expect("overlay");
+        let b = &ov.blocks[&2];
+        assert!(b[..512].iter().all(|&x| x == 1) && b[512..3584].iter().all(|&x| x == 0));
+        assert!(b[3584..].iter().all(|&x| x == 1));
     }
 }

@@ -122,6 +122,27 @@ pub enum Op {
         /// Attribute name.
         name: String,
     },
+    /// Write `len` bytes like [`Op::Write`], but every 4 KiB-aligned block of the file the
+    /// write covers starts with the JBD2 magic number (big-endian `0xC03B3998`), so a
+    /// journaled copy must be escaped (JBD2's `JBD2_FLAG_ESCAPE`) and restored at replay.
+    WriteMagic {
+        /// Path.
+        path: String,
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+        /// Pattern seed.
+        seed: u32,
+    },
+    /// Turn data journaling of a file on or off (`chattr ±j`; turning it off empties the
+    /// journal first, as ext4 does).
+    SetJournalData {
+        /// Path.
+        path: String,
+        /// On (`+j`) or off (`-j`).
+        on: bool,
+    },
     /// fsync (a file or a directory).
     Fsync {
         /// Path.
@@ -150,6 +171,10 @@ impl Op {
             Op::Creat { path } => format!("creat {path}"),
             Op::Mkdir { path } => format!("mkdir {path}"),
             Op::Write { path, off, len, seed } => format!("write {path} off={off} len={len} seed={seed}"),
+            Op::WriteMagic { path, off, len, seed } => {
+                format!("write-jbd2-magic {path} off={off} len={len} seed={seed}")
+            }
+            Op::SetJournalData { path, on } => format!("chattr {}j {path}", if *on { '+' } else { '-' }),
             Op::Truncate { path, size } => format!("truncate {path} {size}"),
             Op::Fallocate { path, mode, off, len } => format!("fallocate {path} {mode} off={off} len={len}"),
             Op::Link { from, to } => format!("link {from} {to}"),
@@ -238,6 +263,21 @@ pub fn pattern(seed: u32, off: u64, len: u64) -> Vec<u8> {
     (0..len).map(|i| pattern_byte(seed, off + i)).collect()
 }
 
+/// The bytes an [`Op::WriteMagic`] writes: the pattern, with the JBD2 magic number at the
+/// start of every 4 KiB block of the file.
+pub fn magic_pattern(seed: u32, off: u64, len: u64) -> Vec<u8> {
+    const MAGIC: [u8; 4] = [0xC0, 0x3B, 0x39, 0x98];
+    (0..len)
+        .map(|i| {
+            let pos = off + i;
+            match pos % 4096 {
+                k @ 0..4 => MAGIC[k as usize],
+                _ => pattern_byte(seed, pos),
+            }
+        })
+        .collect()
+}
+
 /// Split a path into (parent path, name).
 pub fn split_path(path: &str) -> (&str, &str) {
     match path.rfind('/') {
@@ -273,9 +313,12 @@ pub fn exec(fs: &Fs, op: &Op) -> Result<Option<Ino>, FsError> {
             let (p, n) = parent_name(path)?;
             Ok(Some(fs.mkdir(p, &n, 0o755, 0, 0)?.ino))
         }
-        Op::Write { path, off, len, seed } => {
+        Op::Write { path, off, len, seed } | Op::WriteMagic { path, off, len, seed } => {
             let ino = fs.resolve(path)?;
-            let data = pattern(*seed, *off, *len);
+            let data = match op {
+                Op::WriteMagic { .. } => magic_pattern(*seed, *off, *len),
+                _ => pattern(*seed, *off, *len),
+            };
             let mut done = 0usize;
             while done < data.len() {
                 let n = fs.write(ino, off + done as u64, &data[done..])?;
@@ -330,6 +373,10 @@ pub fn exec(fs: &Fs, op: &Op) -> Result<Option<Ino>, FsError> {
         Op::RemoveXattr { path, name } => {
             let ino = fs.resolve(path)?;
             fs.removexattr(ino, name.as_bytes())?;
+            Ok(None)
+        }
+        Op::SetJournalData { path, on } => {
+            fs.set_journal_data(fs.resolve(path)?, *on)?;
             Ok(None)
         }
         Op::Fsync { path } => {
@@ -1082,6 +1129,134 @@ pub fn zjournal_cases(rounds: usize) -> Vec<Workload> {
     vec![shared, overwrite, reuse, starve]
 }
 
+/// Journaling of journal's cases (FAST'14; the crash cases of its issue), meaningful for
+/// every preset and in both data modes:
+///
+/// * `joj-reuse`: a block journaled for a data-journaled (`+j`) file, the file deleted (the
+///   block revoked), the block reused by an ordered file that writes it in place and
+///   fsyncs, with no checkpoint in between: without the revoke, recovery would replay the
+///   old journaled copy over the ordered file's data.
+/// * `joj-escape`: data whose blocks begin with the JBD2 magic number, journaled (escaped
+///   in the log, restored at replay) and written in place.
+/// * `joj-switch`: `chattr -j` and `+j` on a file that is rewritten in both modes, with
+///   three other threads writing and fsyncing files of their own (data-journaled and
+///   ordered) meanwhile: no journaled copy from before a switch to ordered may be replayed
+///   over newer data written in place.
+/// * `joj-sqlite`: the file pattern of an SQLite rollback-journal transaction (journal file
+///   created, written, fsynced, its header rewritten and fsynced, database pages rewritten
+///   and fsynced, the journal deleted) and of a WAL (small appends, fdatasync each, then a
+///   large run), which the `adaptive` preset switches between data modes.
+pub fn joj_cases(rounds: usize) -> Vec<Workload> {
+    let reuse = Workload::sequential(
+        "joj-reuse",
+        vec![Op::Sync],
+        vec![
+            Op::Creat { path: "j".into() },
+            Op::SetJournalData { path: "j".into(), on: true },
+            Op::Write { path: "j".into(), off: 0, len: 32768, seed: 61 },
+            Op::Fsync { path: "j".into() },
+            Op::Unlink { path: "j".into() },
+            Op::Sync,
+            Op::Creat { path: "o".into() },
+            Op::Write { path: "o".into(), off: 0, len: 32768, seed: 62 },
+            Op::Fsync { path: "o".into() },
+            Op::Write { path: "o".into(), off: 0, len: 8192, seed: 63 },
+            Op::Fdatasync { path: "o".into() },
+        ],
+    );
+    let escape = Workload::sequential(
+        "joj-escape",
+        vec![Op::Sync],
+        vec![
+            Op::Creat { path: "m".into() },
+            Op::SetJournalData { path: "m".into(), on: true },
+            Op::WriteMagic { path: "m".into(), off: 0, len: 12288, seed: 64 },
+            Op::Fsync { path: "m".into() },
+            Op::WriteMagic { path: "m".into(), off: 4096, len: 8192, seed: 65 },
+            Op::Fdatasync { path: "m".into() },
+            Op::Creat { path: "n".into() },
+            Op::WriteMagic { path: "n".into(), off: 0, len: 8192, seed: 66 },
+            Op::Fsync { path: "n".into() },
+        ],
+    );
+    let mut setup = vec![Op::Creat { path: "s".into() }, Op::SetJournalData { path: "s".into(), on: true }];
+    setup.push(Op::Write { path: "s".into(), off: 0, len: 32768, seed: 70 });
+    for t in 1..4 {
+        let p = format!("t{t}");
+        setup.push(Op::Creat { path: p.clone() });
+        if t == 1 {
+            setup.push(Op::SetJournalData { path: p.clone(), on: true });
+        }
+        setup.push(Op::Write { path: p, off: 0, len: 16384, seed: 70 + t });
+    }
+    setup.push(Op::Sync);
+    let switch = Workload {
+        name: "joj-switch".into(),
+        setup,
+        rounds: (0..rounds)
+            .map(|r| {
+                let seed = 1000 + r as u32 * 4;
+                let off = (r as u64 % 4) * 4096;
+                let s = "s".to_string();
+                let first = match r % 6 {
+                    0 | 3 => Op::Write { path: s, off, len: 8192, seed },
+                    1 => Op::Fsync { path: s },
+                    2 => Op::SetJournalData { path: s, on: false },
+                    4 => Op::Fdatasync { path: s },
+                    _ => Op::SetJournalData { path: s, on: true },
+                };
+                std::iter::once(first)
+                    .chain((1..4).map(|t| {
+                        let p = format!("t{t}");
+                        match r % 3 {
+                            0 => Op::Write { path: p, off: (r as u64 % 3) * 4096, len: 6000, seed: seed + t },
+                            1 => Op::Fdatasync { path: p },
+                            _ => Op::Fsync { path: p },
+                        }
+                    }))
+                    .collect()
+            })
+            .collect(),
+        free_running: true,
+    };
+    let mut ops =
+        vec![Op::Creat { path: "db".into() }, Op::Write { path: "db".into(), off: 0, len: 16384, seed: 80 }];
+    ops.push(Op::Fsync { path: "db".into() });
+    for i in 0..2u32 {
+        ops.extend([
+            Op::Creat { path: "db-journal".into() },
+            Op::Write { path: "db-journal".into(), off: 0, len: 512, seed: 81 + i },
+            Op::Write { path: "db-journal".into(), off: 512, len: 8200, seed: 82 + i },
+            Op::Fsync { path: "db-journal".into() },
+            Op::Write { path: "db-journal".into(), off: 0, len: 28, seed: 83 + i },
+            Op::Fsync { path: "db-journal".into() },
+            Op::Write { path: "db".into(), off: 4096 * u64::from(i), len: 8192, seed: 84 + i },
+            Op::Fdatasync { path: "db".into() },
+            Op::Unlink { path: "db-journal".into() },
+        ]);
+    }
+    ops.push(Op::Creat { path: "db-wal".into() });
+    for i in 0..4u64 {
+        ops.push(Op::Write { path: "db-wal".into(), off: 32 + i * 4120, len: 4120, seed: 90 + i as u32 });
+        ops.push(Op::Fdatasync { path: "db-wal".into() });
+    }
+    for i in 0..2u64 {
+        // Large runs (a WAL of a big transaction, or a checkpoint into the database), each
+        // of two writes that fit one handle: the model takes a write's size change as
+        // atomic, and a write of more than 1 MiB is several handles, which a data=journal
+        // transaction filling up may commit apart.
+        for k in 0..2u64 {
+            let at = 4 + i * 300 + k * 150;
+            ops.push(Op::Write { path: "db-wal".into(), off: 32 + at * 4120, len: 150 * 4120, seed: 95 });
+        }
+        ops.push(Op::Fdatasync { path: "db-wal".into() });
+    }
+    ops.push(Op::Write { path: "db-wal".into(), off: 32, len: 4120, seed: 97 });
+    ops.push(Op::Fdatasync { path: "db-wal".into() });
+    let sqlite = Workload::sequential("joj-sqlite", vec![Op::Sync], ops);
+    vec![reuse, escape, switch, sqlite]
+}
+
 /// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
 /// random workloads.
 pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
@@ -1105,6 +1280,7 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
         v.push(overwrite_fsyncs(&format!("mtover8-{i:03}"), 8, 12, seed.wrapping_add(0x200 + i as u64)));
     }
     v.extend(zjournal_cases(12));
+    v.extend(joj_cases(24));
     v
 }
 
@@ -1125,6 +1301,7 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
     ]
     .into_iter()
     .chain(zjournal_cases(6))
+    .chain(joj_cases(12))
     .collect()
 }
 

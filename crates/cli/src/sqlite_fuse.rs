@@ -1,0 +1,76 @@
+//! The SQLite matrix through `cjfs mount` (FUSE): for every repetition and configuration a
+//! fresh image file is made, mounted by this program's `mount` command with the
+//! configuration's preset and data mode, the rounds run with SQLite's own unix VFS on the
+//! mount, and the image unmounted (its daemon gone before the next one).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::{DataMode, MkfsOptions, mkfs};
+use cjfs_lab::sqlite::{IMAGE_MIB, MatrixSpec, Row, run_dir_rounds};
+
+use crate::error::{CliError, CliResult};
+
+/// Run `spec`'s configurations through FUSE mounts of image files in `dir`.
+pub fn run(dir: &Path, spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> CliResult<Vec<Row>> {
+    let io = |path: &Path| {
+        let p = path.display().to_string();
+        move |source| CliError::Io { path: p.clone(), source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let img = dir.join("sqlite-fuse.img");
+    let mnt = dir.join("sqlite-fuse-mnt");
+    std::fs::create_dir_all(&mnt).map_err(io(&mnt))?;
+    let exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
+    let mut rows = Vec::new();
+    for rep in 0..spec.reps {
+        for cfg in &spec.configs {
+            let _ = std::fs::remove_file(&img);
+            {
+                let opts = FileDeviceOptions { create_size: Some(IMAGE_MIB << 20), ..Default::default() };
+                let dev: Device = Arc::new(
+                    FileDevice::open(&img, opts)
+                        .map_err(|e| CliError::Msg(format!("{}: {e}", img.display())))?,
+                );
+                mkfs(&*dev, &MkfsOptions::default()).map_err(|e| CliError::Msg(format!("mkfs: {e}")))?;
+            }
+            let data = match cfg.data {
+                DataMode::Ordered => "ordered",
+                DataMode::Journal => "journal",
+            };
+            let st = std::process::Command::new(&exe)
+                .arg("mount")
+                .arg(&img)
+                .arg(&mnt)
+                .arg("-o")
+                .arg(format!("journal={},data={data}", cfg.preset))
+                .status()
+                .map_err(io(&exe))?;
+            if !st.success() {
+                return Err(CliError::Msg(format!("cjfs mount for {} failed ({st})", cfg.label)));
+            }
+            let r = run_dir_rounds(&mnt, spec, cfg, "fuse-image-file", rep, progress);
+            unmount_and_wait(&mnt, &img)?;
+            rows.extend(r.map_err(|e| CliError::Msg(e.to_string()))?);
+        }
+    }
+    let _ = std::fs::remove_file(&img);
+    Ok(rows)
+}
+
+/// Unmount `mnt` and wait until the daemon released `img` (its writer lock).
+fn unmount_and_wait(mnt: &Path, img: &Path) -> CliResult<()> {
+    cjfs_fuse::unmount_dir(mnt).map_err(|e| CliError::Msg(format!("unmount {}: {e}", mnt.display())))?;
+    let t0 = Instant::now();
+    loop {
+        if FileDevice::open(img, FileDeviceOptions::default()).is_ok() {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            return Err(CliError::Msg(format!("the mount daemon of {} did not exit", img.display())));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,258 @@
+//! The SQLite matrix as tables, JSON, CSV and charts, with the paper's acceptance figures:
+//! over its 24 cells (insert/update/delete × 1/1000 operations per transaction ×
+//! rollback (`DELETE`)/WAL × eMMC/SATA), how often `adaptive` is within 6 % of `nojournal`,
+//! its mean ratio, and whether `joj` beats stock data journaling in every cell.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{JournalMode, MatrixSpec, Phase, Row, medians};
+use crate::machine::Machine;
+
+/// The paper's devices (the emulated presets standing for its Nexus 7 eMMC and Intel 311).
+pub const PAPER_DEVICES: [&str; 2] = ["emmc", "sata-ssd"];
+
+/// Acceptance figures over the paper's cells that were measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Acceptance {
+    /// Paper cells measured (at most 24).
+    pub cells: usize,
+    /// Cells where `adaptive` / `nojournal` <= 1.06.
+    pub adaptive_within_6pct: usize,
+    /// Mean of `adaptive` / `nojournal` over the cells.
+    pub adaptive_mean_ratio: f64,
+    /// Cells where `joj` < `data`.
+    pub joj_faster_than_data: usize,
+    /// Cells where `adaptive` / `nojournal` > 1.06, named.
+    pub adaptive_misses: Vec<String>,
+    /// Cells where `joj` >= `data`, named.
+    pub joj_misses: Vec<String>,
+}
+
+/// Everything written to `results.json`.
+#[derive(Debug, Serialize)]
+pub struct Results<'a> {
+    /// The machine.
+    pub machine: &'a Machine,
+    /// What was run.
+    pub spec: &'a MatrixSpec,
+    /// SQLite's version.
+    pub sqlite: String,
+    /// Acceptance figures.
+    pub acceptance: Option<Acceptance>,
+    /// Every measurement.
+    pub rows: &'a [Row],
+}
+
+fn cell_name(dev: &str, mode: JournalMode, per_txn: usize, phase: Phase) -> String {
+    format!("{dev} {} {per_txn}-op {}", mode.name(), phase.name())
+}
+
+/// The acceptance figures, if the matrix holds `nojournal`, `adaptive`, `joj` and `data`.
+pub fn acceptance(rows: &[Row]) -> Option<Acceptance> {
+    let med = medians(rows);
+    let get =
+        |k: &(String, JournalMode, usize, Phase), c: &str| med.get(&(k.clone(), c.to_string())).copied();
+    let keys: BTreeSet<(String, JournalMode, usize, Phase)> = med
+        .keys()
+        .map(|(k, _)| k.clone())
+        .filter(|k| {
+            PAPER_DEVICES.contains(&k.0.as_str())
+                && matches!(k.1, JournalMode::Delete | JournalMode::Wal)
+                && matches!(k.2, 1 | 1000)
+        })
+        .collect();
+    let mut a = Acceptance {
+        cells: 0,
+        adaptive_within_6pct: 0,
+        adaptive_mean_ratio: 0.0,
+        joj_faster_than_data: 0,
+        adaptive_misses: Vec::new(),
+        joj_misses: Vec::new(),
+    };
+    let mut sum = 0.0;
+    for k in &keys {
+        let (Some(n), Some(ad), Some(jo), Some(da)) =
+            (get(k, "nojournal"), get(k, "adaptive"), get(k, "joj"), get(k, "data"))
+        else {
+            continue;
+        };
+        a.cells += 1;
+        let r = ad / n;
+        sum += r;
+        let name = cell_name(&k.0, k.1, k.2, k.3);
+        if r <= 1.06 {
+            a.adaptive_within_6pct += 1;
+        } else {
+            a.adaptive_misses.push(format!("{name} ({r:.2})"));
+        }
+        if jo < da {
+            a.joj_faster_than_data += 1;
+        } else {
+            a.joj_misses.push(format!("{name} ({:.2})", jo / da));
+        }
+    }
+    if a.cells == 0 {
+        return None;
+    }
+    a.adaptive_mean_ratio = sum / a.cells as f64;
+    Some(a)
+}
+
+/// The tables: per device, one line per cell with each configuration's median response
+/// time (ms) and its ratio to `nojournal`.
+pub fn tables(rows: &[Row]) -> String {
+    let med = medians(rows);
+    let mut configs: Vec<String> = Vec::new();
+    for r in rows {
+        if !configs.contains(&r.config) {
+            configs.push(r.config.clone());
+        }
+    }
+    let devices: BTreeSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
+    let mut out = String::new();
+    for dev in devices {
+        let _ = writeln!(out, "\n#### {dev} (mean transaction response time, ms; ratio to nojournal)\n");
+        let mut head = "| mode | op/txn | phase |".to_string();
+        let mut sep = "|---|---:|---|".to_string();
+        for c in &configs {
+            let _ = write!(head, " {c} |");
+            sep.push_str("---:|");
+        }
+        let _ = writeln!(out, "{head}\n{sep}");
+        let cells: BTreeSet<(JournalMode, usize, Phase)> =
+            rows.iter().filter(|r| r.device == dev).map(|r| (r.mode, r.per_txn, r.phase)).collect();
+        for (mode, per_txn, phase) in cells {
+            let key = (dev.to_string(), mode, per_txn, phase);
+            let base = med.get(&(key.clone(), "nojournal".to_string())).copied();
+            let _ = write!(out, "| {} | {per_txn} | {} |", mode.name(), phase.name());
+            for c in &configs {
+                match med.get(&(key.clone(), c.clone())) {
+                    Some(v) => match base {
+                        Some(b) if c != "nojournal" => {
+                            let _ = write!(out, " {:.2} ({:.2}) |", v / 1000.0, v / b);
+                        }
+                        _ => {
+                            let _ = write!(out, " {:.2} |", v / 1000.0);
+                        }
+                    },
+                    None => out.push_str(" - |"),
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Write `results.json`, `results.csv`, `tables.md` and the charts into `dir`; returns the
+/// acceptance figures.
+pub fn write(
+    dir: &Path,
+    machine: &Machine,
+    spec: &MatrixSpec,
+    rows: &[Row],
+) -> std::io::Result<Option<Acceptance>> {
+    std::fs::create_dir_all(dir)?;
+    let acc = acceptance(rows);
+    let res =
+        Results { machine, spec, sqlite: rusqlite::version().to_string(), acceptance: acc.clone(), rows };
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&res).map_err(std::io::Error::other)?,
+    )?;
+    let mut csv = String::from(
+        "device,config,mode,per_txn,phase,rep,txns,mean_us,flushes,single_io_commits,device_writes,device_bytes,syncs,to_data,to_ordered,switch_ms\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{:.2}",
+            r.device,
+            r.config,
+            r.mode.name(),
+            r.per_txn,
+            r.phase.name(),
+            r.rep,
+            r.txns,
+            r.mean_us,
+            r.round.flushes,
+            r.round.single_io_commits,
+            r.round.device_writes,
+            r.round.device_bytes,
+            r.round.syncs,
+            r.round.switches.0,
+            r.round.switches.1,
+            r.round.switch_ms
+        );
+    }
+    std::fs::write(dir.join("results.csv"), csv)?;
+    let mut md = format!("{}\n\nSQLite {}\n", machine.line(), rusqlite::version());
+    md.push_str(&tables(rows));
+    if let Some(a) = &acc {
+        let _ = writeln!(
+            md,
+            "\nPaper cells measured: {} · adaptive within 6 % of nojournal in {} · adaptive / nojournal mean {:.3} · joj faster than data journaling in {}",
+            a.cells, a.adaptive_within_6pct, a.adaptive_mean_ratio, a.joj_faster_than_data
+        );
+        if !a.adaptive_misses.is_empty() {
+            let _ = writeln!(md, "\nadaptive above 1.06: {}", a.adaptive_misses.join(", "));
+        }
+        if !a.joj_misses.is_empty() {
+            let _ = writeln!(md, "\njoj not below data: {}", a.joj_misses.join(", "));
+        }
+    }
+    std::fs::write(dir.join("tables.md"), md)?;
+    if let Err(e) = charts(dir, rows) {
+        eprintln!("charts: {e}");
+    }
+    Ok(acc)
+}
+
+/// One chart per device: each configuration's response time relative to `nojournal`, per
+/// cell.
+fn charts(dir: &Path, rows: &[Row]) -> Result<(), crate::charts::ChartError> {
+    let med = medians(rows);
+    let devices: BTreeSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
+    let mut configs: Vec<String> = Vec::new();
+    for r in rows {
+        if !configs.contains(&r.config) && r.config != "nojournal" {
+            configs.push(r.config.clone());
+        }
+    }
+    for dev in devices {
+        let cells: Vec<(JournalMode, usize, Phase)> = rows
+            .iter()
+            .filter(|r| r.device == dev)
+            .map(|r| (r.mode, r.per_txn, r.phase))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let labels: Vec<String> =
+            cells.iter().map(|(m, t, p)| format!("{} {t} {}", m.name(), &p.name()[..3])).collect();
+        let mut series: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+        for c in &configs {
+            let v = cells
+                .iter()
+                .map(|&(m, t, p)| {
+                    let k = (dev.to_string(), m, t, p);
+                    Some(med.get(&(k.clone(), c.clone()))? / med.get(&(k, "nojournal".to_string()))?)
+                })
+                .collect();
+            series.insert(c.clone(), v);
+        }
+        let ordered: Vec<(String, Vec<Option<f64>>)> =
+            configs.iter().filter_map(|c| series.remove(c).map(|v| (c.clone(), v))).collect();
+        crate::charts::draw_ratios(
+            dir,
+            &format!("sqlite-{dev}"),
+            &format!("SQLite on {dev}: response time / nojournal"),
+            &labels,
+            &ordered,
+        )?;
+    }
+    Ok(())
+}
