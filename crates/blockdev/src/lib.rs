@@ -31,7 +31,7 @@ pub use counters::{Counters, DeviceStats};
 pub use emulated::{EmulatedSsd, SsdPreset};
 pub use error::{DevError, DevResult};
 pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions};
-pub use overlay::OverlayDevice;
+pub use overlay::{MemOverlay, OverlayDevice};
 pub use recorder::{RecordedOp, Recorder, RecorderLog};
 pub use timing::{
     MIN_SPIN_TAIL, SPIN_TAIL, precise_sleep, precise_sleep_until, raise_io_thread_priority,

@@ -192,9 +192,13 @@ struct RunArgs {
     /// dbench loadfile.
     #[arg(long, default_value = dbench::DEFAULT_LOADFILE)]
     dbench_loadfile: PathBuf,
-    /// Background writer bandwidth of the fsync tester, MB/s.
+    /// Background writer bandwidth of the fsync tester, MB/s (0: none).
     #[arg(long, default_value_t = 100.0)]
     bg_mb_s: f64,
+    /// The fsync tester's pause between its 80 KiB write and its fsync, ms (the iJournaling
+    /// paper's is 100).
+    #[arg(long, default_value_t = 0.0)]
+    fsync_delay_ms: f64,
     /// Write results.json, results.csv, README.md and charts here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -340,6 +344,7 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 scale: r.scale,
                 dbench_loadfile: r.dbench_loadfile,
                 bg_mb_s: r.bg_mb_s,
+                fsync_delay: Duration::from_secs_f64(r.fsync_delay_ms.max(0.0) / 1e3),
                 progress: !r.quiet,
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };

@@ -123,13 +123,13 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
     if let Some(n) = a.seq3 {
         suite.seq3 = n;
     }
-    let workloads = suite.workloads(a.seed);
-    if workloads.is_empty() {
+    if modes.iter().all(|m| suite.workloads_for(m, a.seed).is_empty()) {
         return Err(CliError::Usage("no workload matches".into()));
     }
     let t0 = Instant::now();
     let mut summaries = Vec::new();
     for m in &modes {
+        let workloads = suite.workloads_for(m, a.seed);
         let mut cfg = CrashConfig::new(m);
         cfg.data = data;
         cfg.seed = a.seed;

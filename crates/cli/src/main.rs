@@ -210,6 +210,11 @@ struct MkfsArgs {
     /// (repeat for more; for techniques that run several logs; invisible to stock tools).
     #[arg(long = "log-area", value_name = "N")]
     log_areas: Vec<u32>,
+    /// An ijournal area of N blocks inside the journal inode, after the log areas (repeat
+    /// for more: iJournaling writes fsync records to one per core; at least 16 blocks;
+    /// invisible to stock tools).
+    #[arg(long = "ijournal-area", value_name = "N")]
+    ijournal_areas: Vec<u32>,
     /// Bytes per inode (default 16384; suffixes like 16K accepted).
     #[arg(long, value_name = "BYTES", value_parser = image::parse_size)]
     inode_ratio: Option<u64>,
@@ -265,6 +270,7 @@ fn run(cli: Cli) -> CliResult<()> {
             label: a.label,
             journal_blocks: a.journal_blocks,
             log_areas: a.log_areas,
+            ijournal_areas: a.ijournal_areas,
             inode_ratio: a.inode_ratio,
             force: a.force,
             metadata_csum: !a.no_metadata_csum,

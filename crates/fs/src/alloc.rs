@@ -373,7 +373,20 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Inode)?;
         let ipg = geo.inodes_per_group as usize;
         let first = if g == 0 { (geo.first_ino - 1) as usize } else { 0 };
-        let Some(bit) = bitmap::find_zero(&bm_buf.read()[..], first, ipg) else {
+        if !gs.busy_inodes.is_empty() {
+            gs.busy_inodes.retain(|_, t| !fs.journal.is_durable(*t));
+        }
+        let found = {
+            let bm = bm_buf.read();
+            let mut pos = first;
+            loop {
+                match bitmap::find_zero(&bm[..], pos, ipg) {
+                    Some(b) if gs.busy_inodes.contains_key(&(b as u32)) => pos = b + 1,
+                    other => break other,
+                }
+            }
+        };
+        let Some(bit) = found else {
             continue;
         };
         bitmap::set(&mut bm_buf.write()[..], bit);
@@ -409,6 +422,9 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
         return Err(FsError::Corrupt(format!("freeing inode {ino}, which is already free")));
     }
     gs.desc.free_inodes_count += 1;
+    if fs.ij.get().is_some() {
+        gs.busy_inodes.insert(bit as u32, tx.h.tx_id());
+    }
     note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
     if is_dir {
         gs.desc.used_dirs_count = gs.desc.used_dirs_count.saturating_sub(1);
@@ -424,4 +440,144 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
 pub(crate) fn inode_goal(fs: &FsInner, ino: Ino) -> u64 {
     let g = fs.geo.inode_group(ino);
     fs.geo.group_start(g) + (fs.geo.block_size as u64 / 8)
+}
+
+/// Whether inode `ino` is marked in use in its group's bitmap (an uninitialised group's
+/// inodes are all free). Reads only.
+pub(crate) fn inode_in_use(fs: &FsInner, ino: Ino) -> FsResult<bool> {
+    let g = fs.geo.inode_group(ino);
+    let bit = ((ino - 1) % fs.geo.inodes_per_group) as usize;
+    let (bitmap_blk, uninit) = {
+        let gs = fs.groups[g as usize].lock();
+        (gs.desc.inode_bitmap, is_uninit(fs, &gs, Kind::Inode))
+    };
+    if uninit {
+        return Ok(false);
+    }
+    let buf = fs.cache.read(bitmap_blk)?;
+    {
+        let gs = fs.groups[g as usize].lock();
+        verify_bitmap(fs, &gs, g, &buf, Kind::Inode)?;
+    }
+    Ok(bitmap::test(&buf.read()[..], bit))
+}
+
+/// Whether every block of `start..start+len` is free in its group's bitmap (synthesized for
+/// an uninitialised group). Reads only.
+pub(crate) fn blocks_free(fs: &FsInner, start: u64, len: u64) -> FsResult<bool> {
+    let geo = &fs.geo;
+    if start < geo.first_data_block || start.checked_add(len).is_none_or(|e| e > geo.blocks_count) {
+        return Ok(false);
+    }
+    let mut b = start;
+    let end = start + len;
+    while b < end {
+        let g = geo.group_of(b);
+        let gstart = geo.group_start(g);
+        let gend = gstart + u64::from(geo.group_len(g));
+        let n = end.min(gend) - b;
+        let (bitmap_blk, uninit) = {
+            let gs = fs.groups[g as usize].lock();
+            (gs.desc.block_bitmap, is_uninit(fs, &gs, Kind::Block))
+        };
+        let clear = if uninit {
+            let gs = fs.groups[g as usize].lock();
+            let bm = synthesized(fs, &gs, g, Kind::Block);
+            bitmap::range_is_clear(&bm, (b - gstart) as usize, n as usize)
+        } else {
+            let buf = fs.cache.read(bitmap_blk)?;
+            let gs = fs.groups[g as usize].lock();
+            verify_bitmap(fs, &gs, g, &buf, Kind::Block)?;
+            bitmap::range_is_clear(&buf.read()[..], (b - gstart) as usize, n as usize)
+        };
+        if !clear {
+            return Ok(false);
+        }
+        b += n;
+    }
+    Ok(true)
+}
+
+/// Mark the free blocks `start..start+len` in use (recovery: blocks a replayed record
+/// says a file owns). Fails if one is in use already.
+pub(crate) fn claim_blocks(tx: &mut Tx<'_>, start: u64, len: u64) -> FsResult<()> {
+    let fs = tx.fs;
+    let geo = &fs.geo;
+    if start < geo.first_data_block || start.checked_add(len).is_none_or(|e| e > geo.blocks_count) {
+        return Err(FsError::Corrupt(format!("claiming blocks {start}+{len} outside the file system")));
+    }
+    let mut b = start;
+    let end = start + len;
+    while b < end {
+        let g = geo.group_of(b);
+        let gstart = geo.group_start(g);
+        let gend = gstart + u64::from(geo.group_len(g));
+        let n = (end.min(gend) - b) as u32;
+        let bitmap_blk = fs.groups[g as usize].lock().desc.block_bitmap;
+        let bm_buf = pre_access(tx, g, bitmap_blk)?;
+        let mut gs = fs.groups[g as usize].lock();
+        prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Block)?;
+        {
+            let mut bm = bm_buf.write();
+            let off = (b - gstart) as usize;
+            if !bitmap::range_is_clear(&bm[..], off, n as usize) {
+                return Err(FsError::Corrupt(format!("claiming blocks {b}+{n} of group {g}, in use")));
+            }
+            bitmap::set_range(&mut bm[..], off, n as usize);
+        }
+        gs.desc.free_blocks_count -= n;
+        note_bitmap(fs, &mut gs, &bm_buf, Kind::Block);
+        let desc = gs.desc.clone();
+        write_desc(tx, g, &desc)?;
+        drop(gs);
+        fs.free_blocks.fetch_sub(i64::from(n), Ordering::Relaxed);
+        b += u64::from(n);
+    }
+    Ok(())
+}
+
+/// Mark the free inode `ino` in use (recovery: an inode a replayed record brings back).
+pub(crate) fn claim_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()> {
+    let fs = tx.fs;
+    let geo = &fs.geo;
+    let g = geo.inode_group(ino);
+    let bit = ((ino - 1) % geo.inodes_per_group) as usize;
+    let bitmap_blk = fs.groups[g as usize].lock().desc.inode_bitmap;
+    let bm_buf = pre_access(tx, g, bitmap_blk)?;
+    let mut gs = fs.groups[g as usize].lock();
+    prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Inode)?;
+    if bitmap::test(&bm_buf.read()[..], bit) {
+        return Err(FsError::Corrupt(format!("claiming inode {ino}, in use")));
+    }
+    bitmap::set(&mut bm_buf.write()[..], bit);
+    gs.desc.free_inodes_count -= 1;
+    if is_dir {
+        gs.desc.used_dirs_count += 1;
+    }
+    let used = bit as u32 + 1;
+    if gs.desc.itable_unused > 0 && geo.inodes_per_group - gs.desc.itable_unused < used {
+        gs.desc.itable_unused = geo.inodes_per_group - used;
+    }
+    note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
+    let desc = gs.desc.clone();
+    write_desc(tx, g, &desc)?;
+    drop(gs);
+    fs.free_inodes.fetch_sub(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Keep `start..start+len` from being allocated for as long as this mount lives (recovery:
+/// blocks a later record claims, the kernel's fast-commit "excluded regions").
+pub(crate) fn exclude_blocks(fs: &FsInner, start: u64, len: u64) {
+    let geo = &fs.geo;
+    let never = cjfs_journal::TxId::new(0, u64::MAX);
+    let end = (start + len).min(geo.blocks_count);
+    let mut b = start.max(geo.first_data_block);
+    while b < end {
+        let g = geo.group_of(b);
+        let gend = geo.group_start(g) + u64::from(geo.group_len(g));
+        let n = end.min(gend) - b;
+        fs.groups[g as usize].lock().busy.map.insert(b, (n as u32, never));
+        b += n;
+    }
 }

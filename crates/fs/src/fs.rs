@@ -29,7 +29,8 @@ use cjfs_blockdev::{BlockKind, Device, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use cjfs_journal::recovery::{RecoveryReport, recover_strict};
 use cjfs_journal::superblock::{
-    INCOMPAT_CJFS_LOGS, JournalSuperblock, read_log_areas, read_superblock, write_superblock,
+    INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS, INCOMPAT_FAST_COMMIT, JournalSuperblock, read_journal_areas,
+    read_log_areas, read_superblock, write_superblock,
 };
 use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, TxId};
 
@@ -40,7 +41,9 @@ use crate::ondisk::csum::Csum;
 use crate::ondisk::features::{INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
-use crate::ondisk::superblock::{STATE_ERROR, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location};
+use crate::ondisk::superblock::{
+    STATE_ERROR, STATE_FC_REPLAY, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location,
+};
 use crate::types::{MountOptions, ROOT_INO};
 
 /// Fixed numbers derived from the superblock.
@@ -133,6 +136,11 @@ pub(crate) struct GroupState {
     pub desc: GroupDesc,
     /// Recently freed blocks that must not be reused yet.
     pub busy: BusyExtents,
+    /// With iJournaling: inodes (bit in the group) freed by a transaction that is not yet
+    /// durable, with it. Not reused until it is: an i-transaction of a new file that got the
+    /// number would otherwise meet the old file's entry, still on disk, after a crash, and
+    /// give the old name to the new file.
+    pub busy_inodes: BTreeMap<u32, TxId>,
 }
 
 /// Shared state of a mounted file system.
@@ -172,8 +180,64 @@ pub(crate) struct FsInner {
     pub orphans: RankedMutex<Vec<crate::types::Ino>>,
     /// The orphan file (`orphan_file` images only).
     pub ofile: Option<crate::orphan::OrphanFile>,
+    /// iJournaling, when the mount uses it (unset: fsync commits). Set once at mount, after
+    /// the image is validated (starting it writes the areas' headers).
+    pub ij: std::sync::OnceLock<crate::ijournal::IJournal>,
     /// The adaptive data mode's switches (atomics).
     pub adaptive: crate::adaptive::Counters,
+}
+
+impl FsInner {
+    /// The shared state over `dev` once the journal is open: counts summed from `descs`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn assemble(
+        dev: Device,
+        cache: Arc<BufferCache>,
+        journal: Journal,
+        sb: Superblock,
+        descs: Vec<GroupDesc>,
+        opts: MountOptions,
+        ofile: Option<crate::orphan::OrphanFile>,
+        ij: Option<crate::ijournal::IJournal>,
+    ) -> FsInner {
+        let free_blocks: i64 = descs.iter().map(|d| i64::from(d.free_blocks_count)).sum();
+        let free_inodes: i64 = descs.iter().map(|d| i64::from(d.free_inodes_count)).sum();
+        let itable = descs.iter().map(|d| d.inode_table).collect();
+        FsInner {
+            csum: Csum::from_sb(&sb),
+            geo: Geometry::from_sb(&sb),
+            itable,
+            orphans: RankedMutex::new(Rank::Leaf, Vec::new()),
+            ofile,
+            dev,
+            cache,
+            journal,
+            groups: descs
+                .into_iter()
+                .map(|desc| {
+                    RankedMutex::new(
+                        Rank::FsGroup,
+                        GroupState { desc, busy: BusyExtents::default(), busy_inodes: BTreeMap::new() },
+                    )
+                })
+                .collect(),
+            sb: RankedMutex::new(Rank::FsSuperblock, sb),
+            free_blocks: AtomicI64::new(free_blocks),
+            free_inodes: AtomicI64::new(free_inodes),
+            inodes: InodeCache::new(),
+            opts,
+            rename_lock: RankedMutex::new(Rank::FsRename, ()),
+            orphan_lock: RankedMutex::new(Rank::FsOrphan, ()),
+            dir_rotor: AtomicU32::new(0),
+            alloc_own: Default::default(),
+            alloc_all: Default::default(),
+            adaptive: Default::default(),
+            ij: match ij {
+                Some(i) => std::sync::OnceLock::from(i),
+                None => std::sync::OnceLock::new(),
+            },
+        }
+    }
 }
 
 /// A mounted file system. Cheap to clone; `Send + Sync`.
@@ -197,6 +261,8 @@ pub struct MountReport {
     pub replayed_blocks: u64,
     /// Orphan inodes cleaned up.
     pub orphans_cleaned: u32,
+    /// What the replay of i-transactions did (when the journal said there might be some).
+    pub ijournal: Option<crate::ijournal_replay::IjReplayReport>,
 }
 
 /// Read the journal inode's extents into a journal area (reads only; public so tools can
@@ -257,10 +323,21 @@ pub fn journal_logs(dev: &Device, sb: &Superblock) -> FsResult<(JournalSuperbloc
     Ok(read_log_areas(&**dev, &inode_area)?)
 }
 
+/// Every area of the journal: the primary superblock, the logs (the primary first) and the
+/// ijournal areas. Reads only.
+pub fn journal_areas(
+    dev: &Device,
+    sb: &Superblock,
+) -> FsResult<(JournalSuperblock, Vec<JournalArea>, Vec<JournalArea>)> {
+    let inode_area = journal_area(dev, sb)?;
+    Ok(read_journal_areas(&**dev, &inode_area)?)
+}
+
 /// Whether a log of the journal needs replay: the primary is not empty, the private
 /// `cjfs_logs` bit says extra logs may hold transactions, or an extra log is not empty.
 pub fn logs_need_recovery(dev: &Device, jsb: &JournalSuperblock, areas: &[JournalArea]) -> FsResult<bool> {
-    if jsb.needs_recovery() || jsb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
+    let private = INCOMPAT_CJFS_LOGS | INCOMPAT_CJFS_IJOURNAL;
+    if jsb.needs_recovery() || jsb.s_feature_incompat & private != 0 {
         return Ok(true);
     }
     for a in areas.iter().skip(1) {
@@ -293,6 +370,65 @@ fn recover_logs(dev: &Device, areas: &[JournalArea], order: Option<&[usize]>) ->
     Ok(report)
 }
 
+/// Replay every log, then (when the private `cjfs_ijournal` bit says ijournal areas may hold
+/// i-transactions) the i-transactions newer than the last transaction the normal replay
+/// found committed (see `crate::ijournal_replay`).
+fn recover_all(
+    dev: &Device,
+    areas: &[JournalArea],
+    iareas: &[JournalArea],
+    order: Option<&[usize]>,
+) -> FsResult<(RecoveryReport, Option<crate::ijournal_replay::IjReplayReport>)> {
+    let Some(primary) = areas.first() else {
+        return Err(FsError::Corrupt("the journal has no log".into()));
+    };
+    let before = read_superblock(&**dev, primary)?;
+    let ijournal = before.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0;
+    // The kernel's fast commits are replayed only over a log that needs recovery, as the
+    // kernel and e2fsck do (a clean log means they are older than its last full commit).
+    // The normal replay below marks the log clean, so the ext4 superblock says a
+    // fast-commit replay is due (`EXT4_FC_REPLAY` in `s_state`, as e2fsck marks it) from
+    // before it until after the fast commits are home: a recovery cut in between replays them
+    // when run again.
+    let (mut sb, _) = read_layout(&**dev)?;
+    let fast_commit = (before.s_feature_incompat & INCOMPAT_FAST_COMMIT != 0 && before.needs_recovery())
+        || sb.state & STATE_FC_REPLAY != 0;
+    if fast_commit && areas.len() > 1 {
+        return Err(FsError::Incompatible(
+            "the journal carries both extra logs and ext4 fast commits, which nothing writes together".into(),
+        ));
+    }
+    if fast_commit && sb.state & STATE_FC_REPLAY == 0 {
+        sb.state |= STATE_FC_REPLAY;
+        write_sb_direct(dev, &sb)?;
+    }
+    // The last transaction the log holds committed (every record at or below it is older
+    // than what the normal replay puts home), taken before that replay.
+    let max = if ijournal { Some(crate::ijournal_replay::prepare(dev, primary, iareas)?) } else { None };
+    let report = recover_logs(dev, areas, order)?;
+    if fast_commit {
+        // The kernel's fast commits, on top of the normal replay (as the kernel and e2fsck
+        // replay them at the end of their journal recovery).
+        let fc = crate::fast_commit::replay(dev, primary)?;
+        if fc.commits > 0 {
+            log::info!(
+                "replayed {} ext4 fast commit(s): {} record(s), {} block(s)",
+                fc.commits,
+                fc.records,
+                fc.blocks
+            );
+        }
+        let (mut sb, _) = read_layout(&**dev)?;
+        sb.state &= !STATE_FC_REPLAY;
+        write_sb_direct(dev, &sb)?;
+    }
+    let Some(max) = max else {
+        return Ok((report, None));
+    };
+    let r = crate::ijournal_replay::replay(dev, primary, iareas, max)?;
+    Ok((report, Some(r)))
+}
+
 /// Replay the journal of the image on `dev` if it needs it (every log; see
 /// [`journal_logs`]). Returns the recovery report.
 ///
@@ -308,8 +444,8 @@ pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
 /// checks that with the order reversed.
 pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResult<RecoveryReport> {
     let (sb, _) = read_layout(&**dev)?;
-    let (_, areas) = journal_logs(dev, &sb)?;
-    let report = recover_logs(dev, &areas, order)?;
+    let (_, areas, iareas) = journal_areas(dev, &sb)?;
+    let (report, _) = recover_all(dev, &areas, &iareas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
@@ -351,9 +487,12 @@ impl Fs {
                     .into(),
             ));
         }
-        let (jsb, areas) = journal_logs(&dev, &sb0)?;
+        let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
         let mut report = MountReport::default();
-        if logs_need_recovery(&dev, &jsb, &areas)? || sb0.has_incompat(INCOMPAT_RECOVER) {
+        if logs_need_recovery(&dev, &jsb, &areas)?
+            || sb0.has_incompat(INCOMPAT_RECOVER)
+            || sb0.state & STATE_FC_REPLAY != 0
+        {
             if opts.read_only {
                 return Err(FsError::Invalid(
                     "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"
@@ -361,13 +500,13 @@ impl Fs {
                 ));
             }
             // A damaged journal is refused before anything is written (see `recover_strict`).
-            let r = recover_logs(&dev, &areas, None)?;
+            let (r, ij) = recover_all(&dev, &areas, &iareas, None)?;
             report.replayed_transactions = r.transactions;
             report.replayed_blocks = r.blocks_replayed;
+            report.ijournal = ij;
         }
         // Recovery may have rewritten the superblock and descriptors.
         let (mut sb, descs) = read_layout(&*dev)?;
-        let geo = Geometry::from_sb(&sb);
         let cache = Arc::new(BufferCache::new(dev.clone(), opts.cache_blocks.max(1024)));
         let free_blocks: i64 = descs.iter().map(|d| i64::from(d.free_blocks_count)).sum();
         let free_inodes: i64 = descs.iter().map(|d| i64::from(d.free_inodes_count)).sum();
@@ -396,34 +535,16 @@ impl Fs {
             jcfg.kind = JournalKind::None;
         }
         let journal = Journal::open_logs(dev.clone(), areas, cache.clone(), jcfg)?;
-        let itable = descs.iter().map(|d| d.inode_table).collect();
-        let inner = Arc::new(FsInner {
-            csum: Csum::from_sb(&sb),
-            itable,
-            orphans: RankedMutex::new(Rank::Leaf, Vec::new()),
-            ofile,
-            dev,
-            cache,
-            journal,
-            groups: descs
-                .into_iter()
-                .map(|desc| {
-                    RankedMutex::new(Rank::FsGroup, GroupState { desc, busy: BusyExtents::default() })
-                })
-                .collect(),
-            geo,
-            sb: RankedMutex::new(Rank::FsSuperblock, sb),
-            free_blocks: AtomicI64::new(free_blocks),
-            free_inodes: AtomicI64::new(free_inodes),
-            inodes: InodeCache::new(),
-            opts,
-            rename_lock: RankedMutex::new(Rank::FsRename, ()),
-            orphan_lock: RankedMutex::new(Rank::FsOrphan, ()),
-            dir_rotor: AtomicU32::new(0),
-            alloc_own: Default::default(),
-            alloc_all: Default::default(),
-            adaptive: Default::default(),
-        });
+        let ij_setting = journal.config().ijournal;
+        if ij_setting.on() && journal.log_count() > 1 {
+            return Err(FsError::Invalid(format!(
+                "journal {}: iJournaling and several logs cannot be combined (i-transactions are \
+                 ordered by one log's transaction ids)",
+                journal.config().name
+            )));
+        }
+        let uuid = sb.uuid;
+        let inner = Arc::new(FsInner::assemble(dev, cache, journal, sb, descs, opts, ofile, None));
         let fs = Fs { inner };
         // The root must be a directory we can read.
         let root = fs.inner.inodes.get(&fs.inner, ROOT_INO)?;
@@ -435,6 +556,24 @@ impl Fs {
             // a refused image stays byte-identical.
             let chain = crate::orphan::load_orphan_chain(&fs.inner)?;
             let file = crate::orphan::load_orphan_file(&fs.inner, &chain)?;
+            if ij_setting.on() && fs.inner.journal.config().kind == JournalKind::Jbd2 {
+                let wanted = ij_setting.areas.wanted();
+                let mut have = iareas;
+                if have.len() < wanted {
+                    log::warn!(
+                        "journal {}: {wanted} ijournal areas wanted, the image has {} (make them with \
+                         `cjfs mkfs --ijournal-area N`){}",
+                        fs.inner.journal.config().name,
+                        have.len(),
+                        if have.is_empty() { ": fsync commits" } else { "" }
+                    );
+                }
+                have.truncate(wanted);
+                if !have.is_empty() {
+                    let ij = crate::ijournal::IJournal::start(&fs.inner.dev, have, &uuid, ij_setting.form)?;
+                    let _ = fs.inner.ij.set(ij);
+                }
+            }
             let sb = fs.inner.sb.lock().clone();
             write_sb_direct(&fs.inner.dev, &sb)?;
             report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner, chain, file)?;

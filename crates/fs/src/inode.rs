@@ -44,6 +44,11 @@ pub(crate) struct InodeState {
     pub orphan: bool,
     /// The inode was freed; the object is stale.
     pub freed: bool,
+    /// iJournaling marks, shared with [`Inode::ij`].
+    pub ij: Arc<RankedMutex<crate::ijournal::IjInode>>,
+    /// iJournaling: external extent tree blocks changed, each with the last transaction that
+    /// changed it (forgotten once that one is durable).
+    pub ij_tree: std::collections::BTreeMap<u64, TxId>,
 }
 
 /// One cached inode. `state` is the per-inode lock (taken before any journal handle).
@@ -52,12 +57,24 @@ pub(crate) struct Inode {
     pub state: RankedRwLock<InodeState>,
     /// A directory's names for lookups that do not take `state` (see [`Names`]).
     pub names: Arc<Names>,
+    /// iJournaling marks (see `crate::ijournal::IjInode`): a leaf lock, readable by an fsync
+    /// of a file below this directory without this inode's lock.
+    pub ij: Arc<RankedMutex<crate::ijournal::IjInode>>,
+    /// One iJournaling fsync of this inode at a time (taken before `state`).
+    pub fsync_lock: RankedMutex<()>,
 }
 
 impl Inode {
     fn new(ino: Ino, st: InodeState) -> Self {
         let names = st.names.clone();
-        Inode { ino, state: RankedRwLock::new(Rank::FsInode, st), names }
+        let ij = st.ij.clone();
+        Inode {
+            ino,
+            state: RankedRwLock::new(Rank::FsInode, st),
+            names,
+            ij,
+            fsync_lock: RankedMutex::new(Rank::FsFsync, ()),
+        }
     }
 }
 
@@ -107,7 +124,7 @@ impl InodeCache {
         let node = Arc::new(Inode::new(ino, InodeState::new(fs, ino, d)));
         let mut shard = self.shard(ino).lock();
         if shard.len() > SHARD_SOFT_CAP {
-            Self::trim(&mut shard);
+            Self::trim(fs, &mut shard);
         }
         Ok(shard.entry(ino).or_insert(node).clone())
     }
@@ -141,10 +158,17 @@ impl InodeCache {
 
 impl InodeCache {
     /// Drop inodes nobody references and nothing depends on.
-    fn trim(m: &mut HashMap<Ino, Arc<Inode>>) {
+    fn trim(fs: &FsInner, m: &mut HashMap<Ino, Arc<Inode>>) {
+        // An inode with iJournaling marks stays: an fsync reads them (a reloaded copy would
+        // have lost them, and write no record for a new directory).
         m.retain(|_, i| {
             Arc::strong_count(i) > 1
-                || i.state.try_read().is_none_or(|st| st.open > 0 || st.orphan || !st.dirty_data.is_empty())
+                || i.state.try_read().is_none_or(|st| {
+                    st.open > 0
+                        || st.orphan
+                        || !st.dirty_data.is_empty()
+                        || crate::ijournal::must_stay(fs, &st)
+                })
         });
     }
 }
@@ -181,6 +205,8 @@ impl InodeState {
             open: 0,
             orphan: false,
             freed: false,
+            ij: Arc::new(RankedMutex::new(Rank::Leaf, crate::ijournal::IjInode::default())),
+            ij_tree: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -261,7 +287,12 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
     st.d.fit_times();
     {
         let mut g = buf.write();
-        st.d.encode_into(&mut g[off..off + tx.fs.geo.inode_size as usize], &tx.fs.csum, ino);
+        let rec = &mut g[off..off + tx.fs.geo.inode_size as usize];
+        st.d.encode_into(rec, &tx.fs.csum, ino);
+        if tx.fs.ij.get().is_some() {
+            let tree = std::mem::take(&mut tx.tree);
+            crate::ijournal::note_stored(tx.fs, st, tx.h.tx_id(), tree, rec);
+        }
     }
     st.meta_tx = tx.h.tx_id();
     Ok(())

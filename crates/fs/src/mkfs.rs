@@ -80,6 +80,9 @@ pub struct MkfsOptions {
     /// the primary journal, for techniques that run more than one log. Invisible to stock
     /// tools, which see the primary journal's `s_maxlen` only.
     pub log_areas: Vec<u32>,
+    /// ijournal areas (sizes in blocks, each at least 16) inside the journal inode after the
+    /// log areas, for iJournaling's fsync records. Invisible to stock tools too.
+    pub ijournal_areas: Vec<u32>,
     /// Use the `64bit` feature (64-byte group descriptors; needed above 16 TiB).
     pub sixty_four_bit: bool,
     /// Use `metadata_csum` (CRC32C checksums on all metadata; default on, as mke2fs).
@@ -101,6 +104,7 @@ impl Default for MkfsOptions {
             inode_ratio: 16384,
             journal_blocks: None,
             log_areas: Vec::new(),
+            ijournal_areas: Vec::new(),
             sixty_four_bit: true,
             metadata_csum: true,
             flex_bg_size: 16,
@@ -559,20 +563,30 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
             "log area of {a} blocks (must be {MIN_JOURNAL_BLOCKS}..={MAX_JOURNAL_BLOCKS})"
         )));
     }
-    if opts.log_areas.len() > cjfs_journal::superblock::MAX_LOG_AREAS {
+    if let Some(a) = opts
+        .ijournal_areas
+        .iter()
+        .find(|&&a| !(cjfs_journal::superblock::MIN_IJOURNAL_AREA_BLOCKS..=MAX_JOURNAL_BLOCKS).contains(&a))
+    {
         return Err(FsError::Invalid(format!(
-            "{} extra log areas (at most {})",
-            opts.log_areas.len(),
+            "ijournal area of {a} blocks (must be {}..={MAX_JOURNAL_BLOCKS})",
+            cjfs_journal::superblock::MIN_IJOURNAL_AREA_BLOCKS
+        )));
+    }
+    if opts.log_areas.len() + opts.ijournal_areas.len() > cjfs_journal::superblock::MAX_LOG_AREAS {
+        return Err(FsError::Invalid(format!(
+            "{} extra log and ijournal areas (at most {})",
+            opts.log_areas.len() + opts.ijournal_areas.len(),
             cjfs_journal::superblock::MAX_LOG_AREAS
         )));
     }
-    // The journal inode holds the primary journal and every extra log area (and, with blocks
-    // too small to hold the areas' table beside the journal superblock, the table's block).
-    let table = cjfs_journal::superblock::area_table_blocks(bs_bytes, opts.log_areas.len());
-    let jblocks = u32::try_from(
-        u64::from(primary_blocks) + table + opts.log_areas.iter().map(|&a| u64::from(a)).sum::<u64>(),
-    )
-    .map_err(|_| FsError::Invalid("the journal and its log areas exceed 2^32 blocks".into()))?;
+    // The journal inode holds the primary journal and every extra area (and, with blocks too
+    // small to hold the areas' table beside the journal superblock, the table's block).
+    let extra_count = opts.log_areas.len() + opts.ijournal_areas.len();
+    let table = cjfs_journal::superblock::area_table_blocks(bs_bytes, extra_count);
+    let extra_blocks: u64 = opts.log_areas.iter().chain(&opts.ijournal_areas).map(|&a| u64::from(a)).sum();
+    let jblocks = u32::try_from(u64::from(primary_blocks) + table + extra_blocks)
+        .map_err(|_| FsError::Invalid("the journal and its extra areas exceed 2^32 blocks".into()))?;
     if jblocks as u64 > free_now / 2 {
         return Err(FsError::Invalid(format!(
             "journal of {jblocks} blocks is too big: at most half of the {free_now} free blocks ({}) \
@@ -746,8 +760,14 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     w.finish()?;
     // journal superblock (also flushes)
     let area = JournalArea::new(runs.iter().copied());
-    let extra: Vec<u64> = opts.log_areas.iter().map(|&a| u64::from(a)).collect();
-    cjfs_journal::superblock::format_journal_areas(
+    use cjfs_journal::superblock::AreaKind;
+    let extra: Vec<(u64, AreaKind)> = opts
+        .log_areas
+        .iter()
+        .map(|&a| (u64::from(a), AreaKind::Log))
+        .chain(opts.ijournal_areas.iter().map(|&a| (u64::from(a), AreaKind::IJournal)))
+        .collect();
+    cjfs_journal::superblock::format_journal_with_areas(
         dev,
         &area,
         uuid,

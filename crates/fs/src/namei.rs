@@ -95,6 +95,11 @@ fn make_node(
         store_inode(&mut tx, ino, &mut st)?;
         dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))
     })();
+    if made.is_ok() {
+        // iJournaling: the entry is the inode's until a durable commit holds it.
+        let ft = file_type_from_mode(mode);
+        crate::ijournal::note_new_entry(fs, &st.ij, parent, &ps.ij, name, ft, tx.h.tx_id());
+    }
     if let Err(e) = made {
         // Typically ENOSPC for the new directory's or symlink's block or for a new block of
         // the parent. The inode (and whatever `init` allocated) is already in this
@@ -270,6 +275,7 @@ pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> Fs
     }
     let mut tx = Tx::start(fs, 16)?;
     dir::add_entry(&mut tx, newparent, &mut ps, newname, ino, file_type_from_mode(st.d.mode))?;
+    crate::ijournal::note_hard_link(fs, &st.ij, tx.h.tx_id());
     st.d.links_count += 1;
     let now = Timestamp::now();
     st.d.ctime = now;
@@ -338,6 +344,11 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     }
     let mut tx = Tx::start(fs, 24)?;
     dir::remove_entry(&mut tx, &mut ps, name)?;
+    crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id());
+    if !is_dir && st.d.links_count > 1 {
+        // One of several names goes: a record of the file could not remove it.
+        crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::Rename, tx.h.tx_id());
+    }
     if is_dir && ps.d.links_count > 2 {
         ps.d.links_count -= 1;
     }
@@ -510,6 +521,25 @@ pub(crate) fn rename(
     let now = Timestamp::now();
     let src_ft = src.ftype;
     let mut evict = false;
+    {
+        // iJournaling: neither inode's record could move a name, and a moved directory may
+        // be an ancestor of any file.
+        use crate::ijournal::{Fallback, note_dir_rename, note_removed, note_unsafe};
+        let t = tx.h.tx_id();
+        note_unsafe(fs, &sg.ij, Fallback::Rename, t);
+        if let Some(d) = dg.as_ref() {
+            note_unsafe(fs, &d.ij, Fallback::Rename, t);
+            if d.d.is_dir() && flags.exchange {
+                note_dir_rename(fs, t);
+            }
+        }
+        if src_is_dir {
+            note_dir_rename(fs, t);
+        }
+        if !flags.exchange {
+            note_removed(fs, &g1.ij, name, t);
+        }
+    }
     if flags.exchange {
         let d = dst.ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(newname).into_owned()))?;
         let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("exchange target".into()))?;

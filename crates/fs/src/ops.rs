@@ -334,7 +334,10 @@ impl Fs {
     fn retry_nospc<T>(&self, mut op: impl FnMut() -> FsResult<T>) -> FsResult<T> {
         match op() {
             Err(FsError::NoSpace(m)) => {
-                let busy = self.inner.groups.iter().any(|g| !g.lock().busy.map.is_empty());
+                let busy = self.inner.groups.iter().any(|g| {
+                    let g = g.lock();
+                    !g.busy.map.is_empty() || !g.busy_inodes.is_empty()
+                });
                 if !busy {
                     return Err(FsError::NoSpace(m));
                 }
@@ -367,6 +370,10 @@ impl Fs {
     /// Make `ino` durable: with `datasync`, only what is needed to read its data back.
     pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         let node = self.node(ino)?;
+        // iJournaling: an i-transaction when the file allows one (else it counts why not).
+        if crate::ijournal::fsync(&self.inner, &node, datasync)? {
+            return Ok(());
+        }
         let j = &self.inner.journal;
         let (tx, bufs, back) = {
             let mut st = node.state.write();
@@ -395,6 +402,11 @@ impl Fs {
             crate::adaptive::timed(&self.inner, || self.change_journal_data(ino, false, false))?;
         }
         Ok(())
+    }
+
+    /// iJournaling's statistics since mount (`None` when the mount does not use it).
+    pub fn ijournal_stats(&self) -> Option<crate::IjStats> {
+        self.inner.ij.get().map(|ij| ij.stats())
     }
 
     /// Commit everything (sync / syncfs).

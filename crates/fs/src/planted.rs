@@ -11,6 +11,9 @@ pub struct FsBugs {
     /// A write that extends the file does not journal the new size: the inode is stored
     /// with its old `i_size` (the in-memory size is right, the durable one is stale).
     pub skip_size_update_journal: bool,
+    /// iJournaling: an fsync leaves out the records of the new directories on the file's
+    /// path, so recovery finds the file's entry in a directory it never made.
+    pub skip_ancestor_record: bool,
     /// Blocks freed from a data-journaled file are not revoked ("revoke switched off"): a
     /// logged copy of one may be replayed over the block's next owner.
     pub no_data_revoke: bool,
@@ -26,6 +29,6 @@ pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
     #[cfg(not(feature = "planted-bugs"))]
     {
         let _ = o;
-        FsBugs { skip_size_update_journal: false, no_data_revoke: false }
+        FsBugs { skip_size_update_journal: false, skip_ancestor_record: false, no_data_revoke: false }
     }
 }

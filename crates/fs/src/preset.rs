@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -55,6 +55,16 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("fsync", "chained")) => journal.fsync_all_logs = false,
             Some(("admit", "core")) => journal.admission = cjfs_journal::per_core::Admission::Core,
             Some(("admit", "thread")) => journal.admission = cjfs_journal::per_core::Admission::Thread,
+            Some(("ijournal", n)) => journal.ijournal.areas = n.parse().map_err(bad)?,
+            Some(("iform", "single")) => journal.ijournal.form = cjfs_journal::IForm::Single,
+            Some(("iform", "commit")) => journal.ijournal.form = cjfs_journal::IForm::Commit,
+            Some(("iarea", n)) => {
+                let min = cjfs_journal::superblock::MIN_IJOURNAL_AREA_BLOCKS;
+                journal.ijournal.area_blocks =
+                    n.parse::<u32>().ok().filter(|&b| b >= min).ok_or_else(|| {
+                        bad(format!("iarea={n}: expected a number of blocks, at least {min}"))
+                    })?;
+            }
             Some(("commit", "single_io")) => journal.commit = CommitMode::SingleIo,
             Some(("commit", "two_step")) => journal.commit = CommitMode::TwoStep,
             Some(("adaptive", "on")) => adaptive = true,
@@ -62,6 +72,13 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();
+    }
+    if journal.ijournal.on() && journal.logs != Logs::One {
+        return Err(bad(
+            "iJournaling cannot be combined with several logs (i-transactions are ordered by one \
+             log's transaction ids)"
+                .into(),
+        ));
     }
     // Core-aware block-group allocation goes with per-core logs, except in its ablation.
     let core_groups = journal.logs != Logs::One && name != "zjournal-no-bga";
@@ -74,11 +91,17 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
 /// Blocks of each extra log area a per-core journal gets from [`mkfs_for`].
 pub const LOG_AREA_BLOCKS: u32 = 4096;
 
-/// `base` with the extra log areas the journal of `opts` runs (none for one log): a per-core
-/// journal needs its logs in the image, made at mkfs (`area_blocks` each, at least 1024).
+/// `base` with the extra areas the journal of `opts` runs: a per-core journal's logs
+/// (`area_blocks` each, at least 1024; none for one log) and iJournaling's areas (as many and
+/// as large as its setting says), made at mkfs.
 pub fn mkfs_for(opts: &MountOptions, area_blocks: u32, base: crate::MkfsOptions) -> crate::MkfsOptions {
     let extra = opts.journal.logs.wanted().saturating_sub(1);
-    crate::MkfsOptions { log_areas: vec![area_blocks.max(1024); extra], ..base }
+    let ij = &opts.journal.ijournal;
+    crate::MkfsOptions {
+        log_areas: vec![area_blocks.max(1024); extra],
+        ijournal_areas: vec![ij.area_blocks; ij.areas.wanted()],
+        ..base
+    }
 }
 
 /// The mount options preset `name` stands for, over the defaults.

@@ -13,6 +13,11 @@ use crate::meta::MetaStore;
 pub(crate) struct Tx<'a> {
     pub fs: &'a FsInner,
     pub h: Handle,
+    /// iJournaling: metadata blocks this handle changed (`true`: freed) through
+    /// [`MetaStore`] — extent tree blocks and directory blocks — taken by the next
+    /// `store_inode` (the inode whose tree they are: every operation stores the inode it
+    /// changed right after changing it).
+    pub tree: Vec<(u64, bool)>,
 }
 
 impl<'a> Tx<'a> {
@@ -22,7 +27,7 @@ impl<'a> Tx<'a> {
             return Err(FsError::ReadOnly);
         }
         let credits = credits.min(fs.journal.max_tx_blocks());
-        Ok(Tx { fs, h: fs.journal.start(credits)? })
+        Ok(Tx { fs, h: fs.journal.start(credits)?, tree: Vec::new() })
     }
 
     /// Stop the handle; returns its transaction.
@@ -38,18 +43,29 @@ impl MetaStore for Tx<'_> {
     }
 
     fn write_access(&mut self, buf: &Arc<Buffer>) -> FsResult<()> {
-        Ok(self.h.get_write_access(buf)?)
+        self.h.get_write_access(buf)?;
+        if self.fs.ij.get().is_some() {
+            self.tree.push((buf.blocknr(), false));
+        }
+        Ok(())
     }
 
     fn new_block(&mut self, goal: u64) -> FsResult<Arc<Buffer>> {
         let (blk, _) = crate::alloc::alloc_blocks(self, goal, 1)?;
         let buf = self.fs.cache.get_new(blk);
         self.h.get_create_access(&buf)?;
+        if self.fs.ij.get().is_some() {
+            self.tree.push((blk, false));
+        }
         Ok(buf)
     }
 
     fn free_meta_block(&mut self, blk: u64) -> FsResult<()> {
-        crate::alloc::free_blocks(self, blk, 1, true)
+        crate::alloc::free_blocks(self, blk, 1, true)?;
+        if self.fs.ij.get().is_some() {
+            self.tree.push((blk, true));
+        }
+        Ok(())
     }
     fn block_limit(&self) -> u64 {
         self.fs.geo.blocks_count

@@ -109,7 +109,11 @@ pub(crate) fn set(
         }
     }
     let mut tx = Tx::start(fs, 8)?;
+    let had_block = st.d.file_acl != 0;
     write_all(&mut tx, ino, st, &list)?;
+    if had_block || st.d.file_acl != 0 {
+        crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, tx.h.tx_id());
+    }
     st.d.ctime = Timestamp::now();
     store_inode(&mut tx, ino, st)?;
     tx.stop()?;

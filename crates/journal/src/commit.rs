@@ -201,9 +201,26 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
     j.unreserved.store(0, Ordering::Release);
     // Ordered data and log blocks go to the device together before anything waits (JBD2
     // submits both, then waits); one batch lets the device merge the contiguous log run.
+    // A large ordered-data list goes out in windows, each submitted once the one before it
+    // completed, as the kernel's block layer never lets one writer queue a commit's worth of
+    // data ahead of every other request: a window bounds how long another writer's I/O (an
+    // fsync served by an i-transaction, a read) waits behind this commit's data. The last
+    // window goes out with the log blocks.
+    let window = (j.set.config.ordered_window_blocks as usize).max(1);
+    let mut ordered: &[Arc<Buffer>] = &lists.ordered;
+    while ordered.len() > window {
+        let (head, rest) = ordered.split_at(window);
+        let submitted = {
+            let _hw = j.set.home_write_lock.lock();
+            let (data_reqs, _) = ordered_requests(&j.set, head, Some(tx.id()));
+            j.set.dev.submit_batch(data_reqs)?
+        };
+        cjfs_blockdev::wait_all(submitted)?;
+        ordered = rest;
+    }
     let (n_data, mut tickets) = {
         let _hw = j.set.home_write_lock.lock();
-        let (data_reqs, _) = ordered_requests(&j.set, &lists.ordered, Some(tx.id()));
+        let (data_reqs, _) = ordered_requests(&j.set, ordered, Some(tx.id()));
         (data_reqs.len(), j.set.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
     };
     let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
@@ -356,6 +373,16 @@ pub(crate) fn submit_runs(
     tag: WriteTag,
 ) -> JResult<Vec<IoTicket>> {
     Ok(set.dev.submit_batch(run_requests(writes, tag))?)
+}
+
+/// [`submit_runs`] with every request FUA (durable when it completes).
+pub(crate) fn submit_runs_fua(
+    set: &Shared,
+    writes: Vec<(u64, BlockBuf)>,
+    tag: WriteTag,
+) -> JResult<Vec<IoTicket>> {
+    let reqs = run_requests(writes, tag).into_iter().map(|r| WriteRequest { fua: true, ..r }).collect();
+    Ok(set.dev.submit_batch(reqs)?)
 }
 
 /// `(block, data)` writes as requests, one per device-contiguous run.

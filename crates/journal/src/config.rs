@@ -13,6 +13,82 @@ pub enum JournalKind {
     None,
 }
 
+/// How many ijournal areas iJournaling writes its fsync records to (the technique lives in
+/// the file system, `cjfs_fs::ijournal`; the journal only carries the setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IAreas {
+    /// iJournaling off: fsync commits the running transaction.
+    Off,
+    /// One area per core (the paper's per-core areas).
+    PerCore,
+    /// This many areas (1 = one shared area, the paper's Fig. 9 comparison).
+    Count(u16),
+}
+
+impl IAreas {
+    /// Areas wanted (0 when off).
+    pub fn wanted(self) -> usize {
+        match self {
+            IAreas::Off => 0,
+            IAreas::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            IAreas::Count(n) => usize::from(n),
+        }
+    }
+}
+
+impl std::str::FromStr for IAreas {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(IAreas::Off),
+            "cores" => Ok(IAreas::PerCore),
+            n => match n.parse::<u16>() {
+                Ok(0) => Ok(IAreas::Off),
+                Ok(k) if usize::from(k) <= crate::superblock::MAX_LOG_AREAS => Ok(IAreas::Count(k)),
+                _ => Err(format!(
+                    "ijournal={s}: expected off, cores or a number of areas up to {}",
+                    crate::superblock::MAX_LOG_AREAS
+                )),
+            },
+        }
+    }
+}
+
+/// The form of an i-transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IForm {
+    /// A header block whose checksum covers itself and, through per-tag checksums, every
+    /// extent block after it: no commit block, so a simple fsync writes one block with one
+    /// FUA write.
+    Single,
+    /// The paper's form: header and extent blocks, a flush, then a commit block (FUA) whose
+    /// checksum covers them all (two blocks for a simple fsync).
+    Commit,
+}
+
+/// iJournaling's settings (one setting of [`JournalConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IJournal {
+    /// How many ijournal areas (off: iJournaling is not used).
+    pub areas: IAreas,
+    /// Record form.
+    pub form: IForm,
+    /// Blocks of each area `cjfs mkfs` (and the lab) make for this setting.
+    pub area_blocks: u32,
+}
+
+impl IJournal {
+    /// iJournaling off.
+    pub const fn off() -> Self {
+        IJournal { areas: IAreas::Off, form: IForm::Single, area_blocks: 1024 }
+    }
+
+    /// Whether fsync writes i-transactions.
+    pub fn on(&self) -> bool {
+        self.areas != IAreas::Off
+    }
+}
+
 /// How a transaction reaches the log (see `single_io.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitMode {
@@ -75,6 +151,10 @@ pub struct JournalConfig {
     pub max_tx_blocks: Option<u32>,
     /// Ordered data blocks after which the running transaction is committed.
     pub max_ordered_blocks: u32,
+    /// A commit writes its ordered data in windows of at most this many blocks, each after
+    /// the one before completed (the kernel's block layer bounds a writer's requests in
+    /// flight): other I/O waits behind one window, not behind the whole commit's data.
+    pub ordered_window_blocks: u32,
     /// Start background checkpointing when the log is this full (0..1).
     pub checkpoint_high_water: f64,
     /// Write csum-v3 tags and block checksums.
@@ -102,6 +182,10 @@ pub struct JournalConfig {
     /// threads: the log's state lock and condition variables, or per-core request slots and
     /// a lock-free hand-off (per-core work queues, `crate::work_queue`).
     pub dispatch: crate::work_queue::Dispatch,
+    /// iJournaling (ATC'17): fsync writes a file-level i-transaction to an ijournal area
+    /// instead of committing the running transaction. The file system implements it; it
+    /// needs one log (it orders records by the log's transaction ids).
+    pub ijournal: IJournal,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::PlantedBugs,
@@ -130,6 +214,7 @@ impl JournalConfig {
             commit_interval: Duration::from_secs(5),
             max_tx_blocks: None,
             max_ordered_blocks: 16384,
+            ordered_window_blocks: 1024,
             checkpoint_high_water: 0.5,
             csum_v3: true,
             commit: CommitMode::TwoStep,
@@ -138,6 +223,7 @@ impl JournalConfig {
             logs: crate::per_core::Logs::One,
             fsync_all_logs: true,
             admission: crate::per_core::Admission::Core,
+            ijournal: IJournal::off(),
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),
             per_device: false,
@@ -229,6 +315,9 @@ impl JournalConfig {
             "zjournal-no-pfc",
             "zjournal-no-bga",
             "zjournal-cjfs",
+            "ijournal",
+            "ijournal-shared",
+            "ijournal-cjfs",
             "joj",
             "adaptive",
         ]
@@ -264,6 +353,21 @@ impl JournalConfig {
             "zjournal-no-bga" => named(Self::zjournal()),
             // CJFS's commit pipeline in every log: the combination no paper measured.
             "zjournal-cjfs" => named(JournalConfig { logs: crate::per_core::Logs::PerCore, ..Self::cjfs() }),
+            // iJournaling over JBD2's commits: fsync writes to the area of its core.
+            "ijournal" => named(JournalConfig {
+                ijournal: IJournal { areas: IAreas::PerCore, ..IJournal::off() },
+                ..Self::jbd2()
+            }),
+            // One ijournal area shared by every core (the paper's Fig. 9 comparison).
+            "ijournal-shared" => named(JournalConfig {
+                ijournal: IJournal { areas: IAreas::Count(1), ..IJournal::off() },
+                ..Self::jbd2()
+            }),
+            // iJournaling with CJFS's commit pipeline for the normal commits.
+            "ijournal-cjfs" => named(JournalConfig {
+                ijournal: IJournal { areas: IAreas::PerCore, ..IJournal::off() },
+                ..Self::cjfs()
+            }),
             "joj" => Self::joj(),
             // The automatic per-file data mode is the file system's (`cjfs_fs::preset`).
             "adaptive" => named(Self::joj()),

@@ -61,6 +61,7 @@ impl JournalConfig {
         c.commit_interval = self.commit_interval;
         c.max_tx_blocks = self.max_tx_blocks;
         c.max_ordered_blocks = self.max_ordered_blocks;
+        c.ordered_window_blocks = self.ordered_window_blocks;
         c.checkpoint_high_water = self.checkpoint_high_water;
         c.csum_v3 = self.csum_v3;
         #[cfg(feature = "planted-bugs")]

@@ -24,6 +24,7 @@
 //! | `ring.rs` | the circular log itself (arithmetic and span allocation), shared with recovery |
 //! | `area.rs` | where a log lives on the device |
 //! | `recovery.rs` | scan, decide, replay (JBD2's recovery) |
+//! | `external_tx.rs` | a transaction the file system's own recovery steps build (i-transactions, fast commits), committed to a clean log and replayed |
 //! | `superblock.rs`, `descriptor.rs`, `commit_block.rs`, `revoke_block.rs`, `checksum.rs`, `writer.rs` | the JBD2 on-disk format |
 //! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
@@ -89,6 +90,7 @@ pub mod config;
 pub mod descriptor;
 pub mod device_choice;
 pub mod error;
+pub mod external_tx;
 mod flush;
 pub mod handle;
 pub mod lock_rank;
@@ -114,7 +116,7 @@ mod writer;
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, Committed, JState, Tid};
 pub use cjfs_blockdev::{LogId, TxId};
-pub use config::{CommitMode, JournalConfig, JournalKind};
+pub use config::{CommitMode, IAreas, IForm, IJournal, JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
 pub use per_core::Logs;

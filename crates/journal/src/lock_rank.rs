@@ -23,6 +23,8 @@ use crate::lock_stat::{WaitCv, contended};
 pub enum Rank {
     /// File system: cross-directory renames.
     FsRename = 5,
+    /// File system: one fsync of an inode at a time (iJournaling), taken before its lock.
+    FsFsync = 8,
     /// File system: an inode's lock (several at once, in the order `cjfs_fs` documents).
     FsInode = 10,
     /// File system: one shard of the inode cache.
@@ -63,8 +65,9 @@ pub enum Rank {
 
 impl Rank {
     /// Every rank, outermost first.
-    pub const ALL: [Rank; 18] = [
+    pub const ALL: [Rank; 19] = [
         Rank::FsRename,
+        Rank::FsFsync,
         Rank::FsInode,
         Rank::FsInodeCache,
         Rank::FsOrphan,

@@ -48,9 +48,10 @@ impl LogRing {
         LogRing { first, last, head: first, used: 0, spans: VecDeque::new() }
     }
 
-    /// The ring a JBD2 superblock describes (`s_first..s_maxlen`).
+    /// The ring a JBD2 superblock describes (`s_first..s_maxlen`, less the fast-commit area
+    /// of a journal with the fast_commit feature).
     pub fn from_superblock(sb: &JournalSuperblock) -> Self {
-        LogRing::new(u64::from(sb.s_first), u64::from(sb.s_maxlen))
+        LogRing::new(u64::from(sb.s_first), sb.log_end())
     }
 
     /// First block.

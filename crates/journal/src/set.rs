@@ -14,7 +14,7 @@
 //! are named by [`TxId`] (log and id) everywhere outside a log's own code, so a second log
 //! cannot be mistaken for the first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 
@@ -29,7 +29,7 @@ use crate::lock_rank::{Rank, RankedMutex};
 use crate::log::LogState;
 use crate::log_core::LogCore;
 use crate::stats::{JournalStats, StatsSnapshot};
-use crate::superblock::{INCOMPAT_CJFS_LOGS, JournalSuperblock};
+use crate::superblock::{INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS, JournalSuperblock};
 
 /// What every log of the journal shares.
 ///
@@ -107,9 +107,10 @@ pub struct Journal {
     /// Why the `auto` preset chose the configuration in use (`None` for a named preset).
     /// Immutable.
     choice: Option<String>,
-    /// The primary journal carries the private `cjfs_logs` bit (extra logs are open for
-    /// writing). Written under log 0's `sb_write`.
-    claimed: AtomicBool,
+    /// The private incompat bits the primary journal carries because of this journal's use
+    /// (`cjfs_logs`: extra logs are open for writing; `cjfs_ijournal`: the file system's
+    /// ijournal areas may hold i-transactions), a mask. Written under log 0's `sb_write`.
+    claimed: AtomicU32,
     /// The first handle must set the private bit: extra logs exist and the journal logs
     /// (a journal of kind `None` or a read-only one never writes a log). Immutable.
     claim_needed: bool,
@@ -232,7 +233,7 @@ impl Journal {
             logs,
             threads: RankedMutex::new(Rank::Leaf, Vec::new()),
             choice,
-            claimed: AtomicBool::new(false),
+            claimed: AtomicU32::new(0),
             claim_needed,
             single_io_plain,
             single_io_on: AtomicBool::new(false),
@@ -276,8 +277,8 @@ impl Journal {
 
     /// Start a handle with `credits` blocks reserved.
     pub fn start(&self, credits: u32) -> JResult<Handle> {
-        if self.claim_needed && !self.claimed.load(Ordering::Acquire) {
-            self.set_logs_bit(true)?;
+        if self.claim_needed && self.claimed.load(Ordering::Acquire) & INCOMPAT_CJFS_LOGS == 0 {
+            self.set_private_bit(INCOMPAT_CJFS_LOGS, true)?;
         }
         if self.single_io_plain.is_some() && !self.single_io_on.load(Ordering::Acquire) {
             self.set_single_io_features()?;
@@ -353,31 +354,56 @@ impl Journal {
         let l = self.logs.get(log).ok_or_else(|| {
             JournalError::Corrupt(format!("log {log} of a journal of {} logs", self.logs.len()))
         })?;
-        if self.claim_needed && !self.claimed.load(Ordering::Acquire) {
-            self.set_logs_bit(true)?;
+        if self.claim_needed && self.claimed.load(Ordering::Acquire) & INCOMPAT_CJFS_LOGS == 0 {
+            self.set_private_bit(INCOMPAT_CJFS_LOGS, true)?;
         }
         l.start(credits)
     }
 
-    /// Set (or clear) the private `cjfs_logs` bit in the primary journal's superblock and
-    /// make it durable: set before anything can reach an extra log, so the kernel and e2fsck
-    /// refuse the image instead of replaying the primary journal alone; cleared once every
-    /// log is empty. A journal that logs nothing (no journal, read-only) never sets it.
-    fn set_logs_bit(&self, on: bool) -> JResult<()> {
+    /// Set the private incompat bit `cjfs_ijournal` in the primary journal's superblock and
+    /// make it durable, before the file system writes its first i-transaction: the kernel and
+    /// e2fsck then refuse the image instead of replaying the normal journal alone (which
+    /// would drop the fsyncs the i-transactions served). A clean [`Journal::shutdown`] clears
+    /// it with the others, once every log is empty (every i-transaction is then older than
+    /// the last durable commit). Cheap once set.
+    pub fn claim_ijournal(&self) -> JResult<()> {
+        if self.claimed.load(Ordering::Acquire) & INCOMPAT_CJFS_IJOURNAL != 0 {
+            return Ok(());
+        }
+        if self.shared.config.kind != JournalKind::Jbd2 {
+            return Err(JournalError::Aborted(
+                "a journal that logs nothing cannot hold i-transactions".into(),
+            ));
+        }
+        self.set_private_bit(INCOMPAT_CJFS_IJOURNAL, true)?;
+        if self.claimed.load(Ordering::Acquire) & INCOMPAT_CJFS_IJOURNAL == 0 {
+            // The journal closed meanwhile: no record may be written.
+            return Err(JournalError::Aborted("the journal is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Set (or clear) a private incompat bit (`cjfs_logs`, `cjfs_ijournal`) in the primary
+    /// journal's superblock and make it durable: set before anything can reach an extra log
+    /// or an ijournal area, so the kernel and e2fsck refuse the image instead of replaying the
+    /// primary journal alone; cleared once every log is empty. A journal that logs nothing
+    /// (no journal, read-only) never sets one.
+    fn set_private_bit(&self, bit: u32, on: bool) -> JResult<()> {
         let log0 = &self.logs[0];
         let r = {
             let _g = log0.sb_write.lock();
+            let have = self.claimed.load(Ordering::Acquire);
             // Setting it on a closed journal (shut down, aborted) would mark a clean image:
             // the start that follows fails anyway.
-            if self.claimed.load(Ordering::Acquire) == on || (on && log0.closed.load(Ordering::Acquire)) {
+            if (have & bit != 0) == on || (on && log0.closed.load(Ordering::Acquire)) {
                 return Ok(());
             }
             let (img, start) = {
                 let mut l = log0.log.lock();
                 if on {
-                    l.sb.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
+                    l.sb.s_feature_incompat |= bit;
                 } else {
-                    l.sb.s_feature_incompat &= !INCOMPAT_CJFS_LOGS;
+                    l.sb.s_feature_incompat &= !bit;
                 }
                 (l.sb_image(), l.sb_position().0)
             };
@@ -389,13 +415,17 @@ impl Journal {
                 .and_then(|_| self.shared.dev.flush());
             if r.is_ok() {
                 log0.log.lock().sb_start_on_disk = start;
-                self.claimed.store(on, Ordering::Release);
+                if on {
+                    self.claimed.fetch_or(bit, Ordering::AcqRel);
+                } else {
+                    self.claimed.fetch_and(!bit, Ordering::AcqRel);
+                }
             }
             r
         };
         // Aborted with nothing held: abort takes every log's state and buffers' jstate.
         if let Err(e) = r {
-            self.shared.abort(format!("writing the journal superblock's cjfs_logs bit failed: {e}"));
+            self.shared.abort(format!("writing the journal superblock's private feature bit failed: {e}"));
             return Err(e.into());
         }
         Ok(())
@@ -535,6 +565,110 @@ impl Journal {
         Ok(())
     }
 
+    /// Write the data buffers `bufs` home now and wait for the writes: the data step of an
+    /// fsync served without a commit (iJournaling). Dirty buffers are written; a clean one
+    /// whose last home write was a commit's ordered-data write, not yet durable, is written
+    /// again (that write may still be in flight, and waiting for its commit to be durable is
+    /// the wait the technique exists to avoid); writes of another fsync still in flight are
+    /// waited for. No flush: the caller flushes once for the data and its record, or asks
+    /// for FUA writes (`fua`), each durable when it completes (then a buffer another path
+    /// wrote and this call only waited for is durable only after a flush: the caller
+    /// flushes when the result's second figure is not zero). Returns the blocks written and
+    /// the blocks found written by another path, not yet known durable.
+    pub fn write_data_now(&self, bufs: &[Arc<Buffer>], fua: bool) -> JResult<(u64, u64)> {
+        self.write_data_with(bufs, Vec::new(), fua)
+    }
+
+    /// [`Journal::write_data_now`], with `extra` blocks (`(device block, image)`, outside the
+    /// buffer cache: an i-transaction's extent blocks) written in the same batch.
+    pub fn write_data_with(
+        &self,
+        bufs: &[Arc<Buffer>],
+        extra: Vec<(u64, cjfs_blockdev::BlockBuf)>,
+        fua: bool,
+    ) -> JResult<(u64, u64)> {
+        if bufs.is_empty() && extra.is_empty() {
+            return Ok((0, 0));
+        }
+        let chains = &self.shared.chains;
+        let (tickets, written) = {
+            let _hw = self.shared.home_write_lock.lock();
+            let mut writes = Vec::new();
+            let mut written = Vec::new();
+            for b in bufs {
+                let mut js = b.jstate();
+                if js.dirty || js.home_tx.is_some_and(|t| !chains.is_valid(t)) {
+                    js.dirty = false;
+                    js.home_tx = None;
+                    js.home_writes += 1;
+                    drop(js);
+                    writes.push((b.blocknr(), b.snapshot()));
+                    written.push(b.clone());
+                }
+            }
+            if writes.is_empty() && extra.is_empty() {
+                (Vec::new(), written)
+            } else {
+                self.shared.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
+                let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::Data);
+                let mut submitted = if fua {
+                    crate::commit::submit_runs_fua(&self.shared, writes, tag)
+                } else {
+                    crate::commit::submit_runs(&self.shared, writes, tag)
+                };
+                if !extra.is_empty()
+                    && let Ok(t) = submitted.as_mut()
+                {
+                    let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalLogged);
+                    let more = if fua {
+                        crate::commit::submit_runs_fua(&self.shared, extra, tag)
+                    } else {
+                        crate::commit::submit_runs(&self.shared, extra, tag)
+                    };
+                    match more {
+                        Ok(m) => t.extend(m),
+                        Err(e) => submitted = Err(e),
+                    }
+                }
+                match submitted {
+                    Ok(t) => (t, written),
+                    Err(e) => {
+                        for b in &written {
+                            b.jstate().home_writes -= 1;
+                            b.notify();
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        let r = cjfs_blockdev::wait_all(tickets);
+        for b in &written {
+            let mut js = b.jstate();
+            js.home_writes -= 1;
+            drop(js);
+            b.notify();
+        }
+        r?;
+        let mut others = 0;
+        for b in bufs.iter().filter(|b| !written.iter().any(|w| Arc::ptr_eq(w, b))) {
+            let mut js = b.jstate();
+            if js.home_writes > 0 {
+                others += 1;
+            }
+            while js.home_writes > 0 {
+                b.wait_jstate(&mut js);
+            }
+        }
+        Ok((written.len() as u64, others))
+    }
+
+    /// Every transaction up to this id is durable (the primary log's; with several logs,
+    /// valid).
+    pub fn durable_upto(&self) -> u64 {
+        self.shared.chains.valid_upto(0)
+    }
+
     /// Flush the device's cache (counts as a journal flush).
     pub fn flush_device(&self) -> JResult<()> {
         self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -589,10 +723,13 @@ impl Journal {
         // Every log empty: the image is plain ext4 again.
         if result.is_ok()
             && self.aborted().is_none()
-            && self.claimed.load(Ordering::Acquire)
             && self.logs.iter().all(|l| l.log.lock().ring.spans().is_empty())
         {
-            result = self.set_logs_bit(false);
+            for bit in [INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS] {
+                if result.is_ok() && self.claimed.load(Ordering::Acquire) & bit != 0 {
+                    result = self.set_private_bit(bit, false);
+                }
+            }
         }
         if result.is_ok() && self.aborted().is_none() && self.single_io_on.load(Ordering::Acquire) {
             result = self.close_single_io();

@@ -90,7 +90,9 @@ pub const INCOMPAT_ASYNC_COMMIT: u32 = 0x4;
 pub const INCOMPAT_CSUM_V2: u32 = 0x8;
 /// `JBD2_FEATURE_INCOMPAT_CSUM_V3`: crc32c checksums, `journal_block_tag3_t` tags.
 pub const INCOMPAT_CSUM_V3: u32 = 0x10;
-/// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area follows the log (not supported).
+/// `JBD2_FEATURE_INCOMPAT_FAST_COMMIT`: a fast-commit area ends the journal (its last
+/// `s_num_fc_blks` blocks, 256 when 0); the log wraps before it. Replayed by the file system
+/// after the log (`cjfs_fs`), which then clears the bit.
 pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// cjfs-private: log areas besides this journal (see [`LogArea`]) may hold transactions that
 /// need replay. Unknown to the kernel and e2fsck, which therefore refuse the journal ("JBD2:
@@ -98,13 +100,27 @@ pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// feature flag set") instead of replaying only this log. Set while extra logs are open,
 /// cleared by a clean unmount and by `cjfs recover`. The top bit, far from JBD2's own.
 pub const INCOMPAT_CJFS_LOGS: u32 = 0x8000_0000;
+/// cjfs-private: ijournal areas (see [`AreaKind::IJournal`]) may hold i-transactions that
+/// need replay (iJournaling's fsync records). Stock tools refuse the journal for the same
+/// reason as [`INCOMPAT_CJFS_LOGS`]: replaying the primary log alone would silently drop every
+/// fsync served by an i-transaction since the last commit. A bit of its own rather than
+/// `cjfs_logs` because the two are cleared at different points of recovery: the logs' bit once
+/// the normal logs are replayed, this one only after the i-transactions are home.
+pub const INCOMPAT_CJFS_IJOURNAL: u32 = 0x4000_0000;
 
 /// Offset of cjfs' log-area table in the journal superblock's block: past the 1024 bytes
 /// JBD2 defines (and checksums), which is all the kernel and e2fsck read; both write the
 /// block back whole, so the table survives their superblock updates.
 pub const AREA_TABLE_OFFSET: usize = 0x400;
-/// Magic of the log-area table ("CJLA", big-endian as the rest of JBD2).
+/// Magic of the log-area table ("CJLA", big-endian as the rest of JBD2): every entry a log.
 pub const AREA_TABLE_MAGIC: u32 = 0x434A_4C41;
+/// Magic of the log-area table with typed entries ("CJLB"): written when some area is not a
+/// log (an ijournal area), so a journal with only extra logs keeps the `CJLA` bytes.
+pub const AREA_TABLE_MAGIC_TYPED: u32 = 0x434A_4C42;
+/// `JBD2_DEFAULT_FAST_COMMIT_BLOCKS`: fast-commit blocks when `s_num_fc_blks` is 0.
+pub const DEFAULT_FC_BLOCKS: u64 = 256;
+/// Smallest ijournal area (its header block and a ring of 15 blocks).
+pub const MIN_IJOURNAL_AREA_BLOCKS: u32 = 16;
 /// Most extra log areas the table holds.
 pub const MAX_LOG_AREAS: usize = 64;
 
@@ -116,7 +132,9 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_REVOKE
     | INCOMPAT_ASYNC_COMMIT
     | INCOMPAT_CSUM_V2
     | INCOMPAT_CSUM_V3
-    | INCOMPAT_CJFS_LOGS;
+    | INCOMPAT_CJFS_LOGS
+    | INCOMPAT_CJFS_IJOURNAL
+    | INCOMPAT_FAST_COMMIT;
 /// Ro-compat features we understand (none are defined by JBD2).
 pub const KNOWN_RO_COMPAT: u32 = 0;
 
@@ -132,14 +150,15 @@ pub const CHKSUM_TYPE_CRC32C: u8 = 4;
 /// The journal block size a fresh superblock gets unless formatted on a device of another
 /// block size (JBD2 logs in file-system blocks, so it is always the file system's).
 pub const JOURNAL_BLOCK_SIZE: u32 = DEFAULT_BLOCK_SIZE as u32;
-/// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas past the
-/// JBD2 superblock. On smaller blocks (1 KiB, where the superblock fills the block) the table
-/// has a block of its own instead: journal-inode block `s_maxlen`, the first past the primary
-/// journal, at offset 0, and the extra areas follow it (see [`area_table_blocks`]).
-pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 8 * MAX_LOG_AREAS + 4;
+/// Smallest journal block that holds the log-area table of [`MAX_LOG_AREAS`] areas (typed
+/// entries, the larger form) past the JBD2 superblock. On smaller blocks (1 KiB, where the
+/// superblock fills the block) the table has a block of its own instead: journal-inode block
+/// `s_maxlen`, the first past the primary journal, at offset 0, and the extra areas follow it
+/// (see [`area_table_blocks`]).
+pub const AREA_TABLE_MIN_BLOCK: usize = AREA_TABLE_OFFSET + 8 + 12 * MAX_LOG_AREAS + 4;
 
-/// Blocks the log-area table takes of its own in a journal inode of `block_size`-byte blocks
-/// with `extra_areas` extra log areas: 1 where the table does not fit beside the superblock,
+/// Blocks the area table takes of its own in a journal inode of `block_size`-byte blocks
+/// with `extra_areas` extra areas: 1 where the table does not fit beside the superblock,
 /// else 0.
 pub const fn area_table_blocks(block_size: usize, extra_areas: usize) -> u64 {
     if extra_areas > 0 && block_size < AREA_TABLE_MIN_BLOCK { 1 } else { 0 }
@@ -235,6 +254,7 @@ impl JournalFeatures {
 fn incompat_names(bits: u32) -> String {
     let names = [
         (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
+        (INCOMPAT_CJFS_IJOURNAL, "cjfs_ijournal"),
         (INCOMPAT_REVOKE, "revoke"),
         (INCOMPAT_64BIT, "64bit"),
         (INCOMPAT_ASYNC_COMMIT, "async_commit"),
@@ -256,36 +276,91 @@ fn incompat_names(bits: u32) -> String {
     out.join(",")
 }
 
-/// An extra log area: a JBD2 log of its own (its superblock at its first block) inside the
-/// journal inode, past the primary journal's `s_maxlen` (the kernel and e2fsck take
-/// `s_maxlen` as the journal's length and never look beyond it).
+/// What an extra area of the journal inode holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AreaKind {
+    /// A JBD2 log of its own (its superblock at its first block): per-core journaling.
+    #[default]
+    Log,
+    /// An ijournal area (iJournaling's fsync records; the file system's format, see
+    /// `cjfs_fs::ondisk::ijournal`): never replayed as a log.
+    IJournal,
+}
+
+impl AreaKind {
+    fn code(self) -> u32 {
+        match self {
+            AreaKind::Log => 0,
+            AreaKind::IJournal => 1,
+        }
+    }
+
+    fn from_code(c: u32) -> Option<AreaKind> {
+        match c {
+            0 => Some(AreaKind::Log),
+            1 => Some(AreaKind::IJournal),
+            _ => None,
+        }
+    }
+
+    /// The smallest area of this kind.
+    pub fn min_blocks(self) -> u32 {
+        match self {
+            AreaKind::Log => MIN_JOURNAL_BLOCKS,
+            AreaKind::IJournal => MIN_IJOURNAL_AREA_BLOCKS,
+        }
+    }
+}
+
+/// An extra area inside the journal inode, past the primary journal's `s_maxlen` (the kernel
+/// and e2fsck take `s_maxlen` as the journal's length and never look beyond it): a log of its
+/// own or an ijournal area.
 ///
 /// The table of them is stored big-endian at [`AREA_TABLE_OFFSET`] of the primary journal's
-/// superblock block: `u32 magic` ([`AREA_TABLE_MAGIC`]), `u32 count`, `count × (u32 first,
-/// u32 len)` in journal-inode blocks, ascending and disjoint, then `u32 crc32c` (seed !0) of
-/// everything before it. Absent (no magic) means no extra areas.
+/// superblock block (blocks under [`AREA_TABLE_MIN_BLOCK`] bytes: at offset 0 of the block
+/// after the primary journal, see [`area_table_blocks`]). When every area is a log: `u32 magic` ([`AREA_TABLE_MAGIC`], "CJLA"),
+/// `u32 count`, `count × (u32 first, u32 len)` in journal-inode blocks, ascending and
+/// disjoint, then `u32 crc32c` (seed !0) of everything before it. When some area is of
+/// another kind: magic [`AREA_TABLE_MAGIC_TYPED`] ("CJLB") and `count × (u32 first, u32 len,
+/// u32 kind)` (0 = log, 1 = ijournal), the rest as before. Absent (no magic) means no extra
+/// areas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogArea {
     /// First block of the area, counted in the journal inode (its superblock).
     pub first: u32,
     /// Blocks in the area, its superblock included.
     pub len: u32,
+    /// What it holds.
+    pub kind: AreaKind,
 }
 
-/// Decode the log-area table in `block` (a whole journal superblock block), checked for
-/// shape: past the primary log's `maxlen`, ascending, disjoint, each at least 1024 blocks.
+impl LogArea {
+    /// A log area.
+    pub const fn log(first: u32, len: u32) -> Self {
+        LogArea { first, len, kind: AreaKind::Log }
+    }
+}
+
+/// Decode the area table at byte `at` of `block`, checked for shape: from block `free_from`
+/// of the journal inode on (past the primary log and the table's own block, if any),
+/// ascending, disjoint, each at least its kind's minimum.
 /// Whether the areas lie inside the journal inode is [`read_log_areas`]'s check (the primary
 /// log is decoded over its own `s_maxlen` blocks, which never hold an area).
 fn decode_area_table(block: &[u8], at: usize, free_from: u64) -> JResult<Vec<LogArea>> {
     let corrupt = |msg: String| JournalError::Corrupt(format!("journal log-area table: {msg}"));
-    if block.len() < at + 8 || rd_be32(block, at) != AREA_TABLE_MAGIC {
+    if block.len() < at + 8 {
         return Ok(Vec::new());
     }
+    let entry = match rd_be32(block, at) {
+        AREA_TABLE_MAGIC => 8,
+        AREA_TABLE_MAGIC_TYPED => 12,
+        _ => return Ok(Vec::new()),
+    };
     let count = rd_be32(block, at + 4) as usize;
     if count > MAX_LOG_AREAS {
         return Err(corrupt(format!("{count} areas (at most {MAX_LOG_AREAS})")));
     }
-    let end = at + 8 + 8 * count;
+    let end = at + 8 + entry * count;
     if block.len() < end + 4 {
         return Err(corrupt(format!("{count} areas do not fit the block")));
     }
@@ -297,16 +372,25 @@ fn decode_area_table(block: &[u8], at: usize, free_from: u64) -> JResult<Vec<Log
     let mut areas = Vec::with_capacity(count);
     let mut next_free = free_from;
     for i in 0..count {
-        let off = at + 8 + 8 * i;
-        let a = LogArea { first: rd_be32(block, off), len: rd_be32(block, off + 4) };
+        let off = at + 8 + entry * i;
+        let kind = if entry == 12 {
+            let code = rd_be32(block, off + 8);
+            AreaKind::from_code(code).ok_or_else(|| corrupt(format!("area {i} has unknown kind {code}")))?
+        } else {
+            AreaKind::Log
+        };
+        let a = LogArea { first: rd_be32(block, off), len: rd_be32(block, off + 4), kind };
         let (first, len) = (u64::from(a.first), u64::from(a.len));
         if first < next_free {
             return Err(corrupt(format!(
                 "area {i} at block {first} overlaps the journal or the area before it (free from {next_free})"
             )));
         }
-        if len < 1024 {
-            return Err(corrupt(format!("area {i} (blocks {first}+{len}) is under 1024 blocks")));
+        if len < u64::from(kind.min_blocks()) {
+            return Err(corrupt(format!(
+                "area {i} (blocks {first}+{len}) is under {} blocks",
+                kind.min_blocks()
+            )));
         }
         next_free = first + len;
         areas.push(a);
@@ -314,20 +398,27 @@ fn decode_area_table(block: &[u8], at: usize, free_from: u64) -> JResult<Vec<Log
     Ok(areas)
 }
 
-/// Write the log-area table for `areas` into `block` at byte `at` (nothing when there are
-/// none, or when the block has no room for it there: a small block's table has a block of
-/// its own, written once by [`format_journal_areas`]).
+/// Write the area table for `areas` into `block` at byte `at` (nothing when there are none,
+/// or when the block has no room for it there: a small block's table has a block of its
+/// own, written once by [`format_journal_with_areas`]).
 fn encode_area_table(areas: &[LogArea], block: &mut [u8], at: usize) {
-    if areas.is_empty() || block.len() < at + 12 + 8 * areas.len() {
+    let typed = areas.iter().any(|a| a.kind != AreaKind::Log);
+    let entry = if typed { 12 } else { 8 };
+    if areas.is_empty() || block.len() < at + 12 + entry * areas.len() {
         return;
     }
-    wr_be32(block, at, AREA_TABLE_MAGIC);
+    let magic = if typed { AREA_TABLE_MAGIC_TYPED } else { AREA_TABLE_MAGIC };
+    wr_be32(block, at, magic);
     wr_be32(block, at + 4, areas.len() as u32);
     for (i, a) in areas.iter().enumerate() {
-        wr_be32(block, at + 8 + 8 * i, a.first);
-        wr_be32(block, at + 12 + 8 * i, a.len);
+        let off = at + 8 + entry * i;
+        wr_be32(block, off, a.first);
+        wr_be32(block, off + 4, a.len);
+        if typed {
+            wr_be32(block, off + 8, a.kind.code());
+        }
     }
-    let end = at + 8 + 8 * areas.len();
+    let end = at + 8 + entry * areas.len();
     let crc = crate::checksum::crc32c(!0, &block[at..end]);
     wr_be32(block, end, crc);
 }
@@ -429,6 +520,22 @@ impl JournalSuperblock {
         csum_seed(&self.s_uuid)
     }
 
+    /// Fast-commit blocks at the end of the journal (`jbd2_journal_get_num_fc_blks`:
+    /// `s_num_fc_blks`, or 256 when it is 0), counted only while the journal has the
+    /// fast_commit feature.
+    pub fn fc_blocks(&self) -> u64 {
+        if !self.features().fast_commit() {
+            return 0;
+        }
+        if self.s_num_fc_blks == 0 { DEFAULT_FC_BLOCKS } else { u64::from(self.s_num_fc_blks) }
+    }
+
+    /// One past the last block of the circular log (JBD2's `j_last`): `s_maxlen`, less the
+    /// fast-commit area while the journal has the fast_commit feature.
+    pub fn log_end(&self) -> u64 {
+        u64::from(self.s_maxlen).saturating_sub(self.fc_blocks())
+    }
+
     /// True if the log holds transactions that must be replayed (`s_start != 0`).
     pub fn needs_recovery(&self) -> bool {
         self.s_start != 0
@@ -525,11 +632,6 @@ impl JournalSuperblock {
         };
 
         let f = sb.features();
-        if f.fast_commit() {
-            return Err(incompatible(
-                "incompat feature fast_commit is not supported (fast-commit areas are not replayed)".into(),
-            ));
-        }
         let unknown = f.incompat & !SUPPORTED_INCOMPAT;
         if unknown != 0 {
             return Err(incompatible(format!(
@@ -545,12 +647,17 @@ impl JournalSuperblock {
         if !v1 {
             sb.log_areas = decode_area_table(buf, AREA_TABLE_OFFSET, u64::from(sb.s_maxlen))?;
         }
-        // A small block's table is in a block of its own, checked by `read_log_areas`.
+        // A small block's table is in a block of its own, checked by `read_journal_areas`.
         if f.incompat & INCOMPAT_CJFS_LOGS != 0
-            && sb.log_areas.is_empty()
+            && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log)
             && buf.len() >= AREA_TABLE_MIN_BLOCK
         {
             return Err(corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
+        }
+        if f.incompat & INCOMPAT_CJFS_IJOURNAL != 0
+            && !sb.log_areas.iter().any(|a| a.kind == AreaKind::IJournal)
+        {
+            return Err(corrupt("incompat cjfs_ijournal is set but the journal has no ijournal area".into()));
         }
         if f.csum_v2() && f.csum_v3() {
             return Err(corrupt("both csum_v2 and csum_v3 are set".into()));
@@ -577,9 +684,9 @@ impl JournalSuperblock {
     }
 
     /// Encode into a full journal block of `s_blocksize` bytes. With csum v2/v3 the checksum
-    /// is computed and stored (the `s_checksum` field of `self` is ignored). The log-area
-    /// table needs a block of at least [`AREA_TABLE_MIN_BLOCK`] bytes; formatting refuses
-    /// extra areas on smaller blocks.
+    /// is computed and stored (the `s_checksum` field of `self` is ignored). The area table
+    /// goes in only on blocks of at least [`AREA_TABLE_MIN_BLOCK`] bytes (smaller blocks keep
+    /// it in a block of its own).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; self.s_blocksize as usize];
         BlockHeader { magic: JBD2_MAGIC, blocktype: self.blocktype, sequence: 0 }.encode_into(&mut b);
@@ -669,12 +776,24 @@ pub fn format_journal(
 }
 
 /// The logs of a journal inode mapped by `inode_area`: the primary journal (log 0, its first
-/// `s_maxlen` blocks) and the extra areas its superblock's table lists, each a log of its own.
-/// Reads only; returns the primary superblock too.
+/// `s_maxlen` blocks) and the extra log areas its superblock's table lists, each a log of its own.
+/// Reads only; returns the primary superblock too. Areas of other kinds are left out (see
+/// [`read_journal_areas`]).
 pub fn read_log_areas(
     dev: &dyn BlockDevice,
     inode_area: &JournalArea,
 ) -> JResult<(JournalSuperblock, Vec<JournalArea>)> {
+    let (sb, logs, _) = read_journal_areas(dev, inode_area)?;
+    Ok((sb, logs))
+}
+
+/// Every area of a journal inode mapped by `inode_area`: the primary superblock, the logs
+/// (the primary journal first, then the extra logs) and the ijournal areas, in table order.
+/// Reads only.
+pub fn read_journal_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+) -> JResult<(JournalSuperblock, Vec<JournalArea>, Vec<JournalArea>)> {
     let mut sb = read_superblock(dev, inode_area)?;
     let maxlen = u64::from(sb.s_maxlen);
     if sb.log_areas.is_empty()
@@ -684,10 +803,13 @@ pub fn read_log_areas(
         let table = dev.read_block(inode_area.map(maxlen)?)?;
         sb.log_areas = decode_area_table(&table, 0, maxlen + 1)?;
     }
-    if sb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 && sb.log_areas.is_empty() {
+    if sb.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0
+        && !sb.log_areas.iter().any(|a| a.kind == AreaKind::Log)
+    {
         return Err(JournalError::Corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
     }
-    let mut areas = vec![inode_area.slice(0, maxlen)?];
+    let mut logs = vec![inode_area.slice(0, maxlen)?];
+    let mut ijournal = Vec::new();
     for (i, a) in sb.log_areas.iter().enumerate() {
         let area = inode_area.slice(u64::from(a.first), u64::from(a.len)).map_err(|_| {
             JournalError::Corrupt(format!(
@@ -697,9 +819,12 @@ pub fn read_log_areas(
                 inode_area.len()
             ))
         })?;
-        areas.push(area);
+        match a.kind {
+            AreaKind::Log => logs.push(area),
+            AreaKind::IJournal => ijournal.push(area),
+        }
     }
-    Ok((sb, areas))
+    Ok((sb, logs, ijournal))
 }
 
 /// Format the journal inode mapped by `inode_area`: a primary journal of `primary_len`
@@ -714,27 +839,51 @@ pub fn format_journal_areas(
     primary_len: u64,
     extra_lens: &[u64],
 ) -> JResult<JournalSuperblock> {
-    let table_blocks = area_table_blocks(dev.block_size(), extra_lens.len());
-    let total: u64 = primary_len + table_blocks + extra_lens.iter().sum::<u64>();
-    if total > inode_area.len() || extra_lens.len() > MAX_LOG_AREAS {
+    let extra: Vec<(u64, AreaKind)> = extra_lens.iter().map(|&l| (l, AreaKind::Log)).collect();
+    format_journal_with_areas(dev, inode_area, uuid, csum_v3, primary_len, &extra)
+}
+
+/// [`format_journal_areas`] with areas of any kind: logs are formatted as empty JBD2 logs;
+/// an ijournal area is only listed (its owner, the file system, formats it).
+pub fn format_journal_with_areas(
+    dev: &dyn BlockDevice,
+    inode_area: &JournalArea,
+    uuid: [u8; 16],
+    csum_v3: bool,
+    primary_len: u64,
+    extra: &[(u64, AreaKind)],
+) -> JResult<JournalSuperblock> {
+    let table_blocks = area_table_blocks(dev.block_size(), extra.len());
+    let total: u64 = primary_len + table_blocks + extra.iter().map(|(l, _)| l).sum::<u64>();
+    if total > inode_area.len() || extra.len() > MAX_LOG_AREAS {
         return Err(JournalError::Incompatible(format!(
-            "{} log areas of {total} blocks in all do not fit a journal inode of {} blocks (at most {MAX_LOG_AREAS} extra areas)",
-            extra_lens.len() + 1,
+            "{} journal areas of {total} blocks in all do not fit a journal inode of {} blocks (at most \
+             {MAX_LOG_AREAS} extra areas)",
+            extra.len() + 1,
             inode_area.len()
         )));
     }
-    let mut log_areas = Vec::with_capacity(extra_lens.len());
+    let mut log_areas = Vec::with_capacity(extra.len());
     let mut first = primary_len + table_blocks;
-    for &len in extra_lens {
-        if len < 1024 {
-            return Err(JournalError::Incompatible(format!("log area of {len} blocks (at least 1024)")));
+    for &(len, kind) in extra {
+        if len < u64::from(kind.min_blocks()) {
+            let what = match kind {
+                AreaKind::Log => "log area",
+                AreaKind::IJournal => "ijournal area",
+            };
+            return Err(JournalError::Incompatible(format!(
+                "{what} of {len} blocks (at least {})",
+                kind.min_blocks()
+            )));
         }
-        format_journal(dev, &inode_area.slice(first, len)?, uuid, csum_v3)?;
+        if kind == AreaKind::Log {
+            format_journal(dev, &inode_area.slice(first, len)?, uuid, csum_v3)?;
+        }
         let narrow = |v: u64| {
             u32::try_from(v)
-                .map_err(|_| JournalError::Incompatible(format!("log area at block {v} beyond 2^32")))
+                .map_err(|_| JournalError::Incompatible(format!("journal area at block {v} beyond 2^32")))
         };
-        log_areas.push(LogArea { first: narrow(first)?, len: narrow(len)? });
+        log_areas.push(LogArea { first: narrow(first)?, len: narrow(len)?, kind });
         first += len;
     }
     let mut sb = format_journal(dev, &inode_area.slice(0, primary_len)?, uuid, csum_v3)?;
@@ -773,7 +922,7 @@ mod tests {
         // area follows it; the superblock block carries JBD2's 1024 bytes only.
         assert_eq!(area_table_blocks(1024, 1), 1);
         let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2047]).expect("two logs");
-        assert_eq!(sb.log_areas, vec![LogArea { first: 2049, len: 2047 }]);
+        assert_eq!(sb.log_areas, vec![LogArea::log(2049, 2047)]);
         let raw = dev.read_block(100).unwrap();
         assert_eq!(JournalSuperblock::decode(&raw, 4096).unwrap().log_areas, vec![]);
         assert_eq!(rd_be32(&dev.read_block(100 + 2048).unwrap(), 0), AREA_TABLE_MAGIC);
@@ -790,6 +939,21 @@ mod tests {
         let e = read_log_areas(&dev, &area).unwrap_err().to_string();
         assert!(e.contains("cjfs_logs is set but there is no log-area table"), "{e}");
         assert!(format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).is_err(), "one block short");
+        // A typed table (a log and an ijournal area) in its own block too.
+        let sb = format_journal_with_areas(
+            &dev,
+            &area,
+            [1; 16],
+            true,
+            2048,
+            &[(1024, AreaKind::Log), (u64::from(MIN_IJOURNAL_AREA_BLOCKS), AreaKind::IJournal)],
+        )
+        .expect("a log and an ijournal area");
+        assert_eq!(sb.log_areas[1].kind, AreaKind::IJournal);
+        assert_eq!(rd_be32(&dev.read_block(100 + 2048).unwrap(), 0), AREA_TABLE_MAGIC_TYPED);
+        let (_, logs, ij) = read_journal_areas(&dev, &area).expect("areas");
+        assert_eq!((logs.len(), ij.len()), (2, 1));
+        assert_eq!(ij[0].map(0).ok(), Some(100 + 2049 + 1024));
         // A 2 KiB block holds the table.
         let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 2048);
         let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).expect("two logs");
@@ -839,7 +1003,7 @@ mod tests {
     #[test]
     fn log_area_table_roundtrips_and_is_checked() {
         let mut sb = JournalSuperblock::new_v2(1024, uuid(), true);
-        sb.log_areas = vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 3000, len: 2000 }];
+        sb.log_areas = vec![LogArea::log(1024, 1024), LogArea::log(3000, 2000)];
         sb.s_feature_incompat |= INCOMPAT_CJFS_LOGS;
         let b = sb.encode();
         // The JBD2 superblock proper (and its checksum) is untouched by the table.
@@ -872,10 +1036,7 @@ mod tests {
         let inode = JournalArea::new([(100, 1500), (2000, 1600)]);
         let sb = format_journal_areas(&dev, &inode, uuid(), true, 1024, &[1024, 1024]).expect("format");
         assert_eq!(sb.s_maxlen, 1024);
-        assert_eq!(
-            sb.log_areas,
-            vec![LogArea { first: 1024, len: 1024 }, LogArea { first: 2048, len: 1024 }]
-        );
+        assert_eq!(sb.log_areas, vec![LogArea::log(1024, 1024), LogArea::log(2048, 1024)]);
         let (primary, areas) = read_log_areas(&dev, &inode).expect("read areas");
         assert_eq!((primary.s_maxlen, &primary.log_areas), (1024, &sb.log_areas));
         assert_eq!(areas.len(), 3);
@@ -958,12 +1119,15 @@ mod tests {
 
     #[test]
     fn feature_checks() {
+        // A fast-commit journal decodes; its log ends before the fast-commit area.
         let f = JournalFeatures::new(0, INCOMPAT_REVOKE | INCOMPAT_FAST_COMMIT, 0);
-        let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
-        match JournalSuperblock::decode(&b, 64) {
-            Err(JournalError::Incompatible(m)) => assert!(m.contains("fast_commit"), "{m}"),
-            other => panic!("{other:?}"),
-        }
+        let mut sb = JournalSuperblock::new_v2_with_features(2048, uuid(), f);
+        let d = JournalSuperblock::decode(&sb.encode(), 2048).expect("fast commit");
+        assert_eq!((d.fc_blocks(), d.log_end()), (256, 2048 - 256));
+        sb.s_num_fc_blks = 64;
+        assert_eq!(JournalSuperblock::decode(&sb.encode(), 2048).expect("fc").log_end(), 2048 - 64);
+        sb.s_feature_incompat &= !INCOMPAT_FAST_COMMIT;
+        assert_eq!(JournalSuperblock::decode(&sb.encode(), 2048).expect("no fc").log_end(), 2048);
         let f = JournalFeatures::new(0, 0x400, 0);
         let b = JournalSuperblock::new_v2_with_features(64, uuid(), f).encode();
         match JournalSuperblock::decode(&b, 64) {

@@ -24,6 +24,19 @@ pub(crate) fn build_log_blocks(
     revokes: &[u64],
     block_size: usize,
 ) -> JResult<Vec<(BlockKind, BlockBuf)>> {
+    let homes: Vec<(u64, BlockBuf)> = versions.iter().map(|(b, v)| (b.blocknr(), v.clone())).collect();
+    build_log_blocks_for(tid, features, uuid, &homes, revokes, block_size)
+}
+
+/// [`build_log_blocks`] for `(home block, image)` pairs.
+pub(crate) fn build_log_blocks_for(
+    tid: Tid,
+    features: JournalFeatures,
+    uuid: [u8; 16],
+    versions: &[(u64, BlockBuf)],
+    revokes: &[u64],
+    block_size: usize,
+) -> JResult<Vec<(BlockKind, BlockBuf)>> {
     let seq = tid as u32;
     let seed = csum_seed(&uuid);
     let per_desc = DescriptorBuilder::max_tags(&features, block_size).max(1);
@@ -48,13 +61,13 @@ pub(crate) fn build_log_blocks(
                 // Escaping rewrites the first word: log a private copy, keep the version intact.
                 let mut tag_data = zeroed_block(block_size);
                 tag_data.copy_from_slice(&v[..]);
-                let tag = make_tag(b.blocknr(), &mut tag_data[..], seq, &features, seed);
+                let tag = make_tag(*b, &mut tag_data[..], seq, &features, seed);
                 let pushed = desc.try_push(tag);
                 debug_assert!(pushed);
                 BlockBuf::from(tag_data)
             } else {
                 let tag = crate::descriptor::Tag {
-                    blocknr: b.blocknr(),
+                    blocknr: *b,
                     flags: 0,
                     checksum: if features.csum_v2or3() {
                         let c = crate::checksum::block_tag_csum(seed, seq, &v[..]);

@@ -178,6 +178,8 @@ pub struct SweepConfig {
     pub dbench_loadfile: PathBuf,
     /// Fsync tester background bandwidth, MB/s.
     pub bg_mb_s: f64,
+    /// Fsync tester pause between write and fsync.
+    pub fsync_delay: Duration,
     /// Show a progress bar.
     pub progress: bool,
     /// The command line, for the record.
@@ -482,6 +484,7 @@ pub fn run_with(
         scale: cfg.scale,
         dbench_loadfile: cfg.dbench_loadfile.clone(),
         bg_mb_s: cfg.bg_mb_s,
+        fsync_delay: cfg.fsync_delay,
     };
     // Image files, one per file series (each series keeps its own so runs never share one).
     let image_bytes = cfg

@@ -91,6 +91,10 @@ pub trait Target: Send + Sync {
     fn device_stats(&self) -> Option<DeviceStats> {
         None
     }
+    /// iJournaling statistics, for cjfs targets that use it.
+    fn ijournal_stats(&self) -> Option<cjfs_fs::IjStats> {
+        None
+    }
 }
 
 fn io_err(e: FsError) -> io::Error {
@@ -272,6 +276,9 @@ impl Target for CjfsTarget {
     }
     fn device_stats(&self) -> Option<DeviceStats> {
         Some(self.fs.device().stats())
+    }
+    fn ijournal_stats(&self) -> Option<cjfs_fs::IjStats> {
+        self.fs.ijournal_stats()
     }
 }
 

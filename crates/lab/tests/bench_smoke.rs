@@ -96,6 +96,7 @@ fn a_sweep_hands_over_its_results_after_every_point() {
         scale: 0.02,
         dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
         bg_mb_s: 20.0,
+        fsync_delay: Duration::ZERO,
         progress: false,
         command: "test".into(),
     };

@@ -15,7 +15,10 @@
 //! * `ci_subset_one_kib_blocks`: the same subset on images of 1 KiB blocks (what mke2fs
 //!   picks for images under 512 MiB) with `jbd2` and `cjfs`.
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
-//!   violations.
+//!   violations; `ijournal_planted_bug_is_caught`: so does iJournaling's (an fsync without
+//!   the records of the new directories on the file's path).
+//! * `ijournal_commit_form_and_full_areas`: iJournaling's cases with the paper's record form,
+//!   and with areas small enough to fill.
 //! * `regressions`: workloads that exposed real bugs stay clean.
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ci`.
@@ -77,12 +80,29 @@ fn ci_subset(data: DataMode, barrier: bool) {
         return;
     }
     let t0 = std::time::Instant::now();
-    let workloads = Suite::ci().workloads(1);
     let mut modes = Vec::new();
     for m in preset::names() {
+        let ij = preset::resolve(m).is_ok_and(|o| o.journal.ijournal.on());
+        // iJournaling writes no i-transaction for journaled data (every fsync commits, as
+        // its base preset's: `tests/ijournal.rs` checks the fallback): with data=journal its
+        // presets take their base presets' paths, tested here already. Without a barrier
+        // (and FUA) its records are written and flushed instead of FUA: `ijournal` runs its
+        // own and the multi-threaded cases that way.
+        if ij && (data == DataMode::Journal || (!barrier && *m != "ijournal")) {
+            eprintln!("{m}: iJournaling takes its base preset's paths here (or `ijournal`'s); covered there");
+            continue;
+        }
+        let mut workloads = Suite::ci().workloads_for(m, 1);
+        if *m == "ijournal-shared" || (ij && !barrier) {
+            // One area instead of one per core is all that differs from `ijournal`; without
+            // FUA only the record writes differ: its own cases and the multi-threaded ones
+            // keep CI time.
+            workloads.retain(|w| w.name.starts_with("ij-") || w.name.starts_with("mt"));
+        }
         // Without a barrier only the presets that use one (or choose by it) take another
         // commit path; the others record the same logs as on the barrier device.
         let barrier_sensitive = *m == "auto"
+            || *m == "ijournal"
             || preset::resolve(m).is_ok_and(|o| o.journal.use_barriers || o.journal.dual_thread_barrier_only);
         if !barrier && !barrier_sensitive {
             eprintln!("{m}: same commit path with and without a barrier; covered by ci_subset_every_mode");
@@ -131,6 +151,18 @@ fn ci_subset(data: DataMode, barrier: bool) {
             .is_ok_and(|c| c.dual_thread && c.max_versions > 1 && (barrier || !c.dual_thread_barrier_only));
         if overlaps {
             assert!(m.multi_tx_states > 0, "{}: no crash state with several transactions in flight", m.mode);
+        }
+        if preset::resolve(&m.mode).is_ok_and(|o| o.journal.ijournal.on()) {
+            // The records were written, wrapped around the areas, and replayed.
+            assert!(
+                m.ij_served > 0 && m.ij_fallbacks > 0 && m.ij_wraps > 0 && m.ij_replayed > 0,
+                "{}: iJournaling was not exercised: {} served, {} fallbacks, {} wraps, {} images replayed",
+                m.mode,
+                m.ij_served,
+                m.ij_fallbacks,
+                m.ij_wraps,
+                m.ij_replayed
+            );
         }
         assert!(
             m.passed(),
@@ -262,6 +294,66 @@ fn planted_chaining_bugs_are_caught() {
         eprintln!("{what}: {n} violating crash state(s)");
         assert!(n > 0, "the harness did not catch the planted bug: {what}");
     }
+}
+
+/// iJournaling's variants on its own cases: the paper's record form (a commit block after a
+/// flush), and areas so small that fsyncs find them full (and commit) even with the early
+/// commit a half-full area asks for.
+#[test]
+fn ijournal_commit_form_and_full_areas() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let cases = cjfs_lab::crash::workloads::ijournal_cases(3);
+    let pick = |names: &[&str]| -> Vec<Workload> {
+        cases.iter().filter(|w| names.iter().any(|n| w.name == *n)).cloned().collect()
+    };
+    let commit = pick(&["ij-after-commit", "ij-truncate-fsync", "ij-fill", "ij-race-commit"]);
+    // Eight threads, 128 fsyncs: enough that some find the 15-block area full.
+    let full: Vec<Workload> =
+        cjfs_lab::crash::workloads::ijournal_cases(16).into_iter().filter(|w| w.name == "ij-fill").collect();
+    for (mode, wls, need_full) in
+        [("ijournal+iform=commit", &commit, false), ("ijournal+iarea=16", &full, true)]
+    {
+        let mut cfg = CrashConfig::new(mode);
+        cfg.states.max_states = 200;
+        let (s, results) = crash::run_suite(&cfg, wls, &|_| {});
+        for r in &results {
+            if let Some(e) = &r.error {
+                eprintln!("{mode}: {}: {e}", r.name);
+            }
+        }
+        eprintln!(
+            "{mode}: {} crash states, {} violations, {} fsyncs served, {} found the area full",
+            s.crash_states, s.violations, s.ij_served, s.ij_area_full
+        );
+        assert!(s.passed() && s.crash_states > 0, "{mode}: {} violation(s)", s.violations);
+        assert!(s.ij_served > 0 && s.ij_replayed > 0, "{mode}: no record written or replayed");
+        if need_full {
+            assert!(s.ij_area_full > 0, "{mode}: no fsync found its area full");
+        }
+    }
+}
+
+/// iJournaling's planted bug: an fsync that leaves out the records of the new directories
+/// on the file's path. The file's record names a directory recovery never makes, so the
+/// fsynced file is lost.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn ijournal_planted_bug_is_caught() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let wls: Vec<Workload> = Suite::ci()
+        .workloads_for("ijournal", 1)
+        .into_iter()
+        .filter(|w| w.name.starts_with("ij-deep-fsync") || w.name == "ij-htree")
+        .collect();
+    assert_eq!(wls.len(), 2);
+    assert_eq!(caught_in("ijournal", Bugs::default(), &wls), 0, "the harness must be quiet without bugs");
+    let n = caught_in("ijournal", Bugs { skip_ancestor_record: true, ..Bugs::default() }, &wls);
+    eprintln!("skip the ancestor's directory i-transaction: {n} violating crash state(s)");
+    assert!(n > 0, "the harness did not catch the planted bug: skip the ancestor's directory i-transaction");
 }
 
 /// Journaling of journal's planted bugs: with the revoke of a freed data-journaled block

@@ -10,9 +10,9 @@ use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
 use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
 use cjfs_journal::superblock::{
-    COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_LOGS, INCOMPAT_CSUM_V2,
-    INCOMPAT_CSUM_V3, INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE, JournalSuperblock, read_log_areas,
-    read_superblock,
+    AreaKind, COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_IJOURNAL,
+    INCOMPAT_CJFS_LOGS, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE,
+    JournalSuperblock, read_log_areas, read_superblock,
 };
 use cjfs_journal::{JournalArea, JournalError};
 
@@ -230,9 +230,20 @@ fn print_log_areas(image: &str, dev: &Device, inode: &JournalArea, j: &JournalSu
         outln!("  log areas:           the journal only");
         return Ok(());
     }
+    let logs = j.log_areas.iter().filter(|a| a.kind == AreaKind::Log).count();
+    let ijournal = j.log_areas.len() - logs;
+    if ijournal > 0 {
+        outln!(
+            "  ijournal areas:      {ijournal} (cjfs_ijournal bit {})",
+            if j.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0 {
+                "set: they may hold i-transactions; stock tools refuse the image until `cjfs recover` or a clean unmount"
+            } else {
+                "clear: no live i-transaction"
+            }
+        );
+    }
     outln!(
-        "  log areas:           {} besides the journal (cjfs_logs bit {})",
-        j.log_areas.len(),
+        "  log areas:           {logs} besides the journal (cjfs_logs bit {})",
         if j.s_feature_incompat & INCOMPAT_CJFS_LOGS != 0 {
             "set: stock tools refuse the image until `cjfs recover` or a clean unmount"
         } else {
@@ -240,9 +251,22 @@ fn print_log_areas(image: &str, dev: &Device, inode: &JournalArea, j: &JournalSu
         }
     );
     let jerr = |e: JournalError| CliError::Journal { image: image.to_string(), source: e };
-    for (i, a) in j.log_areas.iter().enumerate() {
+    let (mut nl, mut ni) = (0, 0);
+    for a in &j.log_areas {
         let area =
             inode.slice(u64::from(a.first), u64::from(a.len)).map_err(|e| jerr(JournalError::Device(e)))?;
+        if a.kind == AreaKind::IJournal {
+            ni += 1;
+            outln!(
+                "    ijournal area {ni}:     journal blocks {}..{} ({})",
+                a.first,
+                u64::from(a.first) + u64::from(a.len),
+                human_bytes(u64::from(a.len) * u64::from(j.s_blocksize))
+            );
+            continue;
+        }
+        nl += 1;
+        let i = nl - 1;
         let state = match read_superblock(&**dev, &area) {
             Ok(s) if s.needs_recovery() => {
                 format!("holds transactions from {} (needs recovery)", s.s_sequence)

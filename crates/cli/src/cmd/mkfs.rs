@@ -32,6 +32,8 @@ pub struct MkfsRequest {
     pub journal_blocks: Option<u32>,
     /// Extra log areas (blocks each).
     pub log_areas: Vec<u32>,
+    /// ijournal areas (blocks each).
+    pub ijournal_areas: Vec<u32>,
     /// Bytes per inode.
     pub inode_ratio: Option<u64>,
     /// Overwrite an existing file system.
@@ -130,6 +132,22 @@ fn options(req: &MkfsRequest) -> CliResult<MkfsOptions> {
         )));
     }
     o.log_areas = req.log_areas.clone();
+    let min = cjfs_journal::superblock::MIN_IJOURNAL_AREA_BLOCKS;
+    for &a in &req.ijournal_areas {
+        if !(min..=MAX_JOURNAL_BLOCKS).contains(&a) {
+            return Err(CliError::Usage(format!(
+                "--ijournal-area {a}: must be {min}..={MAX_JOURNAL_BLOCKS}"
+            )));
+        }
+    }
+    if req.log_areas.len() + req.ijournal_areas.len() > cjfs_journal::superblock::MAX_LOG_AREAS {
+        return Err(CliError::Usage(format!(
+            "--log-area and --ijournal-area given {} times in all (at most {})",
+            req.log_areas.len() + req.ijournal_areas.len(),
+            cjfs_journal::superblock::MAX_LOG_AREAS
+        )));
+    }
+    o.ijournal_areas = req.ijournal_areas.clone();
     if let Some(s) = req.size
         && s < MIN_DEVICE_BYTES
     {

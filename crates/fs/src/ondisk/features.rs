@@ -133,9 +133,14 @@ pub const RO_COMPAT_VERITY: u32 = 0x8000;
 /// ro_compat: the orphan file has entries.
 pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
 
-/// compat bits cjfs supports.
-pub const SUPPORTED_COMPAT: u32 =
-    COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX | COMPAT_RESIZE_INODE | COMPAT_ORPHAN_FILE;
+/// compat bits cjfs supports. `fast_commit` says the kernel may write fast commits to the
+/// journal; cjfs replays them after a crash (`crate::fast_commit`) and never writes any.
+pub const SUPPORTED_COMPAT: u32 = COMPAT_HAS_JOURNAL
+    | COMPAT_EXT_ATTR
+    | COMPAT_DIR_INDEX
+    | COMPAT_RESIZE_INODE
+    | COMPAT_ORPHAN_FILE
+    | COMPAT_FAST_COMMIT;
 /// incompat bits cjfs supports.
 pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_EXTENTS
@@ -338,11 +343,11 @@ mod tests {
         sb.log_block_size = 2;
         sb.log_cluster_size = 2;
         sb.rev_level = 1;
-        sb.feature_compat = MKFS_COMPAT | COMPAT_FAST_COMMIT;
+        sb.feature_compat = MKFS_COMPAT | COMPAT_FAST_COMMIT | COMPAT_DIR_PREALLOC;
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_BIGALLOC;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): fast_commit, inline_data, bigalloc"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): dir_prealloc, inline_data, bigalloc"), "{e}");
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_ORPHAN_PRESENT;

@@ -47,6 +47,8 @@ pub const EXT4_SUPER_MAGIC: u16 = 0xEF53;
 pub const STATE_VALID: u16 = 0x0001;
 /// `s_state`: errors detected.
 pub const STATE_ERROR: u16 = 0x0002;
+/// `s_state`: a fast-commit replay is in progress (`EXT4_FC_REPLAY`, as e2fsck sets it).
+pub const STATE_FC_REPLAY: u16 = 0x0020;
 /// `s_state`: orphans being recovered.
 pub const STATE_ORPHAN: u16 = 0x0004;
 

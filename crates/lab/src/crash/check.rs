@@ -85,6 +85,8 @@ pub struct ImageOutcome {
     pub stock_refusals: u32,
     /// Crash-during-recovery states checked.
     pub recovery_states: u32,
+    /// Records cjfs' recovery applied (iJournaling).
+    pub ij_applied: u64,
 }
 
 /// Per-thread scratch files for `e2fsck` (in `/dev/shm` when it exists). File `a` is kept
@@ -332,12 +334,17 @@ fn e2fsck_dev(scratch: &mut Scratch, dev: &CowDevice) -> Result<(i32, String), S
 
 /// Open, read the logical state, unmount (the device then holds the unmounted image).
 /// Returns the state and whether recovery (journal replay or orphan release) did work.
-fn open_read_unmount(opts: &MountOptions, dev: &Arc<CowDevice>) -> Result<(LogicalState, bool), String> {
+fn open_read_unmount(opts: &MountOptions, dev: &Arc<CowDevice>) -> Result<(LogicalState, bool, u64), String> {
     let (fs, report) = Fs::open_with_report(dev.clone() as Device, opts.clone())
         .map_err(|e| format!("cjfs cannot open: {e}"))?;
     let st = LogicalState::read(&fs).map_err(|e| format!("cannot read the recovered tree: {e}"))?;
     fs.unmount().map_err(|e| format!("unmount after recovery failed: {e}"))?;
-    Ok((st, report.replayed_transactions > 0 || report.orphans_cleaned > 0))
+    let applied = report.ijournal.as_ref().map_or(0, |r| r.applied);
+    Ok((
+        st,
+        report.replayed_transactions > 0 || report.orphans_cleaned > 0 || report.ijournal.is_some(),
+        applied,
+    ))
 }
 
 /// Check one unique crash image (`base` with `changed` blocks). `heavy` selects the
@@ -357,7 +364,10 @@ pub fn check_image(
     // cleanly at a torn transaction, with no report of a corrupt one.
     let single_io = journal_is_single_io(&dev);
     let (state, needed) = match open_read_unmount(opts, &dev) {
-        Ok(v) => v,
+        Ok((st, needed, applied)) => {
+            out.ij_applied = applied;
+            (st, needed)
+        }
         Err(e) => {
             out.problems.push(e);
             return out;
@@ -388,9 +398,13 @@ pub fn check_image(
         let r = (|| {
             scratch.write_b(base, &changed)?;
             let (code, msg) = e2fsck(&scratch.b, true)?;
-            if opts.journal.logs.wanted() > 1 && code >= 4 && msg.contains("unknown incompatible feature") {
-                // Several logs: the image carries the private `cjfs_logs` bit until recovered,
-                // so stock e2fsck refuses it rather than replay the primary log alone.
+            if (opts.journal.logs.wanted() > 1 || opts.journal.ijournal.on())
+                && code >= 4
+                && msg.contains("unknown incompatible feature")
+            {
+                // Several logs or ijournal areas: the image carries a private bit (`cjfs_logs`,
+                // `cjfs_ijournal`) until recovered, so stock e2fsck refuses it rather than
+                // replay the primary log alone.
                 return Ok(true);
             }
             if code >= 4 {
@@ -403,7 +417,8 @@ pub fn check_image(
             }
             let fixed = scratch.read_b(base)?;
             let fdev = Arc::new(CowDevice::new(Arc::new(fixed), BTreeMap::new()).with_barrier(co.barrier));
-            let (theirs, _) = open_read_unmount(opts, &fdev).map_err(|e| format!("after e2fsck -fy: {e}"))?;
+            let (theirs, _, _) =
+                open_read_unmount(opts, &fdev).map_err(|e| format!("after e2fsck -fy: {e}"))?;
             let d = state.diff(&theirs, 6);
             if d.is_empty() {
                 Ok(false)
@@ -517,7 +532,7 @@ fn recovery_cuts(
     }
     // `cjfs recover` then mount must give what mounting (which recovers) gave.
     match open_read_unmount(opts, &Arc::new(dev.fork())) {
-        Ok((st, _)) => {
+        Ok((st, _, _)) => {
             let d = want.diff(&st, 6);
             if !d.is_empty() {
                 probs.push(format!(

@@ -61,7 +61,8 @@ impl CowDevice {
     }
 
     /// The same device reporting a cache barrier or not (`false`: like an image file or a
-    /// disk where only a flush orders writes, so the journal takes its barrier-less path).
+    /// disk where only a flush orders writes, so the journal takes its barrier-less path;
+    /// like an image file it then has no FUA either, so iJournaling writes and flushes).
     pub fn with_barrier(mut self, barrier: bool) -> CowDevice {
         self.barrier = barrier;
         self
@@ -121,7 +122,7 @@ impl BlockDevice for CowDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: self.barrier, volatile_cache: true, fua: true }
+        DeviceCaps { barrier: self.barrier, volatile_cache: true, fua: self.barrier }
     }
 
     fn describe(&self) -> String {

@@ -86,6 +86,9 @@ pub struct Bugs {
     /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
     #[serde(default)]
     pub checkpoint_invalid: bool,
+    /// iJournaling: leave out the records of the new directories on an fsynced file's path.
+    #[serde(default)]
+    pub skip_ancestor_record: bool,
     /// File system: do not revoke blocks freed from data-journaled files.
     #[serde(default)]
     pub no_data_revoke: bool,
@@ -104,6 +107,7 @@ impl Bugs {
             || self.skip_size_update_journal
             || self.drop_marks
             || self.checkpoint_invalid
+            || self.skip_ancestor_record
             || self.no_data_revoke
             || self.single_io_overlap
     }
@@ -161,10 +165,15 @@ impl CrashConfig {
         let base = MountOptions { data: self.data, cache_blocks: 4096, ..MountOptions::default() };
         let mut o = preset::apply(&self.mode, base)?;
         o.journal.commit_interval = Duration::from_secs(3600);
+        // Small ijournal areas (unless the preset names a size): records wrap and fill them.
+        if o.journal.ijournal.on() && !self.mode.contains("iarea=") {
+            o.journal.ijournal.area_blocks = record::IJOURNAL_AREA_BLOCKS;
+        }
         #[cfg(feature = "planted-bugs")]
         {
             o.bugs = cjfs_fs::FsBugs {
                 skip_size_update_journal: self.bugs.skip_size_update_journal,
+                skip_ancestor_record: self.bugs.skip_ancestor_record,
                 no_data_revoke: self.bugs.no_data_revoke,
             };
             o.journal.bugs = cjfs_journal::PlantedBugs {
@@ -223,6 +232,21 @@ pub struct WorkloadResult {
     pub multi_log_states: u64,
     /// States that violated something.
     pub violations: u64,
+    /// iJournaling: fsyncs the recorded run served with i-transactions.
+    #[serde(default)]
+    pub ij_served: u64,
+    /// iJournaling: fsyncs that committed instead.
+    #[serde(default)]
+    pub ij_fallbacks: u64,
+    /// iJournaling: records that wrapped around their area's end.
+    #[serde(default)]
+    pub ij_wraps: u64,
+    /// iJournaling: fsyncs that found their area full.
+    #[serde(default)]
+    pub ij_area_full: u64,
+    /// iJournaling: unique crash images whose recovery applied records.
+    #[serde(default)]
+    pub ij_replayed: u64,
     /// e2fsck runs that failed.
     pub e2fsck_failures: u64,
     /// e2fsck runs.
@@ -340,6 +364,7 @@ pub fn check_states(
         result.e2fsck_failures += u64::from(o.e2fsck_failures);
         result.e2fsck_runs += u64::from(o.e2fsck_runs);
         result.recovery_states += u64::from(o.recovery_states);
+        result.ij_replayed += u64::from(o.ij_applied > 0);
         for &i in members {
             let d = &descs[i];
             per_state[i].extend(o.problems.iter().cloned());
@@ -363,6 +388,13 @@ pub fn run_workload(cfg: &CrashConfig, wl: &Workload, bases: &BaseCache, save: b
     let mut result = WorkloadResult { name: wl.name.clone(), ..WorkloadResult::default() };
     let r = (|| -> Result<(), CrashError> {
         let (rec, parsed) = prepare(cfg, wl, bases)?;
+        if let Some(ij) = &rec.ijournal {
+            result.ij_served = ij.served;
+            result.ij_fallbacks = ij.fallback_total();
+            result.ij_wraps = ij.wraps;
+            result.ij_area_full =
+                ij.fallbacks.iter().filter(|(k, _)| k == "area-full").map(|(_, n)| n).sum::<u64>();
+        }
         let so = StateOptions {
             seed: cfg.states.seed ^ cfg.seed ^ replay::name_seed(&wl.name),
             ..cfg.states.clone()
@@ -455,6 +487,22 @@ impl Suite {
         }
         if let Some(f) = &self.filter {
             v.retain(|w| w.name.contains(f.as_str()));
+        }
+        v
+    }
+
+    /// The workloads for preset `mode`: [`Suite::workloads`], and in the CI subset the
+    /// iJournaling cases (small) for a preset that uses iJournaling (the full suite runs
+    /// them on every preset; the subset keeps CI time for the presets they test).
+    pub fn workloads_for(&self, mode: &str, seed: u64) -> Vec<Workload> {
+        let mut v = self.workloads(seed);
+        let ij = preset::resolve(mode).is_ok_and(|o| o.journal.ijournal.on());
+        if !self.full_scenarios && ij {
+            let mut extra = workloads::ijournal_cases(3);
+            if let Some(f) = &self.filter {
+                extra.retain(|w| w.name.contains(f.as_str()));
+            }
+            v.extend(extra);
         }
         v
     }

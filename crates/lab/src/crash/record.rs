@@ -32,6 +32,10 @@ pub const IMAGE_BLOCKS: u64 = 4096;
 /// be, so the logs fill, checkpoint under pressure and starve often.
 pub const LOG_AREA_BLOCKS: u32 = 1024;
 
+/// Blocks of each ijournal area of an iJournaling preset's crash image: small, so records
+/// wrap around the area and fill it within a workload.
+pub const IJOURNAL_AREA_BLOCKS: u32 = 24;
+
 /// Blocks of the crash image for a journal of `logs` logs: [`IMAGE_BLOCKS`], plus room for
 /// the extra log areas (the journal may take at most half of the free space).
 pub fn image_blocks(logs: usize) -> u64 {
@@ -73,6 +77,8 @@ pub struct Recording {
     pub marks: Vec<OpMark>,
     /// The model's history (state 0 = base image).
     pub history: History,
+    /// iJournaling's statistics of the run (`None`: the mount did not use it).
+    pub ijournal: Option<cjfs_fs::IjStats>,
 }
 
 impl Recording {
@@ -353,11 +359,12 @@ pub fn record(
             results.push(OpResult { ino, mark });
         }
     }
+    let ijournal = fs.ijournal_stats();
     let start = pos();
     fs.unmount().map_err(|e| fail(&Op::Unmount, e))?;
     let end = pos();
     results.push(OpResult { ino: None, mark: OpMark { start, end } });
     rec.set_enabled(false);
     let (ops, marks, history) = assemble(wl, model, &results)?;
-    Ok(Recording { base, log: log.into_inner(), results, ops, marks, history })
+    Ok(Recording { base, log: log.into_inner(), results, ops, marks, history, ijournal })
 }

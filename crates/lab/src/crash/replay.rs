@@ -393,7 +393,7 @@ impl EmbeddedRecording {
         let (base, log) = self.decode()?;
         let model = record::model_of(&cfg.mount_options()?, base.clone())?;
         let (ops, marks, history) = record::assemble(wl, model, &self.ops)?;
-        Ok(Recording { base, log, results: self.ops.clone(), ops, marks, history })
+        Ok(Recording { base, log, results: self.ops.clone(), ops, marks, history, ijournal: None })
     }
 }
 

@@ -41,6 +41,16 @@ pub struct ModeSummary {
     pub logs: u64,
     /// Crash states that violated something.
     pub violations: u64,
+    /// iJournaling: fsyncs served by i-transactions in the recorded runs.
+    pub ij_served: u64,
+    /// iJournaling: fsyncs that committed instead.
+    pub ij_fallbacks: u64,
+    /// iJournaling: records that wrapped around their area's end.
+    pub ij_wraps: u64,
+    /// iJournaling: fsyncs that found their area full.
+    pub ij_area_full: u64,
+    /// iJournaling: unique crash images whose recovery applied records.
+    pub ij_replayed: u64,
     /// e2fsck runs.
     pub e2fsck_runs: u64,
     /// Failed e2fsck runs.
@@ -95,6 +105,11 @@ impl ModeSummary {
             multi_log_states: sum(|r| r.multi_log_states),
             logs: cfg.mount_options().map_or(1, |o| o.journal.logs.wanted() as u64),
             violations: sum(|r| r.violations),
+            ij_served: sum(|r| r.ij_served),
+            ij_fallbacks: sum(|r| r.ij_fallbacks),
+            ij_wraps: sum(|r| r.ij_wraps),
+            ij_area_full: sum(|r| r.ij_area_full),
+            ij_replayed: sum(|r| r.ij_replayed),
             e2fsck_runs: sum(|r| r.e2fsck_runs),
             e2fsck_failures: sum(|r| r.e2fsck_failures),
             seconds: secs,
@@ -231,6 +246,18 @@ impl Summary {
         for r in rows {
             out.push('\n');
             out.push_str(&line(r.to_vec()));
+        }
+        for m in self.modes.iter().filter(|m| m.ij_served + m.ij_fallbacks > 0) {
+            out.push_str(&format!(
+                "\n{}: iJournaling served {} fsyncs by i-transactions, {} committed instead ({} with the area \
+                 full), {} records wrapped; recovery applied records in {} unique crash images",
+                m.label(),
+                m.ij_served,
+                m.ij_fallbacks,
+                m.ij_area_full,
+                m.ij_wraps,
+                m.ij_replayed
+            ));
         }
         out.push_str(&format!("\nseed {}, {:.1} s", self.seed, self.seconds));
         out

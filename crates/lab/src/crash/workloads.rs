@@ -721,6 +721,190 @@ pub fn ij_deep_fsync(depth: usize) -> Workload {
     Workload::sequential(format!("ij-deep-fsync-{depth}"), vec![], ops)
 }
 
+/// iJournaling's crash cases (its issue's "Crash testing" list; every preset runs them, and
+/// they mean most where fsync writes i-transactions). `n` scales the repetitive ones.
+///
+/// * `ij-after-commit`: fsyncs served by records, then a normal commit (`sync`), then more
+///   fsyncs: a crash after the commit finds records older than it, which must be ignored
+///   (the file shortened by a committed truncate must not grow back).
+/// * `ij-rename-fsync`: fsync after renaming the file, after renaming a new file, after
+///   renaming a directory above it: never both names, never neither.
+/// * `ij-link-fsync`: fsync after a hard link (the paper's fallback).
+/// * `ij-dir-fsync`: directory fsync (a normal commit covering its new entries).
+/// * `ij-truncate-fsync`: truncate then fsync, shrinking and growing, freed blocks unmapped.
+/// * `ij-reuse-ino`: unlink and re-create, fsyncing each new file (the freed inode number
+///   must not be reused while the unlink is not durable), and a name re-created in place.
+/// * `ij-fill`: appends and fsyncs from eight threads at once, more records than the (small)
+///   crash-test areas hold: records wrap around the area end, fill it, force commits.
+/// * `ij-race-commit`: one thread fsyncs its new files while another fsyncs a directory of its
+///   own (a normal commit of the running transaction, the first thread's changes included):
+///   fsyncs meet normal commits of the same transaction in flight.
+/// * `ij-htree`: a new file and a new directory in an indexed directory of 600 entries,
+///   fsynced: the entry merged into the htree at recovery.
+pub fn ijournal_cases(n: usize) -> Vec<Workload> {
+    let w = |p: &str, off: u64, len: u64, seed: u32| Op::Write { path: p.into(), off, len, seed };
+    let fsync = |p: &str| Op::Fsync { path: p.into() };
+    let after_commit = {
+        let mut ops = vec![Op::Creat { path: "a".into() }, w("a", 0, 20000, 1), fsync("a")];
+        ops.push(Op::Truncate { path: "a".into(), size: 5000 });
+        ops.push(Op::Sync);
+        for i in 0..n as u64 {
+            ops.push(w("a", 5000 + i * 700, 700, 10 + i as u32));
+            ops.push(fsync("a"));
+        }
+        ops.push(Op::Sync);
+        ops.push(w("a", 20000, 100, 99));
+        ops.push(fsync("a"));
+        Workload::sequential("ij-after-commit", vec![], ops)
+    };
+    let rename = Workload::sequential(
+        "ij-rename-fsync",
+        vec![Op::Creat { path: "f".into() }, w("f", 0, 5000, 1), Op::Mkdir { path: "D".into() }, Op::Sync],
+        vec![
+            Op::Rename { from: "f".into(), to: "g".into() },
+            fsync("g"),
+            Op::Creat { path: "D/new".into() },
+            w("D/new", 0, 3000, 2),
+            Op::Rename { from: "D/new".into(), to: "D/moved".into() },
+            fsync("D/moved"),
+            Op::Mkdir { path: "D/sub".into() },
+            Op::Rename { from: "D".into(), to: "E".into() },
+            Op::Creat { path: "E/sub/x".into() },
+            w("E/sub/x", 0, 100, 3),
+            fsync("E/sub/x"),
+            Op::Rename { from: "g".into(), to: "E/g".into() },
+            w("E/g", 5000, 10, 4),
+            fsync("E/g"),
+        ],
+    );
+    let link = Workload::sequential(
+        "ij-link-fsync",
+        vec![Op::Mkdir { path: "D".into() }, Op::Sync],
+        vec![
+            Op::Creat { path: "D/a".into() },
+            w("D/a", 0, 4000, 1),
+            Op::Link { from: "D/a".into(), to: "b".into() },
+            fsync("D/a"),
+            Op::Creat { path: "c".into() },
+            w("c", 0, 100, 2),
+            fsync("c"),
+            Op::Unlink { path: "b".into() },
+            w("D/a", 4000, 100, 3),
+            fsync("D/a"),
+        ],
+    );
+    let dir = Workload::sequential(
+        "ij-dir-fsync",
+        vec![],
+        vec![
+            Op::Mkdir { path: "D".into() },
+            Op::Creat { path: "D/a".into() },
+            Op::Mkdir { path: "D/S".into() },
+            Op::Creat { path: "D/S/b".into() },
+            fsync("D"),
+            Op::Creat { path: "D/c".into() },
+            w("D/c", 0, 100, 1),
+            fsync("D/c"),
+            Op::Unlink { path: "D/a".into() },
+            fsync("D"),
+        ],
+    );
+    let truncate = {
+        let mut ops = vec![Op::Creat { path: "t".into() }, w("t", 0, 40000, 1), fsync("t")];
+        for i in 0..n as u64 {
+            ops.push(Op::Truncate { path: "t".into(), size: 30000 - i * 7000 % 29000 });
+            ops.push(fsync("t"));
+            ops.push(w("t", 9000 + i * 3000, 5000, 20 + i as u32));
+            ops.push(fsync("t"));
+        }
+        ops.push(Op::Truncate { path: "t".into(), size: 0 });
+        ops.push(fsync("t"));
+        Workload::sequential("ij-truncate-fsync", vec![], ops)
+    };
+    let reuse = {
+        let mut ops = vec![Op::Mkdir { path: "D".into() }, Op::Creat { path: "D/x".into() }, fsync("D/x")];
+        for i in 0..n {
+            let a = format!("D/a{i}");
+            ops.push(Op::Creat { path: a.clone() });
+            ops.push(w(&a, 0, 2000, i as u32));
+            ops.push(fsync(&a));
+            ops.push(Op::Unlink { path: a });
+            let b = format!("D/b{i}");
+            ops.push(Op::Creat { path: b.clone() });
+            ops.push(w(&b, 0, 1000, 50 + i as u32));
+            ops.push(fsync(&b));
+            // The same name again: the removal of the old entry may not be durable.
+            ops.push(Op::Unlink { path: "D/x".into() });
+            ops.push(Op::Creat { path: "D/x".into() });
+            ops.push(w("D/x", 0, 300, 90 + i as u32));
+            ops.push(fsync("D/x"));
+        }
+        Workload::sequential("ij-reuse-ino", vec![], ops)
+    };
+    let fill = Workload {
+        name: "ij-fill".into(),
+        setup: (0..8).map(|t| Op::Creat { path: format!("p{t}") }).chain([Op::Sync]).collect(),
+        rounds: (0..2 * n)
+            .map(|r| {
+                (0..8)
+                    .map(|t| match r % 2 {
+                        0 => Op::Write {
+                            path: format!("p{t}"),
+                            off: (r as u64 / 2) * 1500,
+                            len: 1500,
+                            seed: (r * 8 + t) as u32,
+                        },
+                        _ => Op::Fsync { path: format!("p{t}") },
+                    })
+                    .collect()
+            })
+            .collect(),
+        free_running: true,
+    };
+    let race = Workload {
+        name: "ij-race-commit".into(),
+        setup: vec![Op::Mkdir { path: "R".into() }, Op::Mkdir { path: "T".into() }, Op::Sync],
+        rounds: (0..3 * n)
+            .map(|r| {
+                let (f, g) = (format!("R/f{}", r / 3), format!("T/g{}", r / 3));
+                match r % 3 {
+                    0 => vec![Op::Creat { path: f }, Op::Creat { path: g }],
+                    1 => vec![
+                        Op::Write { path: f, off: 0, len: 3000, seed: r as u32 },
+                        Op::Write { path: g, off: 0, len: 9000, seed: 1000 + r as u32 },
+                    ],
+                    // The directory fsync commits the running transaction, which holds the
+                    // other thread's file too.
+                    _ => vec![Op::Fsync { path: f }, Op::Fsync { path: "T".into() }],
+                }
+            })
+            .collect(),
+        free_running: true,
+    };
+    let htree = {
+        let mut setup = vec![Op::Mkdir { path: "H".into() }];
+        setup.extend((0..600).map(|i| Op::Creat { path: format!("H/entry-with-a-longish-name-{i:04}") }));
+        setup.push(Op::Sync);
+        Workload::sequential(
+            "ij-htree",
+            setup,
+            vec![
+                Op::Creat { path: "H/new".into() },
+                w("H/new", 0, 5000, 1),
+                fsync("H/new"),
+                Op::Mkdir { path: "H/newdir".into() },
+                Op::Creat { path: "H/newdir/leaf".into() },
+                w("H/newdir/leaf", 0, 100, 2),
+                fsync("H/newdir/leaf"),
+                Op::Unlink { path: "H/entry-with-a-longish-name-0007".into() },
+                Op::Creat { path: "H/late".into() },
+                fsync("H/late"),
+            ],
+        )
+    };
+    vec![after_commit, rename, link, dir, truncate, reuse, fill, race, htree]
+}
+
 /// Random multi-threaded work: `threads` threads, each in its own directory `t<i>`, doing
 /// `rounds` rounds of mkdir / create / write / truncate / unlink / fsync under a seeded
 /// schedule (the operation chosen for every thread in every round comes from the seed; the
@@ -1085,6 +1269,7 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
         ij_deep_fsync(5),
         random_threads("ij-ten-threads", 10, 12, seed ^ 0x17),
     ];
+    v.extend(ijournal_cases(12));
     for i in 0..mt {
         v.push(random_threads(&format!("mt8-{i:03}"), 8, 10, seed.wrapping_add(i as u64)));
     }
@@ -1099,7 +1284,8 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
     v
 }
 
-/// Small versions of the scenarios for CI.
+/// Small versions of the scenarios for CI (the iJournaling cases are added for the presets
+/// that use iJournaling, see `Suite::workloads_for`).
 pub fn scenarios_small(seed: u64) -> Vec<Workload> {
     vec![
         classic_rename(),

@@ -83,6 +83,61 @@ impl From<&StatsSnapshot> for JournalSummary {
     }
 }
 
+/// iJournaling figures of one run (cjfs targets that use it).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct IjSummary {
+    /// fsync and fdatasync calls.
+    pub fsyncs: u64,
+    /// Share of them served by i-transactions (no normal commit).
+    pub served_share: f64,
+    /// Share that found nothing but data to make durable (no record, no commit).
+    pub clean_share: f64,
+    /// Share that committed instead.
+    pub fallback_share: f64,
+    /// Normal commits instead, by reason.
+    pub fallbacks: Vec<(String, u64)>,
+    /// i-transactions per served fsync.
+    pub records_per_fsync: f64,
+    /// ijournal blocks per i-transaction.
+    pub blocks_per_record: f64,
+    /// ijournal blocks per served fsync.
+    pub blocks_per_fsync: f64,
+    /// Data KiB the served fsyncs wrote, per served fsync.
+    pub data_kib_per_fsync: f64,
+    /// Records that wrapped around an area's end.
+    pub wraps: u64,
+    /// Highest area occupancy seen, in thousandths.
+    pub max_fill_permille: u64,
+    /// Normal commits asked for early by a half-full area.
+    pub commits_kicked: u64,
+    /// Mean time a served fsync spent making its data durable, µs.
+    pub data_us: f64,
+    /// Mean time it spent writing its records durable, µs.
+    pub record_us: f64,
+}
+
+impl From<&cjfs_fs::IjStats> for IjSummary {
+    fn from(s: &cjfs_fs::IjStats) -> Self {
+        let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        IjSummary {
+            fsyncs: s.fsyncs,
+            served_share: per(s.served, s.fsyncs),
+            clean_share: per(s.clean, s.fsyncs),
+            fallback_share: per(s.fallback_total(), s.fsyncs),
+            fallbacks: s.fallbacks.clone(),
+            records_per_fsync: per(s.records, s.served),
+            blocks_per_record: per(s.blocks, s.records),
+            blocks_per_fsync: per(s.blocks, s.served),
+            data_kib_per_fsync: per(s.data_blocks * 4, s.served),
+            wraps: s.wraps,
+            max_fill_permille: s.max_fill_permille,
+            commits_kicked: s.commits_kicked,
+            data_us: per(s.data_us, s.served),
+            record_us: per(s.record_us, s.served),
+        }
+    }
+}
+
 /// Device figures of one run (cjfs targets).
 #[derive(Debug, Clone, Copy, Serialize, Default)]
 pub struct DeviceSummary {
@@ -153,6 +208,9 @@ pub struct RunResult {
     pub device: Option<DeviceStats>,
     /// Journal figures (cjfs targets).
     pub journal_summary: Option<JournalSummary>,
+    /// iJournaling figures (cjfs targets that use it).
+    #[serde(default)]
+    pub ijournal: Option<IjSummary>,
     /// Device figures (cjfs targets).
     pub device_summary: Option<DeviceSummary>,
     /// Workload-specific figures (name, value).
@@ -372,6 +430,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let j0 = t.journal_stats();
     let d0 = t.device_stats();
+    let ij0 = t.ijournal_stats();
     let cpu0 = cpu_time();
     let csw0 = context_switches();
     let waits0 = cjfs_journal::lock_stat::snapshot();
@@ -432,6 +491,10 @@ where
         (Some(a), Some(b)) => Some(b.delta(&a)),
         _ => None,
     };
+    let ijournal = match (ij0, t.ijournal_stats()) {
+        (Some(a), Some(b)) => Some(IjSummary::from(&b.since(&a))),
+        _ => None,
+    };
     // Housekeeping time is per thread; take the mean off the wall time.
     let eff = (secs - excluded / threads.max(1) as f64).max(secs * 0.05);
     Ok(RunResult {
@@ -450,6 +513,7 @@ where
         context_switches,
         waits: journal.as_ref().map(|_| WaitSummary::from(&waits)),
         journal_summary: journal.as_ref().map(JournalSummary::from),
+        ijournal,
         device_summary: device.as_ref().map(DeviceSummary::from),
         journal,
         device,
@@ -472,6 +536,9 @@ pub struct Params {
     pub dbench_loadfile: std::path::PathBuf,
     /// Background writer bandwidth of the fsync tester, MB/s.
     pub bg_mb_s: f64,
+    /// The fsync tester's pause between its write and its fsync (the iJournaling paper's
+    /// 0.1 s, which lets the flusher pick the data up first).
+    pub fsync_delay: Duration,
 }
 
 impl Params {
@@ -484,6 +551,7 @@ impl Params {
             scale: 1.0,
             dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
             bg_mb_s: 100.0,
+            fsync_delay: Duration::ZERO,
         }
     }
     /// `n` scaled, at least `min`.
@@ -509,6 +577,9 @@ pub enum Workload {
     Fxmark(fxmark::Fx),
     /// sysbench-like 4 KiB random write + fsync over 128 files per thread.
     Sysbench,
+    /// The iJournaling paper's many-core sysbench (Fig. 9): per thread 128 files, sequential
+    /// 4 KiB writes through them, an fsync after each.
+    SysbenchSeq,
     /// Z-Journal's SysBench settings: random 4 KiB overwrites over one shared set of large
     /// files, with an fsync every `n` writes per thread (`None`: never; Fig. 7 and Fig. 8).
     SysbenchShared(Option<u32>),
@@ -534,6 +605,7 @@ impl Workload {
         v.extend(fxmark::Fx::ALL.iter().map(|f| Workload::Fxmark(*f)));
         v.extend([
             Workload::Sysbench,
+            Workload::SysbenchSeq,
             Workload::SysbenchShared(None),
             Workload::SysbenchShared(Some(100)),
             Workload::FsyncTester,
@@ -553,7 +625,7 @@ impl Workload {
         let t = p.threads as u64;
         match self {
             Workload::Fileserver => (8.0 * p.scale.max(0.05)).ceil() as u64 * gib + 2 * gib,
-            Workload::Sysbench => 2 * gib + t * 128 * sysbench::FILE_BYTES / 4096,
+            Workload::Sysbench | Workload::SysbenchSeq => 2 * gib + t * 128 * sysbench::FILE_BYTES / 4096,
             Workload::SysbenchShared(_) => {
                 2 * gib + sysbench::shared_blocks(p) * sysbench::SHARED_FILES as u64
             }
@@ -574,6 +646,7 @@ impl fmt::Display for Workload {
             Workload::OltpInsert => write!(f, "oltp-insert"),
             Workload::Fxmark(x) => write!(f, "{}", x.name()),
             Workload::Sysbench => write!(f, "sysbench"),
+            Workload::SysbenchSeq => write!(f, "sysbench-seq"),
             Workload::SysbenchShared(None) => write!(f, "sysbench-shared"),
             Workload::SysbenchShared(Some(n)) => write!(f, "sysbench-shared-fsync{n}"),
             Workload::FsyncTester => write!(f, "fsync-tester"),
@@ -613,6 +686,7 @@ pub fn run(w: Workload, t: &Arc<dyn Target>, p: &Params) -> io::Result<RunResult
         Workload::OltpInsert => oltp::run(t, p),
         Workload::Fxmark(x) => fxmark::run(t, p, x),
         Workload::Sysbench => sysbench::run(t, p),
+        Workload::SysbenchSeq => sysbench::run_seq(t, p),
         Workload::SysbenchShared(every) => sysbench::run_shared(t, p, every),
         Workload::FsyncTester => fsync_tester::run(t, p),
         Workload::Sqlite(j, n) => sqlite::run(t, p, j, n),

@@ -49,6 +49,46 @@ pub fn run(t: &dyn Target, p: &Params) -> io::Result<RunResult> {
     })
 }
 
+/// The iJournaling paper's many-core sysbench (Fig. 9): every thread writes 4 KiB blocks
+/// sequentially through its own 128 files (as sysbench's `seqwr` over a prepared file set:
+/// file 0 from start to end, then file 1, ...; round again from file 0 at the end) and
+/// fsyncs the file after each write. Every fsync makes a small metadata change durable (the
+/// times), nothing else of the thread's is pending, and threads share nothing but the
+/// journal: what scales is how fsyncs of different threads are made durable.
+pub fn run_seq(t: &dyn Target, p: &Params) -> io::Result<RunResult> {
+    let blocks = p.scaled((FILE_BYTES / 4096) as usize, 4) as u64;
+    t.mkdir("sysbench-seq")?;
+    for id in 0..p.threads {
+        t.mkdir(&format!("sysbench-seq/t{id}"))?;
+        for f in 0..FILES {
+            let fh = t.create(&format!("sysbench-seq/t{id}/f{f}"))?;
+            write_pool(t, fh, 0, blocks * 4096)?;
+            t.close(fh)?;
+        }
+    }
+    t.sync_all()?;
+    run_workers(t, "sysbench-seq", p.threads, p.duration, p.seed, |w| {
+        let fhs: Vec<Fh> =
+            (0..FILES).map(|f| t.open(&format!("sysbench-seq/t{}/f{f}", w.id))).collect::<io::Result<_>>()?;
+        let r = (|| -> io::Result<()> {
+            let mut pos = 0u64;
+            while w.running() {
+                let fh = fhs[(pos / blocks) as usize % FILES];
+                let off = (pos % blocks) * 4096;
+                w.op(|| write_pool(t, fh, off, 4096))?;
+                w.fsync_op(|| t.fsync(fh, false))?;
+                w.bytes += 4096;
+                pos += 1;
+            }
+            Ok(())
+        })();
+        for fh in fhs {
+            t.close(fh)?;
+        }
+        r
+    })
+}
+
 /// Files of the shared set (the paper: 80 files of 1 GiB; scaled down to what a small
 /// machine's emulated device holds).
 pub const SHARED_FILES: usize = 16;

@@ -1,0 +1,233 @@
+//! iJournaling end to end: what fsync writes (i-transactions, no normal commit), when it
+//! commits instead, and what recovery brings back from a copy of the device taken while
+//! mounted (a crash): the fsynced files and their new directories, nothing else, with the
+//! image clean for `e2fsck` and the private feature bit set until then.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cjfs_blockdev::{Device, EmulatedSsd, SsdPreset};
+use cjfs_fs::{Fs, Ino, MkfsOptions, MountOptions, ROOT_INO, mkfs, preset};
+use cjfs_journal::superblock::INCOMPAT_CJFS_IJOURNAL;
+
+fn opts(name: &str) -> MountOptions {
+    let mut o = preset::resolve(name).expect("preset");
+    // No timer commits: only what the test does reaches the normal journal.
+    o.journal.commit_interval = Duration::from_secs(3600);
+    o
+}
+
+fn image(o: &MountOptions, mib: u64) -> Arc<EmulatedSsd> {
+    let ssd = Arc::new(EmulatedSsd::ram((mib << 20) / 4096));
+    let mk = preset::mkfs_for(o, 1024, MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() });
+    mkfs(&*ssd, &mk).expect("mkfs");
+    ssd
+}
+
+fn content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8).collect()
+}
+
+fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).expect("getattr").size as usize;
+    let mut buf = vec![0u8; size + 1];
+    let n = fs.read(ino, 0, &mut buf).expect("read");
+    buf.truncate(n);
+    buf
+}
+
+/// A crash: the device's bytes now, as a new device.
+fn crash_copy(ssd: &EmulatedSsd) -> Arc<EmulatedSsd> {
+    Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes()))
+}
+
+fn fsck(bytes: &[u8]) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("img");
+    std::fs::write(&p, bytes).expect("write");
+    common::assert_fsck_clean(&p);
+}
+
+fn ijournal_bit(dev: &Device) -> bool {
+    let (sb, _) = cjfs_fs::mkfs::read_layout(&**dev).expect("layout");
+    let (jsb, _, _) = cjfs_fs::fs::journal_areas(dev, &sb).expect("areas");
+    jsb.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0
+}
+
+#[test]
+fn append_and_fsync_writes_one_record_block_and_no_commit() {
+    for (name, per_fsync) in [("ijournal", 1u64), ("ijournal+iform=commit", 2)] {
+        let o = opts(name);
+        let ssd = image(&o, 64);
+        let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+        let f = fs.create(ROOT_INO, b"log", 0o644, 0, 0).expect("create").ino;
+        fs.sync().expect("sync");
+        let before = fs.journal().stats();
+        let n = 50u64;
+        for i in 0..n {
+            fs.write(f, i * 100, &content(100, i as u8)).expect("append");
+            fs.fsync(f, false).expect("fsync");
+        }
+        let d = fs.journal().stats().delta(&before);
+        let st = fs.ijournal_stats().expect("ijournal on");
+        assert_eq!(d.transactions, 0, "{name}: an fsync committed: {st:?}");
+        assert_eq!(st.served, n, "{name}: {st:?}");
+        assert_eq!(st.records, n, "{name}");
+        assert_eq!(st.blocks, n * per_fsync, "{name}: blocks per fsync");
+        assert_eq!(st.fallback_total(), 0, "{name}: {st:?}");
+        let want: Vec<u8> = (0..n).flat_map(|i| content(100, i as u8)).collect();
+        let copy = crash_copy(&ssd);
+        assert!(ijournal_bit(&(copy.clone() as Device)), "{name}: the crash image carries the private bit");
+        drop(fs);
+        let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+        let ij = report.ijournal.expect("ijournal replayed");
+        assert!(ij.applied >= 1, "{name}: {ij:?}");
+        assert_eq!(read_all(&fs, f), want, "{name}: the fsynced appends after recovery");
+        fs.unmount().expect("unmount");
+        assert!(!ijournal_bit(&(copy.clone() as Device)));
+        fsck(&copy.image_bytes());
+    }
+}
+
+#[test]
+fn a_new_file_in_new_directories_comes_back_with_its_path() {
+    let o = opts("ijournal");
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let a = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).expect("mkdir").ino;
+    let b = fs.mkdir(a, b"b", 0o750, 0, 0).expect("mkdir").ino;
+    let c = fs.create(b, b"c", 0o600, 0, 0).expect("create").ino;
+    let data = content(300_000, 3);
+    fs.write(c, 0, &data).expect("write");
+    // Not fsynced: must not come back.
+    let lost = fs.create(a, b"lost", 0o644, 0, 0).expect("create").ino;
+    fs.write(lost, 0, b"gone").expect("write");
+    fs.fsync(c, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!((st.served, st.records, st.dir_records), (1, 3, 2), "{st:?}");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let fs = Fs::open(copy.clone(), o.clone()).expect("recover");
+    assert_eq!(fs.resolve("/a/b/c").expect("path back"), c);
+    assert_eq!(read_all(&fs, c), data);
+    assert_eq!(fs.getattr(b).expect("b").perm, 0o750);
+    assert_eq!(fs.getattr(a).expect("a").nlink, 3);
+    assert!(fs.lookup(a, b"lost").is_err(), "a file never fsynced stays lost");
+    fs.unmount().expect("unmount");
+    fsck(&copy.image_bytes());
+}
+
+#[test]
+fn fallbacks_commit_and_are_counted() {
+    let o = opts("ijournal");
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir").ino;
+    fs.fsync(d, false).expect("directory fsync");
+    let f = fs.create(d, b"f", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"x").expect("write");
+    fs.link(f, ROOT_INO, b"g").expect("link");
+    fs.fsync(f, false).expect("fsync after link");
+    let h = fs.create(d, b"h", 0o644, 0, 0).expect("create").ino;
+    fs.rename(d, b"h", d, b"h2", Default::default()).expect("rename");
+    fs.fsync(h, false).expect("fsync after rename");
+    let st = fs.ijournal_stats().expect("on");
+    let n = |k: &str| st.fallbacks.iter().find(|(x, _)| x == k).map_or(0, |(_, n)| *n);
+    assert_eq!((n("directory"), n("hard-link"), n("rename-unlink")), (1, 1, 1), "{st:?}");
+    assert_eq!(st.served, 0);
+    fs.unmount().expect("unmount");
+    fsck(&ssd.image_bytes());
+}
+
+#[test]
+fn records_older_than_a_durable_commit_are_ignored() {
+    let o = opts("ijournal");
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, &content(5000, 1)).expect("write");
+    fs.fsync(f, false).expect("fsync");
+    // A later truncate, committed normally: the record (longer file) is stale.
+    fs.setattr(f, &cjfs_fs::SetAttr { size: Some(10), ..Default::default() }).expect("truncate");
+    fs.sync().expect("sync");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+    let ij = report.ijournal.expect("replayed");
+    assert_eq!((ij.applied, ij.stale), (0, 1), "{ij:?}");
+    assert_eq!(read_all(&fs, f), content(5000, 1)[..10].to_vec());
+    fs.unmount().expect("unmount");
+    fsck(&copy.image_bytes());
+}
+
+#[test]
+fn recovery_is_idempotent() {
+    let o = opts("ijournal");
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let a = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).expect("mkdir").ino;
+    let f = fs.create(a, b"f", 0o644, 0, 0).expect("create").ino;
+    // Interleaved appends to two files: an extent tree with external blocks.
+    let g = fs.create(a, b"g", 0o644, 0, 0).expect("create").ino;
+    for i in 0..40u64 {
+        fs.write(f, i * 8192, &content(4096, i as u8)).expect("write");
+        fs.write(g, i * 8192, &content(4096, 100 + i as u8)).expect("write");
+    }
+    fs.fsync(f, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    assert!(st.payload_blocks > 0, "an external extent block was logged: {st:?}");
+    let crash = ssd.image_bytes();
+    drop(fs);
+    let once = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    cjfs_fs::recover_device(&(once.clone() as Device)).expect("recover");
+    let twice = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &once.image_bytes()));
+    cjfs_fs::recover_device(&(twice.clone() as Device)).expect("recover again");
+    assert!(once.image_bytes() == twice.image_bytes(), "recovering a recovered image changed it");
+    let fs = Fs::open(once.clone(), o.clone()).expect("mount");
+    let want: Vec<u8> = (0..40u64)
+        .flat_map(|i| {
+            let mut v = content(4096, i as u8);
+            if i < 39 {
+                v.extend(vec![0; 4096]);
+            }
+            v
+        })
+        .collect();
+    assert_eq!(read_all(&fs, f), want);
+    assert!(fs.lookup(a, b"g").is_err());
+    fs.unmount().expect("unmount");
+    fsck(&once.image_bytes());
+}
+
+#[test]
+fn journaled_data_commits_and_presets_refuse_several_logs() {
+    let mut o = opts("ijournal");
+    o.data = cjfs_fs::DataMode::Journal;
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o).expect("mount");
+    let f = fs.create(ROOT_INO, b"j", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"journaled").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!(st.fallbacks, vec![("journal-data".to_string(), 1)]);
+    fs.unmount().expect("unmount");
+    let e = preset::resolve("zjournal+ijournal=cores").unwrap_err().to_string();
+    assert!(e.contains("cannot be combined with several logs"), "{e}");
+    assert!(preset::resolve("cjfs+ijournal=4+iform=commit+iarea=64").is_ok());
+    assert!(preset::resolve("ijournal+iarea=8").is_err(), "an area under 16 blocks");
+}
+
+#[test]
+fn an_image_without_ijournal_areas_commits_on_fsync() {
+    let o = opts("ijournal");
+    let ssd = Arc::new(EmulatedSsd::ram((64 << 20) / 4096));
+    mkfs(&*ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
+    let fs = Fs::open(ssd, o).expect("mount");
+    assert!(fs.ijournal_stats().is_none(), "no area, no iJournaling");
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"x").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    fs.unmount().expect("unmount");
+}
