@@ -1,17 +1,20 @@
 //! The crash harness' CI subset and its self-test.
 //!
-//! * `ci_subset_every_mode` (data=ordered) and `ci_subset_every_mode_data_journal`: the fast subset (`Suite::ci()`: every 12th seq-1 workload, a
-//!   seeded sample of seq-2 and seq-3 workloads, the classics, small iJournaling scenarios
-//!   and multi-threaded workloads) on every crash-tested preset
-//!   (`cjfs_fs::preset::names()`), with zero violations. `nojournal` is run as well; it
-//!   is not crash-consistent by design, so its violations are reported, not failed on.
-//!   The presets that overlap commits (dual thread, several versions) must have been caught
-//!   with several transactions in flight.
+//! * `ci_subset_every_mode` (data=ordered): the fast subset (`Suite::ci()`: every 12th
+//!   seq-1 workload, a seeded sample of seq-2 and seq-3 workloads, the classics, small
+//!   iJournaling scenarios and multi-threaded workloads) on every crash-tested preset
+//!   (`cjfs_fs::preset::names()`), with zero violations: up to 400 crash states per workload
+//!   for the family heads ([`FAMILY_HEADS`]) and `nojournal`, 150 for the ablations and
+//!   combinations. `nojournal` is not crash-consistent by design, so its violations are
+//!   reported, not failed on. The presets that overlap commits (dual thread, several
+//!   versions) must have been caught with several transactions in flight.
+//! * `ci_subset_every_mode_data_journal`: the same subset under data=journal for the family
+//!   heads.
 //! * `ci_subset_every_mode_without_barrier`: the same subset recorded on a device without a
-//!   cache barrier (like an image file), for the presets that use barriers or choose by them
-//!   (the others commit the same way on both devices), where the journal's commit path differs: every
-//!   group of transactions pays flush, commit blocks, flush (`no_barrier_device_gets_no_barrier`
-//!   checks that the recording holds no barrier then).
+//!   cache barrier (like an image file), for the family heads that use barriers or choose by
+//!   them (the others commit the same way on both devices), where the journal's commit path
+//!   differs: every group of transactions pays flush, commit blocks, flush
+//!   (`no_barrier_device_gets_no_barrier` checks that the recording holds no barrier then).
 //! * `ci_subset_one_kib_blocks`: the same subset on images of 1 KiB blocks (what mke2fs
 //!   picks for images under 512 MiB) with `jbd2` and `cjfs`.
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
@@ -82,50 +85,11 @@ fn ci_subset(data: DataMode, barrier: bool) {
     let t0 = std::time::Instant::now();
     let mut modes = Vec::new();
     for m in preset::names() {
-        let ij = preset::resolve(m).is_ok_and(|o| o.journal.ijournal.on());
-        // iJournaling writes no i-transaction for journaled data (every fsync commits, as
-        // its base preset's: `tests/ijournal.rs` checks the fallback): with data=journal its
-        // presets take their base presets' paths, tested here already. Without a barrier
-        // (and FUA) its records are written and flushed instead of FUA: `ijournal` runs its
-        // own and the multi-threaded cases that way.
-        if ij && (data == DataMode::Journal || (!barrier && *m != "ijournal")) {
-            eprintln!("{m}: iJournaling takes its base preset's paths here (or `ijournal`'s); covered there");
-            continue;
-        }
-        let mut workloads = Suite::ci().workloads_for(m, 1);
-        if *m == "ijournal-shared" || (ij && !barrier) {
-            // One area instead of one per core is all that differs from `ijournal`; without
-            // FUA only the record writes differ: its own cases and the multi-threaded ones
-            // keep CI time.
-            workloads.retain(|w| w.name.starts_with("ij-") || w.name.starts_with("mt"));
-        }
-        // Without a barrier only the presets that use one (or choose by it) take another
-        // commit path; the others record the same logs as on the barrier device.
-        let barrier_sensitive = *m == "auto"
-            || *m == "ijournal"
-            || preset::resolve(m).is_ok_and(|o| o.journal.use_barriers || o.journal.dual_thread_barrier_only);
-        if !barrier && !barrier_sensitive {
-            eprintln!("{m}: same commit path with and without a barrier; covered by ci_subset_every_mode");
-            continue;
-        }
-        // The adaptive policy chooses only under data=ordered; under data=journal the preset
-        // is `joj` (`adaptive_policy_is_inert_under_data_journal` in crates/fs/tests/joj.rs).
-        if data == DataMode::Journal && *m == "adaptive" {
-            eprintln!("{m}: under data=journal the same as joj; covered by joj");
-            continue;
-        }
-        // `joj` under data=ordered commits like `adaptive` under data=ordered (single writes,
-        // with and without ordered data, data-journaled files) without the policy's
-        // switches; CI time is short, so it runs there only (docs/results/joj/run.sh runs
-        // it too).
-        if data == DataMode::Ordered && *m == "joj" {
-            eprintln!("{m}: under data=ordered covered by adaptive");
-            continue;
-        }
+        let Some((workloads, max_states)) = ci_plan(m, data, barrier) else { continue };
         let mut cfg = CrashConfig::new(m);
         cfg.data = data;
         cfg.check.barrier = barrier;
-        cfg.states.max_states = 400;
+        cfg.states.max_states = max_states;
         let (s, results) = crash::run_suite(&cfg, &workloads, &|_| {});
         for r in &results {
             if let Some(e) = &r.error {
@@ -172,6 +136,62 @@ fn ci_subset(data: DataMode, barrier: bool) {
             m.workload_errors
         );
     }
+}
+
+/// Presets whose commit path stands for a family in the data=journal and barrier-less
+/// subsets: every other preset differs from one of these by one switched-off technique (an
+/// ablation) or a combination whose parts are tested here, and runs in the data=ordered
+/// subset and in the full suites (`docs/results/crash/`). CI time is the limit: every preset
+/// in every data mode and device kind took over half of a 30-minute CI run.
+const FAMILY_HEADS: &[&str] = &["jbd2", "barrierfs", "cjfs", "zjournal", "joj", "ijournal"];
+
+/// Crash states per workload for a family head; ablations and combinations take fewer.
+const HEAD_STATES: usize = 400;
+/// Crash states per workload for the other presets under data=ordered.
+const ABLATION_STATES: usize = 150;
+
+/// What the CI subset runs for preset `m` in data mode `data` on a device with or without a
+/// cache barrier: its workloads and the cap on crash states per workload, or `None` (with
+/// the reason printed) where another run covers the same commit path.
+fn ci_plan(m: &str, data: DataMode, barrier: bool) -> Option<(Vec<Workload>, usize)> {
+    let skip = |why: &str| {
+        eprintln!("{m}: {why}");
+        None
+    };
+    let head = FAMILY_HEADS.contains(&m);
+    let ij = preset::resolve(m).is_ok_and(|o| o.journal.ijournal.on());
+    // iJournaling writes no i-transaction for journaled data (every fsync commits, as its
+    // base preset's: `tests/ijournal.rs` checks the fallback).
+    if ij && data == DataMode::Journal {
+        return skip("iJournaling takes its base preset's paths under data=journal; covered there");
+    }
+    // The adaptive policy chooses only under data=ordered; under data=journal the preset is
+    // `joj` (`adaptive_policy_is_inert_under_data_journal` in crates/fs/tests/joj.rs).
+    if data == DataMode::Journal && m == "adaptive" {
+        return skip("under data=journal the same as joj; covered by joj");
+    }
+    // `joj` under data=ordered commits like `adaptive` under data=ordered (single writes, with
+    // and without ordered data, data-journaled files) without the policy's switches.
+    if data == DataMode::Ordered && barrier && m == "joj" {
+        return skip("under data=ordered covered by adaptive");
+    }
+    if (data == DataMode::Journal || !barrier) && !head {
+        return skip("an ablation or combination: data=ordered subset and full suites only");
+    }
+    // Without a barrier only the presets that use one (or choose by it) take another commit
+    // path; the others record the same logs as on the barrier device.
+    let barrier_sensitive =
+        ij || preset::resolve(m).is_ok_and(|o| o.journal.use_barriers || o.journal.dual_thread_barrier_only);
+    if !barrier && !barrier_sensitive {
+        return skip("same commit path with and without a barrier; covered by ci_subset_every_mode");
+    }
+    let mut workloads = Suite::ci().workloads_for(m, 1);
+    if m == "ijournal-shared" || (ij && !barrier) {
+        // One area instead of one per core is all that differs from `ijournal`; without FUA
+        // only the record writes differ: its own cases and the multi-threaded ones.
+        workloads.retain(|w| w.name.starts_with("ij-") || w.name.starts_with("mt"));
+    }
+    Some((workloads, if head || m == "nojournal" { HEAD_STATES } else { ABLATION_STATES }))
 }
 
 /// On a device without a cache barrier the journal issues none (its commit orders with
