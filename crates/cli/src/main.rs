@@ -40,8 +40,9 @@ struct Cli {
     /// Journal preset for commands that mount the image (`auto`: the preset measured fastest
     /// for the device, see `cjfs info`): auto, jbd2, nojournal, barrierfs, cjfs, cjfs-v1,
     /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, zjournal, zjournal-no-pfc,
-    /// zjournal-no-bga, zjournal-cjfs; a named preset may carry technique settings, e.g.
-    /// `cjfs+wait=spin_park` or `zjournal+logs=4`.
+    /// zjournal-no-bga, zjournal-cjfs, ijournal, ijournal-shared, ijournal-cjfs, joj,
+    /// adaptive; a named preset may carry technique settings, e.g. `cjfs+wait=spin_park`,
+    /// `zjournal+logs=4` or `cjfs+commit=single_io`.
     #[arg(
         long,
         global = true,

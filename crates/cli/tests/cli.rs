@@ -388,3 +388,15 @@ fn check_finds_a_damaged_extent_tree() {
     assert!(text(&o.stdout).contains("extent"), "{}", text(&o.stdout));
     assert!(text(&o.stderr).starts_with("cjfs: check: "), "{}", text(&o.stderr));
 }
+
+/// `--journal`'s help names every preset the library knows.
+#[test]
+fn help_names_every_preset() {
+    let help = text(&ok(&["--help"]).stdout).replace(char::is_whitespace, "");
+    for name in cjfs_fs::preset::names() {
+        assert!(
+            help.contains(&format!("{name},")) || help.contains(&format!("{name};")),
+            "--help lacks {name}"
+        );
+    }
+}

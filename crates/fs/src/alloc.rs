@@ -310,13 +310,52 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
         return Err(FsError::Corrupt(format!("freeing blocks {start}+{len} outside the file system")));
     }
     let txid = tx.h.tx_id();
-    let mut b = start;
     let end = start + u64::from(len);
-    while b < end {
+    change_block_bits(tx, start, end, false, |gs, b, n| {
+        gs.busy.map.insert(b, (n, txid));
+    })?;
+    if revoke {
+        for blk in start..end {
+            tx.h.revoke(blk)?;
+        }
+    }
+    Ok(())
+}
+
+/// The runs of `start..end` that fall in one block group each: `(group, group's first
+/// block, first block of the run, blocks in the run)`.
+fn group_runs(
+    geo: &crate::fs::Geometry,
+    start: u64,
+    end: u64,
+) -> impl Iterator<Item = (u32, u64, u64, u64)> + '_ {
+    let mut b = start;
+    std::iter::from_fn(move || {
+        if b >= end {
+            return None;
+        }
         let g = geo.group_of(b);
         let gstart = geo.group_start(g);
-        let gend = gstart + u64::from(geo.group_len(g));
-        let n = (end.min(gend) - b) as u32;
+        let n = end.min(gstart + u64::from(geo.group_len(g))) - b;
+        let run = (g, gstart, b, n);
+        b += n;
+        Some(run)
+    })
+}
+
+/// Mark blocks `start..end` in use (`used`) or free in their groups' bitmaps, descriptors
+/// and the free count, each run found wholly the other way first (else the image is
+/// corrupt, named); `on_run` sees each group's state and run under the group's lock.
+fn change_block_bits(
+    tx: &mut Tx<'_>,
+    start: u64,
+    end: u64,
+    used: bool,
+    mut on_run: impl FnMut(&mut GroupState, u64, u32),
+) -> FsResult<()> {
+    let fs = tx.fs;
+    for (g, gstart, b, n) in group_runs(&fs.geo, start, end) {
+        let n = n as u32;
         let bitmap_blk = fs.groups[g as usize].lock().desc.block_bitmap;
         let bm_buf = pre_access(tx, g, bitmap_blk)?;
         let mut gs = fs.groups[g as usize].lock();
@@ -324,24 +363,32 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
         {
             let mut bm = bm_buf.write();
             let off = (b - gstart) as usize;
-            if !bitmap::range_is_set(&bm[..], off, n as usize) {
-                return Err(FsError::Corrupt(format!("freeing already free blocks {b}+{n} in group {g}")));
+            if used {
+                if !bitmap::range_is_clear(&bm[..], off, n as usize) {
+                    return Err(FsError::Corrupt(format!("claiming blocks {b}+{n} of group {g}, in use")));
+                }
+                bitmap::set_range(&mut bm[..], off, n as usize);
+            } else {
+                if !bitmap::range_is_set(&bm[..], off, n as usize) {
+                    return Err(FsError::Corrupt(format!(
+                        "freeing already free blocks {b}+{n} in group {g}"
+                    )));
+                }
+                bitmap::clear_range(&mut bm[..], off, n as usize);
             }
-            bitmap::clear_range(&mut bm[..], off, n as usize);
         }
-        gs.desc.free_blocks_count += n;
+        if used {
+            gs.desc.free_blocks_count -= n;
+        } else {
+            gs.desc.free_blocks_count += n;
+        }
         note_bitmap(fs, &mut gs, &bm_buf, Kind::Block);
-        gs.busy.map.insert(b, (n, txid));
+        on_run(&mut gs, b, n);
         let desc = gs.desc.clone();
         write_desc(tx, g, &desc)?;
         drop(gs);
-        fs.free_blocks.fetch_add(i64::from(n), Ordering::Relaxed);
-        b += u64::from(n);
-    }
-    if revoke {
-        for blk in start..end {
-            tx.h.revoke(blk)?;
-        }
+        let delta = if used { -i64::from(n) } else { i64::from(n) };
+        fs.free_blocks.fetch_add(delta, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -469,13 +516,7 @@ pub(crate) fn blocks_free(fs: &FsInner, start: u64, len: u64) -> FsResult<bool> 
     if start < geo.first_data_block || start.checked_add(len).is_none_or(|e| e > geo.blocks_count) {
         return Ok(false);
     }
-    let mut b = start;
-    let end = start + len;
-    while b < end {
-        let g = geo.group_of(b);
-        let gstart = geo.group_start(g);
-        let gend = gstart + u64::from(geo.group_len(g));
-        let n = end.min(gend) - b;
+    for (g, gstart, b, n) in group_runs(geo, start, start + len) {
         let (bitmap_blk, uninit) = {
             let gs = fs.groups[g as usize].lock();
             (gs.desc.block_bitmap, is_uninit(fs, &gs, Kind::Block))
@@ -493,7 +534,6 @@ pub(crate) fn blocks_free(fs: &FsInner, start: u64, len: u64) -> FsResult<bool> 
         if !clear {
             return Ok(false);
         }
-        b += n;
     }
     Ok(true)
 }
@@ -506,34 +546,7 @@ pub(crate) fn claim_blocks(tx: &mut Tx<'_>, start: u64, len: u64) -> FsResult<()
     if start < geo.first_data_block || start.checked_add(len).is_none_or(|e| e > geo.blocks_count) {
         return Err(FsError::Corrupt(format!("claiming blocks {start}+{len} outside the file system")));
     }
-    let mut b = start;
-    let end = start + len;
-    while b < end {
-        let g = geo.group_of(b);
-        let gstart = geo.group_start(g);
-        let gend = gstart + u64::from(geo.group_len(g));
-        let n = (end.min(gend) - b) as u32;
-        let bitmap_blk = fs.groups[g as usize].lock().desc.block_bitmap;
-        let bm_buf = pre_access(tx, g, bitmap_blk)?;
-        let mut gs = fs.groups[g as usize].lock();
-        prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Block)?;
-        {
-            let mut bm = bm_buf.write();
-            let off = (b - gstart) as usize;
-            if !bitmap::range_is_clear(&bm[..], off, n as usize) {
-                return Err(FsError::Corrupt(format!("claiming blocks {b}+{n} of group {g}, in use")));
-            }
-            bitmap::set_range(&mut bm[..], off, n as usize);
-        }
-        gs.desc.free_blocks_count -= n;
-        note_bitmap(fs, &mut gs, &bm_buf, Kind::Block);
-        let desc = gs.desc.clone();
-        write_desc(tx, g, &desc)?;
-        drop(gs);
-        fs.free_blocks.fetch_sub(i64::from(n), Ordering::Relaxed);
-        b += u64::from(n);
-    }
-    Ok(())
+    change_block_bits(tx, start, start + len, true, |_, _, _| {})
 }
 
 /// Mark the free inode `ino` in use (recovery: an inode a replayed record brings back).

@@ -23,6 +23,12 @@ use crate::types::{FileType, Ino, RenameFlags, Timestamp};
 /// ext4's link limit; with dir_nlink a directory past it counts 1.
 pub(crate) const LINK_MAX: u16 = 65000;
 
+/// A directory's link count after it gains a subdirectory: ext4's `dir_nlink` rule (past
+/// the limit, or once already 1, the count is 1: "too many to count").
+pub(crate) fn subdir_added(links: u16) -> u16 {
+    if links >= LINK_MAX - 1 || links == 1 { 1 } else { links + 1 }
+}
+
 /// Whether a symlink keeps its target inside the inode.
 pub(crate) fn is_fast_symlink(st: &InodeState) -> bool {
     st.d.is_symlink() && st.d.flags & EXT4_EXTENTS_FL == 0 && st.d.size < 60
@@ -110,8 +116,7 @@ fn make_node(
         return Err(e);
     }
     if is_dir {
-        ps.d.links_count =
-            if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 { 1 } else { ps.d.links_count + 1 };
+        ps.d.links_count = subdir_added(ps.d.links_count);
     }
     let now = Timestamp::now();
     ps.d.mtime = now;

@@ -24,9 +24,8 @@ use cjfs_journal::{BufferCache, Journal, JournalArea, JournalConfig};
 use crate::error::FsResult;
 use crate::extent_tree;
 use crate::fs::FsInner;
-use crate::inode::store_inode;
+use crate::inode::{InodeState, store_inode};
 use crate::mkfs::read_layout;
-use crate::namei::LINK_MAX;
 use crate::ondisk::dirent::FT_DIR;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INDEX_FL, Inode as DiskInode};
 use crate::ondisk::superblock::{SUPERBLOCK_SIZE, sb_location};
@@ -355,15 +354,7 @@ impl Rebuild {
             None => {}
         }
         let mut tx = Tx::start(fs, 64)?;
-        crate::dir::add_entry(&mut tx, parent, &mut ps, name, ino, ftype)?;
-        if ftype == FT_DIR {
-            ps.d.links_count = if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 {
-                1
-            } else {
-                ps.d.links_count + 1
-            };
-        }
-        store_inode(&mut tx, parent, &mut ps)?;
+        add_counted_entry(&mut tx, parent, &mut ps, name, ino, ftype)?;
         tx.stop()?;
         Ok(Ok(true))
     }
@@ -400,15 +391,7 @@ impl Rebuild {
                 ps.d.links_count -= 1;
             }
         }
-        crate::dir::add_entry(&mut tx, parent, &mut ps, name, ino, ftype)?;
-        if ftype == FT_DIR {
-            ps.d.links_count = if ps.d.links_count >= LINK_MAX - 1 || ps.d.links_count == 1 {
-                1
-            } else {
-                ps.d.links_count + 1
-            };
-        }
-        store_inode(&mut tx, parent, &mut ps)?;
+        add_counted_entry(&mut tx, parent, &mut ps, name, ino, ftype)?;
         tx.stop()?;
         Ok(())
     }
@@ -483,6 +466,23 @@ impl Rebuild {
         let changed = self.overlay.changed();
         Ok(changed.into_iter().filter(|(b, _)| !self.journal.contains(*b)).collect())
     }
+}
+
+/// Add entry `name` → `ino` (type `ftype`) to directory `parent` and store it; a directory
+/// entry counts in the parent's links ([`crate::namei::subdir_added`]).
+fn add_counted_entry(
+    tx: &mut Tx<'_>,
+    parent: Ino,
+    ps: &mut InodeState,
+    name: &[u8],
+    ino: Ino,
+    ftype: u8,
+) -> FsResult<()> {
+    crate::dir::add_entry(tx, parent, ps, name, ino, ftype)?;
+    if ftype == FT_DIR {
+        ps.d.links_count = crate::namei::subdir_added(ps.d.links_count);
+    }
+    store_inode(tx, parent, ps)
 }
 
 #[cfg(test)]

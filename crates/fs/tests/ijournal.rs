@@ -4,12 +4,13 @@
 //! image clean for `e2fsck` and the private feature bit set until then.
 
 mod common;
+use common::read_all;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cjfs_blockdev::{Device, EmulatedSsd, SsdPreset};
-use cjfs_fs::{Fs, Ino, MkfsOptions, MountOptions, ROOT_INO, mkfs, preset};
+use cjfs_fs::{Fs, MkfsOptions, MountOptions, ROOT_INO, mkfs, preset};
 use cjfs_journal::superblock::INCOMPAT_CJFS_IJOURNAL;
 
 fn opts(name: &str) -> MountOptions {
@@ -28,14 +29,6 @@ fn image(o: &MountOptions, mib: u64) -> Arc<EmulatedSsd> {
 
 fn content(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8).collect()
-}
-
-fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).expect("getattr").size as usize;
-    let mut buf = vec![0u8; size + 1];
-    let n = fs.read(ino, 0, &mut buf).expect("read");
-    buf.truncate(n);
-    buf
 }
 
 /// A crash: the device's bytes now, as a new device.

@@ -6,6 +6,7 @@
 //! passes when the tool it needs is missing.
 
 mod common;
+use common::read_all;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -86,14 +87,6 @@ fn open(img: &Path) -> Device {
 
 fn mount(img: &Path) -> Fs {
     Fs::open(open(img), MountOptions::default()).expect("mount e2fsprogs image")
-}
-
-fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).expect("getattr").size as usize;
-    let mut buf = vec![0u8; size + 1];
-    let n = fs.read(ino, 0, &mut buf).expect("read");
-    buf.truncate(n);
-    buf
 }
 
 fn names(fs: &Fs, dir: Ino) -> BTreeSet<Vec<u8>> {

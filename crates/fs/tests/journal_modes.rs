@@ -5,6 +5,7 @@
 //! reads back after a remount and passes e2fsck.
 
 mod common;
+use common::read_all;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,14 +56,6 @@ fn dev_of(ssd: &Arc<EmulatedSsd>) -> Device {
 
 fn content(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 12) as u8).collect()
-}
-
-fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).expect("getattr").size as usize;
-    let mut buf = vec![0u8; size + 1];
-    let n = fs.read(ino, 0, &mut buf).expect("read");
-    buf.truncate(n);
-    buf
 }
 
 /// Write an image to a file so e2fsck can judge it.

@@ -16,6 +16,7 @@
 //! Tests print `SKIP:` and pass when e2fsprogs, root or loop mounts are missing.
 
 mod common;
+use common::read_all;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,14 +121,6 @@ fn run(cmd: &mut Command) -> std::process::Output {
     let o = cmd.output().expect("spawn");
     assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
     o
-}
-
-fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).expect("getattr").size as usize;
-    let mut buf = vec![0u8; size + 1];
-    let n = fs.read(ino, 0, &mut buf).expect("read");
-    buf.truncate(n);
-    buf
 }
 
 fn round_trip(features: &str, csum: bool) {

@@ -286,6 +286,19 @@ impl Journal {
         self.admit().start(credits)
     }
 
+    /// Write `img`, the primary journal's superblock image whose log starts at `start`, and
+    /// flush; on success the log knows that start is on disk. The caller holds `sb_write`.
+    fn write_primary_sb(&self, img: Vec<u8>, start: u64) -> JResult<()> {
+        let log0 = &self.logs[0];
+        let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
+        self.shared
+            .dev
+            .write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)
+            .and_then(|_| self.shared.dev.flush())?;
+        log0.log.lock().sb_start_on_disk = start;
+        Ok(())
+    }
+
     /// Put the single-I/O features (see `single_io.rs`) into the journal superblock and make
     /// it durable, before the first handle can log anything: the log is empty (recovered at
     /// open, nothing committed since), so no transaction of another format is in it. The
@@ -308,21 +321,15 @@ impl Journal {
                 crate::single_io::set_features(&mut l.sb, f);
                 (l.sb_image(), l.sb_position().0)
             };
-            let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
-            let r = self
-                .shared
-                .dev
-                .write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)
-                .and_then(|_| self.shared.dev.flush());
+            let r = self.write_primary_sb(img, start);
             if r.is_ok() {
-                log0.log.lock().sb_start_on_disk = start;
                 self.single_io_on.store(true, Ordering::Release);
             }
             r
         };
         if let Err(e) = r {
             self.shared.abort(format!("writing the journal superblock's single-I/O features failed: {e}"));
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
     }
@@ -407,14 +414,8 @@ impl Journal {
                 }
                 (l.sb_image(), l.sb_position().0)
             };
-            let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalSuper);
-            let r = self
-                .shared
-                .dev
-                .write_block(log0.area.map(0)?, cjfs_blockdev::BlockBuf::from(img), tag)
-                .and_then(|_| self.shared.dev.flush());
+            let r = self.write_primary_sb(img, start);
             if r.is_ok() {
-                log0.log.lock().sb_start_on_disk = start;
                 if on {
                     self.claimed.fetch_or(bit, Ordering::AcqRel);
                 } else {
@@ -426,7 +427,7 @@ impl Journal {
         // Aborted with nothing held: abort takes every log's state and buffers' jstate.
         if let Err(e) = r {
             self.shared.abort(format!("writing the journal superblock's private feature bit failed: {e}"));
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
     }

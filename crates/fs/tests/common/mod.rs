@@ -56,3 +56,12 @@ pub fn assert_fsck_clean(path: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The whole content of file `ino`.
+pub fn read_all(fs: &Fs, ino: cjfs_fs::Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).expect("getattr").size as usize;
+    let mut buf = vec![0u8; size + 1];
+    let n = fs.read(ino, 0, &mut buf).expect("read");
+    buf.truncate(n);
+    buf
+}
