@@ -2,7 +2,7 @@
 # iJournaling (issue 17) lab figures: every table is one `cjfs bench run`, its series
 # interleaved repetition by repetition, medians reported (seed 1).
 #
-#   docs/results/ijournal/run.sh                # everything (~35 min on 2 cores)
+#   docs/results/ijournal/run.sh                # everything (~30 min on 2 cores)
 #   ONLY=fsync docs/results/ijournal/run.sh      # one table: fsync | append | fig9 | apps
 #
 # 1. fsync tester (80 KiB write, 0.1 s pause, fsync; one tester thread) with the background
@@ -13,12 +13,14 @@
 # 2. Append 4 KiB + fsync on one small file: iJournaling statistics, single and commit form.
 # 3. Fig. 9 sysbench (sysbench-seq) on the RAM disk, 1-16 threads.
 # 4. varmail-shared, dbench, OLTP-insert at 1-32 threads on the emulated NVMe SSD.
-# Settings (environment): REPS DURATION WORK (loop images; default /var/tmp/cjfs-ijlab)
+# Settings (environment): REPS DURATION FSYNC_DURATION WORK (loop images; default
+# /var/tmp/cjfs-ijlab) DISK_MB_S (skip the dd measurement)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=docs/results/ijournal
 REPS=${REPS:-3}
 DURATION=${DURATION:-2}
+FSYNC_DURATION=${FSYNC_DURATION:-10}
 WORK=${WORK:-/var/tmp/cjfs-ijlab}
 ONLY=${ONLY:-all}
 cargo build --release -q -p cjfs-cli
@@ -54,7 +56,7 @@ if want fsync; then
       --bg-share "$pct" --disk-mb-s "$DISK_MB_S" \
       --target nvme=cjfs:nvme-consumer --target sata=cjfs:sata-ssd --target emmc=cjfs:emmc \
       --target "ext4-ordered=dir:$WORK/mnt-ordered" --target "ext4-fast_commit=dir:$WORK/mnt-fc" \
-      --mode jbd2 --mode ijournal --duration 6 --reps "$REPS" --seed 1 --quiet \
+      --mode jbd2 --mode ijournal --duration "$FSYNC_DURATION" --reps "$REPS" --seed 1 --quiet \
       --out "$out/fsync-tester-bg$pct" | tee "$out/fsync-tester-bg$pct.txt"
   done
 fi
@@ -81,3 +83,5 @@ if want apps; then
       | tee "$out/nvme-$w.txt"
   done
 fi
+
+python3 docs/results/ijournal/tables.py > "$out/tables.md"
