@@ -123,7 +123,9 @@ def sweep(r, title, extra=True):
         cells = []
         for n in names:
             p = point(r, n, t)
-            if not p or p.get("error"):
+            if not p:
+                cells.append("-")
+            elif p.get("error"):
                 cells.append("error")
             elif p.get("ratio"):
                 c = p["ratio"]
