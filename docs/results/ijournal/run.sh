@@ -2,7 +2,7 @@
 # iJournaling (issue 17) lab figures: every table is one `cjfs bench run`, its series
 # interleaved repetition by repetition, medians reported (seed 1).
 #
-#   docs/results/ijournal/run.sh                # everything (~30 min on 2 cores)
+#   docs/results/ijournal/run.sh                # everything (~25 min on 2 cores)
 #   ONLY=fsync docs/results/ijournal/run.sh      # one table: fsync | append | fig9 | apps
 #
 # 1. fsync tester (80 KiB write, 0.1 s pause, fsync; one tester thread) with the background
