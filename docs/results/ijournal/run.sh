@@ -14,7 +14,9 @@
 # 3. Fig. 9 sysbench (sysbench-seq) on the RAM disk, 1-16 threads.
 # 4. varmail-shared, dbench, OLTP-insert at 1-32 threads on the emulated NVMe SSD.
 # Settings (environment): REPS DURATION FSYNC_DURATION WORK (loop images; default
-# /var/tmp/cjfs-ijlab) DISK_MB_S (skip the dd measurement)
+# /var/tmp/cjfs-ijlab) DISK_MB_S (skip the dd measurement) LEVELS (background shares, default
+# "0 30 60") SUFFIX (appended to the fsync tester's output directories). The recheck at 60 %
+# with five repetitions:  ONLY=fsync LEVELS=60 REPS=5 SUFFIX=-5reps docs/results/ijournal/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=docs/results/ijournal
@@ -23,6 +25,8 @@ DURATION=${DURATION:-2}
 FSYNC_DURATION=${FSYNC_DURATION:-10}
 WORK=${WORK:-/var/tmp/cjfs-ijlab}
 ONLY=${ONLY:-all}
+LEVELS=${LEVELS:-0 30 60}
+SUFFIX=${SUFFIX:-}
 cargo build --release -q -p cjfs-cli
 bin=$PWD/target/release/cjfs
 want() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
@@ -36,6 +40,7 @@ if want fsync; then
   cleanup() {
     umount "$WORK/mnt-ordered" "$WORK/mnt-fc" 2>/dev/null || true
     for d in "${devs[@]}"; do losetup -d "$d" 2>/dev/null || true; done
+    rm -f "$WORK/ordered.img" "$WORK/fc.img"
   }
   trap cleanup EXIT
   # The disk's write bandwidth: 512 MiB direct, median of three.
@@ -44,20 +49,20 @@ if want fsync; then
         | awk '/copied/ {print int($(NF-1) * ($NF=="GB/s" ? 1000 : 1))}'
     done | sort -n | sed -n 2p)}
   rm -f "$WORK/bw"
-  echo "disk write bandwidth: $DISK_MB_S MB/s" | tee "$out/disk-bandwidth.txt"
+  echo "disk write bandwidth: $DISK_MB_S MB/s" | tee "$out/disk-bandwidth$SUFFIX.txt"
   for fs in ordered fc; do
     img="$WORK/$fs.img"; rm -f "$img"; truncate -s 8G "$img"
     if [ $fs = fc ]; then mkfs.ext4 -q -F -O fast_commit "$img"; else mkfs.ext4 -q -F "$img"; fi
     dev=$(losetup --direct-io=on -f --show "$img"); devs+=("$dev")
     mount -o data=ordered "$dev" "$WORK/mnt-$fs"
   done
-  for pct in 0 30 60; do
+  for pct in $LEVELS; do
     "$bin" bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 \
       --bg-share "$pct" --disk-mb-s "$DISK_MB_S" \
       --target nvme=cjfs:nvme-consumer --target sata=cjfs:sata-ssd --target emmc=cjfs:emmc \
       --target "ext4-ordered=dir:$WORK/mnt-ordered" --target "ext4-fast_commit=dir:$WORK/mnt-fc" \
       --mode jbd2 --mode ijournal --duration "$FSYNC_DURATION" --reps "$REPS" --seed 1 --quiet \
-      --out "$out/fsync-tester-bg$pct" | tee "$out/fsync-tester-bg$pct.txt"
+      --out "$out/fsync-tester-bg$pct$SUFFIX" | tee "$out/fsync-tester-bg$pct$SUFFIX.txt"
   done
 fi
 
