@@ -472,3 +472,17 @@ fn sqlite(a: SqliteArgs) -> CliResult<()> {
 fn rusqlite_version() -> String {
     cjfs_lab::sqlite::sqlite_version()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_share_is_a_percentage() {
+        assert_eq!(pct("60"), Ok(60.0));
+        assert_eq!(pct("0"), Ok(0.0));
+        assert!(pct("101").unwrap_err().contains("out of range"));
+        assert!(pct("-1").is_err());
+        assert!(pct("sixty").unwrap_err().contains("bad percentage"));
+    }
+}
