@@ -115,6 +115,14 @@ fn ci_pct(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn pct(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("bad percentage {s:?}"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("percentage {s:?} out of range 0-100"));
+    }
+    Ok(v)
+}
+
 fn secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("bad duration {s:?} (seconds)"))?;
     if !(v > 0.0 && v < 86_400.0) {
@@ -199,6 +207,14 @@ struct RunArgs {
     /// paper's is 100).
     #[arg(long, default_value_t = 0.0)]
     fsync_delay_ms: f64,
+    /// The fsync tester's background bandwidth as PCT % of each target's write bandwidth
+    /// (emulated presets: their figure; file and dir targets: `--disk-mb-s`), instead of
+    /// `--bg-mb-s`.
+    #[arg(long, value_name = "PCT", value_parser = pct)]
+    bg_share: Option<f64>,
+    /// Write bandwidth of the disk under file and dir targets, MB/s (for `--bg-share`).
+    #[arg(long, value_name = "MB_S")]
+    disk_mb_s: Option<f64>,
     /// Write results.json, results.csv, README.md and charts here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -345,6 +361,8 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 dbench_loadfile: r.dbench_loadfile,
                 bg_mb_s: r.bg_mb_s,
                 fsync_delay: Duration::from_secs_f64(r.fsync_delay_ms.max(0.0) / 1e3),
+                bg_share: r.bg_share.map(|p| p / 100.0),
+                disk_mb_s: r.disk_mb_s,
                 progress: !r.quiet,
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };
@@ -453,4 +471,18 @@ fn sqlite(a: SqliteArgs) -> CliResult<()> {
 
 fn rusqlite_version() -> String {
     cjfs_lab::sqlite::sqlite_version()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_share_is_a_percentage() {
+        assert_eq!(pct("60"), Ok(60.0));
+        assert_eq!(pct("0"), Ok(0.0));
+        assert!(pct("101").unwrap_err().contains("out of range"));
+        assert!(pct("-1").is_err());
+        assert!(pct("sixty").unwrap_err().contains("bad percentage"));
+    }
 }

@@ -136,12 +136,20 @@ pub enum Admission {
     Thread,
 }
 
+/// The cores of the machine, read once: `available_parallelism` reads the cgroup files on
+/// every call (about twenty system calls, hundreds of µs on a loaded machine), far too much
+/// for a path every handle start and every i-transaction takes.
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |c| c.get()))
+}
+
 /// The log (of `n`) a handle started now joins.
 pub(crate) fn admit(n: usize, how: Admission) -> usize {
     if n <= 1 {
         return 0;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let cores = cores();
     if how == Admission::Core && n <= cores {
         return current_cpu() % n;
     }
@@ -349,6 +357,17 @@ pub(crate) fn chain_to_version(set: &Shared, tx: &Transaction, v: TxId) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admission_uses_the_core_count_read_once() {
+        let n = std::thread::available_parallelism().map_or(1, |c| c.get());
+        assert_eq!(cores(), n);
+        assert_eq!(cores(), n, "the cached figure stays");
+        for logs in 1..=2 * n + 1 {
+            assert!(admit(logs, Admission::Core) < logs);
+            assert!(admit(logs, Admission::Thread) < logs);
+        }
+    }
 
     fn pending(log: u16, tid: Tid, marks: &[(u16, Tid)]) -> Pending {
         Pending {

@@ -180,6 +180,13 @@ pub struct SweepConfig {
     pub bg_mb_s: f64,
     /// Fsync tester pause between write and fsync.
     pub fsync_delay: Duration,
+    /// Fsync tester background bandwidth as a share of each target's write bandwidth
+    /// (emulated presets: their figure; others: [`SweepConfig::disk_mb_s`]), instead of
+    /// `bg_mb_s`, so one sweep holds devices of different speeds at the same load.
+    pub bg_share: Option<f64>,
+    /// Write bandwidth, MB/s, of the disk under `cjfs:file:` and `dir:` targets (measured,
+    /// e.g. with `dd oflag=direct`), for `bg_share`.
+    pub disk_mb_s: Option<f64>,
     /// Show a progress bar.
     pub progress: bool,
     /// The command line, for the record.
@@ -187,6 +194,24 @@ pub struct SweepConfig {
 }
 
 impl SweepConfig {
+    /// The fsync tester's background bandwidth for a series, MB/s.
+    pub fn bg_mb_s_for(&self, kind: &TargetKind) -> Result<f64, BenchError> {
+        let Some(share) = self.bg_share else { return Ok(self.bg_mb_s) };
+        let bw = match kind {
+            TargetKind::Emulated(p) if p.bandwidth_mb_s > 0 => p.bandwidth_mb_s as f64,
+            TargetKind::Emulated(p) => {
+                return Err(BenchError::Usage(format!(
+                    "--bg-share: the {} preset has no bandwidth limit; use --bg-mb-s",
+                    p.name
+                )));
+            }
+            TargetKind::File(_) | TargetKind::Dir(_) => self.disk_mb_s.ok_or_else(|| {
+                BenchError::Usage("--bg-share with a file or dir target needs --disk-mb-s".into())
+            })?,
+        };
+        Ok(share * bw)
+    }
+
     /// The series: every cjfs target once per mode, every directory once.
     pub fn series(&self) -> Result<Vec<Series>, BenchError> {
         let mut modes = Vec::new();
@@ -332,7 +357,16 @@ fn info(s: &Series) -> SeriesInfo {
             format!("cjfs in-process on image file in {}", p.display()),
             format!("file device; host: {}", disk_of(p)),
         ),
-        TargetKind::Dir(p) => (format!("directory {}", p.display()), mount_of(p)),
+        TargetKind::Dir(p) => {
+            let features = crate::target::mount_source(p)
+                .filter(|(_, t)| t == "ext4")
+                .map(|(d, _)| crate::target::ext4_features_of(&d))
+                .unwrap_or_default();
+            let mount = mount_of(p);
+            let device =
+                if features.is_empty() { mount } else { format!("{mount}, features {}", features.join(",")) };
+            (format!("directory {}", p.display()), device)
+        }
     };
     SeriesInfo {
         name: s.name.clone(),
@@ -503,6 +537,11 @@ pub fn run_with(
             _ => None,
         });
     }
+    let bg: Vec<f64> = if cfg.workloads.contains(&Workload::FsyncTester) {
+        series.iter().map(|s| cfg.bg_mb_s_for(&s.kind)).collect::<Result<_, _>>()?
+    } else {
+        vec![cfg.bg_mb_s; series.len()]
+    };
     let max_reps = if cfg.ci_bound.is_some() { cfg.max_reps.max(cfg.reps) } else { cfg.reps };
     let total = (cfg.workloads.len() * cfg.threads.len() * cfg.reps * series.len()) as u64;
     let pb = if cfg.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
@@ -550,6 +589,7 @@ pub fn run_with(
                 for (i, s) in series.iter().enumerate() {
                     pb.set_message(format!("{w} t={threads} {} rep {}", s.name, rep + 1));
                     n += 1;
+                    let p = Params { bg_mb_s: bg[i], ..p.clone() };
                     let r = instance(s, w, &p, images[i].as_ref(), n).and_then(|inst| {
                         let r = workloads::run(w, &inst.target, &p);
                         drop(inst.target);
@@ -656,5 +696,37 @@ mod tests {
         assert!("x".parse::<TargetSpec>().is_err());
         assert_eq!(parse_threads("1,2-4").unwrap(), vec![1, 2, 3, 4]);
         assert!(parse_threads("0").is_err());
+    }
+
+    #[test]
+    fn background_bandwidth_as_a_share_of_each_target() {
+        let mut cfg = SweepConfig {
+            targets: Vec::new(),
+            modes: Vec::new(),
+            workloads: vec![Workload::FsyncTester],
+            threads: vec![1],
+            duration: Duration::from_secs(1),
+            reps: 1,
+            max_reps: 1,
+            ci_bound: None,
+            seed: 1,
+            scale: 1.0,
+            dbench_loadfile: PathBuf::new(),
+            bg_mb_s: 100.0,
+            fsync_delay: Duration::ZERO,
+            bg_share: None,
+            disk_mb_s: None,
+            progress: false,
+            command: String::new(),
+        };
+        let kind = |s: &str| s.parse::<TargetSpec>().unwrap().kind;
+        assert_eq!(cfg.bg_mb_s_for(&kind("cjfs:emmc")).unwrap(), 100.0, "no share: the absolute figure");
+        cfg.bg_share = Some(0.6);
+        assert_eq!(cfg.bg_mb_s_for(&kind("cjfs:emmc")).unwrap(), 90.0);
+        assert_eq!(cfg.bg_mb_s_for(&kind("cjfs:sata-ssd")).unwrap(), 300.0);
+        assert!(cfg.bg_mb_s_for(&kind("cjfs:ramdisk")).is_err(), "unlimited bandwidth has no share");
+        assert!(cfg.bg_mb_s_for(&kind("dir:/mnt")).is_err(), "a dir target needs the disk's figure");
+        cfg.disk_mb_s = Some(400.0);
+        assert_eq!(cfg.bg_mb_s_for(&kind("dir:/mnt")).unwrap(), 240.0);
     }
 }

@@ -292,6 +292,7 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
             let _ = writeln!(out, "![{c}]({c})\n");
         }
     }
+    let _ = write!(out, "{}", journal_writes(r));
     let _ = write!(out, "{}", waits(r));
     let _ = writeln!(
         out,
@@ -382,6 +383,94 @@ pub fn waits(r: &SweepReport) -> String {
                 share(x.wait_us, all)
             );
         }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+/// How each point's fsyncs were made durable and what the journals wrote, in its median run:
+/// for cjfs the normal commits and log blocks, the iJournaling figures (share of fsyncs served
+/// by i-transactions, ijournal blocks per served fsync, fallbacks by reason); for kernel ext4
+/// targets the JBD2 transactions and fast commits the kernel counted; and the fsync tester's
+/// background bandwidth reached. Markdown; empty when no point has any of these.
+pub fn journal_writes(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for p in &r.points {
+        let Some(m) = &p.median_run else { continue };
+        if m.journal_summary.is_none() && m.kernel_journal.is_none() {
+            continue;
+        }
+        if out.is_empty() {
+            let _ = writeln!(
+                out,
+                "## Journal writes and fsync paths (median run of each point)\n\n\
+                 `commits`: normal (JBD2) transactions; `log blk`: their blocks (cjfs: logged + \
+                 descriptor + commit, at least; kernel: transactions × its mean logged blocks); \
+                 `fast blk`: ijournal blocks (cjfs) or fast-commit blocks (kernel); `served`: \
+                 fsyncs served by an i-transaction (cjfs) or fast commits per fsync (kernel); \
+                 `fallbacks`: fsyncs that committed instead, by reason (kernel: ineligible fast \
+                 commits).\n"
+            );
+            let _ = writeln!(
+                out,
+                "| workload | threads | series | fsyncs | bg MB/s | commits | log blk | fast blk | journal KiB/fsync | served | fast blk/served | fallbacks |"
+            );
+            let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        }
+        let bg = m.extra.iter().find(|(k, _)| k == "background_mb_s").map_or("-".into(), |(_, v)| f0(*v));
+        let fsyncs = m.ijournal.as_ref().map_or(m.fsync_latency.count, |ij| ij.fsyncs);
+        let per_fsync = |blocks: u64| {
+            if fsyncs > 0 { format!("{:.1}", blocks as f64 * 4.0 / fsyncs as f64) } else { "-".into() }
+        };
+        let (commits, log, fast, served, per_served, fallbacks) =
+            match (&m.journal_summary, &m.kernel_journal) {
+                (Some(j), _) => match &m.ijournal {
+                    Some(ij) => (
+                        j.transactions,
+                        j.log_blocks,
+                        ij.blocks,
+                        format!("{:.1} %", ij.served_share * 100.0),
+                        format!("{:.2}", ij.blocks_per_fsync),
+                        if ij.fallbacks.is_empty() {
+                            "none".to_string()
+                        } else {
+                            ij.fallbacks
+                                .iter()
+                                .map(|(k, n)| format!("{k} {n}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        },
+                    ),
+                    None => (j.transactions, j.log_blocks, 0, "-".into(), "-".into(), "-".into()),
+                },
+                (None, Some(k)) => (
+                    k.transactions,
+                    k.transactions * k.logged_blocks_per_tx,
+                    k.fc_blocks,
+                    if fsyncs > 0 {
+                        format!("{:.1} %", 100.0 * k.fc_commits as f64 / fsyncs as f64)
+                    } else {
+                        "-".into()
+                    },
+                    if k.fc_commits > 0 {
+                        format!("{:.2}", k.fc_blocks as f64 / k.fc_commits as f64)
+                    } else {
+                        "-".into()
+                    },
+                    format!("ineligible {}", k.fc_ineligible),
+                ),
+                (None, None) => continue,
+            };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {fsyncs} | {bg} | {commits} | {log} | {fast} | {} | {served} | {per_served} | {fallbacks} |",
+            p.workload,
+            p.threads,
+            p.series,
+            per_fsync(log + fast),
+        );
+    }
+    if !out.is_empty() {
         let _ = writeln!(out);
     }
     out

@@ -95,6 +95,121 @@ pub trait Target: Send + Sync {
     fn ijournal_stats(&self) -> Option<cjfs_fs::IjStats> {
         None
     }
+    /// The kernel's journal counters for the ext4 file system holding a directory target.
+    fn kernel_journal(&self) -> Option<KernelJournal> {
+        None
+    }
+}
+
+/// The kernel's counters of one mounted ext4 file system: its JBD2 journal
+/// (`/proc/fs/jbd2/DEV-8/info`) and its fast commits (`/proc/fs/ext4/DEV/fc_info`, present
+/// on kernels ≥ 5.10; all zero unless the file system was made with `-O fast_commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct KernelJournal {
+    /// JBD2 transactions committed since mount.
+    pub transactions: u64,
+    /// Mean logged blocks per transaction since mount (the kernel prints it rounded down).
+    pub logged_blocks_per_tx: u64,
+    /// Fast commits written.
+    pub fc_commits: u64,
+    /// Fast commits that fell back to a full commit (an ineligible change).
+    pub fc_ineligible: u64,
+    /// Fast-commit blocks written.
+    pub fc_blocks: u64,
+}
+
+impl KernelJournal {
+    /// Read the counters of the file system mounted from `dev` (a device path such as
+    /// `/dev/loop3`). `None` when the kernel has no JBD2 statistics for it (not ext4, or no
+    /// journal).
+    pub fn read(dev: &str) -> Option<KernelJournal> {
+        let name = dev.rsplit('/').next()?;
+        let jbd2 = std::fs::read_to_string(format!("/proc/fs/jbd2/{name}-8/info")).ok()?;
+        let fc = std::fs::read_to_string(format!("/proc/fs/ext4/{name}/fc_info")).unwrap_or_default();
+        let mut k = KernelJournal::parse_jbd2_info(&jbd2)?;
+        let (c, i, b) = KernelJournal::parse_fc_info(&fc);
+        (k.fc_commits, k.fc_ineligible, k.fc_blocks) = (c, i, b);
+        Some(k)
+    }
+
+    /// Transactions and logged blocks per transaction from a `/proc/fs/jbd2/*/info` text
+    /// (`N transactions (M requested), each up to B blocks` ... `L logged blocks per
+    /// transaction`).
+    pub fn parse_jbd2_info(s: &str) -> Option<KernelJournal> {
+        let first = |l: &str| l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok());
+        let transactions = s.lines().find(|l| l.contains("transactions (")).and_then(first)?;
+        let logged_blocks_per_tx =
+            s.lines().find(|l| l.contains("logged blocks per transaction")).and_then(first).unwrap_or(0);
+        Some(KernelJournal { transactions, logged_blocks_per_tx, ..Default::default() })
+    }
+
+    /// (commits, ineligible, blocks) from a `/proc/fs/ext4/*/fc_info` text; zeros when absent.
+    pub fn parse_fc_info(s: &str) -> (u64, u64, u64) {
+        let get = |key: &str| {
+            s.lines()
+                .map(str::split_whitespace)
+                .find_map(|mut w| {
+                    let n = w.next()?.parse::<u64>().ok()?;
+                    (w.next()? == key).then_some(n)
+                })
+                .unwrap_or(0)
+        };
+        (get("commits"), get("ineligible"), get("numblks"))
+    }
+
+    /// Counts from `earlier` to `self` (the per-transaction mean stays the later one's).
+    pub fn since(&self, earlier: &KernelJournal) -> KernelJournal {
+        KernelJournal {
+            transactions: self.transactions.saturating_sub(earlier.transactions),
+            logged_blocks_per_tx: self.logged_blocks_per_tx,
+            fc_commits: self.fc_commits.saturating_sub(earlier.fc_commits),
+            fc_ineligible: self.fc_ineligible.saturating_sub(earlier.fc_ineligible),
+            fc_blocks: self.fc_blocks.saturating_sub(earlier.fc_blocks),
+        }
+    }
+}
+
+/// The source device and file system type of the mount holding `dir` (from /proc/self/mounts).
+pub fn mount_source(dir: &std::path::Path) -> Option<(String, String)> {
+    let canon = dir.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut best: Option<(usize, String, String)> = None;
+    for l in mounts.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 3 {
+            continue;
+        }
+        if canon.starts_with(f[1]) && best.as_ref().is_none_or(|(n, _, _)| f[1].len() > *n) {
+            best = Some((f[1].len(), f[0].to_string(), f[2].to_string()));
+        }
+    }
+    best.map(|(_, d, t)| (d, t))
+}
+
+/// The ext4 feature flags of an ext4 superblock (the 1024 bytes at offset 1024) worth naming
+/// beside a kernel target: `has_journal` and `fast_commit` (compat 0x4 and 0x400).
+pub fn ext4_features(sb: &[u8]) -> Vec<&'static str> {
+    const MAGIC: u16 = 0xEF53;
+    if sb.len() < 0x60 || u16::from_le_bytes([sb[0x38], sb[0x39]]) != MAGIC {
+        return Vec::new();
+    }
+    let compat = u32::from_le_bytes([sb[0x5C], sb[0x5D], sb[0x5E], sb[0x5F]]);
+    [(0x4, "has_journal"), (0x400, "fast_commit")]
+        .into_iter()
+        .filter(|(bit, _)| compat & bit != 0)
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// [`ext4_features`] of the file system on block device `dev`, read from the device; empty
+/// when it cannot be read or is not ext4.
+pub fn ext4_features_of(dev: &str) -> Vec<&'static str> {
+    use std::os::unix::fs::FileExt;
+    let mut sb = vec![0u8; 1024];
+    match std::fs::File::open(dev).and_then(|f| f.read_exact_at(&mut sb, 1024)) {
+        Ok(()) => ext4_features(&sb),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn io_err(e: FsError) -> io::Error {
@@ -287,12 +402,16 @@ pub struct DirTarget {
     root: PathBuf,
     label: String,
     opened: AtomicU64,
+    /// The block device of the ext4 mount holding `root`, for [`Target::kernel_journal`].
+    ext4_dev: Option<String>,
 }
 
 impl DirTarget {
     /// Drive the directory `root`.
     pub fn new(root: impl Into<PathBuf>, label: impl Into<String>) -> Self {
-        DirTarget { root: root.into(), label: label.into(), opened: AtomicU64::new(0) }
+        let root = root.into();
+        let ext4_dev = mount_source(&root).filter(|(_, t)| t == "ext4").map(|(d, _)| d);
+        DirTarget { root, label: label.into(), opened: AtomicU64::new(0), ext4_dev }
     }
 
     /// The directory driven.
@@ -430,11 +549,118 @@ impl Target for DirTarget {
         // SAFETY: as above.
         cvt(unsafe { libc::statvfs(c.as_ptr(), &mut st) })
     }
+    fn kernel_journal(&self) -> Option<KernelJournal> {
+        KernelJournal::read(self.ext4_dev.as_deref()?)
+    }
     fn sync_all(&self) -> io::Result<()> {
         let fh = self.open_flags("", libc::O_RDONLY | libc::O_DIRECTORY)?;
         // SAFETY: fd from open_flags.
         let r = cvt(unsafe { libc::syncfs(fh as i32) });
         self.close(fh)?;
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_counters_parse() {
+        let info = "1234 transactions (1200 requested), each up to 8192 blocks\naverage: \n  0ms waiting for transaction\n  0ms request delay\n  4ms running transaction\n  0ms transaction was being locked\n  0ms flushing data (in ordered mode)\n  1ms logging transaction\n  812us average transaction commit time\n  3 handles per transaction\n  5 blocks per transaction\n  7 logged blocks per transaction\n";
+        let k = KernelJournal::parse_jbd2_info(info).unwrap();
+        assert_eq!((k.transactions, k.logged_blocks_per_tx), (1234, 7));
+        let fresh = KernelJournal::parse_jbd2_info("0 transactions (0 requested), each up to 5461 blocks\n");
+        assert_eq!(fresh, Some(KernelJournal::default()));
+        assert_eq!(KernelJournal::parse_jbd2_info("garbage"), None);
+        let fc = "fc stats:\n95 commits\n4 ineligible\n190 numblks\n310us avg_commit_time\nIneligible reasons:\n\"Extended attributes changed\":\t0\n";
+        assert_eq!(KernelJournal::parse_fc_info(fc), (95, 4, 190));
+        assert_eq!(KernelJournal::parse_fc_info(""), (0, 0, 0));
+        let a = KernelJournal {
+            transactions: 10,
+            logged_blocks_per_tx: 3,
+            fc_commits: 5,
+            fc_ineligible: 1,
+            fc_blocks: 9,
+        };
+        let b = KernelJournal {
+            transactions: 14,
+            logged_blocks_per_tx: 4,
+            fc_commits: 25,
+            fc_ineligible: 1,
+            fc_blocks: 49,
+        };
+        assert_eq!(
+            b.since(&a),
+            KernelJournal {
+                transactions: 4,
+                logged_blocks_per_tx: 4,
+                fc_commits: 20,
+                fc_ineligible: 0,
+                fc_blocks: 40
+            }
+        );
+    }
+
+    #[test]
+    fn ext4_feature_bits() {
+        let mut sb = vec![0u8; 1024];
+        assert!(ext4_features(&sb).is_empty(), "no magic, no features");
+        sb[0x38..0x3A].copy_from_slice(&0xEF53u16.to_le_bytes());
+        sb[0x5C..0x60].copy_from_slice(&0x4u32.to_le_bytes());
+        assert_eq!(ext4_features(&sb), vec!["has_journal"]);
+        sb[0x5C..0x60].copy_from_slice(&0x404u32.to_le_bytes());
+        assert_eq!(ext4_features(&sb), vec!["has_journal", "fast_commit"]);
+        assert!(ext4_features_of("/nonexistent/device").is_empty());
+    }
+
+    /// A kernel ext4 `-O fast_commit` file system on a loop device is recognised as such and
+    /// its fast commits are counted (root, losetup and mkfs.ext4 needed; skipped otherwise).
+    #[test]
+    fn fast_commit_dir_target_on_loop_device() {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("fc.img");
+        let mnt = tmp.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+            std::process::Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
+        };
+        if !run(
+            "mkfs.ext4",
+            &["-q".as_ref(), "-F".as_ref(), "-O".as_ref(), "fast_commit".as_ref(), img.as_os_str()],
+        ) || !run("mount", &["-o".as_ref(), "loop".as_ref(), img.as_os_str(), mnt.as_os_str()])
+        {
+            eprintln!(
+                "SKIP: cannot make and loop-mount an ext4 -O fast_commit image (needs root and e2fsprogs)"
+            );
+            return;
+        }
+        let result = std::panic::catch_unwind(|| {
+            let (dev, fstype) = mount_source(&mnt).unwrap();
+            assert_eq!(fstype, "ext4");
+            assert!(ext4_features_of(&dev).contains(&"fast_commit"), "{dev}");
+            let t = DirTarget::new(&mnt, "ext4-fc");
+            let k0 = t.kernel_journal();
+            let Some(k0) = k0 else {
+                eprintln!("SKIP: no /proc/fs/jbd2 statistics for {dev}");
+                return;
+            };
+            let fh = t.create("a").unwrap();
+            for i in 0..8u64 {
+                t.write_at(fh, i * 4096, &[7u8; 4096]).unwrap();
+                t.fsync(fh, false).unwrap();
+            }
+            t.close(fh).unwrap();
+            let k = t.kernel_journal().unwrap().since(&k0);
+            assert!(
+                k.fc_commits >= 1 && k.fc_blocks >= k.fc_commits,
+                "appends + fsync made no fast commit: {k:?}"
+            );
+        });
+        let _ = run("umount", &[mnt.as_os_str()]);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
     }
 }

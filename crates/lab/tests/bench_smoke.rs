@@ -97,6 +97,8 @@ fn a_sweep_hands_over_its_results_after_every_point() {
         dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
         bg_mb_s: 20.0,
         fsync_delay: Duration::ZERO,
+        bg_share: None,
+        disk_mb_s: None,
         progress: false,
         command: "test".into(),
     };
@@ -116,4 +118,33 @@ fn a_sweep_hands_over_its_results_after_every_point() {
     assert!(md.contains(
         "| lock or condvar | kind | events | wait ms | share of all waits | share of lock waits |"
     ));
+}
+
+/// The iJournaling unit case from the statistics: append + fsync on one small file is served
+/// by i-transactions only, one block each in the single form and two in the commit form.
+#[test]
+fn append_fsync_is_served_by_one_or_two_ijournal_blocks() {
+    for (mode, blocks) in [("ijournal", 1.0), ("ijournal+iform=commit", 2.0)] {
+        let p = Params::new(1, Duration::from_millis(400), 1);
+        let dev: Device = Arc::new(EmulatedSsd::new(
+            SsdPreset::by_name("ramdisk").unwrap(),
+            Workload::AppendFsync.device_blocks(&p),
+        ));
+        let options = cjfs_fs::preset::resolve(mode).unwrap();
+        let area =
+            cjfs_fs::mkfs::default_journal_blocks(dev.num_blocks()).max(cjfs_fs::preset::LOG_AREA_BLOCKS);
+        let mk = cjfs_fs::preset::mkfs_for(
+            &options,
+            area,
+            MkfsOptions { assume_zeroed: true, ..Default::default() },
+        );
+        mkfs(&*dev, &mk).unwrap();
+        let t: Arc<dyn Target> = Arc::new(CjfsTarget::new(Fs::open(dev, options).unwrap(), mode));
+        let r = workloads::run(Workload::AppendFsync, &t, &p).unwrap();
+        let ij = r.ijournal.unwrap_or_else(|| panic!("{mode}: no iJournaling figures"));
+        assert!(ij.fsyncs > 10, "{mode}: {ij:?}");
+        assert_eq!(ij.served, ij.fsyncs, "{mode}: every fsync served by an i-transaction: {ij:?}");
+        assert!(ij.fallbacks.is_empty(), "{mode}: {ij:?}");
+        assert_eq!(ij.blocks_per_fsync, blocks, "{mode}: {ij:?}");
+    }
 }

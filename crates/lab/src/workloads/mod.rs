@@ -5,6 +5,7 @@
 //! *run* on `threads` worker threads driven by [`run_workers`]. [`Workload`] names every
 //! workload and [`run`] performs both phases.
 
+pub mod append_fsync;
 pub mod dbench;
 pub mod exim;
 pub mod fileserver;
@@ -61,6 +62,10 @@ pub struct JournalSummary {
     pub max_in_flight: u64,
     /// Shadow copies (buffer versions) made.
     pub shadow_copies: u64,
+    /// Normal-journal blocks written, at least: the logged blocks plus one descriptor and one
+    /// commit block per transaction (large transactions' extra descriptors and revoke blocks
+    /// are not counted).
+    pub log_blocks: u64,
 }
 
 impl From<&StatsSnapshot> for JournalSummary {
@@ -79,6 +84,7 @@ impl From<&StatsSnapshot> for JournalSummary {
             mean_in_flight: j.mean_in_flight(),
             max_in_flight: j.max_in_flight,
             shadow_copies: j.shadow_copies,
+            log_blocks: j.blocks_logged + 2 * j.transactions,
         }
     }
 }
@@ -88,6 +94,12 @@ impl From<&StatsSnapshot> for JournalSummary {
 pub struct IjSummary {
     /// fsync and fdatasync calls.
     pub fsyncs: u64,
+    /// Of them, served by i-transactions.
+    #[serde(default)]
+    pub served: u64,
+    /// ijournal blocks written.
+    #[serde(default)]
+    pub blocks: u64,
     /// Share of them served by i-transactions (no normal commit).
     pub served_share: f64,
     /// Share that found nothing but data to make durable (no record, no commit).
@@ -121,6 +133,8 @@ impl From<&cjfs_fs::IjStats> for IjSummary {
         let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         IjSummary {
             fsyncs: s.fsyncs,
+            served: s.served,
+            blocks: s.blocks,
             served_share: per(s.served, s.fsyncs),
             clean_share: per(s.clean, s.fsyncs),
             fallback_share: per(s.fallback_total(), s.fsyncs),
@@ -211,6 +225,9 @@ pub struct RunResult {
     /// iJournaling figures (cjfs targets that use it).
     #[serde(default)]
     pub ijournal: Option<IjSummary>,
+    /// The kernel's JBD2 and fast-commit counters over the run (directory targets on ext4).
+    #[serde(default)]
+    pub kernel_journal: Option<crate::target::KernelJournal>,
     /// Device figures (cjfs targets).
     pub device_summary: Option<DeviceSummary>,
     /// Workload-specific figures (name, value).
@@ -431,6 +448,7 @@ where
     let j0 = t.journal_stats();
     let d0 = t.device_stats();
     let ij0 = t.ijournal_stats();
+    let k0 = t.kernel_journal();
     let cpu0 = cpu_time();
     let csw0 = context_switches();
     let waits0 = cjfs_journal::lock_stat::snapshot();
@@ -495,6 +513,10 @@ where
         (Some(a), Some(b)) => Some(IjSummary::from(&b.since(&a))),
         _ => None,
     };
+    let kernel_journal = match (k0, t.kernel_journal()) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
+        _ => None,
+    };
     // Housekeeping time is per thread; take the mean off the wall time.
     let eff = (secs - excluded / threads.max(1) as f64).max(secs * 0.05);
     Ok(RunResult {
@@ -514,6 +536,7 @@ where
         waits: journal.as_ref().map(|_| WaitSummary::from(&waits)),
         journal_summary: journal.as_ref().map(JournalSummary::from),
         ijournal,
+        kernel_journal,
         device_summary: device.as_ref().map(DeviceSummary::from),
         journal,
         device,
@@ -585,6 +608,8 @@ pub enum Workload {
     SysbenchShared(Option<u32>),
     /// iJournaling's fsync tester with a background sequential writer.
     FsyncTester,
+    /// Append 4 KiB + fsync on one small file per thread (the iJournaling unit case).
+    AppendFsync,
     /// SQLite-like transactions.
     Sqlite(sqlite::Journal, u32),
     /// An exim-like mail server: shared spool, per-user mailboxes, shared log, fsync per
@@ -609,6 +634,7 @@ impl Workload {
             Workload::SysbenchShared(None),
             Workload::SysbenchShared(Some(100)),
             Workload::FsyncTester,
+            Workload::AppendFsync,
             Workload::Exim,
         ]);
         for j in [sqlite::Journal::Rollback, sqlite::Journal::Wal] {
@@ -650,6 +676,7 @@ impl fmt::Display for Workload {
             Workload::SysbenchShared(None) => write!(f, "sysbench-shared"),
             Workload::SysbenchShared(Some(n)) => write!(f, "sysbench-shared-fsync{n}"),
             Workload::FsyncTester => write!(f, "fsync-tester"),
+            Workload::AppendFsync => write!(f, "append-fsync"),
             Workload::Sqlite(j, n) => write!(f, "sqlite-{}-{n}", j.name()),
             Workload::Exim => write!(f, "exim"),
         }
@@ -689,6 +716,7 @@ pub fn run(w: Workload, t: &Arc<dyn Target>, p: &Params) -> io::Result<RunResult
         Workload::SysbenchSeq => sysbench::run_seq(t, p),
         Workload::SysbenchShared(every) => sysbench::run_shared(t, p, every),
         Workload::FsyncTester => fsync_tester::run(t, p),
+        Workload::AppendFsync => append_fsync::run(t, p),
         Workload::Sqlite(j, n) => sqlite::run(t, p, j, n),
         Workload::Exim => exim::run(t, p),
     }
