@@ -30,7 +30,7 @@ impl IAreas {
     pub fn wanted(self) -> usize {
         match self {
             IAreas::Off => 0,
-            IAreas::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            IAreas::PerCore => crate::per_core::cores(),
             IAreas::Count(n) => usize::from(n),
         }
     }

@@ -75,7 +75,7 @@ impl Logs {
     pub fn wanted(self) -> usize {
         match self {
             Logs::One => 1,
-            Logs::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            Logs::PerCore => cores(),
             Logs::Count(n) => usize::from(n.max(1)),
         }
     }

@@ -62,8 +62,7 @@ static SPINNERS: AtomicUsize = AtomicUsize::new(0);
 
 /// Cores a spinner may use: all but one (the committer's), at least none.
 fn spin_cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1))
+    crate::per_core::cores().saturating_sub(1)
 }
 
 /// Spin until `ready()` or `budget` has passed, if a core is free for it. Whether `ready()`

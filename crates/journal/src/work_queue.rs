@@ -116,7 +116,7 @@ pub(crate) struct CommitRequests {
 impl CommitRequests {
     /// One slot per core, each at `requested` (nothing requested past it yet).
     pub(crate) fn new(requested: Tid) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::per_core::cores();
         CommitRequests {
             slots: (0..cores).map(|_| CachePadded::new(AtomicU64::new(requested))).collect(),
             bell: Doorbell::new(WaitSite::CommitRequest),
