@@ -2,8 +2,9 @@
 # The main job: build cjfs, make and fill an image, have e2fsck judge it, run the smoke
 # benchmark (cjfs next to raw pwrite+fdatasync on this disk, and 16-thread varmail), compare
 # cjfs with its JBD2 baseline and with the kernel's ext4 (loop mount, as root), and run the
-# crash harness' fast subset on the baseline, the CJFS and the Z-Journal presets; per-core
-# journaling (Z-Journal) against JBD2. A few minutes after the build.
+# crash harness' fast subset on the baseline and one preset per technique family; per-core
+# journaling (Z-Journal), journaling of journal (SQLite) and iJournaling (fsync tester)
+# against JBD2. A few minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,10 +47,14 @@ echo
 echo "== journaling of journal: SQLite (the library, in-process) on the emulated eMMC, rollback journal and WAL, 1-op transactions =="
 $cjfs bench sqlite --device emmc --modes delete,wal --per-txn 1 --records-small 200 --reps 1 --seed 1
 echo
+echo "== iJournaling against JBD2: fsync tester (80 KiB write, 0.1 s pause, fsync) beside a background writer at 30 % of the emulated SATA SSD's bandwidth =="
+$cjfs bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 --bg-share 30 \
+  --target sata=cjfs:sata-ssd --mode jbd2 --mode ijournal --duration 5 --reps 3 --seed 1 --quiet
+echo
 echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
 WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 REPS=5 CI_PCT=5 MAX_REPS=8 MODES="jbd2 cjfs" OUT="$work/file-out" \
   COMPARE=docs/results/file-device/all/results.json \
   docs/results/cjfs/run-file.sh
 echo
 echo "== crash test: fast subset (docs/results/crash/ has the full suite for every mode) =="
-$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --mode zjournal --mode joj --mode adaptive --quiet --failures "$work/crash-failures"
+$cjfs crashtest --mode jbd2 --mode barrierfs --mode cjfs --mode zjournal --mode joj --mode adaptive --mode ijournal --quiet --failures "$work/crash-failures"
