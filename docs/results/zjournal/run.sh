@@ -8,21 +8,22 @@
 # table, ratios to the first series (jbd2).
 #
 #   docs/results/zjournal/run.sh        # -> docs/results/zjournal/{nvme,ramdisk}-*/
-# Settings (environment): REPS DURATION SCALE
+# Settings (environment): REPS DURATION SCALE OUT (default docs/results/zjournal)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 REPS=${REPS:-3}
 DURATION=${DURATION:-2}
 SCALE=${SCALE:-0.25}
+OUT=${OUT:-docs/results/zjournal}
 cargo build --release -q -p cjfs-cli
 bin=target/release/cjfs
 modes=(--mode jbd2 --mode cjfs --mode zjournal --mode zjournal-no-pfc --mode zjournal-no-bga --mode zjournal-cjfs)
 for dev in nvme-consumer ramdisk; do
   short=${dev%%-*}
   "$bin" bench run --target "$short=cjfs:$dev" --workload DWSL --data journal --threads 16 "${modes[@]}" \
-    --duration "$DURATION" --reps "$REPS" --scale "$SCALE" --quiet --out "docs/results/zjournal/$short-dwsl-journal"
+    --duration "$DURATION" --reps "$REPS" --scale "$SCALE" --quiet --out "$OUT/$short-dwsl-journal"
   "$bin" bench run --target "$short=cjfs:$dev" --workload varmail-shared --threads 32 "${modes[@]}" \
-    --duration "$DURATION" --reps "$REPS" --quiet --waits --out "docs/results/zjournal/$short-varmail-shared"
+    --duration "$DURATION" --reps "$REPS" --quiet --waits --out "$OUT/$short-varmail-shared"
   "$bin" bench run --target "$short=cjfs:$dev" --workload sysbench-shared-fsync100 --threads 16 "${modes[@]}" \
-    --duration "$DURATION" --reps "$REPS" --scale "$SCALE" --quiet --out "docs/results/zjournal/$short-sysbench-fig8"
+    --duration "$DURATION" --reps "$REPS" --scale "$SCALE" --quiet --out "$OUT/$short-sysbench-fig8"
 done
