@@ -691,7 +691,7 @@ fn write_records(
     let n: u64 = plan.iter().map(|p| p.header.blocks()).sum();
     let k = cjfs_journal::per_core::core_slot(ij.areas.len(), cjfs_journal::per_core::Admission::Core);
     let area = &ij.areas[k];
-    let (start, id) = {
+    let (start, id, kick) = {
         let mut r = area.ring.lock();
         if n + 1 > r.ring.capacity() {
             return Err(Written::Fallback(Fallback::TooLarge));
@@ -706,14 +706,15 @@ fn write_records(
         }
         let fill = (r.ring.fill() * 1000.0) as u64;
         ij.counters.max_fill_permille.fetch_max(fill, Ordering::Relaxed);
-        if fill >= 500 {
-            // Half full: ask for the commit that makes these records dead before the area
-            // fills and an fsync has to wait for it.
-            ij.counters.commits_kicked.fetch_add(1, Ordering::Relaxed);
-            let _ = j.commit(j.current_tx());
-        }
-        (start, id)
+        (start, id, fill >= 500)
     };
+    if kick {
+        // Half full: ask for the commit that makes these records dead before the area fills
+        // and an fsync has to wait for it (after the area's lock: a leaf, and the request
+        // takes the log's state).
+        ij.counters.commits_kicked.fetch_add(1, Ordering::Relaxed);
+        let _ = j.commit(j.current_tx());
+    }
     let r = (|| -> Result<(), Written> {
         j.claim_ijournal()?;
         // Lay the records out: header, payload, commit block.

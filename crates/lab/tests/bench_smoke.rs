@@ -122,12 +122,14 @@ fn a_sweep_hands_over_its_results_after_every_point() {
 
 /// The iJournaling unit case from the statistics: append + fsync on one small file is served
 /// by i-transactions only, one block each in the single form and two in the commit form.
+/// On the emulated NVMe SSD: on a device with no latency the fsyncs outrun the commits that
+/// make old records dead, and an fsync that finds its area full commits (as it must).
 #[test]
 fn append_fsync_is_served_by_one_or_two_ijournal_blocks() {
     for (mode, blocks) in [("ijournal", 1.0), ("ijournal+iform=commit", 2.0)] {
         let p = Params::new(1, Duration::from_millis(400), 1);
         let dev: Device = Arc::new(EmulatedSsd::new(
-            SsdPreset::by_name("ramdisk").unwrap(),
+            SsdPreset::by_name("nvme-consumer").unwrap(),
             Workload::AppendFsync.device_blocks(&p),
         ));
         let options = cjfs_fs::preset::resolve(mode).unwrap();
@@ -143,7 +145,11 @@ fn append_fsync_is_served_by_one_or_two_ijournal_blocks() {
         let r = workloads::run(Workload::AppendFsync, &t, &p).unwrap();
         let ij = r.ijournal.unwrap_or_else(|| panic!("{mode}: no iJournaling figures"));
         assert!(ij.fsyncs > 10, "{mode}: {ij:?}");
-        assert_eq!(ij.served, ij.fsyncs, "{mode}: every fsync served by an i-transaction: {ij:?}");
+        // An fsync right after a periodic commit made the file durable has nothing to log
+        // (a clean fsync); every other one is served by an i-transaction.
+        let clean = (ij.clean_share * ij.fsyncs as f64).round() as u64;
+        assert_eq!(ij.served + clean, ij.fsyncs, "{mode}: every fsync served or clean: {ij:?}");
+        assert!(ij.served * 100 >= ij.fsyncs * 99, "{mode}: {ij:?}");
         assert!(ij.fallbacks.is_empty(), "{mode}: {ij:?}");
         assert_eq!(ij.blocks_per_fsync, blocks, "{mode}: {ij:?}");
     }
