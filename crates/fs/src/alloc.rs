@@ -436,20 +436,7 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         let Some(bit) = found else {
             continue;
         };
-        bitmap::set(&mut bm_buf.write()[..], bit);
-        gs.desc.free_inodes_count -= 1;
-        if is_dir {
-            gs.desc.used_dirs_count += 1;
-        }
-        let used = bit as u32 + 1;
-        if gs.desc.itable_unused > 0 && geo.inodes_per_group - gs.desc.itable_unused < used {
-            gs.desc.itable_unused = geo.inodes_per_group - used;
-        }
-        note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
-        let desc = gs.desc.clone();
-        write_desc(tx, g, &desc)?;
-        drop(gs);
-        fs.free_inodes.fetch_sub(1, Ordering::Relaxed);
+        take_inode_bit(tx, g, gs, &bm_buf, bit, is_dir)?;
         count_alloc(fs, range, g);
         return Ok(g * geo.inodes_per_group + bit as u32 + 1);
     }
@@ -562,16 +549,32 @@ pub(crate) fn claim_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<(
     if bitmap::test(&bm_buf.read()[..], bit) {
         return Err(FsError::Corrupt(format!("claiming inode {ino}, in use")));
     }
+    take_inode_bit(tx, g, gs, &bm_buf, bit, is_dir)
+}
+
+/// Mark inode bit `bit` of group `g` in use in its bitmap `bm_buf`, with the descriptor's
+/// counts (directories, the unused tail of the inode table) and the free count; `gs` is
+/// the group's state, locked, released here.
+fn take_inode_bit(
+    tx: &mut Tx<'_>,
+    g: u32,
+    mut gs: cjfs_journal::lock_rank::RankedGuard<'_, GroupState>,
+    bm_buf: &Arc<Buffer>,
+    bit: usize,
+    is_dir: bool,
+) -> FsResult<()> {
+    let fs = tx.fs;
+    let ipg = fs.geo.inodes_per_group;
     bitmap::set(&mut bm_buf.write()[..], bit);
     gs.desc.free_inodes_count -= 1;
     if is_dir {
         gs.desc.used_dirs_count += 1;
     }
     let used = bit as u32 + 1;
-    if gs.desc.itable_unused > 0 && geo.inodes_per_group - gs.desc.itable_unused < used {
-        gs.desc.itable_unused = geo.inodes_per_group - used;
+    if gs.desc.itable_unused > 0 && ipg - gs.desc.itable_unused < used {
+        gs.desc.itable_unused = ipg - used;
     }
-    note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
+    note_bitmap(fs, &mut gs, bm_buf, Kind::Inode);
     let desc = gs.desc.clone();
     write_desc(tx, g, &desc)?;
     drop(gs);

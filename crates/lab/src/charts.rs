@@ -187,8 +187,8 @@ fn both(
     Ok(())
 }
 
-/// Draw every chart of a sweep into `dir` as PNG and SVG; returns the PNG files, in order.
-pub fn draw_all(r: &SweepReport, dir: &Path) -> Result<Vec<String>, ChartError> {
+/// Make `dir` for charts, refusing (naming the font paths) where no font can label them.
+fn chart_dir(dir: &Path) -> Result<(), ChartError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| ChartError { file: dir.display().to_string(), msg: e.to_string() })?;
     if !font_loaded() {
@@ -200,6 +200,12 @@ pub fn draw_all(r: &SweepReport, dir: &Path) -> Result<Vec<String>, ChartError> 
             ),
         });
     }
+    Ok(())
+}
+
+/// Draw every chart of a sweep into `dir` as PNG and SVG; returns the PNG files, in order.
+pub fn draw_all(r: &SweepReport, dir: &Path) -> Result<Vec<String>, ChartError> {
+    chart_dir(dir)?;
     let mut out = Vec::new();
     for w in &r.workloads {
         let stem = format!("throughput-{w}");
@@ -274,17 +280,7 @@ pub fn draw_ratios(
     labels: &[String],
     series: &[(String, Vec<Option<f64>>)],
 ) -> Result<(), ChartError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| ChartError { file: dir.display().to_string(), msg: e.to_string() })?;
-    if !font_loaded() {
-        return Err(ChartError {
-            file: dir.display().to_string(),
-            msg: format!(
-                "no TrueType font at {} (apt-get install fonts-dejavu-core)",
-                FONT_PATHS.join(" or ")
-            ),
-        });
-    }
+    chart_dir(dir)?;
     let mut out = Vec::new();
     both(dir, stem, |a| ratios(a, title, labels, series), |a| ratios(a, title, labels, series), &mut out)
 }
