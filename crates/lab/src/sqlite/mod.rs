@@ -365,6 +365,31 @@ pub struct Row {
     pub round: RoundReport,
 }
 
+/// One row per phase of `round` (each carries the round's file-system view).
+fn push_rows(
+    rows: &mut Vec<Row>,
+    device: &str,
+    config: &str,
+    mode: JournalMode,
+    per_txn: usize,
+    rep: usize,
+    round: &RoundReport,
+) {
+    for ph in &round.phases {
+        rows.push(Row {
+            device: device.to_string(),
+            config: config.to_string(),
+            mode,
+            per_txn,
+            phase: ph.phase,
+            rep,
+            txns: ph.txns,
+            mean_us: ph.mean_us,
+            round: round.clone(),
+        });
+    }
+}
+
 /// Run the matrix in-process, calling `progress` before each round.
 pub fn run_matrix(spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>, SqliteError> {
     let mut rows = Vec::new();
@@ -385,19 +410,7 @@ pub fn run_matrix(spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> Result<V
                         ));
                         let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64 };
                         let r = run_cjfs(&dev, cfg, &p)?;
-                        for ph in &r.phases {
-                            rows.push(Row {
-                                device: dname.clone(),
-                                config: cfg.label.clone(),
-                                mode,
-                                per_txn,
-                                phase: ph.phase,
-                                rep,
-                                txns: ph.txns,
-                                mean_us: ph.mean_us,
-                                round: r.clone(),
-                            });
-                        }
+                        push_rows(&mut rows, dname, &cfg.label, mode, per_txn, rep, &r);
                     }
                 }
             }
@@ -456,7 +469,7 @@ pub fn run_dir_rounds(
             let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64 };
             let phases = run_dir(dir, &p)?;
             let round = RoundReport {
-                phases: phases.clone(),
+                phases,
                 flushes: 0,
                 single_io_commits: 0,
                 device_writes: 0,
@@ -465,19 +478,7 @@ pub fn run_dir_rounds(
                 switches: (0, 0),
                 switch_ms: 0.0,
             };
-            for ph in phases {
-                rows.push(Row {
-                    device: label.to_string(),
-                    config: cfg.label.clone(),
-                    mode,
-                    per_txn,
-                    phase: ph.phase,
-                    rep,
-                    txns: ph.txns,
-                    mean_us: ph.mean_us,
-                    round: round.clone(),
-                });
-            }
+            push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);
         }
     }
     Ok(rows)
