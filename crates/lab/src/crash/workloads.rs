@@ -721,6 +721,13 @@ pub fn ij_deep_fsync(depth: usize) -> Workload {
     Workload::sequential(format!("ij-deep-fsync-{depth}"), vec![], ops)
 }
 
+/// Rounds of eight fsyncs in `ij-fill` that write more record blocks than one area per core
+/// holds in the crash test (two more rounds for the fsyncs that find an area full).
+fn fill_rounds_to_wrap() -> usize {
+    let blocks = cjfs_journal::IAreas::PerCore.wanted() * super::record::IJOURNAL_AREA_BLOCKS as usize;
+    blocks.div_ceil(8) + 2
+}
+
 /// iJournaling's crash cases (its issue's "Crash testing" list; every preset runs them, and
 /// they mean most where fsync writes i-transactions). `n` scales the repetitive ones.
 ///
@@ -734,8 +741,9 @@ pub fn ij_deep_fsync(depth: usize) -> Workload {
 /// * `ij-truncate-fsync`: truncate then fsync, shrinking and growing, freed blocks unmapped.
 /// * `ij-reuse-ino`: unlink and re-create, fsyncing each new file (the freed inode number
 ///   must not be reused while the unlink is not durable), and a name re-created in place.
-/// * `ij-fill`: appends and fsyncs from eight threads at once, more records than the (small)
-///   crash-test areas hold: records wrap around the area end, fill it, force commits.
+/// * `ij-fill`: appends and fsyncs from eight threads at once (`n` rounds, at least enough
+///   to wrap): more records than the (small) crash-test areas hold, so records wrap around
+///   the area end, fill it, force commits.
 /// * `ij-race-commit`: one thread fsyncs its new files while another fsyncs a directory of its
 ///   own (a normal commit of the running transaction, the first thread's changes included):
 ///   fsyncs meet normal commits of the same transaction in flight.
@@ -841,10 +849,13 @@ pub fn ijournal_cases(n: usize) -> Vec<Workload> {
         }
         Workload::sequential("ij-reuse-ino", vec![], ops)
     };
+    // Every fsync writes at least one block or finds its area full, so more fsyncs than the
+    // areas hold blocks make at least one record wrap, on whichever cores the threads run.
+    let fill_rounds = n.max(fill_rounds_to_wrap());
     let fill = Workload {
         name: "ij-fill".into(),
         setup: (0..8).map(|t| Op::Creat { path: format!("p{t}") }).chain([Op::Sync]).collect(),
-        rounds: (0..2 * n)
+        rounds: (0..2 * fill_rounds)
             .map(|r| {
                 (0..8)
                     .map(|t| match r % 2 {
