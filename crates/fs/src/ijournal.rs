@@ -185,6 +185,7 @@ pub(crate) struct Counters {
     fsyncs: AtomicU64,
     served: AtomicU64,
     clean: AtomicU64,
+    grouped: AtomicU64,
     fallbacks: [AtomicU64; Fallback::ALL.len()],
     records: AtomicU64,
     dir_records: AtomicU64,
@@ -210,6 +211,9 @@ pub struct IjStats {
     pub served: u64,
     /// Nothing to make durable but data (no record, no commit).
     pub clean: u64,
+    /// Made durable by another fsync of the same file that started after them (no record of
+    /// their own, no commit).
+    pub grouped: u64,
     /// Normal commits instead, by reason ([`Fallback::name`]).
     pub fallbacks: Vec<(String, u64)>,
     /// i-transactions written.
@@ -258,6 +262,7 @@ impl IjStats {
             fsyncs: self.fsyncs.saturating_sub(earlier.fsyncs),
             served: self.served.saturating_sub(earlier.served),
             clean: self.clean.saturating_sub(earlier.clean),
+            grouped: self.grouped.saturating_sub(earlier.grouped),
             fallbacks,
             records: self.records.saturating_sub(earlier.records),
             dir_records: self.dir_records.saturating_sub(earlier.dir_records),
@@ -369,6 +374,7 @@ impl IJournal {
             fsyncs: l(&c.fsyncs),
             served: l(&c.served),
             clean: l(&c.clean),
+            grouped: l(&c.grouped),
             fallbacks: Fallback::ALL
                 .iter()
                 .map(|f| (f.name().to_string(), l(&c.fallbacks[f.index()])))
@@ -495,11 +501,48 @@ pub(crate) fn must_stay(fs: &FsInner, st: &InodeState) -> bool {
 /// `Ok(false)`: the mount does not use iJournaling, the caller commits. Every fsync of the
 /// inode runs under its `fsync_lock`, the committing ones too: a data buffer an earlier fsync
 /// wrote is then durable by the time a later one looks at it.
+///
+/// Concurrent fsyncs of one file are grouped, as JBD2 groups the handles of one commit: each
+/// takes a ticket on entry (after its caller's writes), and an fsync that succeeds publishes
+/// the highest ticket taken before it captured the inode. A waiter whose ticket that covers
+/// returns without a record of its own, so threads queued behind one fsync of a shared file
+/// are served by the next one rather than one after another.
 pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult<bool> {
     let Some(ij) = fs.ij.get() else { return Ok(false) };
-    let j = &fs.journal;
     ij.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-    let _one = node.fsync_lock.lock();
+    let ticket = node.fsync_tickets.fetch_add(1, Ordering::AcqRel) + 1;
+    let mut group = node.fsync_lock.lock();
+    if let Some((upto, e)) = &group.failed
+        && ticket <= *upto
+    {
+        // The fsync that captured this caller's writes failed: so does this one (its data
+        // buffers went with that attempt).
+        return Err(e.clone());
+    }
+    if ticket <= group.full || (datasync && ticket <= group.data) {
+        ij.counters.grouped.fetch_add(1, Ordering::Relaxed);
+        return Ok(true);
+    }
+    // Every caller holding a ticket up to this one wrote before the capture below.
+    let upto = node.fsync_tickets.load(Ordering::Acquire);
+    match fsync_one(fs, ij, node, datasync) {
+        Ok(()) => {
+            group.data = group.data.max(upto);
+            if !datasync {
+                group.full = group.full.max(upto);
+            }
+            Ok(true)
+        }
+        Err(e) => {
+            group.failed = Some((upto, e.clone()));
+            Err(e)
+        }
+    }
+}
+
+/// One fsync under the inode's `fsync_lock` (see [`fsync`]).
+fn fsync_one(fs: &FsInner, ij: &IJournal, node: &Arc<Inode>, datasync: bool) -> FsResult<()> {
+    let j = &fs.journal;
     let mut st = node.state.write();
     let tx = if datasync { st.datasync_tx } else { st.meta_tx };
     if j.is_durable(tx) {
@@ -507,7 +550,7 @@ pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult
         drop(st);
         ij.counters.clean.fetch_add(1, Ordering::Relaxed);
         j.sync_data(&bufs)?;
-        return Ok(true);
+        return Ok(());
     }
     let why = match plan(fs, ij, node, &mut st) {
         Ok(plan) => {
@@ -516,7 +559,7 @@ pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult
             match write_records(fs, ij, plan, &bufs) {
                 Ok(()) => {
                     ij.counters.served.fetch_add(1, Ordering::Relaxed);
-                    return Ok(true);
+                    return Ok(());
                 }
                 Err(Written::Fallback(why)) => {
                     // The data buffers go back: the commit's data step needs them.
@@ -537,7 +580,21 @@ pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult
         j.commit_wait(tx)?;
     }
     j.sync_data(&bufs)?;
-    Ok(true)
+    Ok(())
+}
+
+/// Grouping of one inode's concurrent fsyncs, kept under its `fsync_lock`: which callers'
+/// writes finished fsyncs made durable, by the tickets they took on entry
+/// (`Inode::fsync_tickets`).
+#[derive(Debug, Default)]
+pub(crate) struct FsyncGroup {
+    /// Highest ticket a successful fsync covered: everything its caller wrote is durable.
+    full: u64,
+    /// Highest ticket a successful fdatasync or fsync covered (an fsync waiter is not
+    /// covered by an fdatasync: its clean path leaves timestamps in the running transaction).
+    data: u64,
+    /// Highest ticket a failed fsync covered, and its error: reported to those callers too.
+    failed: Option<(u64, FsError)>,
 }
 
 /// Capture the records an fsync of `node` writes (under its inode lock), or why it cannot.
@@ -677,6 +734,13 @@ impl From<cjfs_blockdev::DevError> for Written {
     }
 }
 
+/// Most device requests (runs of contiguous blocks) an fsync's data and extent blocks are
+/// written FUA in; more go as plain writes and one flush. A FUA request costs about what a
+/// flush of its own bytes costs, so a handful of them on a device's parallel channels beats
+/// a flush that also drains everyone else's cached writes; a database's scattered pages
+/// (tens of runs) do not.
+const FUA_MAX_RUNS: usize = 4;
+
 /// Reserve space in the caller's area for `plan`, write the data and the records, make them
 /// durable.
 fn write_records(
@@ -752,21 +816,23 @@ fn write_records(
         }
         // The file's data first, then (with the payload, or the commit form's headers)
         // everything the final blocks vouch for, durable, then the final blocks durable. On
-        // a device with a volatile cache and FUA every write is FUA and no flush is issued:
-        // a flush drains every dirty byte in the device's cache, a background writer's too,
-        // while a FUA write makes durable only its own blocks (the fsync's cost then does not
-        // grow with other files' dirty data). Without FUA: writes and flushes; without a
+        // a device with a volatile cache and FUA, writes of a few runs are FUA and no flush is
+        // issued: a flush drains every dirty byte in the device's cache, a background
+        // writer's too, while a FUA write makes durable only its own blocks (the fsync's cost
+        // then does not grow with other files' dirty data). Scattered data (many runs: a
+        // database's pages) goes as plain writes and one flush instead, since each FUA request
+        // costs the device a flush of its own. Without FUA: writes and flushes; without a
         // volatile cache: writes only.
         let caps = dev.caps();
         let fua = caps.fua && caps.volatile_cache;
-        let flush = !fua && caps.volatile_cache;
         let t0 = std::time::Instant::now();
         // The extent blocks (and the commit form's headers) go in the data's batch.
-        let (data_blocks, others) = j.write_data_with(data, first_phase.clone(), fua)?;
-        ij.counters.data_blocks.fetch_add(data_blocks, Ordering::Relaxed);
-        let wrote_first = data_blocks > 0 || !first_phase.is_empty();
-        // With FUA a flush is still due for data another path wrote and this one waited for.
-        if (flush && (wrote_first || !data.is_empty())) || (fua && others > 0) {
+        let w = j.write_data_with(data, first_phase.clone(), if fua { FUA_MAX_RUNS } else { 0 })?;
+        ij.counters.data_blocks.fetch_add(w.blocks, Ordering::Relaxed);
+        let wrote_first = w.blocks > 0 || !first_phase.is_empty();
+        // After FUA writes a flush is still due for data another path wrote and this one
+        // waited for.
+        if caps.volatile_cache && ((!w.fua && (wrote_first || !data.is_empty())) || w.others > 0) {
             j.flush_device()?;
             ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }

@@ -60,8 +60,11 @@ pub(crate) struct Inode {
     /// iJournaling marks (see `crate::ijournal::IjInode`): a leaf lock, readable by an fsync
     /// of a file below this directory without this inode's lock.
     pub ij: Arc<RankedMutex<crate::ijournal::IjInode>>,
-    /// One iJournaling fsync of this inode at a time (taken before `state`).
-    pub fsync_lock: RankedMutex<()>,
+    /// One iJournaling fsync of this inode at a time (taken before `state`), and what the
+    /// finished ones covered.
+    pub fsync_lock: RankedMutex<crate::ijournal::FsyncGroup>,
+    /// Tickets of iJournaling fsyncs of this inode: the last one handed out.
+    pub fsync_tickets: std::sync::atomic::AtomicU64,
 }
 
 impl Inode {
@@ -73,7 +76,8 @@ impl Inode {
             state: RankedRwLock::new(Rank::FsInode, st),
             names,
             ij,
-            fsync_lock: RankedMutex::new(Rank::FsFsync, ()),
+            fsync_lock: RankedMutex::new(Rank::FsFsync, Default::default()),
+            fsync_tickets: Default::default(),
         }
     }
 }

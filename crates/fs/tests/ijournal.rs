@@ -9,7 +9,7 @@ use common::read_all;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cjfs_blockdev::{Device, EmulatedSsd, SsdPreset};
+use cjfs_blockdev::{BlockDevice, Device, EmulatedSsd, SsdPreset};
 use cjfs_fs::{Fs, MkfsOptions, MountOptions, ROOT_INO, mkfs, preset};
 use cjfs_journal::superblock::INCOMPAT_CJFS_IJOURNAL;
 
@@ -223,4 +223,71 @@ fn an_image_without_ijournal_areas_commits_on_fsync() {
     fs.write(f, 0, b"x").expect("write");
     fs.fsync(f, false).expect("fsync");
     fs.unmount().expect("unmount");
+}
+
+/// Threads fsyncing one shared file are grouped: a fsync that queued behind another one of
+/// the same file is served by the next one, and every thread's write is back after a crash.
+/// An fsync's data in a few runs goes FUA; scattered data (a database's pages) goes as plain
+/// writes and one flush.
+#[test]
+fn concurrent_fsyncs_of_one_file_are_grouped_and_scattered_data_flushes_once() {
+    let o = opts("ijournal");
+    let ram = image(&o, 64);
+    // A device with a volatile cache, FUA and a flush cost, so fsyncs take long enough to queue.
+    let ssd = Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &ram.image_bytes()));
+    let fs = Arc::new(Fs::open(ssd.clone(), o.clone()).expect("mount"));
+    let f = fs.create(ROOT_INO, b"table", 0o644, 0, 0).expect("create").ino;
+    fs.sync().expect("sync");
+    // The first record of the mount sets the private feature bit (a write and a flush).
+    fs.write(f, 0, b"x").expect("write");
+    fs.fsync(f, false).expect("fsync");
+
+    // One contiguous run: FUA data and a FUA record, no flush.
+    let dev = || ssd.stats();
+    let before = dev();
+    fs.write(f, 0, &content(16 * 4096, 1)).expect("write");
+    fs.fsync(f, false).expect("fsync");
+    let d = dev().delta(&before);
+    assert_eq!((d.fua_writes, d.flushes), (2, 0), "contiguous data: {d:?}");
+
+    // Sixteen scattered pages: plain writes, one flush, a FUA record.
+    let before = dev();
+    for i in 0..16u64 {
+        fs.write(f, (100 + 2 * i) * 4096, &content(4096, 10 + i as u8)).expect("write");
+    }
+    fs.fsync(f, false).expect("fsync");
+    let d = dev().delta(&before);
+    assert_eq!((d.fua_writes, d.flushes), (1, 1), "scattered data: {d:?}");
+
+    let threads = 8u64;
+    let rounds = 12u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let fs = fs.clone();
+            s.spawn(move || {
+                for r in 0..rounds {
+                    fs.write(f, (200 + t) * 4096, &content(4096, (t * 16 + r) as u8)).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
+            });
+        }
+    });
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!(st.fallback_total(), 0, "{st:?}");
+    assert_eq!(st.served + st.grouped + st.clean, st.fsyncs, "{st:?}");
+    assert!(st.grouped > 0, "eight threads fsyncing one file were never grouped: {st:?}");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let fs = Fs::open(copy.clone(), o).expect("recover");
+    let all = read_all(&fs, f);
+    for t in 0..threads {
+        let at = ((200 + t) * 4096) as usize;
+        assert_eq!(
+            &all[at..at + 4096],
+            &content(4096, (t * 16 + rounds - 1) as u8)[..],
+            "thread {t}'s last write"
+        );
+    }
+    fs.unmount().expect("unmount");
+    fsck(&copy.image_bytes());
 }

@@ -375,18 +375,8 @@ pub(crate) fn submit_runs(
     Ok(set.dev.submit_batch(run_requests(writes, tag))?)
 }
 
-/// [`submit_runs`] with every request FUA (durable when it completes).
-pub(crate) fn submit_runs_fua(
-    set: &Shared,
-    writes: Vec<(u64, BlockBuf)>,
-    tag: WriteTag,
-) -> JResult<Vec<IoTicket>> {
-    let reqs = run_requests(writes, tag).into_iter().map(|r| WriteRequest { fua: true, ..r }).collect();
-    Ok(set.dev.submit_batch(reqs)?)
-}
-
 /// `(block, data)` writes as requests, one per device-contiguous run.
-fn run_requests(mut writes: Vec<(u64, BlockBuf)>, tag: WriteTag) -> Vec<WriteRequest> {
+pub(crate) fn run_requests(mut writes: Vec<(u64, BlockBuf)>, tag: WriteTag) -> Vec<WriteRequest> {
     writes.sort_unstable_by_key(|w| w.0);
     writes.dedup_by_key(|w| w.0);
     let mut reqs = Vec::new();

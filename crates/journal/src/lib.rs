@@ -122,6 +122,6 @@ pub use handle::Handle;
 pub use per_core::Logs;
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBugs;
-pub use set::Journal;
+pub use set::{DataWritten, Journal};
 pub use stats::StatsSnapshot;
 pub use transaction::TxState;

@@ -566,32 +566,30 @@ impl Journal {
         Ok(())
     }
 
-    /// Write the data buffers `bufs` home now and wait for the writes: the data step of an
-    /// fsync served without a commit (iJournaling). Dirty buffers are written; a clean one
-    /// whose last home write was a commit's ordered-data write, not yet durable, is written
-    /// again (that write may still be in flight, and waiting for its commit to be durable is
-    /// the wait the technique exists to avoid); writes of another fsync still in flight are
-    /// waited for. No flush: the caller flushes once for the data and its record, or asks
-    /// for FUA writes (`fua`), each durable when it completes (then a buffer another path
-    /// wrote and this call only waited for is durable only after a flush: the caller
-    /// flushes when the result's second figure is not zero). Returns the blocks written and
-    /// the blocks found written by another path, not yet known durable.
-    pub fn write_data_now(&self, bufs: &[Arc<Buffer>], fua: bool) -> JResult<(u64, u64)> {
-        self.write_data_with(bufs, Vec::new(), fua)
-    }
-
-    /// [`Journal::write_data_now`], with `extra` blocks (`(device block, image)`, outside the
-    /// buffer cache: an i-transaction's extent blocks) written in the same batch.
+    /// Write the data buffers `bufs` home now, with `extra` blocks (`(device block, image)`,
+    /// outside the buffer cache: an i-transaction's extent blocks) in the same batch, and
+    /// wait for the writes: the data step of an fsync served without a commit
+    /// (iJournaling). Dirty buffers are written; a clean one whose last home write was a
+    /// commit's ordered-data write, not yet durable, is written again (that write may still
+    /// be in flight, and waiting for its commit to be durable is the wait the technique
+    /// exists to avoid); writes of another fsync still in flight are waited for.
+    ///
+    /// The writes are FUA (each durable when it completes) when they form at most
+    /// `fua_runs` device requests, else plain writes the caller makes durable with one flush
+    /// (see [`DataWritten::fua`]; 0: never FUA). Even after FUA writes, a buffer another
+    /// path wrote and this call only waited for is durable only after a flush
+    /// ([`DataWritten::others`]).
     pub fn write_data_with(
         &self,
         bufs: &[Arc<Buffer>],
         extra: Vec<(u64, cjfs_blockdev::BlockBuf)>,
-        fua: bool,
-    ) -> JResult<(u64, u64)> {
+        fua_runs: usize,
+    ) -> JResult<DataWritten> {
         if bufs.is_empty() && extra.is_empty() {
-            return Ok((0, 0));
+            return Ok(DataWritten { blocks: 0, others: 0, fua: fua_runs > 0 });
         }
         let chains = &self.shared.chains;
+        let mut fua = fua_runs > 0;
         let (tickets, written) = {
             let _hw = self.shared.home_write_lock.lock();
             let mut writes = Vec::new();
@@ -611,26 +609,17 @@ impl Journal {
                 (Vec::new(), written)
             } else {
                 self.shared.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
-                let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::Data);
-                let mut submitted = if fua {
-                    crate::commit::submit_runs_fua(&self.shared, writes, tag)
-                } else {
-                    crate::commit::submit_runs(&self.shared, writes, tag)
-                };
-                if !extra.is_empty()
-                    && let Ok(t) = submitted.as_mut()
-                {
-                    let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::JournalLogged);
-                    let more = if fua {
-                        crate::commit::submit_runs_fua(&self.shared, extra, tag)
-                    } else {
-                        crate::commit::submit_runs(&self.shared, extra, tag)
-                    };
-                    match more {
-                        Ok(m) => t.extend(m),
-                        Err(e) => submitted = Err(e),
-                    }
+                let kind = cjfs_blockdev::WriteTag::kind;
+                let mut reqs = crate::commit::run_requests(writes, kind(cjfs_blockdev::BlockKind::Data));
+                reqs.extend(crate::commit::run_requests(
+                    extra,
+                    kind(cjfs_blockdev::BlockKind::JournalLogged),
+                ));
+                fua = reqs.len() <= fua_runs;
+                for r in &mut reqs {
+                    r.fua = fua;
                 }
+                let submitted: JResult<Vec<_>> = self.shared.dev.submit_batch(reqs).map_err(Into::into);
                 match submitted {
                     Ok(t) => (t, written),
                     Err(e) => {
@@ -661,7 +650,7 @@ impl Journal {
                 b.wait_jstate(&mut js);
             }
         }
-        Ok((written.len() as u64, others))
+        Ok(DataWritten { blocks: written.len() as u64, others, fua })
     }
 
     /// Every transaction up to this id is durable (the primary log's; with several logs,
@@ -748,4 +737,14 @@ impl Drop for Journal {
             let _ = self.shutdown();
         }
     }
+}
+/// What [`Journal::write_data_with`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataWritten {
+    /// Blocks written.
+    pub blocks: u64,
+    /// Blocks found written by another path, not yet known durable (a flush makes them so).
+    pub others: u64,
+    /// The writes were FUA: durable already, no flush needed for them.
+    pub fua: bool,
 }

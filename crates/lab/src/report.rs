@@ -407,7 +407,8 @@ pub fn journal_writes(r: &SweepReport) -> String {
                  `commits`: normal (JBD2) transactions; `log blk`: their blocks (cjfs: logged + \
                  descriptor + commit, at least; kernel: transactions × its mean logged blocks); \
                  `fast blk`: ijournal blocks (cjfs) or fast-commit blocks (kernel); `served`: \
-                 fsyncs served by an i-transaction (cjfs) or fast commits per fsync (kernel); \
+                 fsyncs served by an i-transaction (cjfs; `grouped`: by a concurrent fsync of \
+                 the same file) or fast commits per fsync (kernel); \
                  `fallbacks`: fsyncs that committed instead, by reason (kernel: ineligible fast \
                  commits).\n"
             );
@@ -429,7 +430,15 @@ pub fn journal_writes(r: &SweepReport) -> String {
                         j.transactions,
                         j.log_blocks,
                         ij.blocks,
-                        format!("{:.1} %", ij.served_share * 100.0),
+                        if ij.grouped_share > 0.0 {
+                            format!(
+                                "{:.1} % (+{:.1} % grouped)",
+                                ij.served_share * 100.0,
+                                ij.grouped_share * 100.0
+                            )
+                        } else {
+                            format!("{:.1} %", ij.served_share * 100.0)
+                        },
                         format!("{:.2}", ij.blocks_per_fsync),
                         if ij.fallbacks.is_empty() {
                             "none".to_string()

@@ -104,6 +104,9 @@ pub struct IjSummary {
     pub served_share: f64,
     /// Share that found nothing but data to make durable (no record, no commit).
     pub clean_share: f64,
+    /// Share made durable by a concurrent fsync of the same file (no record of their own).
+    #[serde(default)]
+    pub grouped_share: f64,
     /// Share that committed instead.
     pub fallback_share: f64,
     /// Normal commits instead, by reason.
@@ -137,6 +140,7 @@ impl From<&cjfs_fs::IjStats> for IjSummary {
             blocks: s.blocks,
             served_share: per(s.served, s.fsyncs),
             clean_share: per(s.clean, s.fsyncs),
+            grouped_share: per(s.grouped, s.fsyncs),
             fallback_share: per(s.fallback_total(), s.fsyncs),
             fallbacks: s.fallbacks.clone(),
             records_per_fsync: per(s.records, s.served),
