@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub chains: crate::per_core::Chains,
     /// Compound flush across logs (used with several logs).
     pub shared_flush: crate::compound_flush::SharedFlush,
+    /// Blocks in the next window of a commit's ordered data, adapted to the device's
+    /// measured speed (atomic; see `commit::ORDERED_WINDOW_TARGET`).
+    pub ordered_window: std::sync::atomic::AtomicUsize,
     /// The first abort cause. Lock: itself (a leaf, released before the fan-out).
     aborted: RankedMutex<Option<String>>,
     /// The logs, for abort fan-out (weak: each log holds the set). Set once at open.
@@ -211,6 +214,7 @@ impl Journal {
         let shared = Arc::new(Shared {
             chains: crate::per_core::Chains::new(&first_tids),
             shared_flush: crate::compound_flush::SharedFlush::new(),
+            ordered_window: (config.ordered_window_blocks as usize).max(1).into(),
             dev,
             shadow: crate::shadow::ShadowPool::new(config.shadow_pool, cache.block_size()),
             cache,
