@@ -37,6 +37,14 @@
 //! indexed directories need no fallback of their own beyond these: records carry entries
 //! as names, and recovery inserts them with the directory code (htree included).
 //!
+//! # Grouping, and how the data is made durable
+//!
+//! Fsyncs of one inode run one at a time (`Inode::fsync_lock`), and concurrent ones are
+//! grouped ([`FsyncGroup`]): a thread that queued behind an fsync of the same file is served
+//! by the next one if that one captured the inode after the thread entered. The file's data
+//! goes as FUA writes when it forms a few device requests ([`FUA_MAX_RUNS`]), else as plain
+//! writes and one flush.
+//!
 //! # Per-core areas
 //!
 //! Each fsync writes to the area of the core it runs on (`sched_getcpu() % areas`; with more

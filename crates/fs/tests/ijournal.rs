@@ -291,3 +291,27 @@ fn concurrent_fsyncs_of_one_file_are_grouped_and_scattered_data_flushes_once() {
     fs.unmount().expect("unmount");
     fsck(&copy.image_bytes());
 }
+
+/// A flush that fails on an fsync served by an i-transaction is that fsync's error, and
+/// every later fsync fails too: the journal is aborted, nothing is retried away.
+#[test]
+fn a_failed_flush_on_the_fsync_path_is_reported_and_sticks() {
+    let o = opts("ijournal");
+    let ram = image(&o, 64);
+    let ssd = Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &ram.image_bytes()));
+    let fs = Fs::open(ssd.clone(), o).expect("mount");
+    let f = fs.create(ROOT_INO, b"db", 0o644, 0, 0).expect("create").ino;
+    fs.sync().expect("sync");
+    fs.write(f, 0, b"x").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    // Scattered pages: plain writes and a flush, which fails.
+    for i in 0..8u64 {
+        fs.write(f, (10 + 3 * i) * 4096, &content(4096, i as u8)).expect("write");
+    }
+    ssd.inject_flush_failure();
+    let e = fs.fsync(f, false).expect_err("the flush failed");
+    assert!(e.to_string().contains("flush"), "{e}");
+    fs.write(f, 0, b"y").expect_err("the journal is aborted");
+    let again = fs.fsync(f, false).expect_err("a later fsync must fail too");
+    assert!(!again.to_string().is_empty());
+}

@@ -153,7 +153,8 @@ pub struct JournalConfig {
     pub max_ordered_blocks: u32,
     /// A commit writes its ordered data in windows of at most this many blocks, each after
     /// the one before completed (the kernel's block layer bounds a writer's requests in
-    /// flight): other I/O waits behind one window, not behind the whole commit's data.
+    /// flight): other I/O waits behind one window, not behind the whole commit's data. Below
+    /// this cap the window follows the device's measured speed (about 2 ms of writing).
     pub ordered_window_blocks: u32,
     /// Start background checkpointing when the log is this full (0..1).
     pub checkpoint_high_water: f64,
