@@ -28,8 +28,8 @@ def point(r, series, threads=None):
 
 def header(r):
     m = r["machine"]
-    return (f"machine: {m['cpu']} ×{m['cores']}, kernel {m['kernel']} (shared: crash suite and test "
-            f"suite running beside) · seed {r['seed']} · {r['duration_secs']:.0f} s per run · "
+    return (f"machine: {m['cpu']} ×{m['cores']}, kernel {m['kernel']} (shared: a niced crash suite "
+            f"running beside) · seed {r['seed']} · {r['duration_secs']:.0f} s per run · "
             f"{r['reps']} interleaved repetitions · command `{r['command'].split('release/')[-1]}`")
 
 
@@ -137,7 +137,7 @@ def sweep(r, title, extra=True):
     if not extra:
         return
     out.append("Journal KiB written per fsync (normal log + ijournal) and share of fsyncs served by "
-               "i-transactions, median repetition; CPU seconds of the run (2 cores: 2 s of CPU per "
+               "i-transactions (grouped: by a concurrent fsync of the same file), median repetition; CPU seconds of the run (2 cores: 2 s of CPU per "
                "second at most):\n")
     out.append("| threads | " + " | ".join(names) + " |")
     out.append("|---:|" + "---:|" * len(names))
@@ -152,7 +152,11 @@ def sweep(r, title, extra=True):
             j, ij = m.get("journal_summary"), m.get("ijournal")
             fs = ij["fsyncs"] if ij else m["fsync_latency"]["count"]
             kib = ((j["log_blocks"] if j else 0) + (ij["blocks"] if ij else 0)) * 4 / max(fs, 1)
-            served = f", {ij['served_share'] * 100:.0f} % served" if ij else ""
+            served = ""
+            if ij:
+                served = f", {ij['served_share'] * 100:.0f} % served"
+                if ij.get("grouped_share", 0) > 0:
+                    served += f" + {ij['grouped_share'] * 100:.0f} % grouped"
             cells.append(f"{kib:.1f} KiB{served}, {m['cpu_secs']:.1f} CPU s")
         out.append(f"| {t} | " + " | ".join(cells) + " |")
     out.append("")
