@@ -31,6 +31,11 @@ fn content(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8).collect()
 }
 
+/// A fresh image on the emulated SATA SSD preset (volatile cache, FUA, flush costs).
+fn sata_image(o: &MountOptions) -> Arc<EmulatedSsd> {
+    Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &image(o, 64).image_bytes()))
+}
+
 /// A crash: the device's bytes now, as a new device.
 fn crash_copy(ssd: &EmulatedSsd) -> Arc<EmulatedSsd> {
     Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes()))
@@ -232,9 +237,8 @@ fn an_image_without_ijournal_areas_commits_on_fsync() {
 #[test]
 fn concurrent_fsyncs_of_one_file_are_grouped_and_scattered_data_flushes_once() {
     let o = opts("ijournal");
-    let ram = image(&o, 64);
     // A device with a volatile cache, FUA and a flush cost, so fsyncs take long enough to queue.
-    let ssd = Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &ram.image_bytes()));
+    let ssd = sata_image(&o);
     let fs = Arc::new(Fs::open(ssd.clone(), o.clone()).expect("mount"));
     let f = fs.create(ROOT_INO, b"table", 0o644, 0, 0).expect("create").ino;
     fs.sync().expect("sync");
@@ -297,8 +301,7 @@ fn concurrent_fsyncs_of_one_file_are_grouped_and_scattered_data_flushes_once() {
 #[test]
 fn a_failed_flush_on_the_fsync_path_is_reported_and_sticks() {
     let o = opts("ijournal");
-    let ram = image(&o, 64);
-    let ssd = Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &ram.image_bytes()));
+    let ssd = sata_image(&o);
     let fs = Fs::open(ssd.clone(), o).expect("mount");
     let f = fs.create(ROOT_INO, b"db", 0o644, 0, 0).expect("create").ino;
     fs.sync().expect("sync");
