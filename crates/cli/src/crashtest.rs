@@ -65,6 +65,10 @@ pub struct CrashtestArgs {
     /// Reproduce a saved failure file and print its operation log and differing fields.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["all", "workload", "modes", "no_barrier", "block_size"])]
     replay: Option<PathBuf>,
+    /// With `--replay`: also print the device events up to the crash point, between the
+    /// operations that started and returned there.
+    #[arg(long, requires = "replay")]
+    trace: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -93,6 +97,12 @@ pub fn run(a: CrashtestArgs, data: DataMode) -> CliResult<()> {
                 f.block_size,
                 f.seed
             );
+            if a.trace {
+                outln!("device events up to the crash point:");
+                for l in &r.trace {
+                    outln!("{l}");
+                }
+            }
             out!("{}", r.text());
         }
         return if r.reproduced() {

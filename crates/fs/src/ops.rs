@@ -515,9 +515,9 @@ impl Fs {
             // so a later checkpoint would write those stale copies over the file's new data
             // or over the blocks' next owner. Commit and checkpoint everything first, as
             // ext4 does (jbd2_journal_flush in ext4_change_inode_journal_flag). The inode
-            // lock keeps new journalled writes to this file out meanwhile.
-            self.inner.journal.force()?;
-            self.inner.journal.checkpoint()?;
+            // lock keeps new journalled writes to this file out meanwhile; with several
+            // logs new handles wait too (see `Journal::empty`).
+            self.inner.journal.empty()?;
         }
         let mut tx = Tx::start(&self.inner, 4)?;
         if on {

@@ -55,7 +55,8 @@
 //!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
 //! 7. leaves: `updates_lock` (a writer pins another log's transaction under that log's
 //!    `updates_lock` while holding the buffer's `jstate`), `checkpoint_list`, a transaction's
-//!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the shadow pool, `Shared::aborted`. (A
+//!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the shadow pool, `Shared::aborted`,
+//!    `Shared::barrier_lock` (taken holding nothing of the journal). (A
 //!    `polling::Event` — under a transaction's `done` and `changed` and the work queues'
 //!    doorbells — has no lock of its own: its waiters park keyed by its address.)
 //!
@@ -64,7 +65,7 @@
 //! under `jstate`.
 //!
 //! Each condition variable pairs with one mutex: `commit_cv`, `locked_cv`, `done_cv` and
-//! `checkpoint_cv` with `state`; `updates_cv` with `updates_lock`; `flush_cv` with
+//! `checkpoint_cv` with `state`; `updates_cv` with `updates_lock`; `barrier_cv` with `barrier_lock`; `flush_cv` with
 //! `flush_queue` (with shared dispatch); a buffer's condvar
 //! with its `jstate`.
 //!

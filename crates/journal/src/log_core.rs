@@ -447,7 +447,7 @@ impl LogCore {
     /// `None` sends the caller to the locked path (no running transaction, Locked, full,
     /// closed).
     fn try_start_fast(self: &Arc<Self>, credits: u32) -> Option<Handle> {
-        if self.closed.load(Ordering::Acquire) || !self.has_room() {
+        if self.closed.load(Ordering::Acquire) || !self.has_room() || self.held_back() {
             return None;
         }
         let tx = self.running_fast.load_full()?;
@@ -457,7 +457,7 @@ impl LogCore {
         tx.updates.fetch_add(1, Ordering::SeqCst);
         // Pairs with the lock-up's store of Locked then read of `updates` (both SeqCst):
         // either it sees this update and waits for it, or this sees Locked and backs off.
-        if tx.state() != TxState::Running || self.closed.load(Ordering::SeqCst) {
+        if tx.state() != TxState::Running || self.closed.load(Ordering::SeqCst) || self.held_back() {
             self.undo_update(&tx);
             return None;
         }
@@ -470,6 +470,11 @@ impl LogCore {
         tx.handles.fetch_add(1, Ordering::Relaxed);
         self.set.stats.handles.fetch_add(1, Ordering::Relaxed);
         Some(Handle::new(self.clone(), tx, credits))
+    }
+
+    /// Whether new handles are held back (`Shared::updates_barrier`).
+    fn held_back(&self) -> bool {
+        self.set.updates_barrier.load(Ordering::SeqCst) > 0
     }
 
     fn undo_update(&self, tx: &Transaction) {
@@ -493,6 +498,12 @@ impl LogCore {
             }
             if st.shutdown {
                 return Err(JournalError::Shutdown);
+            }
+            if self.held_back() {
+                drop(st);
+                self.set.wait_barrier();
+                st = self.state.lock();
+                continue;
             }
             if st.running.is_none() {
                 let tid = st.next_tid;

@@ -57,6 +57,14 @@ pub(crate) struct Shared {
     /// Blocks in the next window of a commit's ordered data, adapted to the device's
     /// measured speed (atomic; see `commit::ORDERED_WINDOW_TARGET`).
     pub ordered_window: std::sync::atomic::AtomicUsize,
+    /// Callers holding new handles back (JBD2's `j_barrier_count`): while non-zero a handle
+    /// start waits on `barrier_cv`. Written under `barrier_lock`; read lock-free by the
+    /// handle fast path (SeqCst, paired with the update count as `closed` is).
+    pub updates_barrier: std::sync::atomic::AtomicU32,
+    /// Pairs with `barrier_cv`. A leaf.
+    pub barrier_lock: RankedMutex<()>,
+    /// Wakes handle starts held back by `updates_barrier`.
+    pub barrier_cv: crate::lock_stat::WaitCv,
     /// The first abort cause. Lock: itself (a leaf, released before the fan-out).
     aborted: RankedMutex<Option<String>>,
     /// The logs, for abort fan-out (weak: each log holds the set). Set once at open.
@@ -64,6 +72,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Wait while a caller holds new handles back ([`Journal::empty`]).
+    pub fn wait_barrier(&self) {
+        let mut g = self.barrier_lock.lock();
+        while self.updates_barrier.load(Ordering::SeqCst) > 0 {
+            g.wait(&self.barrier_cv);
+        }
+    }
+
     /// Whether the journal runs several logs (per-core journaling).
     pub fn multi_log(&self) -> bool {
         self.logs.get().is_some_and(|l| l.len() > 1)
@@ -215,6 +231,9 @@ impl Journal {
             chains: crate::per_core::Chains::new(&first_tids),
             shared_flush: crate::compound_flush::SharedFlush::new(),
             ordered_window: (config.ordered_window_blocks as usize).max(1).into(),
+            updates_barrier: 0.into(),
+            barrier_lock: RankedMutex::new(Rank::Leaf, ()),
+            barrier_cv: crate::lock_stat::WaitCv::new(crate::lock_stat::WaitSite::LockedTx),
             dev,
             shadow: crate::shadow::ShadowPool::new(config.shadow_pool, cache.block_size()),
             cache,
@@ -521,6 +540,71 @@ impl Journal {
             let now = spans();
             if now == 0 || now >= left {
                 break;
+            }
+            left = now;
+        }
+        Ok(())
+    }
+
+    /// Empty the journal (JBD2's `jbd2_journal_lock_updates` + `jbd2_journal_flush`): commit
+    /// everything, write every committed block home and free every log, so that no journaled
+    /// copy of any block is left to replay over what is later written in place (a file
+    /// leaving data journaling). The caller holds no handle.
+    ///
+    /// With one log, [`Journal::force`] then [`Journal::checkpoint`] suffice: the checkpoint
+    /// frees every transaction committed by then, and new handles only add later ones.
+    /// With several logs a transaction leaves its log only once the newest version of each
+    /// of its blocks is valid and home; under a steady stream of updates to a shared block
+    /// (an inode table block) that is never true, and the checkpoint rounds end with old
+    /// copies still in a log. So new handles are held back meanwhile, as ext4 does for
+    /// every journal-mode switch, and the rounds go on until every log is empty.
+    pub fn empty(&self) -> JResult<()> {
+        if self.logs.len() == 1 {
+            self.force()?;
+            return self.checkpoint();
+        }
+        {
+            let _g = self.shared.barrier_lock.lock();
+            self.shared.updates_barrier.fetch_add(1, Ordering::SeqCst);
+        }
+        // A start that passed the barrier check under a log's state lock has joined its
+        // transaction once that lock is free: every handle is now in a transaction `force`
+        // commits.
+        for l in &self.logs {
+            drop(l.state.lock());
+        }
+        let r = self.force().and_then(|()| self.checkpoint_until_empty());
+        {
+            let _g = self.shared.barrier_lock.lock();
+            self.shared.updates_barrier.fetch_sub(1, Ordering::SeqCst);
+            self.shared.barrier_cv.notify_all();
+        }
+        r
+    }
+
+    /// Checkpoint rounds until every log is empty; with new handles held back a round that
+    /// frees nothing (after a retry, for a checkpoint thread's round in between) means a
+    /// log cannot be emptied, reported as such.
+    fn checkpoint_until_empty(&self) -> JResult<()> {
+        let spans = || -> Vec<usize> { self.logs.iter().map(|l| l.log.lock().ring.spans().len()).collect() };
+        let mut left = spans();
+        let mut stuck = 0;
+        while left.iter().any(|&n| n > 0) {
+            for log in &self.logs {
+                crate::checkpoint::checkpoint(log)?;
+            }
+            let now = spans();
+            if now.iter().sum::<usize>() < left.iter().sum::<usize>() {
+                stuck = 0;
+            } else {
+                stuck += 1;
+                if stuck > 3 {
+                    return Err(JournalError::Corrupt(format!(
+                        "the journal cannot be emptied: with every transaction committed, its logs \
+                         still hold {now:?} transaction(s)"
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
             left = now;
         }

@@ -344,3 +344,73 @@ fn an_empty_transaction_does_not_end_the_log() {
         j.shutdown().expect("shutdown");
     }
 }
+
+/// `Journal::empty` with two logs while another thread keeps updating a block both logs
+/// hold: every log is emptied, so a block written in place afterwards (a file leaving data
+/// journaling) is not overwritten at recovery by a journaled copy from before. Without new
+/// handles held back, a log keeps its old transaction for as long as the shared block's
+/// newest version is in a running transaction.
+#[test]
+fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
+    use cjfs_journal::superblock::{format_journal_areas, read_log_areas};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
+    let dev: Device = ssd.clone();
+    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
+    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
+    let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
+    let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
+    cfg.commit_interval = Duration::from_millis(5);
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let j = Arc::new(Journal::open_logs(dev.clone(), areas, cache, cfg).expect("open"));
+    let in_log = |log: usize, blk: u64, byte: u8| -> TxId {
+        let buf = j.cache().read(blk).expect("read");
+        let mut h = j.start_in(log, 2).expect("start");
+        h.get_write_access(&buf).expect("access");
+        buf.write().fill(byte);
+        h.dirty_metadata(&buf).expect("dirty");
+        h.stop().expect("stop")
+    };
+    for round in 0..20u8 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let churn = {
+            let (j, stop) = (j.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    for log in [1, 0] {
+                        let buf = j.cache().read(300).expect("read");
+                        let mut h = j.start_in(log, 2).expect("start");
+                        h.get_write_access(&buf).expect("access");
+                        n = n.wrapping_add(1);
+                        buf.write().fill(n);
+                        h.dirty_metadata(&buf).expect("dirty");
+                        let tx = h.stop().expect("stop");
+                        j.commit(tx).expect("commit");
+                    }
+                }
+            })
+        };
+        // The "file data" block, journaled in log 0 beside the shared block.
+        in_log(0, 300, 0xEE);
+        let tx = in_log(0, 100, round + 1);
+        j.commit_wait(tx).expect("commit");
+        std::thread::sleep(Duration::from_millis(2));
+        j.empty().expect("empty");
+        // Written in place from now on, outside the journal.
+        let data = cjfs_blockdev::BlockBuf::from(vec![0xD0 + round % 16; 4096]);
+        let tag = cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::Data);
+        ssd.write_block(100, data, tag).expect("in place");
+        ssd.flush().expect("flush");
+        let crash = EmulatedSsd::from_image(cjfs_blockdev::SsdPreset::ramdisk(), &ssd.image_bytes());
+        stop.store(true, Ordering::Relaxed);
+        churn.join().expect("churn");
+        recover(&crash, &inode).expect("recover");
+        assert_eq!(
+            home(&crash, 100),
+            0xD0 + round % 16,
+            "round {round}: a journaled copy was replayed over the in-place write"
+        );
+    }
+    j.shutdown().expect("shutdown");
+}

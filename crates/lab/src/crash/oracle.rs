@@ -1030,11 +1030,19 @@ impl History {
                     }
                 }
                 if !bad.is_empty() {
+                    // Name the newest older state the first bad sector holds (a stale replay).
+                    let k = bad[0];
+                    let stale = t
+                        .iter()
+                        .rev()
+                        .filter(|(s, _)| *s < ld)
+                        .find(|(_, m)| m.as_ref().is_some_and(|m| m.sectors.get(k) == v.sectors.get(k)))
+                        .map_or(String::new(), |(s, _)| format!("; it holds state {s}'s bytes"));
                     out.push(format!(
                         "inode {ino}: content of {} sector(s) (first at byte {}) matches no allowed state \
-                         (durable from state {ld})",
+                         (durable from state {ld}{stale})",
                         bad.len(),
-                        bad[0] * SECTOR
+                        k * SECTOR
                     ));
                 }
                 let maxlink = metas.iter().map(|m| m.nlink).max().unwrap_or(0);

@@ -470,6 +470,9 @@ pub struct ReplayReport {
     pub problems: Vec<String>,
     /// Problems saved in the file.
     pub saved_problems: Vec<String>,
+    /// The device events of the recording up to the crash point, one line each, with the
+    /// start and return of each operation between them (`--trace`).
+    pub trace: Vec<String>,
 }
 
 impl ReplayReport {
@@ -533,5 +536,36 @@ pub fn replay(f: &FailureFile, threads: usize) -> Result<ReplayReport, CrashErro
         same_log: rec.fingerprint() == f.log_fingerprint,
         problems: per.into_iter().flatten().collect(),
         saved_problems: f.problems.clone(),
+        trace: trace(&rec, f.state.point),
     })
+}
+
+/// One line per device event before log position `upto`, with operation starts and returns.
+fn trace(rec: &Recording, upto: usize) -> Vec<String> {
+    use RecordedOp as R;
+    let mut out = Vec::new();
+    for (x, ev) in rec.log.iter().enumerate().take(upto) {
+        for (i, m) in rec.marks.iter().enumerate() {
+            if m.start == x {
+                out.push(format!("      -- starts: {} (state {})", rec.ops[i].describe(), i + 1));
+            }
+            if m.end == x {
+                out.push(format!("      -- returned: {} (state {})", rec.ops[i].describe(), i + 1));
+            }
+        }
+        out.push(match ev {
+            R::Write { seq, block, bufs, tag, fua } => {
+                let tx = tag.tx.map_or(String::new(), |t| format!(" tx {}:{}", t.log, t.tid));
+                let fua = if *fua { " fua" } else { "" };
+                format!("{x:5} #{seq} write {block}+{} {:?}{tx}{fua}", bufs.len(), tag.kind)
+            }
+            R::WriteDone { seq, write_seq, ok } => {
+                format!("{x:5} #{seq} done #{write_seq}{}", if *ok { "" } else { " FAILED" })
+            }
+            R::FlushStart { seq } => format!("{x:5} #{seq} flush start"),
+            R::Flush { seq, ok } => format!("{x:5} #{seq} flush{}", if *ok { "" } else { " FAILED" }),
+            R::Barrier { seq } => format!("{x:5} #{seq} barrier"),
+        });
+    }
+    out
 }
