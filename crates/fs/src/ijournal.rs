@@ -557,8 +557,8 @@ fn fsync_one(fs: &FsInner, ij: &IJournal, node: &Arc<Inode>, datasync: bool) -> 
         let bufs = std::mem::take(&mut st.dirty_data);
         drop(st);
         ij.counters.clean.fetch_add(1, Ordering::Relaxed);
-        j.sync_data(&bufs)?;
-        return Ok(());
+        let r = j.sync_data(&bufs).map_err(FsError::from);
+        return node.keep_dirty(bufs, r);
     }
     let why = match plan(fs, ij, node, &mut st) {
         Ok(plan) => {
@@ -575,7 +575,7 @@ fn fsync_one(fs: &FsInner, ij: &IJournal, node: &Arc<Inode>, datasync: bool) -> 
                     st.dirty_data.extend(bufs);
                     why
                 }
-                Err(Written::Failed(e)) => return Err(e),
+                Err(Written::Failed(e)) => return node.keep_dirty(bufs, Err(e)),
             }
         }
         Err(why) => why,
@@ -584,11 +584,8 @@ fn fsync_one(fs: &FsInner, ij: &IJournal, node: &Arc<Inode>, datasync: bool) -> 
     let tx = if datasync { st.datasync_tx } else { st.meta_tx };
     let bufs = std::mem::take(&mut st.dirty_data);
     drop(st);
-    if !j.is_durable(tx) {
-        j.commit_wait(tx)?;
-    }
-    j.sync_data(&bufs)?;
-    Ok(())
+    let r = if j.is_durable(tx) { Ok(()) } else { j.commit_wait(tx) }.and_then(|()| j.sync_data(&bufs));
+    node.keep_dirty(bufs, r.map_err(FsError::from))
 }
 
 /// Grouping of one inode's concurrent fsyncs, kept under its `fsync_lock`: which callers'

@@ -68,6 +68,16 @@ pub(crate) struct Inode {
 }
 
 impl Inode {
+    /// Put data buffers an fsync took back on the inode's list after the fsync failed, so
+    /// the next one writes them again (the journal marked them dirty again if their write
+    /// failed). The caller does not hold the inode's lock.
+    pub(crate) fn keep_dirty<T>(&self, bufs: Vec<Arc<Buffer>>, r: FsResult<T>) -> FsResult<T> {
+        if r.is_err() && !bufs.is_empty() {
+            self.state.write().dirty_data.extend(bufs);
+        }
+        r
+    }
+
     fn new(ino: Ino, st: InodeState) -> Self {
         let names = st.names.clone();
         let ij = st.ij.clone();

@@ -394,10 +394,8 @@ impl Fs {
         };
         // A data-journaled file's data is in the log: the commit is all (its committed pages
         // not yet checkpointed stay checkpoint work, never written home on this path).
-        if !j.is_durable(tx) {
-            j.commit_wait(tx)?;
-        }
-        j.sync_data(&bufs)?;
+        let r = if j.is_durable(tx) { Ok(()) } else { j.commit_wait(tx) }.and_then(|()| j.sync_data(&bufs));
+        node.keep_dirty(bufs, r.map_err(FsError::from))?;
         if back {
             crate::adaptive::timed(&self.inner, || self.change_journal_data(ino, false, false))?;
         }

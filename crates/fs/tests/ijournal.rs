@@ -318,3 +318,44 @@ fn a_failed_flush_on_the_fsync_path_is_reported_and_sticks() {
     let again = fs.fsync(f, false).expect_err("a later fsync must fail too");
     assert!(!again.to_string().is_empty());
 }
+
+/// A data write that fails on the fsync path is reported, and the data stays dirty: the
+/// next fsync writes it again instead of finding it clean and reporting it durable
+/// (iJournaling's own data write, and `sync_data` after a commit); where the write was a
+/// commit's ordered data the journal aborts instead and every later fsync fails.
+#[test]
+fn a_failed_data_write_on_fsync_is_reported_and_the_next_fsync_writes_it() {
+    for name in ["ijournal", "jbd2", "cjfs", "zjournal"] {
+        let o = opts(name);
+        let ssd = sata_image(&o);
+        let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+        let f = fs.create(ROOT_INO, b"db", 0o644, 0, 0).expect("create").ino;
+        let old = content(4096, 1);
+        fs.write(f, 0, &old).expect("write");
+        fs.fsync(f, false).expect("fsync");
+        fs.sync().expect("sync");
+        // The file's block, found by its bytes.
+        let img = ssd.image_bytes();
+        let blk =
+            img.chunks(4096).position(|c| c == old.as_slice()).expect("data block on the device") as u64;
+        let new = content(4096, 2);
+        fs.write(f, 0, &new).expect("overwrite");
+        ssd.inject_write_failure_at(blk);
+        let e = fs.fsync(f, false).expect_err("the data write failed");
+        assert!(e.to_string().contains("nject"), "{name}: {e}");
+        if fs.journal().aborted().is_some() {
+            // The write was a commit's ordered data: the journal aborted (ext4's
+            // data_err=abort), and every later fsync fails.
+            assert_ne!(name, "ijournal", "iJournaling writes the file's data itself");
+            assert!(fs.fsync(f, false).is_err(), "{name}: an aborted journal fails every fsync");
+            continue;
+        }
+        if let Err(e) = fs.fsync(f, false) {
+            panic!("{name}: the next fsync must write the data again: {e}");
+        }
+        let copy = crash_copy(&ssd);
+        let fs2 = Fs::open(copy, o).expect("remount");
+        let ino = fs2.lookup(ROOT_INO, b"db").expect("db").ino;
+        assert!(read_all(&fs2, ino) == new, "{name}: a successful fsync left old data on the device");
+    }
+}

@@ -329,13 +329,24 @@ pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
         (set.dev.submit_batch(reqs), written)
     };
     let r = submitted.and_then(cjfs_blockdev::wait_all);
-    for b in &written {
+    done_writing(&written, r.is_err());
+    Ok(r?)
+}
+
+/// An fsync-path data write of `written` ended: each buffer's count of writes in flight
+/// drops; after a failure the buffers are dirty again, so the next fsync writes them
+/// rather than finding them clean and reporting data durable that never reached the device.
+pub(crate) fn done_writing(written: &[Arc<Buffer>], failed: bool) {
+    for b in written {
         let mut js = b.jstate();
         js.home_writes -= 1;
+        if failed {
+            js.dirty = true;
+            js.home_tx = None;
+        }
         drop(js);
         b.notify();
     }
-    Ok(r?)
 }
 
 /// The write requests for the dirty buffers among `bufs`, which are marked clean and

@@ -711,22 +711,14 @@ impl Journal {
                 match submitted {
                     Ok(t) => (t, written),
                     Err(e) => {
-                        for b in &written {
-                            b.jstate().home_writes -= 1;
-                            b.notify();
-                        }
+                        crate::commit::done_writing(&written, true);
                         return Err(e);
                     }
                 }
             }
         };
         let r = cjfs_blockdev::wait_all(tickets);
-        for b in &written {
-            let mut js = b.jstate();
-            js.home_writes -= 1;
-            drop(js);
-            b.notify();
-        }
+        crate::commit::done_writing(&written, r.is_err());
         r?;
         let mut others = 0;
         for b in bufs.iter().filter(|b| !written.iter().any(|w| Arc::ptr_eq(w, b))) {
