@@ -523,8 +523,8 @@ pub(crate) fn fsync(fs: &FsInner, node: &Arc<Inode>, datasync: bool) -> FsResult
     if let Some((upto, e)) = &group.failed
         && ticket <= *upto
     {
-        // The fsync that captured this caller's writes failed: so does this one (its data
-        // buffers went with that attempt).
+        // The fsync that captured this caller's writes failed: so does this one (that
+        // attempt put the data buffers back for the next fsync to write).
         return Err(e.clone());
     }
     if ticket <= group.full || (datasync && ticket <= group.data) {

@@ -73,7 +73,11 @@ impl Inode {
     /// failed). The caller does not hold the inode's lock.
     pub(crate) fn keep_dirty<T>(&self, bufs: Vec<Arc<Buffer>>, r: FsResult<T>) -> FsResult<T> {
         if r.is_err() && !bufs.is_empty() {
-            self.state.write().dirty_data.extend(bufs);
+            let mut st = self.state.write();
+            // A freed inode's blocks are no longer its own to write.
+            if !st.freed {
+                st.dirty_data.extend(bufs);
+            }
         }
         r
     }

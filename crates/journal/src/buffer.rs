@@ -60,6 +60,9 @@ pub struct JState {
     pub home_tx: Option<TxId>,
     /// fdatasync writes of this buffer submitted and not yet completed.
     pub home_writes: u32,
+    /// fsync-path writes of this buffer that failed (wrapping): a caller that waited for
+    /// another's write sees from it whether that write left the buffer dirty again.
+    pub write_errors: u32,
 }
 
 impl JState {

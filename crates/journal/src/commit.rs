@@ -336,17 +336,36 @@ pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
 /// An fsync-path data write of `written` ended: each buffer's count of writes in flight
 /// drops; after a failure the buffers are dirty again, so the next fsync writes them
 /// rather than finding them clean and reporting data durable that never reached the device.
+/// A buffer the journal has taken meanwhile (its block now logged: metadata, or a file
+/// switched to data journaling) is not: its live image must not go home outside the log.
 pub(crate) fn done_writing(written: &[Arc<Buffer>], failed: bool) {
     for b in written {
         let mut js = b.jstate();
         js.home_writes -= 1;
         if failed {
-            js.dirty = true;
-            js.home_tx = None;
+            js.write_errors = js.write_errors.wrapping_add(1);
+            if js.running.is_none() && js.versions == 0 && js.checkpoint.is_none() {
+                js.dirty = true;
+                js.home_tx = None;
+            }
         }
         drop(js);
         b.notify();
     }
+}
+
+/// Wait until no fsync-path write of `b` is in flight. Returns whether a write that
+/// failed since `errors` (the buffer's `write_errors` when the caller looked) left it dirty
+/// again: then the caller must write it itself before calling it durable.
+pub(crate) fn wait_home_writes(
+    b: &Buffer,
+    js: &mut crate::lock_rank::RankedGuard<'_, crate::buffer::JState>,
+    errors: u32,
+) -> bool {
+    while js.home_writes > 0 {
+        b.wait_jstate(js);
+    }
+    js.write_errors != errors && js.dirty
 }
 
 /// The write requests for the dirty buffers among `bufs`, which are marked clean and

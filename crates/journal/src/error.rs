@@ -36,6 +36,10 @@ pub enum JournalError {
     /// The journal has been shut down.
     #[error("journal is shut down")]
     Shutdown,
+    /// Writes of an fsync's data made by concurrent fsyncs kept failing (each left the
+    /// buffers dirty; the caller's own attempts were taken over by them).
+    #[error("data write failed: {0}")]
+    DataWrite(String),
 }
 
 impl JournalError {

@@ -620,6 +620,9 @@ impl Journal {
         if bufs.is_empty() {
             return Ok(());
         }
+        // Failed-write counts first: a concurrent fsync's write of one of these buffers that
+        // fails from here on leaves it dirty again, and this caller then writes it itself.
+        let mut errors: Vec<u32> = bufs.iter().map(|b| b.jstate().write_errors).collect();
         // The common case (data already written by the commit fsync waited for) takes no
         // global lock.
         if bufs.iter().any(|b| b.jstate().dirty) {
@@ -628,20 +631,39 @@ impl Journal {
         // The newest ordered-data writer per log: waiting for it covers the older ones.
         let mut wait: Vec<Option<TxId>> = vec![None; self.logs.len()];
         let mut flush = false;
-        for b in bufs {
-            let mut js = b.jstate();
-            while js.home_writes > 0 {
-                b.wait_jstate(&mut js);
-            }
-            match js.home_tx {
-                None => flush = true,
-                Some(id) => {
-                    let slot = &mut wait[usize::from(id.log)];
-                    if slot.is_none_or(|w| w.tid < id.tid) {
-                        *slot = Some(id);
+        let mut todo: Vec<usize> = (0..bufs.len()).collect();
+        for round in 0.. {
+            let mut again = Vec::new();
+            for &i in &todo {
+                let b = &bufs[i];
+                let mut js = b.jstate();
+                if crate::commit::wait_home_writes(b, &mut js, errors[i]) {
+                    errors[i] = js.write_errors;
+                    again.push(i);
+                    continue;
+                }
+                match js.home_tx {
+                    None => flush = true,
+                    Some(id) => {
+                        let slot = &mut wait[usize::from(id.log)];
+                        if slot.is_none_or(|w| w.tid < id.tid) {
+                            *slot = Some(id);
+                        }
                     }
                 }
             }
+            if again.is_empty() {
+                break;
+            }
+            if round >= 8 {
+                return Err(JournalError::DataWrite(format!(
+                    "{} block(s) of this fsync, written by concurrent fsyncs, failed {round} times",
+                    again.len()
+                )));
+            }
+            let retry: Vec<Arc<Buffer>> = again.iter().map(|&i| bufs[i].clone()).collect();
+            crate::commit::write_data(&self.shared, &retry)?;
+            todo = again;
         }
         for id in wait.into_iter().flatten() {
             if !self.is_durable(id) {
@@ -677,6 +699,7 @@ impl Journal {
             return Ok(DataWritten { blocks: 0, others: 0, fua: fua_runs > 0 });
         }
         let chains = &self.shared.chains;
+        let errors: Vec<u32> = bufs.iter().map(|b| b.jstate().write_errors).collect();
         let mut fua = fua_runs > 0;
         let (tickets, written) = {
             let _hw = self.shared.home_write_lock.lock();
@@ -721,14 +744,22 @@ impl Journal {
         crate::commit::done_writing(&written, r.is_err());
         r?;
         let mut others = 0;
-        for b in bufs.iter().filter(|b| !written.iter().any(|w| Arc::ptr_eq(w, b))) {
+        let mut retry = Vec::new();
+        for (b, &seen) in bufs.iter().zip(&errors).filter(|(b, _)| !written.iter().any(|w| Arc::ptr_eq(w, b)))
+        {
             let mut js = b.jstate();
             if js.home_writes > 0 {
                 others += 1;
             }
-            while js.home_writes > 0 {
-                b.wait_jstate(&mut js);
+            if crate::commit::wait_home_writes(b, &mut js, seen) {
+                retry.push(b.clone());
             }
+        }
+        // Another fsync's write of these failed and left them dirty: write them now (plain
+        // writes; counted with `others`, so the caller flushes).
+        if !retry.is_empty() {
+            crate::commit::write_data(&self.shared, &retry)?;
+            others += retry.len() as u64;
         }
         Ok(DataWritten { blocks: written.len() as u64, others, fua })
     }

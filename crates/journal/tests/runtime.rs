@@ -414,3 +414,34 @@ fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
     }
     j.shutdown().expect("shutdown");
 }
+
+/// Two fsyncs of one data buffer: the first one's write is in flight when the second finds
+/// the buffer clean and waits for that write; the write fails. The second must not call the
+/// data durable: it writes the buffer itself (the failed write left it dirty again).
+#[test]
+fn a_concurrent_fsyncs_failed_write_is_not_taken_for_durable() {
+    let slow = cjfs_blockdev::SsdPreset { write_latency_us: 150_000, ..cjfs_blockdev::SsdPreset::ramdisk() };
+    let ssd = Arc::new(EmulatedSsd::new(slow, DEV_BLOCKS));
+    let dev: Device = ssd.clone();
+    let area = JournalArea::contiguous(LOG_START, LOG_LEN);
+    format_journal(&*dev, &area, [3; 16], true).expect("format");
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let cfg = JournalConfig { commit_interval: Duration::from_secs(3600), ..JournalConfig::jbd2() };
+    let j = Arc::new(Journal::open(dev, area, cache, cfg).expect("open"));
+    let buf = j.cache().read(500).expect("read");
+    let mut h = j.start(1).expect("start");
+    buf.write().fill(0x5A);
+    h.dirty_data(&buf).expect("dirty");
+    h.stop().expect("stop");
+    ssd.inject_write_failure_at(500);
+    let first = {
+        let (j, buf) = (j.clone(), buf.clone());
+        std::thread::spawn(move || j.sync_data(&[buf]))
+    };
+    // The first fsync's write is in flight (150 ms): this one finds the buffer clean.
+    std::thread::sleep(Duration::from_millis(50));
+    j.sync_data(std::slice::from_ref(&buf)).expect("the second fsync writes the data itself");
+    assert!(first.join().expect("join").is_err(), "the injected failure reaches the first fsync");
+    assert_eq!(home(&*ssd, 500), 0x5A, "a successful fsync left the block unwritten");
+    j.shutdown().expect("shutdown");
+}
