@@ -183,7 +183,8 @@ fn older_copies_cap(j: &LogCore, upto: Tid) -> Tid {
     upto
 }
 
-/// Transaction `r` of `j`, which revoked blocks, is valid: it stays in its log until every
+/// Transaction `r` of `j`, which revoked blocks, is durable (this runs before it can become
+/// valid, so no checkpoint sees it valid without its hold): it stays in its log until every
 /// other log has released the transactions it had then (one of them may hold an older copy
 /// of a freed block that only this revoke keeps recovery from replaying over the block's
 /// next owner).

@@ -282,6 +282,12 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
         // Planted bug: checkpoint every durable transaction at once, valid or not.
         j.abort(format!("checkpoint failed: {e}"));
     }
+    // A revoke's hold goes in before its transaction can become valid: a checkpoint that saw
+    // it valid without the hold could free it from the log while another log still holds an
+    // older copy of a revoked block, which recovery would then replay over the next owner.
+    if j.set.config.kind == JournalKind::Jbd2 && !pending.revoked.is_empty() {
+        crate::checkpoint::hold_for_revoke(j, pending.tx.tid, pending.tx.stamp.load(Ordering::SeqCst));
+    }
     let t0 = Instant::now();
     let adv = j.set.chains.durable(pending);
     j.set.stats.validity_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -324,9 +330,6 @@ fn drop_revoked(j: &LogCore, p: &crate::per_core::Pending) {
                 j.set.shadow.put(old.image);
             }
         }
-    }
-    if j.set.multi_log() {
-        crate::checkpoint::hold_for_revoke(j, p.tx.tid, stamp);
     }
 }
 
