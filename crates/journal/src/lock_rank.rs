@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, WaitTimeoutResult};
 
 use crate::lock_stat::{WaitCv, contended};
+use std::panic::Location;
 
 /// Where a lock stands in the order, outermost first. A thread holding a lock of one rank
 /// may take locks of higher ranks only.
@@ -183,14 +184,18 @@ impl Drop for Token {
 
 /// Take a lock: `try_take` first; when it fails the lock is contended, and the blocking
 /// `take` is timed for `lock_stat` (nothing is measured on the fast path).
+/// The taker's call site (`#[track_caller]` through `lock`/`read`/`write`) is recorded with the
+/// wait, so the tables can say which path queues on a lock.
 #[inline]
+#[track_caller]
 fn acquire<G>(rank: Rank, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
     match try_take() {
         Some(g) => g,
         None => {
+            let site = Location::caller();
             let t0 = Instant::now();
             let g = take();
-            contended(rank, t0.elapsed());
+            contended(rank, site, t0.elapsed());
             g
         }
     }
@@ -212,6 +217,7 @@ impl<T> RankedMutex<T> {
     /// Take the lock (debug builds check the order first, so a violation panics instead of
     /// perhaps deadlocking).
     #[inline]
+    #[track_caller]
     pub fn lock(&self) -> RankedGuard<'_, T> {
         let token = Token::enter(self.rank);
         let guard = acquire(self.rank, || self.inner.try_lock(), || self.inner.lock());
@@ -280,6 +286,7 @@ impl<T> RankedRwLock<T> {
 
     /// Take it shared.
     #[inline]
+    #[track_caller]
     pub fn read(&self) -> RankedRead<'_, T> {
         let token = Token::enter(self.rank);
         let guard = acquire(self.rank, || self.inner.try_read(), || self.inner.read());
@@ -288,6 +295,7 @@ impl<T> RankedRwLock<T> {
 
     /// Take it exclusive.
     #[inline]
+    #[track_caller]
     pub fn write(&self) -> RankedWrite<'_, T> {
         let token = Token::enter(self.rank);
         let guard = acquire(self.rank, || self.inner.try_write(), || self.inner.write());

@@ -3,10 +3,14 @@
 //! it; per condition variable, how often and how long threads were parked on it.
 //!
 //! The counters are process-wide atomics touched only on slow paths — a lock whose try
-//! failed, a thread about to park — so they stay on in benchmarks. Readers take a
+//! failed, a thread about to park — so they stay on in benchmarks. A contended acquisition is
+//! also counted under its call site (the source line that took the lock, through
+//! `#[track_caller]`), so a table can say which path queues on a lock, not only which lock. Readers take a
 //! [`snapshot`] before and after and subtract ([`LockStats::since`]); with several file
 //! systems in one process their waits add up.
 
+use std::panic::Location;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -106,10 +110,62 @@ pub(crate) fn spun(took: Duration, hit: bool) {
     }
 }
 
-/// Record that a lock of `rank` was found held and its taker waited `took` for it.
+/// One call site's contended acquisitions: claimed once (its key set from 0), then only
+/// counted.
+#[derive(Debug)]
+struct SiteSlot {
+    /// `(rank << 56) | location address`, 0 while free: one word, so a claim is one CAS.
+    key: AtomicU64,
+    /// The location itself, set by the thread that claimed the slot.
+    loc: OnceLock<&'static Location<'static>>,
+    waits: Counter,
+}
+
+/// Call sites tracked; the journal and file system take their ranked locks at fewer places
+/// than this. Sites beyond it are counted under their rank only.
+const SITES: usize = 256;
+
+static SITE_TABLE: [SiteSlot; SITES] =
+    [const { SiteSlot { key: AtomicU64::new(0), loc: OnceLock::new(), waits: Counter::new() } }; SITES];
+
+/// Addresses below this fit beside a rank in a slot's key (user-space addresses on 64-bit
+/// Linux are 47 or 48 bits wide).
+const ADDR_LIMIT: u64 = 1 << 56;
+
+/// The slot of `site` taking a lock of `rank` (claimed on first use), `None` if the table is
+/// full or the address does not fit a key. Open addressing: lock-free, no allocation.
+fn site_slot(rank: Rank, site: &'static Location<'static>) -> Option<&'static SiteSlot> {
+    let addr = site as *const Location<'static> as usize as u64;
+    if addr == 0 || addr >= ADDR_LIMIT {
+        return None;
+    }
+    let key = (u64::from(rank as u8) << 56) | addr;
+    let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize;
+    for k in 0..SITES {
+        let slot = &SITE_TABLE[(start + k) % SITES];
+        match slot.key.load(Ordering::Acquire) {
+            cur if cur == key => return Some(slot),
+            0 => match slot.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let _ = slot.loc.set(site);
+                    return Some(slot);
+                }
+                Err(cur) if cur == key => return Some(slot),
+                Err(_) => {}
+            },
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Record that a lock of `rank` was found held at `site` and its taker waited `took` for it.
 #[inline]
-pub(crate) fn contended(rank: Rank, took: Duration) {
+pub(crate) fn contended(rank: Rank, site: &'static Location<'static>, took: Duration) {
     LOCKS[rank as usize % RANKS].add(took);
+    if let Some(slot) = site_slot(rank, site) {
+        slot.waits.add(took);
+    }
 }
 
 /// A condition variable whose parks are counted under its [`WaitSite`].
@@ -185,6 +241,21 @@ pub struct LockWaits {
     pub wait_ns: u64,
 }
 
+/// Contention at one call site: the source line that took a lock of `rank`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteWaits {
+    /// The lock's rank.
+    pub rank: Rank,
+    /// Source file of the taker.
+    pub file: &'static str,
+    /// Line of the taker.
+    pub line: u32,
+    /// Acquisitions there that found the lock held and waited.
+    pub contended: u64,
+    /// Time those acquisitions waited, in nanoseconds.
+    pub wait_ns: u64,
+}
+
 /// Parks on one condition variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParkWaits {
@@ -209,6 +280,8 @@ pub struct LockStats {
     pub spin_hits: u64,
     /// Time spun, in nanoseconds.
     pub spin_ns: u64,
+    /// Per call site that ever waited for a lock (any order).
+    pub sites: Vec<SiteWaits>,
 }
 
 /// The counters now.
@@ -231,6 +304,16 @@ pub fn snapshot() -> LockStats {
         spins: SPINS.read().0,
         spin_hits: SPIN_HITS.load(Ordering::Relaxed),
         spin_ns: SPINS.read().1,
+        sites: SITE_TABLE
+            .iter()
+            .filter_map(|slot| {
+                let key = slot.key.load(Ordering::Acquire);
+                let loc = *slot.loc.get()?;
+                let rank = Rank::ALL.iter().copied().find(|&r| u64::from(r as u8) == key >> 56)?;
+                let (contended, wait_ns) = slot.waits.read();
+                Some(SiteWaits { rank, file: loc.file(), line: loc.line(), contended, wait_ns })
+            })
+            .collect(),
     }
 }
 
@@ -267,6 +350,20 @@ impl LockStats {
             spins: self.spins.saturating_sub(before.spins),
             spin_hits: self.spin_hits.saturating_sub(before.spin_hits),
             spin_ns: self.spin_ns.saturating_sub(before.spin_ns),
+            sites: self
+                .sites
+                .iter()
+                .map(|s| {
+                    let b =
+                        before.sites.iter().find(|b| (b.rank, b.file, b.line) == (s.rank, s.file, s.line));
+                    SiteWaits {
+                        contended: s.contended.saturating_sub(b.map_or(0, |b| b.contended)),
+                        wait_ns: s.wait_ns.saturating_sub(b.map_or(0, |b| b.wait_ns)),
+                        ..*s
+                    }
+                })
+                .filter(|s| s.contended > 0)
+                .collect(),
         }
     }
 
@@ -318,5 +415,8 @@ mod tests {
         let park = d.waits.iter().find(|w| w.site == WaitSite::FlushQueue).expect("site listed");
         assert!(park.parks >= 1 && park.parked_ns > 0, "{park:?}");
         assert!(d.lock_wait_ns() >= log.wait_ns && d.park_ns() >= park.parked_ns);
+        // The wait is also filed under the line that took the lock (in this file).
+        let site = d.sites.iter().find(|s| s.rank == Rank::Log).expect("call site listed");
+        assert!(site.file.ends_with("lock_stat.rs") && site.contended >= 1 && site.wait_ns > 0, "{site:?}");
     }
 }

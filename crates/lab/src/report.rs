@@ -384,6 +384,23 @@ pub fn waits(r: &SweepReport) -> String {
             );
         }
         let _ = writeln!(out);
+        if !w.sites.is_empty() {
+            const TOP: usize = 8;
+            let _ = writeln!(out, "Lock waits by call site (the {TOP} longest):\n");
+            let _ = writeln!(out, "| lock at call site | events | wait ms | share of lock waits |");
+            let _ = writeln!(out, "|---|---:|---:|---:|");
+            for x in w.sites.iter().take(TOP) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {:.1} | {} |",
+                    x.name,
+                    x.events,
+                    x.wait_us / 1e3,
+                    share(x.wait_us, locks)
+                );
+            }
+            let _ = writeln!(out);
+        }
     }
     out
 }

@@ -265,6 +265,9 @@ pub const WAIT_LOCKS: [&str; 2] = ["State", "FlushQueue"];
 pub struct WaitSummary {
     /// Rows with any events, longest wait first.
     pub rows: Vec<WaitRow>,
+    /// The contended lock acquisitions of `rows` again, per call site (`Rank at file:line`,
+    /// kind `site`), longest wait first: which path queued on a lock.
+    pub sites: Vec<WaitRow>,
 }
 
 impl WaitSummary {
@@ -304,7 +307,23 @@ impl From<&cjfs_journal::lock_stat::LockStats> for WaitSummary {
             }))
             .collect();
         rows.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
-        WaitSummary { rows }
+        let mut sites: Vec<WaitRow> = s
+            .sites
+            .iter()
+            .map(|w| WaitRow {
+                name: format!(
+                    "{:?} at {}:{}",
+                    w.rank,
+                    w.file.rsplit_once("src/").map_or(w.file, |(_, f)| f),
+                    w.line
+                ),
+                kind: "site".into(),
+                events: w.contended,
+                wait_us: w.wait_ns as f64 / 1e3,
+            })
+            .collect();
+        sites.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+        WaitSummary { rows, sites }
     }
 }
 
