@@ -437,10 +437,44 @@ impl LogCore {
         // Read under `state`, which every change to Running, Locked or Committing holds: a
         // change after this moves the generation on.
         let seen = tx.changed.generation();
+        tx.starters.fetch_add(1, Ordering::SeqCst);
         drop(st);
         let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
         tx.changed.wait(seen, budget, None);
+        tx.starters.fetch_sub(1, Ordering::SeqCst);
         None
+    }
+
+    /// Polling waits: when the running transaction is Locked, wait for its switch without
+    /// the state lock (every starter of a busy log would otherwise queue on it here), then
+    /// join the next one lock-free if it is open. `None`: take the locked path.
+    fn wait_locked_fast(self: &Arc<Self>, credits: u32) -> Option<Handle> {
+        if self.set.config.wait == crate::polling::WaitMode::Condvar {
+            return None;
+        }
+        let tx = self.running_fast.load_full()?;
+        tx.starters.fetch_add(1, Ordering::SeqCst);
+        // Generation first, then the state: a switch after the state was read moves the
+        // generation on, so the wait cannot miss it.
+        let seen = tx.changed.generation();
+        if tx.state() == TxState::Locked && !self.closed.load(Ordering::SeqCst) {
+            let t0 = Instant::now();
+            let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
+            tx.changed.wait(seen, budget, None);
+            self.set.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        tx.starters.fetch_sub(1, Ordering::SeqCst);
+        self.try_start_fast(credits)
+    }
+
+    /// Open the next running transaction (none may be running).
+    pub(crate) fn open_running(&self, st: &mut LogStateLocked) {
+        debug_assert!(st.running.is_none());
+        let tid = st.next_tid;
+        st.next_tid += 1;
+        let t = Arc::new(Transaction::new(self.id, tid));
+        self.running_fast.store(Some(t.clone()));
+        st.running = Some(t);
     }
 
     /// Lock-free handle start: join the running transaction if it is Running and has room.
@@ -491,6 +525,9 @@ impl LogCore {
         if let Some(h) = self.try_start_fast(credits) {
             return Ok(h);
         }
+        if let Some(h) = self.wait_locked_fast(credits) {
+            return Ok(h);
+        }
         let mut st = self.state.lock();
         loop {
             if let Some(a) = &st.aborted {
@@ -506,11 +543,7 @@ impl LogCore {
                 continue;
             }
             if st.running.is_none() {
-                let tid = st.next_tid;
-                st.next_tid += 1;
-                let t = Arc::new(Transaction::new(self.id, tid));
-                self.running_fast.store(Some(t.clone()));
-                st.running = Some(t);
+                self.open_running(&mut st);
                 // The commit thread is not woken: its timed sleep, armed when nothing or an
                 // older transaction was running, ends before this one is due and re-arms for
                 // it. A wake-up here would cost every first handle a cross-core futex wake.

@@ -108,6 +108,10 @@ pub struct Transaction {
     /// Moved on at every state change (and at abort): starters waiting for a Locked or full
     /// transaction to switch wait on it with polling waits (`LogCore::wait_switch`).
     pub(crate) changed: crate::polling::Event,
+    /// Starters parked or spinning on `changed` (polling waits). Changed under the log's
+    /// `state`; the commit that switches this transaction out opens the next one for them
+    /// when it is not zero (see `commit_one`).
+    pub(crate) starters: AtomicU32,
 }
 
 impl Transaction {
@@ -128,6 +132,7 @@ impl Transaction {
             started: Instant::now(),
             done: crate::polling::Completion::new(),
             changed: crate::polling::Event::new(crate::lock_stat::WaitSite::LockedTx),
+            starters: AtomicU32::new(0),
         }
     }
 
