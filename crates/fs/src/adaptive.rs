@@ -39,9 +39,21 @@
 //! Data → ordered must first empty the journal (as ext4's `chattr -j`,
 //! `jbd2_journal_flush`): a journaled copy of the file's blocks left in the log would be
 //! replayed over data written home later. That costs a commit and a full checkpoint, so it
-//! needs [`LARGE_RUNS`] windows of at least [`LARGE_BLOCKS`] blocks in a row, and is done
-//! right after the sync that decides it. The number of switches each way and the time the
-//! journal flushes took are counted ([`AdaptiveStats`]).
+//! is done only once staying has cost about as much, right after the sync that decides it:
+//!
+//! * [`LARGE_RUNS`] windows of at least [`LARGE_BLOCKS`] blocks in a row (a WAL filled by
+//!   big transactions), or
+//! * `fdatasync` windows that would need no commit in ordered mode (overwrites in place:
+//!   neither the size nor the block count changed — a WAL rewritten from its start after a
+//!   checkpoint, a database updated in place), which data journaling makes pay a log write
+//!   each: the blocks written in the log beyond ordered's (the window's blocks, its
+//!   descriptor and commit block) are added up as the file's *debt*, and at
+//!   [`DEBT_BLOCKS`] — the same `LARGE_BLOCKS × LARGE_RUNS` the first rule lets a file
+//!   log — it goes back (ski rental: pay the switch once staying has cost as much). A
+//!   window that needed a commit anyway clears the debt (data journaling saved its flush).
+//!
+//! The number of switches each way and the time the journal flushes took are counted
+//! ([`AdaptiveStats`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -60,6 +72,9 @@ pub const SMALL_BLOCKS: u32 = 64;
 pub const LARGE_BLOCKS: u32 = 256;
 /// Large windows in a row that send a data-journaled file back to ordered.
 pub const LARGE_RUNS: u8 = 2;
+/// Blocks logged beyond ordered's by windows that needed no commit, that send a
+/// data-journaled file back to ordered (see the module docs).
+pub const DEBT_BLOCKS: u32 = LARGE_BLOCKS * LARGE_RUNS as u32;
 
 /// One file's writes since its last sync, and whether its mode is the policy's to change.
 /// Part of the inode's state (under its lock).
@@ -69,6 +84,14 @@ pub(crate) struct Window {
     pub blocks: u32,
     /// Large windows in a row while data-journaled.
     pub large_runs: u8,
+    /// Blocks logged beyond ordered's by data-journaled windows that needed no commit,
+    /// since the last window that did.
+    pub debt: u32,
+    /// Size and block count at the window's start: a window that changed neither needs no
+    /// commit for `fdatasync` in ordered mode.
+    pub start_size: u64,
+    /// See `start_size`.
+    pub start_blocks: u64,
     /// The mode was set explicitly (`chattr ±j`, `user.cjfs.journal`) in this mount: the
     /// policy leaves it.
     pub pinned: bool,
@@ -133,25 +156,44 @@ impl Counters {
     }
 }
 
-/// The policy's decision for a sync of the regular file `st` whose window `needs_commit`,
-/// resetting the window. Only with the `adaptive` preset on a `data=ordered` mount (under
-/// `data=journal` every file's data is journaled anyway).
-pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool) -> Decision {
+/// The policy's decision for a sync (`datasync`: an fdatasync) of the regular file `st`
+/// whose window `needs_commit`, resetting the window. Only with the `adaptive` preset on a
+/// `data=ordered` mount (under `data=journal` every file's data is journaled anyway).
+pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool, datasync: bool) -> Decision {
     if !fs.opts.adaptive || fs.opts.data != DataMode::Ordered || !st.d.is_reg() || st.window.pinned {
         return Decision::Keep;
     }
     let w = std::mem::take(&mut st.window.blocks);
+    let win = &mut st.window;
+    let grew = st.d.size != win.start_size || st.d.blocks != win.start_blocks;
+    (win.start_size, win.start_blocks) = (st.d.size, st.d.blocks);
     if st.d.flags & EXT4_JOURNAL_DATA_FL == 0 {
         return if needs_commit && w > 0 && w <= SMALL_BLOCKS { Decision::ToData } else { Decision::Keep };
     }
+    if w == 0 {
+        return Decision::Keep;
+    }
+    let back = |win: &mut Window| {
+        (win.large_runs, win.debt) = (0, 0);
+        Decision::ToOrdered
+    };
     if w >= LARGE_BLOCKS {
-        st.window.large_runs += 1;
-        if st.window.large_runs >= LARGE_RUNS {
-            st.window.large_runs = 0;
-            return Decision::ToOrdered;
+        win.large_runs += 1;
+        if win.large_runs >= LARGE_RUNS {
+            return back(win);
         }
-    } else if w > 0 {
-        st.window.large_runs = 0;
+    } else {
+        win.large_runs = 0;
+    }
+    // Ordered would write these blocks home and flush, with no commit: the log write (the
+    // blocks, a descriptor and a commit block) is what data journaling adds.
+    if datasync && !grew {
+        win.debt = win.debt.saturating_add(w + 2);
+        if win.debt >= DEBT_BLOCKS {
+            return back(win);
+        }
+    } else {
+        win.debt = 0;
     }
     Decision::Keep
 }

@@ -381,7 +381,7 @@ impl Fs {
             let mut back = false;
             // The adaptive data mode decides from the writes since the last sync.
             if self.inner.opts.adaptive && !st.freed && st.d.links_count > 0 {
-                match crate::adaptive::decide(&self.inner, &mut st, !j.is_durable(tx)) {
+                match crate::adaptive::decide(&self.inner, &mut st, !j.is_durable(tx), datasync) {
                     crate::adaptive::Decision::ToData => {
                         crate::adaptive::to_data(&self.inner, ino, &mut st)?;
                         tx = st.meta_tx;

@@ -274,6 +274,51 @@ fn the_adaptive_mode_follows_the_write_pattern() {
 }
 
 #[test]
+fn small_rewrites_in_place_send_a_data_journaled_file_back_to_ordered() {
+    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    let flags = |ino| r.fs.getattr(ino).unwrap().flags & 0x4000;
+    // A WAL filled in small fdatasync'd appends: data-journaled (each needs a commit).
+    let w = r.fs.create(ROOT_INO, b"db-wal", 0o644, 0, 0).expect("create");
+    for i in 0..4u8 {
+        r.fs.write(w.ino, u64::from(i) * 8192, &pattern(i, 8192)).expect("append");
+        r.fs.fsync(w.ino, true).expect("fdatasync");
+    }
+    assert_ne!(flags(w.ino), 0, "small appends go to data journaling");
+    // Then rewritten from its start, two blocks per fdatasync, as after a WAL checkpoint:
+    // ordered would need no commit, so each window adds its 2 blocks, a descriptor and a
+    // commit block to the debt.
+    let windows = cjfs_fs::DEBT_BLOCKS.div_ceil(4);
+    let rewrite = |k: u32| {
+        r.fs.write(w.ino, u64::from(k % 4) * 8192, &pattern(20 + (k % 7) as u8, 8192)).expect("rewrite");
+        r.fs.fsync(w.ino, true).expect("fdatasync");
+    };
+    for k in 0..windows - 1 {
+        rewrite(k);
+    }
+    assert_ne!(flags(w.ino), 0, "not yet: the debt is below a switch's cost");
+    // An append needs a commit anyway: data journaling saved its flush, the debt is cleared.
+    r.fs.write(w.ino, 4 * 8192, &pattern(9, 4096)).expect("append");
+    r.fs.fsync(w.ino, true).expect("fdatasync");
+    for k in 0..windows - 1 {
+        rewrite(k);
+    }
+    assert_ne!(flags(w.ino), 0, "the append cleared the debt");
+    assert_eq!(r.fs.adaptive_stats().to_ordered, 0);
+    rewrite(0);
+    assert_eq!(flags(w.ino), 0, "the debt reached a switch's cost: back to ordered");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.to_data, st.to_ordered), (1, 1), "{st:?}");
+    // Rewrites in place stay ordered now (one flush each, nothing logged).
+    let s = r.seen(|fs| {
+        fs.write(w.ino, 0, &pattern(30, 8192)).expect("rewrite");
+        fs.fsync(w.ino, true).expect("fdatasync");
+    });
+    assert_eq!(flags(w.ino), 0);
+    assert_eq!(s.flushes, 1, "{s:?}");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
 fn adaptive_policy_is_inert_under_data_journal() {
     let r = rig("adaptive", DataMode::Journal, None);
     let f = r.fs.create(ROOT_INO, b"j", 0o644, 0, 0).expect("create");
