@@ -15,12 +15,14 @@ cd "$(dirname "$0")/../../.."
 out=docs/results/joj
 cargo build --release -p cjfs-cli
 cjfs=target/release/cjfs
-REPS=${REPS:-2}
+REPS=${REPS:-3}
+# The in-process matrix goes to a directory named after the commit measured.
+rev=$(git rev-parse --short HEAD)
 
 # The paper's 24 cells in-process, five configurations.
 $cjfs bench sqlite --device emmc,sata-ssd --modes delete,wal --per-txn 1,1000 \
-    --records-small 1000 --records-large 10000 --reps "$REPS" --seed 1 --out "$out/inprocess" \
-    | tee "$out/inprocess.txt"
+    --records-small 1000 --records-large 10000 --reps "$REPS" --seed 1 --out "$out/inprocess-$rev" \
+    | tee "$out/inprocess-$rev.txt"
 
 # Extension: the other rollback-journal modes, and NVMe.
 $cjfs bench sqlite --device emmc,sata-ssd --modes truncate,persist --per-txn 1,1000 \
