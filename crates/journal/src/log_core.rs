@@ -439,10 +439,16 @@ impl LogCore {
         let seen = tx.changed.generation();
         tx.starters.fetch_add(1, Ordering::SeqCst);
         drop(st);
+        self.wait_for_switch(tx, seen);
+        None
+    }
+
+    /// Polling wait for `tx`'s state to move on from generation `seen`, as one of its
+    /// counted starters (the caller added itself to `starters`; this takes it off).
+    fn wait_for_switch(&self, tx: &Transaction, seen: u64) {
         let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
         tx.changed.wait(seen, budget, None);
         tx.starters.fetch_sub(1, Ordering::SeqCst);
-        None
     }
 
     /// Polling waits: when the running transaction is Locked, wait for its switch without
@@ -459,11 +465,11 @@ impl LogCore {
         let seen = tx.changed.generation();
         if tx.state() == TxState::Locked && !self.closed.load(Ordering::SeqCst) {
             let t0 = Instant::now();
-            let budget = crate::polling::spin_budget(self.set.config.wait, self.timing.commit_estimate());
-            tx.changed.wait(seen, budget, None);
+            self.wait_for_switch(&tx, seen);
             self.set.stats.start_wait_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        } else {
+            tx.starters.fetch_sub(1, Ordering::SeqCst);
         }
-        tx.starters.fetch_sub(1, Ordering::SeqCst);
         self.try_start_fast(credits)
     }
 
