@@ -29,8 +29,10 @@
 //! commit (the paper's two cases); a rename of the file, or over it, or an unlink of one of
 //! its names (a record cannot remove the old name: "never both"); a rename of any directory
 //! (an ancestor of the file may have moved: its record would restore the old path); a name
-//! on the path that reuses a name removed from the same directory (the removal may not be
-//! durable, so the old entry still holds the name); an xattr block changed; an orphan
+//! on the path that reuses a name a rename, an exchange or rmdir removed from the same
+//! directory, not durably yet (recovery may still find the old entry, and dropping it would
+//! lose the inode that moved away; a name freed only by unlinks is reused by the record
+//! itself, [`NewEntry::replace`]); an xattr block changed; an orphan
 //! (unlinked while open, or being freed); journaled data (data=journal, `chattr +j`); a
 //! symlink whose target is in a block, while new; a record larger than its header or the
 //! area; an area full even after forgetting every dead record. Deletions, renames and
@@ -80,7 +82,8 @@ pub enum Fallback {
     Rename,
     /// A directory was renamed: an ancestor of the file may have moved.
     DirRename,
-    /// A name on the file's path reuses a name removed from its directory, not durably yet.
+    /// A name on the file's path reuses a name a rename, an exchange or rmdir removed from its
+    /// directory, not durably yet.
     NameReuse,
     /// The file's xattr block changed.
     XattrBlock,
@@ -141,6 +144,9 @@ pub(crate) struct NewEntry {
     pub name: Box<[u8]>,
     pub ftype: u8,
     pub tx: TxId,
+    /// The name reuses one unlinked from `parent` by a transaction not durable then: the
+    /// record asks recovery to drop the old entry if it finds one (`FLAG_REPLACE`).
+    pub replace: bool,
 }
 
 /// One inode's iJournaling marks. Protected by [`Inode::ij`] (a leaf: one at a time, nothing
@@ -153,8 +159,11 @@ pub(crate) struct IjInode {
     pub unsafe_tx: Option<(TxId, Fallback)>,
     /// The latest hard link made to it.
     pub hard_link: Option<TxId>,
-    /// A directory: names removed from it.
-    pub removed: HashMap<Box<[u8]>, TxId>,
+    /// A directory: names removed from it, with the latest removal's transaction and
+    /// whether every removal not yet durable was an unlink of a non-directory (the only kind
+    /// a record's [`NewEntry::replace`] can undo at recovery: the old inode just loses the
+    /// link; a rename or exchange moved it to a name the record cannot restore).
+    pub removed: HashMap<Box<[u8]>, (TxId, bool)>,
     /// A new directory: its record (as stored last), for the records of files below it.
     pub image: Option<Vec<u8>>,
 }
@@ -182,7 +191,7 @@ impl IjInode {
             self.hard_link = None;
         }
         if !self.removed.is_empty() {
-            self.removed.retain(|_, t| !j.is_durable(*t));
+            self.removed.retain(|_, (t, _)| !j.is_durable(*t));
         }
     }
 }
@@ -407,8 +416,9 @@ impl IJournal {
 pub(crate) type Marks = Arc<RankedMutex<IjInode>>;
 
 /// Note that the inode of `child` got a fresh entry `name` (type `ftype`) in directory
-/// `parent` (inode `parent_ino`, marks `parent`) in transaction `tx`; a name removed from
-/// the directory by a transaction not yet durable is being reused.
+/// `parent` (inode `parent_ino`, marks `parent`) in transaction `tx`. A name removed from
+/// the directory by a transaction not yet durable is being reused: if only unlinks removed
+/// it, the record carries the replacement; else fsync falls back on a commit.
 pub(crate) fn note_new_entry(
     fs: &FsInner,
     child: &Marks,
@@ -424,23 +434,27 @@ pub(crate) fn note_new_entry(
     let reused = {
         let mut p = parent.lock();
         p.prune(fs);
-        p.removed.contains_key(name)
+        p.removed.get(name).map(|&(_, unlinks_only)| unlinks_only)
     };
     let mut c = child.lock();
-    c.entry = Some(NewEntry { parent: parent_ino, name: name.into(), ftype, tx });
-    if reused {
+    let replace = reused == Some(true);
+    c.entry = Some(NewEntry { parent: parent_ino, name: name.into(), ftype, tx, replace });
+    if reused == Some(false) {
         c.unsafe_tx = Some((tx, Fallback::NameReuse));
     }
 }
 
-/// Note that `name` left the directory with marks `dir` in transaction `tx`.
-pub(crate) fn note_removed(fs: &FsInner, dir: &Marks, name: &[u8], tx: TxId) {
+/// Note that `name` left the directory with marks `dir` in transaction `tx`; `unlinked`: by
+/// an unlink of a non-directory (its inode just lost the link), not by a rename, an
+/// exchange or rmdir.
+pub(crate) fn note_removed(fs: &FsInner, dir: &Marks, name: &[u8], tx: TxId, unlinked: bool) {
     if fs.ij.get().is_none() {
         return;
     }
     let mut d = dir.lock();
     d.prune(fs);
-    d.removed.insert(name.into(), tx);
+    let e = d.removed.entry(name.into()).or_insert((tx, true));
+    *e = (tx, e.1 && unlinked);
 }
 
 /// Note a change no record can carry (`why`), in transaction `tx`.
@@ -661,7 +675,12 @@ fn plan(fs: &FsInner, ij: &IJournal, node: &Inode, st: &mut InodeState) -> Resul
             i_generation: st.d.generation,
             commit_form: ij.form == IForm::Commit,
             dir: false,
-            dentry: entry.map(|e| Dentry { parent: e.parent, name: e.name.to_vec(), ftype: e.ftype }),
+            dentry: entry.map(|e| Dentry {
+                parent: e.parent,
+                name: e.name.to_vec(),
+                ftype: e.ftype,
+                replace: e.replace,
+            }),
             inode: raw,
             tags,
         },
@@ -700,7 +719,12 @@ fn plan(fs: &FsInner, ij: &IJournal, node: &Inode, st: &mut InodeState) -> Resul
                 i_generation,
                 commit_form: ij.form == IForm::Commit,
                 dir: true,
-                dentry: Some(Dentry { parent: e.parent, name: e.name.to_vec(), ftype: e.ftype }),
+                dentry: Some(Dentry {
+                    parent: e.parent,
+                    name: e.name.to_vec(),
+                    ftype: e.ftype,
+                    replace: e.replace,
+                }),
                 inode: image,
                 tags: Vec::new(),
             },

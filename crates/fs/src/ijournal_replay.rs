@@ -15,7 +15,14 @@
 //!    what their previous versions owned and no longer map, claiming what they map now);
 //!    then new directories, made empty (their blocks allocated now, after every record's
 //!    blocks are claimed); then the entries, parents first, each only where the name is free
-//!    (or already names the inode). Bitmaps, descriptors and counters follow from these.
+//!    (or already names the inode), or, for a record whose name reuses one unlinked by a
+//!    transaction the normal replay did not find
+//!    ([`FLAG_REPLACE`](crate::ondisk::ijournal::FLAG_REPLACE)), where it names an
+//!    unlinked non-directory: that entry goes first, and the old inode with its last link.
+//!    Bitmaps, descriptors and counters follow from these.
+//!
+//!    Two records claiming one name: the later one carries the replacement (the earlier
+//!    file was unlinked before it was captured) and wins; the earlier is dropped whole.
 //! 5. **Commit** the changed blocks as one journal transaction with an id no record exceeds
 //!    (`cjfs_journal::external_tx`), and replay it; then **invalidate** the areas (a new
 //!    generation) and clear the `cjfs_ijournal` bit, in that order. A cut before the commit
@@ -248,6 +255,47 @@ pub(crate) fn replay(
     Ok(report)
 }
 
+/// Whether a record can be applied: not known yet, yes (at a depth below a live
+/// directory), or no.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum St {
+    Unknown,
+    Yes(u32),
+    No,
+}
+
+/// Record `i` claims `key` (its entry's directory and name): `St::Yes(0)` if it gets the
+/// name, else `St::No` with the reason in `why[i]`. Two records claim one name only when the
+/// earlier one's name was unlinked before the later was captured; the later one then carries
+/// `replace` and wins (the earlier, a file, is dropped: it was unlinked). Without `replace`
+/// the first claim keeps the name.
+fn claim(
+    names: &mut BTreeMap<(Ino, Vec<u8>), usize>,
+    key: (Ino, Vec<u8>),
+    i: usize,
+    recs: &[Rec],
+    st: &mut [St],
+    why: &mut [Option<String>],
+) -> St {
+    let Some(&other) = names.get(&key) else {
+        names.insert(key, i);
+        return St::Yes(0);
+    };
+    let (early, late) = if recs[other].h.sub < recs[i].h.sub { (other, i) } else { (i, other) };
+    let late_replaces = recs[late].h.dentry.as_ref().is_some_and(|d| d.replace) && !recs[early].h.dir;
+    let (keep, lose) = if late_replaces { (late, early) } else { (other, i) };
+    let name = String::from_utf8_lossy(&key.1).into_owned();
+    st[lose] = St::No;
+    why[lose] = Some(format!(
+        "directory {}: {name:?} is claimed by inode {} too, captured {}",
+        key.0,
+        recs[keep].h.ino,
+        if keep == late { "later" } else { "first" }
+    ));
+    names.insert(key, keep);
+    if keep == i { St::Yes(0) } else { St::No }
+}
+
 /// Decide which records can be applied and apply them on `rb`; returns the changed blocks.
 fn apply(
     rb: Rebuild,
@@ -259,12 +307,6 @@ fn apply(
     recs.sort_by_key(|r| r.h.sub);
     let by_ino: HashMap<Ino, usize> = recs.iter().enumerate().map(|(i, r)| (r.h.ino, i)).collect();
     // Reachability, as a fixed point over the records' parents.
-    #[derive(Clone, Copy, PartialEq, Eq)]
-    enum St {
-        Unknown,
-        Yes(u32),
-        No,
-    }
     let mut st = vec![St::Unknown; recs.len()];
     let mut why: Vec<Option<String>> = vec![None; recs.len()];
     let mut names: BTreeMap<(Ino, Vec<u8>), usize> = BTreeMap::new();
@@ -310,6 +352,11 @@ fn apply(
                                 d.parent
                             ));
                         }
+                        Some(x) if x != r.h.ino && d.replace && !rb.live_dir(x)? => {
+                            // The old name was unlinked (not durably): this record takes it.
+                            st[i] =
+                                claim(&mut names, (d.parent, d.name.clone()), i, &recs, &mut st, &mut why);
+                        }
                         Some(x) if x != r.h.ino => {
                             st[i] = St::No;
                             why[i] = Some(format!(
@@ -319,7 +366,9 @@ fn apply(
                                 r.h.ino
                             ));
                         }
-                        _ => st[i] = St::Yes(0),
+                        _ => {
+                            st[i] = claim(&mut names, (d.parent, d.name.clone()), i, &recs, &mut st, &mut why)
+                        }
                     }
                 } else if live.is_some() {
                     st[i] = St::No;
@@ -337,20 +386,11 @@ fn apply(
             let Some(d) = &recs[i].h.dentry else { continue };
             match by_ino.get(&d.parent).map(|&p| (p, st[p])) {
                 Some((p, St::Yes(depth))) if recs[p].h.dir => {
-                    // A new directory's names: the first record claiming one keeps it.
                     let key = (d.parent, d.name.clone());
-                    if let Some(&other) = names.get(&key) {
-                        st[i] = St::No;
-                        why[i] = Some(format!(
-                            "directory {}: {:?} is claimed by inode {} too",
-                            d.parent,
-                            String::from_utf8_lossy(&d.name),
-                            recs[other].h.ino
-                        ));
-                    } else {
-                        names.insert(key, i);
-                        st[i] = St::Yes(depth + 1);
-                    }
+                    st[i] = match claim(&mut names, key, i, &recs, &mut st, &mut why) {
+                        St::Yes(_) => St::Yes(depth + 1),
+                        lost => lost,
+                    };
                     changed = true;
                 }
                 Some((_, St::Unknown)) => {}
@@ -425,7 +465,7 @@ fn apply(
     for &i in &order {
         let r = &recs[i];
         if let Some(d) = &r.h.dentry
-            && let Err(Skipped(w)) = rb.link(d.parent, &d.name, r.h.ino, d.ftype)?
+            && let Err(Skipped(w)) = rb.link(d.parent, &d.name, r.h.ino, d.ftype, d.replace)?
         {
             return Err(crate::FsError::Corrupt(format!("ijournal replay: {w}")));
         }

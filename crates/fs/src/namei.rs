@@ -349,7 +349,7 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     }
     let mut tx = Tx::start(fs, 24)?;
     dir::remove_entry(&mut tx, &mut ps, name)?;
-    crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id());
+    crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id(), !is_dir);
     if !is_dir && st.d.links_count > 1 {
         // One of several names goes: a record of the file could not remove it.
         crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::Rename, tx.h.tx_id());
@@ -541,8 +541,10 @@ pub(crate) fn rename(
         if src_is_dir {
             note_dir_rename(fs, t);
         }
-        if !flags.exchange {
-            note_removed(fs, &g1.ij, name, t);
+        // A record reusing either name could not restore the inode that moved away.
+        note_removed(fs, &g1.ij, name, t, false);
+        if flags.exchange {
+            note_removed(fs, &g2.as_ref().unwrap_or(&g1).ij, newname, t, false);
         }
     }
     if flags.exchange {

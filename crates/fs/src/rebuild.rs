@@ -337,9 +337,23 @@ impl Rebuild {
 
     /// Add `name` -> `ino` (type `ftype`) to directory `parent` if absent; a directory entry
     /// counts in the parent's links. Returns whether it was added; an entry of the name
-    /// naming another inode is left as it is (`Err(Skipped)`).
-    pub fn link(&self, parent: Ino, name: &[u8], ino: Ino, ftype: u8) -> FsResult<Result<bool, Skipped>> {
+    /// naming another inode is left as it is (`Err(Skipped)`), unless `replace` and that
+    /// inode is not a directory: then the entry goes first ([`Rebuild::unlink_if`]).
+    pub fn link(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        ino: Ino,
+        ftype: u8,
+        replace: bool,
+    ) -> FsResult<Result<bool, Skipped>> {
         let fs = &self.fs;
+        if replace
+            && let Some(old) = self.lookup(parent, name)?.filter(|&x| x != ino)
+            && !self.live_dir(old)?
+        {
+            self.unlink_if(parent, name, old)?;
+        }
         let pnode = fs.inodes.get(fs, parent)?;
         let mut ps = pnode.state.write();
         match crate::dir::lookup(fs, &mut ps, name)? {

@@ -139,6 +139,69 @@ fn fallbacks_commit_and_are_counted() {
     fsck(&ssd.image_bytes());
 }
 
+/// varmail's pattern: a file unlinked and its name re-created and fsynced before the unlink
+/// is durable. The record carries the replacement, so the fsync commits nothing; after a
+/// crash the new file has the name and the old inode is gone (freed, or one link fewer),
+/// even when the old file's own record claims the name too. A name freed by a rename still
+/// falls back: dropping the old entry would lose the file that moved.
+#[test]
+fn a_name_reused_after_an_unlink_is_served_by_a_record() {
+    let o = opts("ijournal");
+    let ssd = image(&o, 64);
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir").ino;
+    let old = fs.create(d, b"m", 0o644, 0, 0).expect("create").ino;
+    fs.write(old, 0, &content(9000, 1)).expect("write");
+    let linked = fs.create(d, b"h", 0o644, 0, 0).expect("create").ino;
+    fs.write(linked, 0, b"two names").expect("write");
+    fs.link(linked, ROOT_INO, b"h2").expect("link");
+    let _moved = fs.create(d, b"r", 0o644, 0, 0).expect("create").ino;
+    fs.sync().expect("sync");
+    // Durable: d/m -> old, d/h and /h2 -> linked, d/r -> moved. Now, none of it durable:
+    fs.unlink(d, b"m").expect("unlink m");
+    let new = fs.create(d, b"m", 0o644, 0, 0).expect("re-create m").ino;
+    fs.write(new, 0, &content(3000, 2)).expect("write");
+    fs.fsync(new, false).expect("fsync m");
+    // A new file fsynced under a new name, unlinked, and its name reused: two records claim it.
+    let first = fs.create(d, b"n", 0o644, 0, 0).expect("create n").ino;
+    fs.write(first, 0, &content(100, 3)).expect("write");
+    fs.fsync(first, false).expect("fsync n");
+    fs.unlink(d, b"n").expect("unlink n");
+    let second = fs.create(d, b"n", 0o644, 0, 0).expect("re-create n").ino;
+    fs.write(second, 0, &content(200, 4)).expect("write");
+    fs.fsync(second, false).expect("fsync n again");
+    fs.unlink(d, b"h").expect("unlink h");
+    let h = fs.create(d, b"h", 0o644, 0, 0).expect("re-create h").ino;
+    fs.fsync(h, false).expect("fsync h");
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!((st.served, st.fallback_total()), (4, 0), "{st:?}");
+    // The crash: nothing above is in a durable normal commit.
+    let copy = crash_copy(&ssd);
+    fs.rename(d, b"r", d, b"r2", Default::default()).expect("rename");
+    let r = fs.create(d, b"r", 0o644, 0, 0).expect("re-create r").ino;
+    fs.fsync(r, false).expect("fsync r");
+    let st = fs.ijournal_stats().expect("on");
+    let n = |k: &str| st.fallbacks.iter().find(|(x, _)| x == k).map_or(0, |(_, n)| *n);
+    assert_eq!(n("name-reuse"), 1, "{st:?}");
+    drop(fs);
+    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+    let ij = report.ijournal.expect("replayed");
+    assert_eq!(ij.applied, 3, "the first record of n is dropped: {ij:?}");
+    assert_eq!(fs.lookup(d, b"m").expect("m").ino, new);
+    assert_eq!(read_all(&fs, new), content(3000, 2));
+    assert_eq!(fs.lookup(d, b"n").expect("n").ino, second);
+    assert_eq!(read_all(&fs, second), content(200, 4));
+    assert_eq!(fs.lookup(d, b"h").expect("h").ino, h);
+    assert_eq!(fs.lookup(ROOT_INO, b"h2").expect("h2").ino, linked);
+    assert_eq!(fs.getattr(linked).expect("linked").nlink, 1);
+    assert!(
+        fs.getattr(old).is_err() || fs.getattr(old).expect("old").nlink == 0,
+        "the unlinked inode is freed"
+    );
+    fs.unmount().expect("unmount");
+    fsck(&copy.image_bytes());
+}
+
 #[test]
 fn records_older_than_a_durable_commit_are_ignored() {
     let o = opts("ijournal");

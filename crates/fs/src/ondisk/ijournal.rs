@@ -35,7 +35,7 @@
 //! | 0x00 | `u32` JBD2 magic `0xC03B3998` |
 //! | 0x04 | `u32` block type [`BLOCK_RECORD`] |
 //! | 0x08 | `u32` TxID: the normal transaction running when the inode was captured |
-//! | 0x0C | `u32` flags ([`FLAG_COMMIT_FORM`], [`FLAG_DENTRY`], [`FLAG_DIR`]) |
+//! | 0x0C | `u32` flags ([`FLAG_COMMIT_FORM`], [`FLAG_DENTRY`], [`FLAG_DIR`], [`FLAG_REPLACE`]) |
 //! | 0x10 | `u64` sub-TxID (global, one per record, increasing in capture order) |
 //! | 0x18 | `u64` the area's generation |
 //! | 0x20 | `u32` inode number |
@@ -77,6 +77,10 @@ pub const FLAG_COMMIT_FORM: u32 = 1;
 pub const FLAG_DENTRY: u32 = 2;
 /// The record is a directory's (a new directory on the fsynced file's path).
 pub const FLAG_DIR: u32 = 4;
+/// With [`FLAG_DENTRY`]: the entry's name was unlinked from its directory by a transaction
+/// not durable when the inode was captured, so recovery may find it still naming the old
+/// inode; that entry goes (the old inode loses the link, and is freed with its last one).
+pub const FLAG_REPLACE: u32 = 8;
 
 const OFF_NAME: usize = 0x34;
 const NAME_SPACE: usize = 255;
@@ -187,6 +191,8 @@ pub struct Dentry {
     pub name: Vec<u8>,
     /// ext4 file type code of the entry.
     pub ftype: u8,
+    /// The name may still name an unlinked inode in the durable image ([`FLAG_REPLACE`]).
+    pub replace: bool,
 }
 
 /// One i-transaction's header, decoded.
@@ -241,8 +247,11 @@ impl RecordHeader {
         if self.commit_form {
             flags |= FLAG_COMMIT_FORM;
         }
-        if self.dentry.is_some() {
+        if let Some(d) = &self.dentry {
             flags |= FLAG_DENTRY;
+            if d.replace {
+                flags |= FLAG_REPLACE;
+            }
         }
         if self.dir {
             flags |= FLAG_DIR;
@@ -292,7 +301,12 @@ impl RecordHeader {
             if len == 0 {
                 return None;
             }
-            Some(Dentry { parent: rd32(b, 44), name: b[OFF_NAME..OFF_NAME + len].to_vec(), ftype: b[49] })
+            Some(Dentry {
+                parent: rd32(b, 44),
+                name: b[OFF_NAME..OFF_NAME + len].to_vec(),
+                ftype: b[49],
+                replace: flags & FLAG_REPLACE != 0,
+            })
         } else {
             None
         };
@@ -383,7 +397,7 @@ mod tests {
             i_generation: 0xdead,
             commit_form: false,
             dir: false,
-            dentry: Some(Dentry { parent: 2, name: b"file".to_vec(), ftype: 1 }),
+            dentry: Some(Dentry { parent: 2, name: b"file".to_vec(), ftype: 1, replace: false }),
             inode: (0..256u32).map(|i| i as u8).collect(),
             tags: vec![(1000, 5), (1001, 6)],
         }
@@ -415,6 +429,11 @@ mod tests {
         let b = h.encode(s, BS).unwrap();
         assert_eq!(RecordHeader::decode(s, &b), Some(h.clone()));
         assert_eq!(h.blocks(), 3);
+        let mut replacing = h.clone();
+        replacing.dentry.as_mut().unwrap().replace = true;
+        let b = replacing.encode(s, BS).unwrap();
+        assert_eq!(rd32(&b, 12) & FLAG_REPLACE, FLAG_REPLACE);
+        assert_eq!(RecordHeader::decode(s, &b), Some(replacing));
         let mut plain = h.clone();
         plain.dentry = None;
         plain.commit_form = true;

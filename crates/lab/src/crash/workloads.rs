@@ -740,7 +740,8 @@ fn fill_rounds_to_wrap() -> usize {
 /// * `ij-dir-fsync`: directory fsync (a normal commit covering its new entries).
 /// * `ij-truncate-fsync`: truncate then fsync, shrinking and growing, freed blocks unmapped.
 /// * `ij-reuse-ino`: unlink and re-create, fsyncing each new file (the freed inode number
-///   must not be reused while the unlink is not durable), and a name re-created in place.
+///   must not be reused while the unlink is not durable), and a name re-created in place
+///   (after an unlink, of one of two links, by a new directory, and after a rename).
 /// * `ij-fill`: appends and fsyncs from eight threads at once (`n` rounds, at least enough
 ///   to wrap): more records than the (small) crash-test areas hold, so records wrap around
 ///   the area end, fill it, force commits.
@@ -847,6 +848,29 @@ pub fn ijournal_cases(n: usize) -> Vec<Workload> {
             ops.push(w("D/x", 0, 300, 90 + i as u32));
             ops.push(fsync("D/x"));
         }
+        // A name freed by a rename (a record could not bring the moved file back: fsync
+        // commits), one freed by unlinking one of two names (the record drops that link), and
+        // one reused by a new directory (its record replaces the unlinked file's entry).
+        ops.extend([
+            Op::Creat { path: "D/r".into() },
+            w("D/r", 0, 700, 200),
+            Op::Rename { from: "D/r".into(), to: "D/r2".into() },
+            Op::Creat { path: "D/r".into() },
+            w("D/r", 0, 500, 201),
+            fsync("D/r"),
+            Op::Creat { path: "D/h".into() },
+            Op::Link { from: "D/h".into(), to: "h2".into() },
+            Op::Sync,
+            Op::Unlink { path: "D/h".into() },
+            Op::Creat { path: "D/h".into() },
+            w("D/h", 0, 400, 202),
+            fsync("D/h"),
+            Op::Unlink { path: "D/x".into() },
+            Op::Mkdir { path: "D/x".into() },
+            Op::Creat { path: "D/x/leaf".into() },
+            w("D/x/leaf", 0, 600, 203),
+            fsync("D/x/leaf"),
+        ]);
         Workload::sequential("ij-reuse-ino", vec![], ops)
     };
     // Every fsync writes at least one block or finds its area full, so more fsyncs than the
