@@ -148,16 +148,7 @@ fn count_alloc(fs: &FsInner, range: Option<(u32, u32)>, g: u32) {
 
 /// Forget busy extents whose freeing transaction is durable.
 fn prune_busy(fs: &FsInner, gs: &mut GroupState) {
-    if gs.busy.map.is_empty() {
-        return;
-    }
-    gs.busy.map.retain(|_, (_, tx)| !fs.journal.is_durable(*tx));
-}
-
-/// If block `b` is busy, the first block after its busy extent.
-fn busy_end(gs: &GroupState, b: u64) -> Option<u64> {
-    let (&s, &(len, _)) = gs.busy.map.range(..=b).next_back()?;
-    (s + u64::from(len) > b).then_some(s + u64::from(len))
+    gs.busy.prune(|tx| fs.journal.is_durable(tx));
 }
 
 /// Allocate up to `want` contiguous blocks, as near `goal` as possible. Returns the first
@@ -212,8 +203,9 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
                     }
                 };
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
-                if search_run(bm, &gs, start_blk, 0, glen, want, pass == 0).is_none()
-                    && (from == 0 || search_run(bm, &gs, start_blk, from, glen, want, pass == 0).is_none())
+                let view = gs.busy.overlay(bm);
+                if search_run(&view, from, glen, want, pass == 0).is_none()
+                    && (from == 0 || search_run(&view, 0, from, want, pass == 0).is_none())
                 {
                     continue;
                 }
@@ -229,14 +221,10 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
             let glen = geo.group_len(g) as usize;
             let found = {
                 let bm = bm_buf.read();
+                let view = gs.busy.overlay(&bm[..]);
                 let from = if g == g0 { (goal - start_blk) as usize } else { 0 };
-                search_run(&bm[..], &gs, start_blk, from, glen, want, pass == 0).or_else(|| {
-                    if from > 0 {
-                        search_run(&bm[..], &gs, start_blk, 0, glen, want, pass == 0)
-                    } else {
-                        None
-                    }
-                })
+                search_run(&view, from, glen, want, pass == 0)
+                    .or_else(|| if from > 0 { search_run(&view, 0, glen, want, pass == 0) } else { None })
             };
             let Some((off, len)) = found else { continue };
             {
@@ -261,30 +249,15 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
     Err(FsError::NoSpace(format!("no free blocks left ({} in the file system)", geo.blocks_count)))
 }
 
-/// Find a run of free, non-busy blocks in one group's bitmap starting the search at `from`.
+/// Find a run of clear bits in `view` (a group's bitmap with its busy blocks set,
+/// [`crate::fs::Busy::overlay`]) among its first `glen`, starting the search at `from`.
 /// With `whole`, only a run of `want` blocks counts.
-fn search_run(
-    bm: &[u8],
-    gs: &GroupState,
-    start_blk: u64,
-    from: usize,
-    glen: usize,
-    want: u32,
-    whole: bool,
-) -> Option<(usize, u32)> {
+fn search_run(view: &[u8], from: usize, glen: usize, want: u32, whole: bool) -> Option<(usize, u32)> {
     let mut pos = from;
     while pos < glen {
-        let z = bitmap::find_zero(bm, pos, glen)?;
-        if let Some(end) = busy_end(gs, start_blk + z as u64) {
-            pos = (end - start_blk) as usize;
-            continue;
-        }
+        let z = bitmap::find_zero(view, pos, glen)?;
         let mut len = 1u32;
-        while len < want && z + (len as usize) < glen {
-            let b = z + len as usize;
-            if bitmap::test(bm, b) || busy_end(gs, start_blk + b as u64).is_some() {
-                break;
-            }
+        while len < want && z + (len as usize) < glen && !bitmap::test(view, z + len as usize) {
             len += 1;
         }
         if !whole || len == want {
@@ -312,7 +285,8 @@ pub(crate) fn free_blocks(tx: &mut Tx<'_>, start: u64, len: u32, revoke: bool) -
     let txid = tx.h.tx_id();
     let end = start + u64::from(len);
     change_block_bits(tx, start, end, false, |gs, b, n| {
-        gs.busy.map.insert(b, (n, txid));
+        let first = (b - geo.group_start(geo.group_of(b))) as u32;
+        gs.busy.insert(txid, first, n);
     })?;
     if revoke {
         for blk in start..end {
@@ -420,18 +394,10 @@ pub(crate) fn alloc_inode(tx: &mut Tx<'_>, group: u32, is_dir: bool) -> FsResult
         prepare_bitmap(tx, &mut gs, g, &bm_buf, Kind::Inode)?;
         let ipg = geo.inodes_per_group as usize;
         let first = if g == 0 { (geo.first_ino - 1) as usize } else { 0 };
-        if !gs.busy_inodes.is_empty() {
-            gs.busy_inodes.retain(|_, t| !fs.journal.is_durable(*t));
-        }
+        gs.busy_inodes.prune(|tx| fs.journal.is_durable(tx));
         let found = {
             let bm = bm_buf.read();
-            let mut pos = first;
-            loop {
-                match bitmap::find_zero(&bm[..], pos, ipg) {
-                    Some(b) if gs.busy_inodes.contains_key(&(b as u32)) => pos = b + 1,
-                    other => break other,
-                }
-            }
+            bitmap::find_zero(&gs.busy_inodes.overlay(&bm[..]), first, ipg)
         };
         let Some(bit) = found else {
             continue;
@@ -457,7 +423,7 @@ pub(crate) fn free_inode(tx: &mut Tx<'_>, ino: Ino, is_dir: bool) -> FsResult<()
     }
     gs.desc.free_inodes_count += 1;
     if fs.ij.get().is_some() {
-        gs.busy_inodes.insert(bit as u32, tx.h.tx_id());
+        gs.busy_inodes.insert(tx.h.tx_id(), bit as u32, 1);
     }
     note_bitmap(fs, &mut gs, &bm_buf, Kind::Inode);
     if is_dir {
@@ -586,14 +552,13 @@ fn take_inode_bit(
 /// blocks a later record claims, the kernel's fast-commit "excluded regions").
 pub(crate) fn exclude_blocks(fs: &FsInner, start: u64, len: u64) {
     let geo = &fs.geo;
-    let never = cjfs_journal::TxId::new(0, u64::MAX);
     let end = (start + len).min(geo.blocks_count);
     let mut b = start.max(geo.first_data_block);
     while b < end {
         let g = geo.group_of(b);
         let gend = geo.group_start(g) + u64::from(geo.group_len(g));
         let n = end.min(gend) - b;
-        fs.groups[g as usize].lock().busy.map.insert(b, (n as u32, never));
+        fs.groups[g as usize].lock().busy.exclude((b - geo.group_start(g)) as u32, n as u32);
         b += n;
     }
 }

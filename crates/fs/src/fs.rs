@@ -21,7 +21,7 @@
 //!
 //! No file-system-wide lock is taken on the data path.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
@@ -121,12 +121,134 @@ impl Geometry {
     }
 }
 
-/// Blocks freed by a transaction that is not yet durable: not reused until it is, so a
-/// crash can never leave the old owner pointing at overwritten data.
+/// Keys (a busy extent's first block, a busy inode's bit) in the order they were freed, one
+/// queue per log: a log's transaction ids only grow, so pruning pops each queue's front while
+/// its transaction is durable and stops at the first that is not. That keeps the allocator's
+/// check O(1) when nothing became durable; a workload that frees much and commits rarely
+/// (iJournaling's fsyncs never commit) held thousands of entries, and scanning them all on
+/// every allocation took a tenth of the CPU.
+#[derive(Debug)]
+pub(crate) struct FreeOrder<K> {
+    queues: Vec<VecDeque<(u64, K)>>,
+}
+
+impl<K> Default for FreeOrder<K> {
+    fn default() -> Self {
+        FreeOrder { queues: Vec::new() }
+    }
+}
+
+impl<K: Copy> FreeOrder<K> {
+    /// Note `key` freed by `tx`.
+    pub fn push(&mut self, tx: TxId, key: K) {
+        let l = usize::from(tx.log);
+        if self.queues.len() <= l {
+            self.queues.resize_with(l + 1, VecDeque::new);
+        }
+        self.queues[l].push_back((tx.tid, key));
+    }
+
+    /// Pop the keys whose transaction `durable` says is durable, front first in each log,
+    /// handing each to `forget` with its transaction.
+    pub fn prune(&mut self, durable: impl Fn(TxId) -> bool, mut forget: impl FnMut(K, TxId)) {
+        for (l, q) in self.queues.iter_mut().enumerate() {
+            while let Some(&(tid, key)) = q.front() {
+                let tx = TxId::new(l as u16, tid);
+                if !durable(tx) {
+                    break;
+                }
+                q.pop_front();
+                forget(key, tx);
+            }
+        }
+    }
+}
+
+/// Blocks (or inodes) of one group freed by a transaction that is not yet durable: not
+/// reused until it is, so a crash can never leave the old owner pointing at overwritten data
+/// (with iJournaling, an inode number: an i-transaction of a new file that got it would meet
+/// the old file's entry, still on disk, after a crash, and take the old name).
+///
+/// The allocator sees them as a bitmap laid over the group's ([`Busy::overlay`]), so the
+/// search costs the same however many runs are busy; a workload that frees much and commits
+/// rarely (iJournaling's fsyncs never commit) held thousands of runs, and walking them one by
+/// one on every allocation, under the group's lock, serialised its creates.
 #[derive(Debug, Default)]
-pub(crate) struct BusyExtents {
-    /// start block -> (length, freeing transaction).
-    pub map: BTreeMap<u64, (u32, TxId)>,
+pub(crate) struct Busy {
+    /// One bit per block (inode) of the group, from its first: set while busy or excluded.
+    bits: Vec<u8>,
+    /// Bits that never expire (recovery's exclusions).
+    never: Vec<u8>,
+    /// The busy runs (first bit, length), in freeing order.
+    order: FreeOrder<(u32, u32)>,
+    /// Runs in `order`.
+    live: usize,
+}
+
+/// Bit `b` of `v`, clear past its end.
+fn has(v: &[u8], b: usize) -> bool {
+    v.get(b / 8).is_some_and(|x| x & (1 << (b % 8)) != 0)
+}
+
+impl Busy {
+    fn set(v: &mut Vec<u8>, first: u32, len: u32) {
+        let end = (first + len) as usize;
+        if v.len() * 8 < end {
+            v.resize(end.div_ceil(8), 0);
+        }
+        crate::ondisk::bitmap::set_range(v, first as usize, len as usize);
+    }
+
+    /// Bits `first..first+len` freed by `tx`.
+    pub fn insert(&mut self, tx: TxId, first: u32, len: u32) {
+        Self::set(&mut self.bits, first, len);
+        self.order.push(tx, (first, len));
+        self.live += 1;
+    }
+
+    /// Bits `first..first+len` kept from the allocator for as long as this mount lives.
+    pub fn exclude(&mut self, first: u32, len: u32) {
+        Self::set(&mut self.bits, first, len);
+        Self::set(&mut self.never, first, len);
+    }
+
+    /// Whether no run waits for its transaction (exclusions aside).
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Forget the runs whose freeing transaction is durable.
+    pub fn prune(&mut self, durable: impl Fn(TxId) -> bool) {
+        if self.live == 0 {
+            return;
+        }
+        let (bits, never, live) = (&mut self.bits, &self.never, &mut self.live);
+        self.order.prune(durable, |(first, len), _| {
+            *live -= 1;
+            for b in first as usize..(first + len) as usize {
+                if !has(never, b) {
+                    crate::ondisk::bitmap::clear(bits, b);
+                }
+            }
+        });
+        if self.live == 0 && self.never.is_empty() {
+            // Nothing busy: the allocator reads the group's bitmap as it is.
+            self.bits = Vec::new();
+        }
+    }
+
+    /// The group's bitmap `bm` with the busy and excluded bits set: the allocator may take
+    /// what is clear in it.
+    pub fn overlay<'a>(&self, bm: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        if self.bits.is_empty() {
+            return std::borrow::Cow::Borrowed(bm);
+        }
+        let mut v = bm.to_vec();
+        for (d, s) in v.iter_mut().zip(&self.bits) {
+            *d |= *s;
+        }
+        std::borrow::Cow::Owned(v)
+    }
 }
 
 /// Per-group allocator state. Protected by its group's Mutex.
@@ -135,12 +257,9 @@ pub(crate) struct GroupState {
     /// In-memory copy of the group descriptor (written through to the GDT buffer).
     pub desc: GroupDesc,
     /// Recently freed blocks that must not be reused yet.
-    pub busy: BusyExtents,
-    /// With iJournaling: inodes (bit in the group) freed by a transaction that is not yet
-    /// durable, with it. Not reused until it is: an i-transaction of a new file that got the
-    /// number would otherwise meet the old file's entry, still on disk, after a crash, and
-    /// give the old name to the new file.
-    pub busy_inodes: BTreeMap<u32, TxId>,
+    pub busy: Busy,
+    /// With iJournaling: inodes freed by a transaction that is not yet durable.
+    pub busy_inodes: Busy,
 }
 
 /// Shared state of a mounted file system.
@@ -217,7 +336,7 @@ impl FsInner {
                 .map(|desc| {
                     RankedMutex::new(
                         Rank::FsGroup,
-                        GroupState { desc, busy: BusyExtents::default(), busy_inodes: BTreeMap::new() },
+                        GroupState { desc, busy: Busy::default(), busy_inodes: Busy::default() },
                     )
                 })
                 .collect(),
@@ -638,5 +757,37 @@ impl Fs {
     /// A copy of the in-memory superblock.
     pub fn superblock(&self) -> Superblock {
         self.inner.sb.lock().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_runs_mask_the_bitmap_until_their_transaction_is_durable() {
+        let mut b = Busy::default();
+        let bm = vec![0b0000_0001u8, 0, 0, 0];
+        assert!(matches!(b.overlay(&bm), std::borrow::Cow::Borrowed(_)), "nothing busy: no copy");
+        b.insert(TxId::new(0, 5), 3, 4);
+        b.insert(TxId::new(1, 9), 20, 1);
+        b.insert(TxId::new(0, 6), 10, 2);
+        b.exclude(30, 2);
+        assert_eq!(&b.overlay(&bm)[..], &[0b0111_1001, 0b0000_1100, 0b0001_0000, 0b1100_0000]);
+        // Log 0 durable up to 5: its first run goes, its second and log 1's stay.
+        b.prune(|tx| tx.log == 0 && tx.tid <= 5);
+        assert_eq!(&b.overlay(&bm)[..], &[0b0000_0001, 0b0000_1100, 0b0001_0000, 0b1100_0000]);
+        assert!(!b.is_empty());
+        // A queue stops at its first transaction not durable, even if a later one is.
+        let mut c = Busy::default();
+        c.insert(TxId::new(0, 8), 0, 1);
+        c.insert(TxId::new(0, 7), 1, 1);
+        c.prune(|tx| tx.tid == 7);
+        assert_eq!(&c.overlay(&[0u8])[..], &[0b11]);
+        b.prune(|_| true);
+        assert!(b.is_empty());
+        assert_eq!(&b.overlay(&bm)[..], &[0b0000_0001, 0, 0, 0b1100_0000], "exclusions stay");
+        c.prune(|_| true);
+        assert!(matches!(c.overlay(&bm), std::borrow::Cow::Borrowed(_)));
     }
 }

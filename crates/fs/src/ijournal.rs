@@ -59,6 +59,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cjfs_blockdev::{BlockBuf, BlockKind, WriteRequest, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
+use cjfs_journal::lock_stat::{WaitCv, WaitSite};
 use cjfs_journal::ring::LogRing;
 use cjfs_journal::{Buffer, IForm, JournalArea, TxId};
 
@@ -213,6 +214,8 @@ pub(crate) struct Counters {
     wraps: AtomicU64,
     max_fill_permille: AtomicU64,
     commits_kicked: AtomicU64,
+    batches: AtomicU64,
+    batch_requests: AtomicU64,
     data_ns: AtomicU64,
     record_ns: AtomicU64,
 }
@@ -251,6 +254,11 @@ pub struct IjStats {
     pub max_fill_permille: u64,
     /// Normal commits asked for early because an area was half full.
     pub commits_kicked: u64,
+    /// Batches the records' final blocks went out in (one per served fsync without
+    /// grouping; fewer when concurrent fsyncs on an area share one).
+    pub batches: u64,
+    /// Device requests those batches took (contiguous blocks share one).
+    pub batch_requests: u64,
     /// Time the served fsyncs spent making their data (and extent blocks) durable, µs.
     pub data_us: u64,
     /// Time they spent writing their records durable, µs.
@@ -290,6 +298,8 @@ impl IjStats {
             wraps: self.wraps.saturating_sub(earlier.wraps),
             max_fill_permille: self.max_fill_permille,
             commits_kicked: self.commits_kicked.saturating_sub(earlier.commits_kicked),
+            batches: self.batches.saturating_sub(earlier.batches),
+            batch_requests: self.batch_requests.saturating_sub(earlier.batch_requests),
             data_us: self.data_us.saturating_sub(earlier.data_us),
             record_us: self.record_us.saturating_sub(earlier.record_us),
         }
@@ -313,7 +323,31 @@ pub(crate) struct Area {
     pub generation: u64,
     /// The ring. Lock: itself (a leaf, held only to reserve or release space).
     ring: RankedMutex<AreaRing>,
+    /// Records' final blocks waiting for, or in, a batch. Lock: itself (a leaf, held only
+    /// to queue, take or finish a batch, never across the write).
+    batch: RankedMutex<Batches>,
+    /// Signalled when a batch is written (or failed).
+    batch_cv: WaitCv,
 }
+
+/// The group commit of one area's records (see [`write_final`]). Protected by
+/// [`Area::batch`].
+#[derive(Debug, Default)]
+struct Batches {
+    /// Final blocks (device block, image) queued for the next batch.
+    pending: Vec<(u64, BlockBuf)>,
+    /// Id of the batch `pending` goes out in (ids start at 1).
+    next: u64,
+    /// Every batch up to this id is written or has failed.
+    done: u64,
+    /// A leader is writing a batch.
+    writing: bool,
+    /// The latest failed batches and their errors, newest last.
+    failed: VecDeque<(u64, FsError)>,
+}
+
+/// Failed batches remembered for their waiters (a waiter checks right after its batch).
+const FAILED_KEPT: usize = 64;
 
 /// iJournaling's state in a mounted file system.
 pub(crate) struct IJournal {
@@ -363,6 +397,8 @@ impl IJournal {
                 dev_area: a,
                 generation,
                 ring: RankedMutex::new(Rank::Leaf, AreaRing { ring, next_id: 1, tids: VecDeque::new() }),
+                batch: RankedMutex::new(Rank::Leaf, Batches { next: 1, ..Batches::default() }),
+                batch_cv: WaitCv::new(WaitSite::RecordBatch),
             });
         }
         if !areas.is_empty() {
@@ -406,6 +442,8 @@ impl IJournal {
             wraps: l(&c.wraps),
             max_fill_permille: l(&c.max_fill_permille),
             commits_kicked: l(&c.commits_kicked),
+            batches: l(&c.batches),
+            batch_requests: l(&c.batch_requests),
             data_us: l(&c.data_ns) / 1000,
             record_us: l(&c.record_ns) / 1000,
         }
@@ -866,21 +904,7 @@ fn write_records(
             ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }
         let t1 = t0.elapsed();
-        let last_fua = fua;
-        let reqs = last_phase
-            .iter()
-            .map(|(b, img)| WriteRequest {
-                block: *b,
-                bufs: vec![img.clone()],
-                tag: WriteTag::kind(BlockKind::JournalCommit),
-                fua: last_fua,
-            })
-            .collect();
-        cjfs_blockdev::wait_all(dev.submit_batch(reqs)?)?;
-        if !last_fua && caps.volatile_cache {
-            j.flush_device()?;
-            ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
-        }
+        write_final(fs, ij, area, last_phase, fua)?;
         ij.counters.data_ns.fetch_add(t1.as_nanos() as u64, Ordering::Relaxed);
         ij.counters.record_ns.fetch_add((t0.elapsed() - t1).as_nanos() as u64, Ordering::Relaxed);
         let c = &ij.counters;
@@ -893,6 +917,81 @@ fn write_records(
     // Written or not, the span may be released once dead (a failed record is garbage).
     area.ring.lock().ring.mark_durable(id);
     r
+}
+
+/// Make the records' final blocks `last` durable (FUA writes with `fua`, else writes and a
+/// flush), together with those of every fsync on the area that gets there meanwhile: the
+/// group commit of i-transactions. The first fsync to find no batch in flight leads: it
+/// takes every queued block, writes them (contiguous ones as one request) and wakes the
+/// others; one that arrives while a batch is in flight queues for the next. A FUA request
+/// costs the device about a flush of its own, so at many threads per area each fsync
+/// otherwise paid one for a single block. The records are independent: a batch changes how
+/// many requests carry them, not what recovery finds. A failed batch fails every fsync in it.
+fn write_final(
+    fs: &FsInner,
+    ij: &IJournal,
+    area: &Area,
+    last: Vec<(u64, BlockBuf)>,
+    fua: bool,
+) -> Result<(), Written> {
+    let mut b = area.batch.lock();
+    b.pending.extend(last);
+    let mine = b.next;
+    loop {
+        if b.done >= mine {
+            return match b.failed.iter().find(|(id, _)| *id == mine) {
+                Some((_, e)) => Err(Written::Failed(e.clone())),
+                None => Ok(()),
+            };
+        }
+        if !b.writing {
+            // Nobody writes and `mine` is not done: it is the batch `pending` goes out in.
+            let mut blocks = std::mem::take(&mut b.pending);
+            let id = b.next;
+            b.next += 1;
+            b.writing = true;
+            drop(b);
+            let r = write_batch(fs, ij, &mut blocks, fua);
+            b = area.batch.lock();
+            b.done = id;
+            b.writing = false;
+            if let Err(e) = r {
+                b.failed.push_back((id, e));
+                if b.failed.len() > FAILED_KEPT {
+                    b.failed.pop_front();
+                }
+            }
+            area.batch_cv.notify_all();
+            continue;
+        }
+        b.wait(&area.batch_cv);
+    }
+}
+
+/// Write one batch of final blocks, contiguous ones as one request, and make it durable.
+fn write_batch(fs: &FsInner, ij: &IJournal, blocks: &mut [(u64, BlockBuf)], fua: bool) -> FsResult<()> {
+    let dev = &fs.dev;
+    blocks.sort_by_key(|(b, _)| *b);
+    let mut reqs: Vec<WriteRequest> = Vec::new();
+    for (blk, img) in blocks.iter() {
+        match reqs.last_mut() {
+            Some(r) if r.block + r.bufs.len() as u64 == *blk => r.bufs.push(img.clone()),
+            _ => reqs.push(WriteRequest {
+                block: *blk,
+                bufs: vec![img.clone()],
+                tag: WriteTag::kind(BlockKind::JournalCommit),
+                fua,
+            }),
+        }
+    }
+    ij.counters.batches.fetch_add(1, Ordering::Relaxed);
+    ij.counters.batch_requests.fetch_add(reqs.len() as u64, Ordering::Relaxed);
+    cjfs_blockdev::wait_all(dev.submit_batch(reqs)?)?;
+    if !fua && dev.caps().volatile_cache {
+        fs.journal.flush_device()?;
+        ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Release the spans, oldest first, that are written and whose TxID is durable.

@@ -336,7 +336,7 @@ impl Fs {
             Err(FsError::NoSpace(m)) => {
                 let busy = self.inner.groups.iter().any(|g| {
                     let g = g.lock();
-                    !g.busy.map.is_empty() || !g.busy_inodes.is_empty()
+                    !g.busy.is_empty() || !g.busy_inodes.is_empty()
                 });
                 if !busy {
                     return Err(FsError::NoSpace(m));

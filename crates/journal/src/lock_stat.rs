@@ -40,11 +40,14 @@ pub enum WaitSite {
     /// Writers waiting for a buffer version, and fdatasync for another's data write (a
     /// buffer's condvar).
     Buffer = 7,
+    /// iJournaling fsync callers waiting for the batch that writes their records' final
+    /// blocks (an ijournal area's `batch_cv`).
+    RecordBatch = 8,
 }
 
 impl WaitSite {
     /// Every site, in index order.
-    pub const ALL: [WaitSite; 8] = [
+    pub const ALL: [WaitSite; 9] = [
         WaitSite::CommitRequest,
         WaitSite::LockedTx,
         WaitSite::LogDurable,
@@ -53,6 +56,7 @@ impl WaitSite {
         WaitSite::FlushQueue,
         WaitSite::TxDurable,
         WaitSite::Buffer,
+        WaitSite::RecordBatch,
     ];
 
     /// The name the tables print (the condvar's field name).
@@ -66,6 +70,7 @@ impl WaitSite {
             WaitSite::FlushQueue => "flush_cv",
             WaitSite::TxDurable => "tx.done_cv",
             WaitSite::Buffer => "buffer.cv",
+            WaitSite::RecordBatch => "area.batch_cv",
         }
     }
 }

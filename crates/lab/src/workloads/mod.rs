@@ -125,6 +125,8 @@ pub struct IjSummary {
     pub max_fill_permille: u64,
     /// Normal commits asked for early by a half-full area.
     pub commits_kicked: u64,
+    /// Served fsyncs per batch of records' final blocks (their group commit).
+    pub served_per_batch: f64,
     /// Mean time a served fsync spent making its data durable, µs.
     pub data_us: f64,
     /// Mean time it spent writing its records durable, µs.
@@ -150,6 +152,7 @@ impl From<&cjfs_fs::IjStats> for IjSummary {
             wraps: s.wraps,
             max_fill_permille: s.max_fill_permille,
             commits_kicked: s.commits_kicked,
+            served_per_batch: per(s.served, s.batches),
             data_us: per(s.data_us, s.served),
             record_us: per(s.record_us, s.served),
         }
