@@ -16,8 +16,9 @@
 //! 6. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
 //! 7. `FsInner::sb` (the in-memory superblock);
 //! 8. journal-internal locks and buffer locks (see the journal crate);
-//! 9. a directory's name map (`Inode::names`) and the orphan list (`FsInner::orphans`),
-//!    leaves.
+//! 9. a directory's name map (`Inode::names`), the orphan list (`FsInner::orphans`), an
+//!    inode's iJournaling marks and an ijournal area's ring and record batch, leaves (the
+//!    batch lock is never held across its write: a follower parks on the area's condvar).
 //!
 //! No file-system-wide lock is taken on the data path.
 

@@ -52,6 +52,15 @@
 //! Each fsync writes to the area of the core it runs on (`sched_getcpu() % areas`; with more
 //! areas than cores, a slot per thread), holding the area's lock only to reserve space:
 //! fsyncs on different cores run in parallel. Only the sub-TxID counter is global.
+//!
+//! # Group commit of records
+//!
+//! The records' final blocks (the single form's headers, the commit form's commit blocks)
+//! of the fsyncs on one area go to the device in batches ([`write_final`]): the first fsync
+//! to find no batch in flight writes all queued blocks, contiguous ones as one request, while
+//! the ones arriving meanwhile queue for the next batch. Each FUA request costs a device with
+//! a volatile cache about a flush of its own, so at many threads per area one per fsync made
+//! the device, not the journal, the limit. What reaches the disk is the same records.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
