@@ -122,49 +122,6 @@ impl Geometry {
     }
 }
 
-/// Keys (a busy extent's first block, a busy inode's bit) in the order they were freed, one
-/// queue per log: a log's transaction ids only grow, so pruning pops each queue's front while
-/// its transaction is durable and stops at the first that is not. That keeps the allocator's
-/// check O(1) when nothing became durable; a workload that frees much and commits rarely
-/// (iJournaling's fsyncs never commit) held thousands of entries, and scanning them all on
-/// every allocation took a tenth of the CPU.
-#[derive(Debug)]
-pub(crate) struct FreeOrder<K> {
-    queues: Vec<VecDeque<(u64, K)>>,
-}
-
-impl<K> Default for FreeOrder<K> {
-    fn default() -> Self {
-        FreeOrder { queues: Vec::new() }
-    }
-}
-
-impl<K: Copy> FreeOrder<K> {
-    /// Note `key` freed by `tx`.
-    pub fn push(&mut self, tx: TxId, key: K) {
-        let l = usize::from(tx.log);
-        if self.queues.len() <= l {
-            self.queues.resize_with(l + 1, VecDeque::new);
-        }
-        self.queues[l].push_back((tx.tid, key));
-    }
-
-    /// Pop the keys whose transaction `durable` says is durable, front first in each log,
-    /// handing each to `forget` with its transaction.
-    pub fn prune(&mut self, durable: impl Fn(TxId) -> bool, mut forget: impl FnMut(K, TxId)) {
-        for (l, q) in self.queues.iter_mut().enumerate() {
-            while let Some(&(tid, key)) = q.front() {
-                let tx = TxId::new(l as u16, tid);
-                if !durable(tx) {
-                    break;
-                }
-                q.pop_front();
-                forget(key, tx);
-            }
-        }
-    }
-}
-
 /// Blocks (or inodes) of one group freed by a transaction that is not yet durable: not
 /// reused until it is, so a crash can never leave the old owner pointing at overwritten data
 /// (with iJournaling, an inode number: an i-transaction of a new file that got it would meet
@@ -180,10 +137,10 @@ pub(crate) struct Busy {
     bits: Vec<u8>,
     /// Bits that never expire (recovery's exclusions).
     never: Vec<u8>,
-    /// The busy runs (first bit, length), in freeing order.
-    order: FreeOrder<(u32, u32)>,
-    /// Runs in `order`.
-    live: usize,
+    /// The busy runs (freeing transaction's id, first bit, length) in freeing order, one
+    /// queue per log: a log's ids only grow, so pruning pops a queue's front while it is
+    /// durable and stops at the first that is not (O(1) when nothing became durable).
+    order: Vec<VecDeque<(u64, u32, u32)>>,
 }
 
 /// Bit `b` of `v`, clear past its end.
@@ -203,8 +160,11 @@ impl Busy {
     /// Bits `first..first+len` freed by `tx`.
     pub fn insert(&mut self, tx: TxId, first: u32, len: u32) {
         Self::set(&mut self.bits, first, len);
-        self.order.push(tx, (first, len));
-        self.live += 1;
+        let l = usize::from(tx.log);
+        if self.order.len() <= l {
+            self.order.resize_with(l + 1, VecDeque::new);
+        }
+        self.order[l].push_back((tx.tid, first, len));
     }
 
     /// Bits `first..first+len` kept from the allocator for as long as this mount lives.
@@ -215,24 +175,25 @@ impl Busy {
 
     /// Whether no run waits for its transaction (exclusions aside).
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.order.iter().all(VecDeque::is_empty)
     }
 
     /// Forget the runs whose freeing transaction is durable.
     pub fn prune(&mut self, durable: impl Fn(TxId) -> bool) {
-        if self.live == 0 {
-            return;
-        }
-        let (bits, never, live) = (&mut self.bits, &self.never, &mut self.live);
-        self.order.prune(durable, |(first, len), _| {
-            *live -= 1;
-            for b in first as usize..(first + len) as usize {
-                if !has(never, b) {
-                    crate::ondisk::bitmap::clear(bits, b);
+        for (l, q) in self.order.iter_mut().enumerate() {
+            while let Some(&(tid, first, len)) = q.front() {
+                if !durable(TxId::new(l as u16, tid)) {
+                    break;
+                }
+                q.pop_front();
+                for b in first as usize..(first + len) as usize {
+                    if !has(&self.never, b) {
+                        crate::ondisk::bitmap::clear(&mut self.bits, b);
+                    }
                 }
             }
-        });
-        if self.live == 0 && self.never.is_empty() {
+        }
+        if self.never.is_empty() && !self.bits.is_empty() && self.is_empty() {
             // Nothing busy: the allocator reads the group's bitmap as it is.
             self.bits = Vec::new();
         }
