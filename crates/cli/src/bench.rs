@@ -284,13 +284,14 @@ pub fn run(a: BenchArgs) -> CliResult<()> {
                 r.transactions
             );
             outln!(
-                "  early returns {} · waiters late > {:.0} ms: {} (worst seen {:.1} ms) · spins {} ({} ended the wait) · parks {} ({:.0} ms) · {:.2} context switches per fsync · {:.3} CPU s per 1,000 fsyncs",
+                "  early returns {} · waiters late > {:.0} ms: {} (worst seen {:.1} ms) · spins {} ({} ended the wait, {} skipped on the score) · parks {} ({:.0} ms) · {:.2} context switches per fsync · {:.3} CPU s per 1,000 fsyncs",
                 r.early_returns,
                 r.late_bound_ms,
                 r.late_waiters,
                 r.worst_late_ms,
                 r.spins,
                 r.spin_hits,
+                r.spin_skips,
                 r.parks,
                 r.parked_ms,
                 r.context_switches_per_fsync,

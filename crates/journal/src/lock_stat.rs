@@ -105,6 +105,14 @@ static WAITS: [Counter; WaitSite::ALL.len()] = [const { Counter::new() }; WaitSi
 /// Spins of the polling waits (`crate::polling`), and how many ended with the wait over.
 static SPINS: Counter = Counter::new();
 static SPIN_HITS: AtomicU64 = AtomicU64::new(0);
+/// Waits that would have spun but whose site's score said spinning there does not pay.
+static SPIN_SKIPS: AtomicU64 = AtomicU64::new(0);
+
+/// Record a wait that skipped its spin on the site's score.
+#[inline]
+pub(crate) fn spin_skipped() {
+    SPIN_SKIPS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Record a spin of `took`; `hit` when the wait was over before the budget ran out.
 #[inline]
@@ -283,6 +291,8 @@ pub struct LockStats {
     pub spins: u64,
     /// Spins that ended with the wait over (no park needed).
     pub spin_hits: u64,
+    /// Waits that skipped their spin because spinning at their site had not been paying.
+    pub spin_skips: u64,
     /// Time spun, in nanoseconds.
     pub spin_ns: u64,
     /// Per call site that ever waited for a lock (any order).
@@ -308,6 +318,7 @@ pub fn snapshot() -> LockStats {
             .collect(),
         spins: SPINS.read().0,
         spin_hits: SPIN_HITS.load(Ordering::Relaxed),
+        spin_skips: SPIN_SKIPS.load(Ordering::Relaxed),
         spin_ns: SPINS.read().1,
         sites: SITE_TABLE
             .iter()
@@ -354,6 +365,7 @@ impl LockStats {
                 .collect(),
             spins: self.spins.saturating_sub(before.spins),
             spin_hits: self.spin_hits.saturating_sub(before.spin_hits),
+            spin_skips: self.spin_skips.saturating_sub(before.spin_skips),
             spin_ns: self.spin_ns.saturating_sub(before.spin_ns),
             sites: self
                 .sites

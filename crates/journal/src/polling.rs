@@ -10,6 +10,13 @@
 //! spinning at all on slower devices; and a thread spins only while fewer than all cores but
 //! one are spinning, so spinners never take the last free core from the committer.
 //!
+//! The budget also adapts to how spins at each wait site have been paying off ([`SpinScore`],
+//! in the manner of glibc's adaptive mutexes): it is cut to about twice the length of the
+//! recent spins that ended the wait, and a site whose recent spins cost more CPU than the parks
+//! they saved stops spinning, probing again every [`PROBE_EVERY`]th wait. On two cores under
+//! 32 threads a spinner takes half the machine from runnable threads, so a spin that ends the
+//! wait only half the time after most of its budget is a loss.
+//!
 //! Protocol: see [`Event`] (a [`Completion`] is an event and a flag), checked by a `loom`
 //! model test: `RUSTFLAGS="--cfg loom" cargo test -p cjfs-journal --release --lib polling`,
 //! which `scripts/test.sh` runs.
@@ -20,7 +27,7 @@
 //! `work_queue` (per-core commit requests and the flush hand-off) park their consumer on an
 //! [`Event`] too.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use crate::lock_stat::WaitSite;
@@ -31,7 +38,8 @@ pub enum WaitMode {
     /// Park on a condition variable at once.
     #[default]
     Condvar,
-    /// Spin on the completion for a bounded, device-adapted budget, then park.
+    /// Spin on the completion for a bounded budget, adapted to the device and to how recent
+    /// spins at the wait site paid off, then park.
     SpinPark,
 }
 
@@ -60,15 +68,108 @@ pub fn spin_budget(mode: WaitMode, expected: Duration) -> Duration {
 /// Threads spinning now, across every journal of the process.
 static SPINNERS: AtomicUsize = AtomicUsize::new(0);
 
+/// A skipped site spins on every this-many-th wait, so its score follows a changed load.
+pub const PROBE_EVERY: u32 = 16;
+
+/// Fixed-point one for [`SpinScore`]'s hit rate.
+const ONE: u64 = 1024;
+
+/// How recent spins at one wait site paid off: moving averages (weight 1/8) of the time a
+/// spin took, of the share that ended the wait, and of the time those that did took.
+///
+/// The fields are updated by plain loads and stores, not read-modify-write: two spinners
+/// finishing at once may lose one sample, which a heuristic can afford (no lock, no CAS loop
+/// on a line every waiter touches).
+#[derive(Debug)]
+pub struct SpinScore {
+    /// Average time of a spin, ns.
+    avg_ns: AtomicU64,
+    /// Average time of a spin that ended the wait, ns (0: none yet).
+    hit_ns: AtomicU64,
+    /// Share of spins that ended the wait, in 1/[`ONE`].
+    hit_rate: AtomicU64,
+    /// Waits since the site last spun while its score said not to (for the probe).
+    skipped: AtomicU32,
+}
+
+impl Default for SpinScore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SpinScore {
+    /// No history: spin with the device's budget.
+    pub const fn new() -> Self {
+        SpinScore {
+            avg_ns: AtomicU64::new(0),
+            hit_ns: AtomicU64::new(0),
+            hit_rate: AtomicU64::new(ONE),
+            skipped: AtomicU32::new(0),
+        }
+    }
+
+    /// The budget to spin for out of the device's `budget`: zero when spinning here has
+    /// cost more than it saved (a hit is worth one avoided park, about [`SPIN_LIMIT`]), except
+    /// on a probe; otherwise at most twice a typical successful spin.
+    pub fn budget(&self, budget: Duration) -> Duration {
+        if budget.is_zero() {
+            return budget;
+        }
+        let avg = self.avg_ns.load(Ordering::Relaxed);
+        let worth = self.hit_rate.load(Ordering::Relaxed) * SPIN_LIMIT.as_nanos() as u64 / ONE;
+        if avg > worth {
+            if self.skipped.fetch_add(1, Ordering::Relaxed) + 1 < PROBE_EVERY {
+                return Duration::ZERO;
+            }
+            self.skipped.store(0, Ordering::Relaxed);
+        }
+        match self.hit_ns.load(Ordering::Relaxed) {
+            0 => budget,
+            hit => budget.min(Duration::from_nanos(hit * 2).max(MIN_SPIN)),
+        }
+    }
+
+    /// Record a spin that took `took` and ended the wait (`hit`) or ran out.
+    pub fn record(&self, took: Duration, hit: bool) {
+        let ns = took.as_nanos() as u64;
+        let ewma = |a: &AtomicU64, x: u64| {
+            let old = a.load(Ordering::Relaxed);
+            a.store(old - old / 8 + x / 8, Ordering::Relaxed);
+        };
+        ewma(&self.avg_ns, ns);
+        ewma(&self.hit_rate, if hit { ONE } else { 0 });
+        if hit {
+            match self.hit_ns.load(Ordering::Relaxed) {
+                0 => self.hit_ns.store(ns.max(1), Ordering::Relaxed),
+                _ => ewma(&self.hit_ns, ns),
+            }
+        }
+    }
+}
+
+/// Shortest budget the score cuts a spin to: below it a spin is all loop overhead.
+const MIN_SPIN: Duration = Duration::from_micros(2);
+
+/// Each wait site's score (the sites are few; every journal of the process shares them, as
+/// it shares the spinner count).
+static SCORES: [SpinScore; WaitSite::ALL.len()] = [const { SpinScore::new() }; WaitSite::ALL.len()];
+
 /// Cores a spinner may use: all but one (the committer's), at least none.
 fn spin_cores() -> usize {
     crate::per_core::cores().saturating_sub(1)
 }
 
-/// Spin until `ready()` or `budget` has passed, if a core is free for it. Whether `ready()`
-/// became true.
-pub fn spin_until(budget: Duration, ready: impl Fn() -> bool) -> bool {
+/// Spin until `ready()` or `budget` (as cut by `site`'s [`SpinScore`]) has passed, if a core
+/// is free for it. Whether `ready()` became true.
+pub fn spin_until(site: WaitSite, budget: Duration, ready: impl Fn() -> bool) -> bool {
     if budget.is_zero() {
+        return false;
+    }
+    let score = &SCORES[site as usize];
+    let budget = score.budget(budget);
+    if budget.is_zero() {
+        crate::lock_stat::spin_skipped();
         return false;
     }
     if SPINNERS.fetch_add(1, Ordering::AcqRel) >= spin_cores() {
@@ -90,7 +191,9 @@ pub fn spin_until(budget: Duration, ready: impl Fn() -> bool) -> bool {
         }
     }
     SPINNERS.fetch_sub(1, Ordering::AcqRel);
-    crate::lock_stat::spun(t0.elapsed(), ok);
+    let took = t0.elapsed();
+    score.record(took, ok);
+    crate::lock_stat::spun(took, ok);
     ok
 }
 
@@ -151,7 +254,7 @@ impl Event {
     /// `deadline` passes. Whether it changed.
     pub fn wait(&self, seen: u64, budget: Duration, deadline: Option<Instant>) -> bool {
         let moved = || self.generation.load(Ordering::SeqCst) != seen;
-        if moved() || spin_until(budget, moved) {
+        if moved() || spin_until(self.site, budget, moved) {
             return true;
         }
         self.parked.fetch_add(1, Ordering::SeqCst);
@@ -226,7 +329,7 @@ impl Completion {
     /// every wake-up; whoever makes it true must call [`Completion::wake`]). Spins first for
     /// `budget`. Returns whether it is done.
     pub fn wait(&self, budget: Duration, stop: impl Fn() -> bool) -> bool {
-        if self.is_done() || spin_until(budget, || self.is_done()) {
+        if self.is_done() || spin_until(self.event.site, budget, || self.is_done()) {
             return true;
         }
         loop {
@@ -406,6 +509,40 @@ mod tests {
             "slow device"
         );
         assert_eq!(spin_budget(WaitMode::SpinPark, Duration::ZERO), Duration::ZERO, "nothing measured yet");
+    }
+
+    #[test]
+    fn a_site_whose_spins_do_not_pay_stops_spinning_but_probes() {
+        let s = SpinScore::new();
+        assert_eq!(s.budget(SPIN_LIMIT), SPIN_LIMIT, "no history: the device's budget");
+        // Spins that run out their whole budget: after a few the site skips, probing every
+        // PROBE_EVERY-th wait.
+        for _ in 0..32 {
+            s.record(SPIN_LIMIT, false);
+        }
+        let spun = (0..PROBE_EVERY * 4).filter(|_| !s.budget(SPIN_LIMIT).is_zero()).count();
+        assert_eq!(spun, 4, "one probe per {PROBE_EVERY} waits");
+        // Half the spins end the wait, but only after most of the budget: still a loss.
+        for i in 0..64 {
+            s.record(SPIN_LIMIT * 9 / 10, i % 2 == 0);
+        }
+        let spun = (0..PROBE_EVERY * 4).filter(|_| !s.budget(SPIN_LIMIT).is_zero()).count();
+        assert_eq!(spun, 4, "a 50 % hit rate at 90 % of the budget does not pay");
+        // The load changes: spins end the wait quickly again; the probes see it.
+        for _ in 0..64 {
+            s.record(Duration::from_micros(5), true);
+        }
+        let b = s.budget(SPIN_LIMIT);
+        assert!(
+            b >= Duration::from_micros(9) && b <= Duration::from_micros(11),
+            "budget cut to about twice a successful spin: {b:?}"
+        );
+        assert_eq!(s.budget(Duration::ZERO), Duration::ZERO, "a slow device never spins");
+        // Tiny successful spins: the budget keeps a floor.
+        for _ in 0..64 {
+            s.record(Duration::from_nanos(100), true);
+        }
+        assert_eq!(s.budget(SPIN_LIMIT), MIN_SPIN);
     }
 
     #[test]

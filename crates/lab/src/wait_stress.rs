@@ -64,6 +64,8 @@ pub struct StressReport {
     pub spins: u64,
     /// Spins that ended with the wait over.
     pub spin_hits: u64,
+    /// Waits that skipped their spin because spinning at their site had not been paying.
+    pub spin_skips: u64,
     /// Threads parked on a transaction's completion, and for how long in all (ms).
     pub parks: u64,
     /// Time parked on completions, ms.
@@ -260,6 +262,7 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, StressError> {
         late_bound_ms: cfg.late_bound.as_secs_f64() * 1e3,
         spins: locks.spins,
         spin_hits: locks.spin_hits,
+        spin_skips: locks.spin_skips,
         parks: durable_site.map_or(0, |w| w.parks),
         parked_ms: durable_site.map_or(0.0, |w| w.parked_ns as f64 / 1e6),
         context_switches_per_fsync: cs as f64 / fsyncs.max(1) as f64,

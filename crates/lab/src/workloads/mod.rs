@@ -302,8 +302,11 @@ impl From<&cjfs_journal::lock_stat::LockStats> for WaitSummary {
                 events: w.parks,
                 wait_us: w.parked_ns as f64 / 1e3,
             }))
-            .chain((s.spins > 0).then(|| WaitRow {
-                name: format!("polling spins ({} ended the wait)", s.spin_hits),
+            .chain((s.spins + s.spin_skips > 0).then(|| WaitRow {
+                name: format!(
+                    "polling spins ({} ended the wait, {} skipped on the score)",
+                    s.spin_hits, s.spin_skips
+                ),
                 kind: "spin".into(),
                 events: s.spins,
                 wait_us: s.spin_ns as f64 / 1e3,
