@@ -21,7 +21,8 @@ const JOIN_WAIT: Duration = Duration::from_micros(200);
 pub(crate) fn next_group(j: &Arc<LogCore>) -> Option<Vec<FlushJob>> {
     let limit = j.set.config.compound_flush.max(1) as usize;
     let q = &j.flush_queue;
-    let shutdown = || j.state.lock().shutdown;
+    // Set before `stop` rings the queue, so a waiter checking it after arming cannot miss it.
+    let shutdown = || j.shutdown_fast.load(std::sync::atomic::Ordering::SeqCst);
     let first = loop {
         if let Some(job) = q.pop() {
             break job;

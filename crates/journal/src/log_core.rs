@@ -107,6 +107,15 @@ pub(crate) struct LogCore {
     pub committing_fast: arc_swap::ArcSwap<Vec<Arc<Transaction>>>,
     /// `state.aborted.is_some() || state.shutdown`, for the fast paths. Written under `state`.
     pub closed: AtomicBool,
+    /// A starter is opening the next running transaction for the others (polling waits;
+    /// see `LogCore::open_elected`). Atomic.
+    pub opening: AtomicBool,
+    /// Moves on when the elected starter has opened the running transaction (or found it
+    /// could not). Atomic.
+    pub opened: crate::polling::Event,
+    /// `state.shutdown`, for the flush thread's idle checks (reading it under `state` put
+    /// the flush thread in the handles' lock convoy once per empty queue). Written under `state`.
+    pub shutdown_fast: AtomicBool,
     /// `state.durable`, for the fast paths. Written under `state`.
     pub durable_fast: AtomicU64,
     /// Highest transaction `request_commit` was called for (never behind `state`'s
@@ -173,6 +182,9 @@ impl LogCore {
             committing_fast: arc_swap::ArcSwap::from_pointee(Vec::new()),
             timing: crate::coalescing::PaceTiming::new(),
             closed: AtomicBool::new(false),
+            shutdown_fast: AtomicBool::new(false),
+            opening: AtomicBool::new(false),
+            opened: crate::polling::Event::new(WaitSite::LockedTx),
             durable_fast: AtomicU64::new(first_tid - 1),
             free_fast: AtomicU64::new(free),
             unreserved: AtomicU64::new(0),
@@ -262,6 +274,7 @@ impl LogCore {
         {
             let mut st = self.state.lock();
             st.shutdown = true;
+            self.shutdown_fast.store(true, Ordering::SeqCst);
             self.closed.store(true, Ordering::SeqCst);
         }
         self.wake_committer();
@@ -473,6 +486,37 @@ impl LogCore {
         self.try_start_fast(credits)
     }
 
+    /// Polling waits: when no transaction is running, one starter (elected by `opening`)
+    /// takes `state` to open it and the others wait on `opened`, then join lock-free, instead
+    /// of queueing on `state` behind it — the herd of fsync callers woken together by one
+    /// commit, each starting its next handle (the largest `state` call site left with polling
+    /// waits). `None`: take the locked path.
+    fn open_elected(self: &Arc<Self>, credits: u32) -> Option<Handle> {
+        if self.set.config.wait == crate::polling::WaitMode::Condvar
+            || self.running_fast.load().is_some()
+            || self.closed.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        // Generation before the election: a failed election means the winner has not yet
+        // cleared `opening`, so its notify comes after this read and ends the wait.
+        let seen = self.opened.generation();
+        if self.opening.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            {
+                let mut st = self.state.lock();
+                if st.running.is_none() && !st.shutdown && st.aborted.is_none() && !self.held_back() {
+                    self.open_running(&mut st);
+                }
+            }
+            self.opening.store(false, Ordering::SeqCst);
+            self.opened.notify();
+        } else {
+            let budget = crate::polling::spin_budget(self.set.config.wait, crate::polling::SPIN_LIMIT / 4);
+            self.opened.wait(seen, budget, None);
+        }
+        self.try_start_fast(credits)
+    }
+
     /// Open the next running transaction (none may be running).
     pub(crate) fn open_running(&self, st: &mut LogStateLocked) {
         debug_assert!(st.running.is_none());
@@ -532,6 +576,9 @@ impl LogCore {
             return Ok(h);
         }
         if let Some(h) = self.wait_locked_fast(credits) {
+            return Ok(h);
+        }
+        if let Some(h) = self.open_elected(credits) {
             return Ok(h);
         }
         let mut st = self.state.lock();
