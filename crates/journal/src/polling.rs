@@ -23,9 +23,11 @@
 //!
 //! Besides fsync callers (a transaction's [`Completion`]), handles waiting for a locked
 //! transaction to switch (a transaction's `changed` event) and a serial commit waiting for
-//! its predecessor to become durable wait this way; the single-consumer doorbells of
-//! `work_queue` (per-core commit requests and the flush hand-off) park their consumer on an
-//! [`Event`] too.
+//! its predecessor to become durable wait this way, and so do starters that find no running
+//! transaction: one of them is elected to open it and the others wait on the log's `opened`
+//! event rather than queue on the state lock (`LogCore::open_elected`); the single-consumer
+//! doorbells of `work_queue` (per-core commit requests and the flush hand-off) park their
+//! consumer on an [`Event`] too.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};

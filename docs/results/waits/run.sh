@@ -7,13 +7,20 @@
 # lock-wait tables) into its own directory here.
 #   docs/results/waits/run.sh            # everything (about 40 minutes)
 #   ONLY=ramdisk docs/results/waits/run.sh
+#   OUT=docs/results/waits/intel-abc1234 CJFS=/path/to/cjfs docs/results/waits/run.sh   # elsewhere, a given binary
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-cargo build --release -q -p cjfs-cli
 # A copy, so a rebuild during the sweeps does not mix binaries.
 B=$(mktemp /tmp/cjfs-waits.XXXXXX)
-cp ./target/release/cjfs "$B" && chmod +x "$B"
-OUT=docs/results/waits
+if [ -n "${CJFS:-}" ]; then
+  cp "$CJFS" "$B"
+else
+  cargo build --release -q -p cjfs-cli
+  cp ./target/release/cjfs "$B"
+fi
+chmod +x "$B"
+OUT=${OUT:-docs/results/waits}
+mkdir -p "$OUT"
 REPS=${REPS:-5}
 modes_cjfs=(--mode cjfs --mode cjfs+wait=spin_park --mode cjfs+dispatch=per_core --mode cjfs+wait=spin_park+dispatch=per_core)
 modes_zj=(--mode zjournal --mode zjournal+wait=spin_park --mode zjournal+dispatch=per_core --mode zjournal+wait=spin_park+dispatch=per_core)
@@ -29,3 +36,12 @@ run zjournal-ramdisk-32 ramdisk varmail-split,exim 32 "${modes_zj[@]}"
 run oversub-ramdisk ramdisk varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
 run oversub-sata sata-ssd varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
 run emmc emmc varmail-split 8,32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
+# The wait stress (64 threads, 10^6 fsyncs, watchdog: no waiter parked 1 s after durable).
+stress() { # name, device, journal
+  [ -n "${ONLY:-}" ] && [[ "$1" != *"$ONLY"* ]] && return 0
+  [ -s "$OUT/$1.json" ] && return 0
+  $B bench stress --device "$2" --journal "$3" --json "$OUT/$1.json"
+}
+stress stress-ramdisk ramdisk cjfs+wait=spin_park+dispatch=per_core
+stress stress-ramdisk-jbd2 ramdisk jbd2+wait=spin_park+dispatch=per_core
+stress stress-emmc emmc cjfs+wait=spin_park+dispatch=per_core
