@@ -123,8 +123,11 @@ impl PaceTiming {
 /// Moving average with weight 1/8 for the new sample.
 fn ewma(a: &AtomicU64, d: Duration) {
     let x = d.as_nanos() as u64;
-    let cur = a.load(Ordering::Relaxed);
-    a.store(if cur == 0 { x } else { cur - cur / 8 + x / 8 }, Ordering::Relaxed);
+    if a.load(Ordering::Relaxed) == 0 {
+        a.store(x, Ordering::Relaxed);
+    } else {
+        crate::polling::ewma(a, x);
+    }
 }
 
 /// How many of `tx`'s buffers need a version when none is left (a transaction conflict).

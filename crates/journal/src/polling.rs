@@ -135,10 +135,6 @@ impl SpinScore {
     /// Record a spin that took `took` and ended the wait (`hit`) or ran out.
     pub fn record(&self, took: Duration, hit: bool) {
         let ns = took.as_nanos() as u64;
-        let ewma = |a: &AtomicU64, x: u64| {
-            let old = a.load(Ordering::Relaxed);
-            a.store(old - old / 8 + x / 8, Ordering::Relaxed);
-        };
         ewma(&self.avg_ns, ns);
         ewma(&self.hit_rate, if hit { ONE } else { 0 });
         if hit {
@@ -148,6 +144,13 @@ impl SpinScore {
             }
         }
     }
+}
+
+/// Move the moving average in `a` towards `x` with weight 1/8, by a plain load and store
+/// (a lost sample between two updaters is acceptable to every caller).
+pub(crate) fn ewma(a: &AtomicU64, x: u64) {
+    let old = a.load(Ordering::Relaxed);
+    a.store(old - old / 8 + x / 8, Ordering::Relaxed);
 }
 
 /// Shortest budget the score cuts a spin to: below it a spin is all loop overhead.
