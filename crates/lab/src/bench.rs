@@ -30,6 +30,7 @@ use cjfs_journal::JournalConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::hist::{Latency, Percentiles};
 use crate::machine::{Machine, disk_of};
 use crate::stats::{MedianCi, median, median_ci, paired_ratios};
 use crate::target::{CjfsTarget, DirTarget, Target};
@@ -277,6 +278,12 @@ pub struct Point {
     pub reps_ops_per_sec: Vec<f64>,
     /// The repetition with the median ops/s (its latencies and journal figures are shown).
     pub median_run: Option<RunResult>,
+    /// fsync latency over every repetition's fsyncs together (a tail percentile of one
+    /// run rests on few samples: p99.9 of 10 000 fsyncs is the tenth worst).
+    pub fsync_pooled: Option<Percentiles>,
+    /// fsync p99.9 relative to the first series: the median of the paired per-repetition
+    /// ratios with its interval (`None` for the first series, or without fsyncs).
+    pub fsync_p999_ratio: Option<MedianCi>,
     /// First error, if a repetition failed.
     pub error: Option<String>,
 }
@@ -612,16 +619,23 @@ pub fn run_with(
             }
             let bound_met = cfg.ci_bound.map(|b| point_within(&runs, b));
             let base_ops = rep_ops(&runs[0]);
+            let base_p999 = rep_fsync_p999(&runs[0]);
             for (i, s) in series.iter().enumerate() {
                 let per_rep = rep_ops(&runs[i]);
+                let p999_ratio = if i == 0 {
+                    None
+                } else {
+                    median_ci(&paired_ratios(&rep_fsync_p999(&runs[i]), &base_p999))
+                };
                 let rs: Vec<RunResult> = std::mem::take(&mut runs[i]).into_iter().flatten().collect();
                 let ops: Vec<f64> = rs.iter().map(|r| r.ops_per_sec).collect();
                 let med = median(&ops);
                 let median_run = rs
                     .iter()
                     .min_by(|a, b| (a.ops_per_sec - med).abs().total_cmp(&(b.ops_per_sec - med).abs()))
-                    .cloned();
+                    .map(|r| RunResult { fsync_hist: None, ..r.clone() });
                 let ratio = if i == 0 { None } else { median_ci(&paired_ratios(&per_rep, &base_ops)) };
+                let fsync_pooled = pooled_fsync(&rs);
                 points.push(Point {
                     workload: w.to_string(),
                     threads,
@@ -634,6 +648,8 @@ pub fn run_with(
                     mb_per_sec: median(&rs.iter().map(|r| r.mb_per_sec).collect::<Vec<_>>()),
                     reps_ops_per_sec: ops,
                     median_run,
+                    fsync_pooled,
+                    fsync_p999_ratio: p999_ratio,
                     error: errors[i].take(),
                 });
             }
@@ -642,6 +658,28 @@ pub fn run_with(
     }
     pb.finish_and_clear();
     Ok(report(points))
+}
+
+/// fsync p99.9 of each repetition (`None` where it failed or made no fsync).
+fn rep_fsync_p999(runs: &[Option<RunResult>]) -> Vec<Option<f64>> {
+    runs.iter()
+        .map(|r| r.as_ref().filter(|r| r.fsync_latency.count > 0).map(|r| r.fsync_latency.p999))
+        .collect()
+}
+
+/// fsync percentiles over the fsyncs of every run (`None` without any).
+fn pooled_fsync(runs: &[RunResult]) -> Option<Percentiles> {
+    pooled(runs.iter().filter_map(|r| r.fsync_hist.as_ref()))
+}
+
+/// Percentiles of several histograms merged (`None` when they hold nothing).
+fn pooled<'a>(hists: impl Iterator<Item = &'a Latency>) -> Option<Percentiles> {
+    let mut all = Latency::new();
+    for h in hists {
+        all.merge(h);
+    }
+    let p = all.percentiles();
+    (p.count > 0).then_some(p)
 }
 
 /// ops/s of each repetition (`None` where it failed).
@@ -682,6 +720,26 @@ pub fn parse_threads(s: &str) -> Result<Vec<usize>, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_tail_counts_every_repetition() {
+        // Three runs of 1 000 fsyncs, five slow ones in the first: the median run's p99.9
+        // misses them, the pool (5 of 3 000, above 0.1 %) does not.
+        let ms = Duration::from_millis;
+        let mut runs = [Latency::new(), Latency::new(), Latency::new()];
+        for (i, h) in runs.iter_mut().enumerate() {
+            for k in 0..1000 {
+                h.record(if i == 0 && k < 5 { ms(100) } else { ms(1) });
+            }
+        }
+        let alone: Vec<f64> = runs.iter().map(|h| h.percentiles().p999).collect();
+        assert!(alone[0] > 99_000.0 && median(&alone) < 1100.0, "per run: {alone:?}");
+        let p = pooled(runs.iter()).unwrap();
+        assert_eq!(p.count, 3000);
+        assert!(p.p99 < 1100.0, "pooled p99: {}", p.p99);
+        assert!(p.p999 > 99_000.0, "pooled p99.9: {}", p.p999);
+        assert!(pooled(std::iter::empty()).is_none());
+    }
 
     #[test]
     fn parses_targets() {

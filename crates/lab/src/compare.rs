@@ -169,6 +169,8 @@ mod tests {
             mb_per_sec: 0.0,
             reps_ops_per_sec: vec![ops],
             median_run: None,
+            fsync_pooled: None,
+            fsync_p999_ratio: None,
             error: None,
         }
     }

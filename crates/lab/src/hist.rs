@@ -36,6 +36,12 @@ pub struct Percentiles {
     pub max: f64,
 }
 
+impl std::fmt::Debug for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Latency").field("count", &self.h.len()).finish()
+    }
+}
+
 impl Latency {
     /// An empty histogram (1 µs to 100 s, 3 significant digits).
     pub fn new() -> Latency {

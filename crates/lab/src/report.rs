@@ -77,7 +77,7 @@ fn f0(x: f64) -> String {
     if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") }
 }
 
-const COLUMNS: [&str; 30] = [
+const COLUMNS: [&str; 36] = [
     "workload",
     "threads",
     "series",
@@ -108,6 +108,12 @@ const COLUMNS: [&str; 30] = [
     "flushes_per_fsync",
     "in_flight",
     "wait_lock_ms",
+    "fsync_p95_all_reps_us",
+    "fsync_p99_all_reps_us",
+    "fsync_p999_all_reps_us",
+    "fsync_p999_vs_first",
+    "fsync_p999_vs_first_lo",
+    "fsync_p999_vs_first_hi",
 ];
 
 fn cells(row: &Row<'_>) -> Vec<String> {
@@ -162,6 +168,14 @@ fn cells(row: &Row<'_>) -> Vec<String> {
             c.push(m.waits.as_ref().map_or("-".into(), |w| format!("{:.1}", w.wait_lock_us() / 1e3)));
         }
         None => c.extend(std::iter::repeat_n("-".to_string(), 18)),
+    }
+    match &p.fsync_pooled {
+        Some(f) => c.extend([f.p95, f.p99, f.p999].map(f0)),
+        None => c.extend(["-", "-", "-"].map(String::from)),
+    }
+    match &p.fsync_p999_ratio {
+        Some(r) => c.extend([r.median, r.lo, r.hi].map(|x| format!("{x:.3}"))),
+        None => c.extend(std::iter::repeat_n("-".to_string(), 3)),
     }
     c
 }

@@ -7,6 +7,7 @@
 # lock-wait tables) into its own directory here.
 #   docs/results/waits/run.sh            # everything (about 40 minutes)
 #   ONLY=ramdisk docs/results/waits/run.sh
+#   ONLY=oversub-tail OUT=docs/results/waits/intel-abc1234 docs/results/waits/run.sh  # the tail sweeps (about 15 minutes)
 #   OUT=docs/results/waits/intel-abc1234 CJFS=/path/to/cjfs docs/results/waits/run.sh   # elsewhere, a given binary
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -36,6 +37,13 @@ run zjournal-ramdisk-32 ramdisk varmail-split,exim 32 "${modes_zj[@]}"
 run oversub-ramdisk ramdisk varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
 run oversub-sata sata-ssd varmail-split,exim 32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
 run emmc emmc varmail-split 8,32 --mode cjfs --mode cjfs+wait=spin_park+dispatch=per_core
+# The oversubscribed tails again with twice the repetitions, fsync p99.9 pooled over every
+# repetition, and a control: `cjfs+wait=condvar` is `cjfs` under another name, so its ratio
+# to the first series is the noise floor of the p99.9 ratios beside it.
+REPS=${TAIL_REPS:-10} run oversub-tail-ramdisk ramdisk varmail-split,exim 32 \
+  --mode cjfs --mode cjfs+wait=condvar --mode cjfs+wait=spin_park --mode cjfs+wait=spin_park+dispatch=per_core
+REPS=${TAIL_REPS:-10} run oversub-tail-sata sata-ssd varmail-split,exim 32 \
+  --mode cjfs --mode cjfs+wait=condvar --mode cjfs+wait=spin_park --mode cjfs+wait=spin_park+dispatch=per_core
 # The wait stress (64 threads, 10^6 fsyncs, watchdog: no waiter parked 1 s after durable).
 stress() { # name, device, journal
   [ -n "${ONLY:-}" ] && [[ "$1" != *"$ONLY"* ]] && return 0

@@ -214,6 +214,10 @@ pub struct RunResult {
     pub op_cdf: Vec<[f64; 2]>,
     /// fsync latency CDF: `[µs, cumulative fraction]` points (empty without fsyncs).
     pub fsync_cdf: Vec<[f64; 2]>,
+    /// Every fsync latency of the run, so a sweep can pool the repetitions' tails (one run's
+    /// p99.9 rests on a dozen samples).
+    #[serde(skip)]
+    pub fsync_hist: Option<Latency>,
     /// CPU time (user + system) of the process during the run, seconds.
     pub cpu_secs: f64,
     /// Context switches of the process during the run (voluntary and involuntary).
@@ -560,6 +564,7 @@ where
         fsync_latency: flat.percentiles(),
         op_cdf: cdf(&lat),
         fsync_cdf: cdf(&flat),
+        fsync_hist: Some(flat),
         cpu_secs,
         context_switches,
         waits: journal.as_ref().map(|_| WaitSummary::from(&waits)),
