@@ -3,6 +3,9 @@
 //! image must unmount and pass `e2fsck -fn`. Private files are checked against a per-thread
 //! model (nobody else touches them), shared ones only for sane errors.
 //!
+//! Configurations: `jbd2`, no journal, data=journal, two per-core logs with CJFS's pipeline
+//! and polling waits, iJournaling.
+//!
 //! `CJFS_STRESS_SECS` sets the seconds each configuration runs (default 2);
 //! `CJFS_STRESS_SEED` picks other operation mixes.
 
@@ -15,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use cjfs_fs::{
     DataMode, FallocMode, FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr,
-    XattrFlags,
+    XattrFlags, preset,
 };
 use cjfs_journal::JournalConfig;
 use common::{assert_fsck_clean, fresh_image, open_image};
@@ -487,6 +490,23 @@ fn stress_nojournal() {
 #[test]
 fn stress_data_journal() {
     stress("data=journal", MountOptions { data: DataMode::Journal, ..MountOptions::default() }, 3);
+}
+
+/// Per-core logs with CJFS's pipeline in each, two logs whatever the core count, polling
+/// waits and per-core dispatch: allocation, chaining and validity under every operation,
+/// and (in the debug run) every lock acquisition checked against its rank.
+#[test]
+fn stress_two_logs() {
+    let opts =
+        preset::apply("zjournal-cjfs+logs=2+wait=spin_park+dispatch=per_core", MountOptions::default())
+            .expect("preset");
+    stress("zjournal-cjfs, 2 logs", opts, 4);
+}
+
+/// iJournaling's fsync path (file-level records) beside normal commits under every operation.
+#[test]
+fn stress_ijournal() {
+    stress("ijournal", preset::apply("ijournal", MountOptions::default()).expect("preset"), 5);
 }
 
 /// A rename of directory `a/dir` over file `b/file` (ENOTDIR) races an rmdir of
