@@ -635,7 +635,7 @@ pub fn run_with(
                     .min_by(|a, b| (a.ops_per_sec - med).abs().total_cmp(&(b.ops_per_sec - med).abs()))
                     .map(|r| RunResult { fsync_hist: None, ..r.clone() });
                 let ratio = if i == 0 { None } else { median_ci(&paired_ratios(&per_rep, &base_ops)) };
-                let fsync_pooled = pooled_fsync(&rs);
+                let fsync_pooled = pooled(rs.iter().filter_map(|r| r.fsync_hist.as_ref()));
                 points.push(Point {
                     workload: w.to_string(),
                     threads,
@@ -662,14 +662,12 @@ pub fn run_with(
 
 /// fsync p99.9 of each repetition (`None` where it failed or made no fsync).
 fn rep_fsync_p999(runs: &[Option<RunResult>]) -> Vec<Option<f64>> {
-    runs.iter()
-        .map(|r| r.as_ref().filter(|r| r.fsync_latency.count > 0).map(|r| r.fsync_latency.p999))
-        .collect()
+    per_rep(runs, |r| (r.fsync_latency.count > 0).then_some(r.fsync_latency.p999))
 }
 
-/// fsync percentiles over the fsyncs of every run (`None` without any).
-fn pooled_fsync(runs: &[RunResult]) -> Option<Percentiles> {
-    pooled(runs.iter().filter_map(|r| r.fsync_hist.as_ref()))
+/// `f` of each repetition (`None` where it failed or `f` has no value).
+fn per_rep(runs: &[Option<RunResult>], f: impl Fn(&RunResult) -> Option<f64>) -> Vec<Option<f64>> {
+    runs.iter().map(|r| r.as_ref().and_then(&f)).collect()
 }
 
 /// Percentiles of several histograms merged (`None` when they hold nothing).
@@ -684,7 +682,7 @@ fn pooled<'a>(hists: impl Iterator<Item = &'a Latency>) -> Option<Percentiles> {
 
 /// ops/s of each repetition (`None` where it failed).
 fn rep_ops(runs: &[Option<RunResult>]) -> Vec<Option<f64>> {
-    runs.iter().map(|r| r.as_ref().map(|r| r.ops_per_sec)).collect()
+    per_rep(runs, |r| Some(r.ops_per_sec))
 }
 
 /// Whether every interval of a point is within `bound`: each series' ratio to the first,
