@@ -59,11 +59,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::FsResult;
+use crate::extent_tree;
 use crate::fs::FsInner;
 use crate::inode::{InodeState, store_inode};
 use crate::ondisk::inode::EXT4_JOURNAL_DATA_FL;
-use crate::tx::Tx;
-use crate::types::{DataMode, Ino};
+use crate::tx::{ReadStore, Tx};
+use crate::types::{DataMode, Ino, LeaveMode};
 
 /// A sync window of at most this many blocks that needs a commit anyway goes to data
 /// journaling (see the module docs).
@@ -122,6 +123,8 @@ pub(crate) struct Counters {
     to_ordered: AtomicU64,
     blocks_moved: AtomicU64,
     flush_ns: AtomicU64,
+    left_by_revoke: AtomicU64,
+    blocks_handed: AtomicU64,
 }
 
 /// A snapshot of the adaptive policy's counters.
@@ -134,8 +137,14 @@ pub struct AdaptiveStats {
     /// Dirty blocks moved from a transaction's ordered writes into its log at a switch to
     /// data journaling.
     pub blocks_moved: u64,
-    /// Nanoseconds the switches back to ordered spent emptying the journal.
+    /// Nanoseconds the switches back to ordered took (emptying the journal, or handing
+    /// over by revoke).
     pub flush_ns: u64,
+    /// Switches back to ordered (explicit or the policy's) made by revoke, without emptying
+    /// the journal (`leave=revoke`).
+    pub left_by_revoke: u64,
+    /// Committed images those switches handed to their transaction's ordered writes.
+    pub blocks_handed: u64,
 }
 
 impl Counters {
@@ -146,6 +155,8 @@ impl Counters {
             to_ordered: self.to_ordered.load(Ordering::Relaxed),
             blocks_moved: self.blocks_moved.load(Ordering::Relaxed),
             flush_ns: self.flush_ns.load(Ordering::Relaxed),
+            left_by_revoke: self.left_by_revoke.load(Ordering::Relaxed),
+            blocks_handed: self.blocks_handed.load(Ordering::Relaxed),
         }
     }
 
@@ -230,6 +241,50 @@ pub(crate) fn to_data(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<(
     fs.adaptive.to_data.fetch_add(1, Ordering::Relaxed);
     fs.adaptive.blocks_moved.fetch_add(moved, Ordering::Relaxed);
     Ok(())
+}
+
+/// Take the regular file `ino` out of data journaling without emptying the journal (the
+/// `leave=revoke` setting; see `cjfs_journal`'s `unjournal.rs`): its blocks' committed
+/// images still awaiting checkpoint become ordered writes of the switch's transaction, which
+/// revokes the blocks and clears the flag. Returns `false`, having changed nothing, where
+/// the caller must empty the journal instead: the `empty` setting, iJournaling (an
+/// i-transaction may make the file durable without the revoking commit), several logs, a
+/// file without an extent tree.
+pub(crate) fn leave_by_revoke(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<bool> {
+    if fs.opts.leave != LeaveMode::Revoke || fs.ij.get().is_some() || !st.d.has_extents() {
+        return Ok(false);
+    }
+    let j = &fs.journal;
+    // Every journaled version of its blocks durable first (the inode lock keeps new ones
+    // out): the journal hands over only committed images.
+    for id in [st.meta_tx, st.datasync_tx] {
+        if !j.is_durable(id) {
+            j.commit_wait(id)?;
+        }
+    }
+    let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+    let maps = extent_tree::extents_in_range(&st.d.block, &mut store, st.csum, 0, u32::MAX)?;
+    // Only cached buffers can have a committed image (an image pins its buffer).
+    let bufs: Vec<_> = maps
+        .iter()
+        .flat_map(|m| m.pblk..m.pblk + u64::from(m.len))
+        .filter_map(|b| fs.cache.peek(b))
+        .collect();
+    let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).min(1 << 16))?;
+    let revoke = !crate::planted::bugs(&fs.opts).leave_without_revoke;
+    let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? else {
+        return Ok(false);
+    };
+    st.dirty_data.extend(bufs.into_iter().filter(|b| b.jstate().dirty));
+    st.d.flags &= !EXT4_JOURNAL_DATA_FL;
+    st.d.ctime = crate::types::Timestamp::now();
+    store_inode(&mut tx, ino, st)?;
+    // Any sync of the file from now on commits the revokes with it (an fdatasync that only
+    // wrote its data home would leave older copies to be replayed over that data).
+    st.leave_tx = tx.stop()?;
+    fs.adaptive.left_by_revoke.fetch_add(1, Ordering::Relaxed);
+    fs.adaptive.blocks_handed.fetch_add(handed, Ordering::Relaxed);
+    Ok(true)
 }
 
 /// Time a switch back to ordered: `f` empties the journal and clears the flag.

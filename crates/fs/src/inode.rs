@@ -34,6 +34,11 @@ pub(crate) struct InodeState {
     pub meta_tx: TxId,
     /// Last transaction that changed what fdatasync needs (size, block mapping).
     pub datasync_tx: TxId,
+    /// The file's last switch out of data journaling by revoke (`adaptive::leave_by_revoke`):
+    /// every sync waits for it too (its revokes keep older logged copies from being replayed
+    /// over what the file writes home), though it is not a change of the file the adaptive
+    /// policy should count.
+    pub leave_tx: TxId,
     /// Data buffers written since the last fsync (fdatasync without a commit writes these).
     pub dirty_data: Vec<Arc<Buffer>>,
     /// Writes since the last sync, for the adaptive data mode (`adaptive.rs`).
@@ -218,6 +223,7 @@ impl InodeState {
             names: Arc::new(Names::default()),
             meta_tx: TxId::default(),
             datasync_tx: TxId::default(),
+            leave_tx: TxId::default(),
             dirty_data: Vec::new(),
             window: crate::adaptive::Window::default(),
             open: 0,

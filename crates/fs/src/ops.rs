@@ -390,6 +390,10 @@ impl Fs {
                     crate::adaptive::Decision::Keep => {}
                 }
             }
+            // A switch out of data journaling by revoke commits before the data is durable.
+            if st.leave_tx.tid > tx.tid && !j.is_durable(st.leave_tx) {
+                tx = st.leave_tx;
+            }
             (tx, std::mem::take(&mut st.dirty_data), back)
         };
         // A data-journaled file's data is in the log: the commit is all (its committed pages
@@ -514,7 +518,11 @@ impl Fs {
             // or over the blocks' next owner. Commit and checkpoint everything first, as
             // ext4 does (jbd2_journal_flush in ext4_change_inode_journal_flag). The inode
             // lock keeps new journalled writes to this file out meanwhile; with several
-            // logs new handles wait too (see `Journal::empty`).
+            // logs new handles wait too (see `Journal::empty`). `leave=revoke` does it
+            // without writing anything now (`adaptive::leave_by_revoke`).
+            if crate::adaptive::leave_by_revoke(&self.inner, ino, &mut st)? {
+                return Ok(());
+            }
             self.inner.journal.empty()?;
         }
         let mut tx = Tx::start(&self.inner, 4)?;

@@ -17,6 +17,10 @@ pub struct FsBugs {
     /// Blocks freed from a data-journaled file are not revoked ("revoke switched off"): a
     /// logged copy of one may be replayed over the block's next owner.
     pub no_data_revoke: bool,
+    /// A file leaving data journaling by revoke (`leave=revoke`) hands its checkpoint images
+    /// to ordered writes but revokes nothing: a logged copy may be replayed over data the
+    /// file wrote in place and synced after the switch.
+    pub leave_without_revoke: bool,
 }
 
 /// The bugs planted in `o` (none without the `planted-bugs` feature).
@@ -29,6 +33,11 @@ pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
     #[cfg(not(feature = "planted-bugs"))]
     {
         let _ = o;
-        FsBugs { skip_size_update_journal: false, skip_ancestor_record: false, no_data_revoke: false }
+        FsBugs {
+            skip_size_update_journal: false,
+            skip_ancestor_record: false,
+            no_data_revoke: false,
+            leave_without_revoke: false,
+        }
     }
 }

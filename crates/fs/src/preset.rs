@@ -6,7 +6,7 @@
 use cjfs_journal::polling::WaitMode;
 use cjfs_journal::{CommitMode, JournalConfig, JournalKind, Logs};
 
-use crate::types::MountOptions;
+use crate::types::{LeaveMode, MountOptions};
 
 /// A preset name nobody knows, or a setting after it that does not apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -41,6 +41,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
         JournalConfig::preset(name).ok_or_else(|| UnknownPreset { name: spec.to_string(), why: None })?;
     // Journaling of journal's automatic per-file data mode is the file system's.
     let mut adaptive = name == "adaptive";
+    // Journaling of journal's presets leave data journaling by revoke; the others as ext4.
+    let mut leave = if matches!(name, "joj" | "adaptive") { LeaveMode::Revoke } else { LeaveMode::Empty };
     for setting in parts {
         if journal.per_device {
             return Err(bad("`auto` chooses every setting per device; name a preset to change one".into()));
@@ -69,6 +71,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("commit", "two_step")) => journal.commit = CommitMode::TwoStep,
             Some(("adaptive", "on")) => adaptive = true,
             Some(("adaptive", "off")) => adaptive = false,
+            Some(("leave", "empty")) => leave = LeaveMode::Empty,
+            Some(("leave", "revoke")) => leave = LeaveMode::Revoke,
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();
@@ -85,7 +89,7 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     if journal.commit == CommitMode::SingleIo && journal.logs != Logs::One {
         return Err(bad("the single-I/O commit runs one log (per-core journaling has several)".into()));
     }
-    Ok(MountOptions { journal, core_groups, adaptive, ..base })
+    Ok(MountOptions { journal, core_groups, adaptive, leave, ..base })
 }
 
 /// Blocks of each extra log area a per-core journal gets from [`mkfs_for`].

@@ -118,6 +118,7 @@ impl Rebuild {
             cache_blocks: 4096,
             core_groups: false,
             adaptive: false,
+            leave: crate::types::LeaveMode::Empty,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         };

@@ -55,6 +55,10 @@ pub struct MountOptions {
     /// file system picks the file's data mode from what was written since the last one
     /// (`adaptive.rs`), with no change to the application. Set by the `adaptive` preset.
     pub adaptive: bool,
+    /// How a regular file leaves data journaling on a `data=ordered` mount (`chattr -j`, or the
+    /// adaptive mode going back to ordered). Set by the `joj` and `adaptive` presets to
+    /// [`LeaveMode::Revoke`].
+    pub leave: LeaveMode,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -69,10 +73,22 @@ impl Default for MountOptions {
             cache_blocks: 256 * 1024,
             core_groups: false,
             adaptive: false,
+            leave: LeaveMode::Empty,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }
     }
+}
+
+/// How a file leaves data journaling (one setting: `leave=empty|revoke`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveMode {
+    /// Empty the journal first (commit and checkpoint everything), as ext4 does.
+    Empty,
+    /// Hand the file's pending checkpoint images to the switch's ordered writes and revoke
+    /// its blocks there (`cjfs_journal`'s `unjournal.rs`); nothing is written at the switch.
+    /// Falls back to `Empty` with several logs or iJournaling.
+    Revoke,
 }
 
 /// File type.

@@ -40,6 +40,7 @@ impl Seen {
 }
 
 struct Rig {
+    ssd: Arc<EmulatedSsd>,
     rec: Arc<Recorder>,
     fs: Fs,
 }
@@ -51,12 +52,13 @@ fn rig(spec: &str, data: DataMode, journal_blocks: Option<u32>) -> Rig {
     let ssd =
         EmulatedSsd::new(SsdPreset { write_latency_us: 0, flush_base_us: 0, ..SsdPreset::emmc() }, 32768);
     mkfs(&ssd, &MkfsOptions { assume_zeroed: true, journal_blocks, ..MkfsOptions::default() }).expect("mkfs");
-    let rec = Arc::new(Recorder::new(Arc::new(ssd) as Device));
+    let ssd = Arc::new(ssd);
+    let rec = Arc::new(Recorder::new(ssd.clone() as Device));
     let mut opts = preset::apply(spec, MountOptions { data, ..MountOptions::default() }).expect("preset");
     opts.journal.commit_interval = Duration::from_secs(3600);
     opts.journal.checkpoint_high_water = 0.95;
     let fs = Fs::open(rec.clone() as Device, opts).expect("mount");
-    Rig { rec, fs }
+    Rig { ssd, rec, fs }
 }
 
 impl Rig {
@@ -213,7 +215,7 @@ fn files_inherit_data_journaling_from_their_directory() {
 
 #[test]
 fn switching_to_ordered_empties_the_journal() {
-    let r = rig("joj", DataMode::Ordered, None);
+    let r = rig("joj+leave=empty", DataMode::Ordered, None);
     let ino = data_journaled_file(&r.fs, b"f");
     r.fs.write(ino, 0, &pattern(6, 16384)).expect("write");
     r.fs.fsync(ino, false).expect("fsync");
@@ -231,6 +233,81 @@ fn switching_to_ordered_empties_the_journal() {
     r.fs.write(ino, 0, &pattern(8, 4096)).expect("ordered write");
     let s = r.seen(|fs| fs.fsync(ino, false).expect("fsync"));
     assert!(s.writes.iter().any(|w| w.0 == BlockKind::Data), "ordered data goes home: {s:?}");
+    r.fs.unmount().expect("unmount");
+}
+
+impl Rig {
+    /// The log's transactions on the device now.
+    fn logged(&self) -> usize {
+        let dev = self.rec.clone() as Device;
+        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
+        let (_, areas) = cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal");
+        cjfs_journal::recovery::scan(&*dev, &areas[0]).expect("scan").transactions.len()
+    }
+
+    /// Mount a copy of the device as it is now (every write applied so far: a crash with
+    /// the cache written back) and read `len` bytes of `name`.
+    fn after_crash(&self, name: &[u8], len: usize) -> Vec<u8> {
+        let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &self.ssd.image_bytes()));
+        let fs = Fs::open(copy as Device, preset::resolve("jbd2").expect("preset")).expect("recover");
+        let ino = fs.lookup(ROOT_INO, name).expect("lookup").ino;
+        let mut got = vec![0u8; len];
+        let n = fs.read(ino, 0, &mut got).expect("read");
+        got.truncate(n);
+        fs.unmount().expect("unmount");
+        got
+    }
+}
+
+#[test]
+fn leaving_data_journaling_by_revoke_writes_nothing_at_the_switch() {
+    let r = rig("joj", DataMode::Ordered, None);
+    let ino = data_journaled_file(&r.fs, b"f");
+    let mut want = pattern(6, 16384);
+    r.fs.write(ino, 0, &want).expect("write");
+    r.fs.fsync(ino, false).expect("fsync");
+    let other = r.fs.create(ROOT_INO, b"g", 0o644, 0, 0).expect("create");
+    r.fs.write(other.ino, 0, &pattern(7, 4096)).expect("write");
+    let s = r.seen(|fs| fs.set_journal_data(ino, false).expect("chattr -j"));
+    assert_eq!(s, Seen::default(), "nothing written or flushed at the switch");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.left_by_revoke, st.blocks_handed), (1, 4), "{st:?}");
+    assert!(r.logged() >= 1, "the journaled copies stay in the log");
+    // Rewritten in place and synced: the switch's commit writes the four handed blocks home
+    // (with the other file's ordered block) and revokes the logged copies, so a crash now
+    // replays none of them over the new data.
+    want[..4096].copy_from_slice(&pattern(8, 4096));
+    r.fs.write(ino, 0, &want[..4096]).expect("ordered write");
+    let s = r.seen(|fs| fs.fsync(ino, false).expect("fsync"));
+    let home: usize = s.writes.iter().filter(|w| w.0 == BlockKind::Data).map(|w| w.1).sum();
+    assert_eq!(home, 5, "{s:?}");
+    assert!(r.logged() >= 2, "no checkpoint ran: the old copies are still in the log");
+    assert!(r.fs.journal().stats().revokes >= 4);
+    assert_eq!(r.after_crash(b"f", want.len()), want, "recovery replayed a revoked copy");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn a_full_log_breaks_a_switch_hold_rather_than_wait() {
+    // The switched file's copies are the oldest in a small log that the next commit needs
+    // room in: the commit writes the file's blocks home itself and the tail moves on.
+    let r = rig("joj", DataMode::Ordered, Some(1024));
+    let ino = data_journaled_file(&r.fs, b"f");
+    let want = pattern(6, 16 * 4096);
+    r.fs.write(ino, 0, &want).expect("write");
+    r.fs.fsync(ino, false).expect("fsync");
+    let fill = data_journaled_file(&r.fs, b"fill");
+    for i in 0..4u8 {
+        r.fs.write(fill, 0, &pattern(20 + i, 200 * 4096)).expect("fill");
+        r.fs.fsync(fill, false).expect("fsync");
+    }
+    r.fs.set_journal_data(ino, false).expect("chattr -j");
+    assert_eq!(r.fs.journal().stats().leave_breaks, 0);
+    // Into the switch's own transaction (a larger write would not fit it and commit it).
+    r.fs.write(fill, 0, &pattern(30, 200 * 4096)).expect("more");
+    r.fs.fsync(fill, false).expect("fsync");
+    assert!(r.fs.journal().stats().leave_breaks >= 1, "{:?}", r.fs.journal().stats());
+    assert_eq!(r.after_crash(b"f", want.len()), want);
     r.fs.unmount().expect("unmount");
 }
 
@@ -308,6 +385,9 @@ fn small_rewrites_in_place_send_a_data_journaled_file_back_to_ordered() {
     assert_eq!(flags(w.ino), 0, "the debt reached a switch's cost: back to ordered");
     let st = r.fs.adaptive_stats();
     assert_eq!((st.to_data, st.to_ordered), (1, 1), "{st:?}");
+    // The next sync commits the switch (its revokes, the handed blocks home).
+    r.fs.write(w.ino, 0, &pattern(29, 8192)).expect("rewrite");
+    r.fs.fsync(w.ino, true).expect("fdatasync");
     // Rewrites in place stay ordered now (one flush each, nothing logged).
     let s = r.seen(|fs| {
         fs.write(w.ino, 0, &pattern(30, 8192)).expect("rewrite");

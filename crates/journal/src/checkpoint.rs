@@ -31,10 +31,12 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
                 return;
             }
         }
-        // Blocks to write home, or (several logs) written but held in the log by another
-        // log's older copies, revokes or validity: look again.
+        // Blocks to write home, or written but held in the log (several logs: by another
+        // log's older copies, revokes or validity; a file's switch out of data journaling
+        // not yet durable): look again.
         let pending = !j.checkpoint_list.lock().is_empty()
-            || (j.set.multi_log() && j.log.lock().ring.durable_prefix().is_some());
+            || (j.set.multi_log() && j.log.lock().ring.durable_prefix().is_some())
+            || !j.leave_holds.lock().is_empty();
         if pending && let Err(e) = checkpoint(&j) {
             j.abort(format!("checkpoint failed: {e}"));
             return;
@@ -61,6 +63,11 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
         return Ok(());
     };
     let bugs = crate::planted::bugs(&j.set.config);
+    // A file that left data journaling still needs its older copies until its switch is
+    // durable (`unjournal.rs`).
+    if let Some(c) = crate::unjournal::leave_cap(j, upto) {
+        upto = upto.min(c);
+    }
     if multi && !bugs.checkpoint_invalid {
         upto = upto.min(j.set.chains.valid_upto(usize::from(j.id)));
         if let Some(c) = hold_cap {

@@ -544,6 +544,11 @@ pub(crate) fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
                 return Ok(s);
             }
         }
+        // A file's switch out of data journaling may keep the tail until a commit that
+        // could be this one: write its blocks home instead (`unjournal.rs`).
+        if crate::unjournal::break_holds(j)? {
+            continue;
+        }
         let (mut pending, cap) = {
             let l = j.log.lock();
             (l.ring.spans().iter().any(|t| !t.durable), l.ring.capacity())

@@ -29,6 +29,7 @@
 //! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
 //! | `single_io.rs` | the single-I/O commit of journaling of journal (FAST'14 §2.1): a transaction as one write and one flush, with the v1 checksum and async-commit features |
+//! | `unjournal.rs` | a file leaving data journaling by revoke: its pending checkpoint images become the switch's ordered writes, its blocks revoked, the log held until the switch is durable (instead of emptying the journal) |
 //! | `per_core.rs` | per-core journaling (Z-Journal): admission, chain marks, stamps, validity |
 //! | `order_graph.rs` | recovery of several logs by order graph (Z-Journal §3.4) |
 //! | `coalescing.rs` | lock-up with opportunistic coalescing and commit pacing (CJFS §4.3) |
@@ -111,6 +112,7 @@ pub mod single_io;
 pub mod stats;
 pub mod superblock;
 pub mod transaction;
+mod unjournal;
 pub mod work_queue;
 mod writer;
 

@@ -91,6 +91,10 @@ pub(crate) struct LogCore {
     /// transactions that must leave their logs first (see `checkpoint::hold_for_revoke`).
     /// Lock: itself (a leaf).
     pub revoke_holds: RankedMutex<Vec<(Tid, Vec<TxId>)>>,
+    /// Files that left data journaling by revoke (`unjournal.rs`): the transactions from a
+    /// hold's `oldest` on may not leave the log before its switch `r` is durable. Lock:
+    /// itself (a leaf).
+    pub leave_holds: RankedMutex<Vec<crate::unjournal::LeaveHold>>,
     /// Work for the flush thread (a mutex and `flush_cv`, or lock-free with per-core
     /// dispatch; see `work_queue`).
     pub flush_queue: crate::work_queue::FlushQueue,
@@ -173,6 +177,7 @@ impl LogCore {
             commit_lock: RankedMutex::new(Rank::CommitLock, ()),
             checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
             revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
+            leave_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             in_log: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             stamped: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             flush_queue,

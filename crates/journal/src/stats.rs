@@ -42,6 +42,8 @@ pub struct JournalStats {
     pub(crate) single_io_blocks: AtomicU64,
     pub(crate) single_io_preflushes: AtomicU64,
     pub(crate) checkpoint_cancelled: AtomicU64,
+    pub(crate) leave_handed: AtomicU64,
+    pub(crate) leave_breaks: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -123,6 +125,12 @@ pub struct StatsSnapshot {
     pub single_io_preflushes: u64,
     /// Committed block copies that never needed their checkpoint: superseded by a newer commit of the block, or dropped because the block was freed (JoJ §2.1).
     pub checkpoint_cancelled: u64,
+    /// Committed images a file leaving data journaling handed from the checkpoint to its
+    /// switch's ordered writes (`unjournal.rs`).
+    pub leave_handed: u64,
+    /// Times a commit short of log space wrote such blocks home itself rather than wait for
+    /// the switch's commit (`unjournal.rs`).
+    pub leave_breaks: u64,
 }
 
 impl JournalStats {
@@ -166,6 +174,8 @@ impl JournalStats {
             single_io_blocks: self.single_io_blocks.load(Relaxed),
             single_io_preflushes: self.single_io_preflushes.load(Relaxed),
             checkpoint_cancelled: self.checkpoint_cancelled.load(Relaxed),
+            leave_handed: self.leave_handed.load(Relaxed),
+            leave_breaks: self.leave_breaks.load(Relaxed),
         }
     }
 }
@@ -211,6 +221,8 @@ impl StatsSnapshot {
             single_io_blocks: self.single_io_blocks - earlier.single_io_blocks,
             single_io_preflushes: self.single_io_preflushes - earlier.single_io_preflushes,
             checkpoint_cancelled: self.checkpoint_cancelled - earlier.checkpoint_cancelled,
+            leave_handed: self.leave_handed - earlier.leave_handed,
+            leave_breaks: self.leave_breaks - earlier.leave_breaks,
         }
     }
 

@@ -416,7 +416,13 @@ fn planted_joj_bugs_are_caught() {
         assert!(n > 0, "{m}: the cross-mode reuse test did not catch the revoke switched off");
     }
     assert_eq!(caught_in("joj", Bugs::default(), &overlap), 0, "joj: quiet without bugs");
+    let switch = pick(&["joj-switch"]);
     for (what, bugs, wls) in [
+        (
+            "leaving data journaling without the revokes",
+            Bugs { leave_without_revoke: true, ..Bugs::default() },
+            &switch,
+        ),
         ("single writes overlapping", Bugs { single_io_overlap: true, ..Bugs::default() }, &overlap),
         (
             "no flush before a single write with ordered data",

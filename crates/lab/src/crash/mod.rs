@@ -96,6 +96,9 @@ pub struct Bugs {
     /// barrier between them.
     #[serde(default)]
     pub single_io_overlap: bool,
+    /// File system: a file leaving data journaling by revoke revokes nothing.
+    #[serde(default)]
+    pub leave_without_revoke: bool,
 }
 
 impl Bugs {
@@ -110,6 +113,7 @@ impl Bugs {
             || self.skip_ancestor_record
             || self.no_data_revoke
             || self.single_io_overlap
+            || self.leave_without_revoke
     }
 }
 
@@ -175,6 +179,7 @@ impl CrashConfig {
                 skip_size_update_journal: self.bugs.skip_size_update_journal,
                 skip_ancestor_record: self.bugs.skip_ancestor_record,
                 no_data_revoke: self.bugs.no_data_revoke,
+                leave_without_revoke: self.bugs.leave_without_revoke,
             };
             o.journal.bugs = cjfs_journal::PlantedBugs {
                 skip_preflush: self.bugs.skip_preflush,

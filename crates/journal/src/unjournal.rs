@@ -1,0 +1,141 @@
+//! Leaving data journaling without emptying the journal (journaling of journal, FAST'14
+//! §2.2: the per-file mode is only cheap if switching it is).
+//!
+//! A file whose data was journaled may leave copies of its blocks in the log, and committed
+//! images of them waiting for the checkpoint. Once the file writes those blocks in place
+//! (ordered mode), two things could put stale data over the new: recovery replaying a logged
+//! copy, and the checkpoint writing an older image after the in-place write. ext4 (and the
+//! `empty` way here) prevents both by committing and checkpointing the whole journal at the
+//! switch (`jbd2_journal_flush` in `ext4_change_inode_journal_flag`): every file's pending
+//! blocks are written home, synchronously, while the switching file waits.
+//!
+//! The `revoke` way needs nothing written at the switch. In the switch's transaction `r`, for
+//! each block of the file that still has a committed image awaiting checkpoint:
+//!
+//! 1. the image is taken away from the checkpoint (under `checkpoint_lock`, so no checkpoint
+//!    is writing it meanwhile) — the checkpoint can no longer write it late;
+//! 2. the block's live contents (the image, or newer) become ordered data of `r`: written home
+//!    before `r`'s commit record, as any ordered write;
+//! 3. the block is revoked in `r`: once `r` is durable, recovery replays no older copy of it;
+//! 4. the log keeps every transaction from the oldest image's on until `r` is durable
+//!    (`LogCore::leave_holds`): until then a crash must still find those copies, since the
+//!    block's home may hold neither the image nor anything newer.
+//!
+//! A commit that finds no log space while such a hold keeps the tail (the log filled before
+//! `r` committed; `r` itself may be the one waiting) breaks it: the held blocks' live
+//! contents are written home and flushed, after which the older copies are not needed (a
+//! crash may then find the file's unsynced writes home, as ordered mode allows).
+//!
+//! A crash before `r` is durable replays the old copies (the file as of its last journaled
+//! commit, which is what it had made durable); after, the revokes hold and the block's home
+//! has its ordered write. The blocks are written home once, as the checkpoint would have, but
+//! by `r`'s commit, in the background of the file's next sync, and blocks the file rewrites
+//! before then are written once with the new contents.
+//!
+//! With a single log only: with several logs a copy's release also depends on the other logs'
+//! (`checkpoint.rs`), and the caller empties the journal instead.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cjfs_blockdev::{BlockKind, WriteTag};
+
+use crate::buffer::{Buffer, Tid};
+use crate::config::JournalKind;
+use crate::error::JResult;
+use crate::handle::Handle;
+use crate::log_core::LogCore;
+
+impl Handle {
+    /// The file whose data blocks are `bufs` (its cached data buffers; every journaled
+    /// version of them durable) leaves data journaling in this handle's transaction (see the
+    /// module docs). Returns how many blocks had a committed image handed over to this
+    /// transaction's ordered writes, or `None` when this journal cannot do it (several logs,
+    /// no log, or a buffer still in a transaction): the caller then empties the journal.
+    /// `revoke: false` is a planted bug's switch (the crash harness' self-test), else `true`.
+    pub fn leave_data_journaling(&mut self, bufs: &[Arc<Buffer>], revoke: bool) -> JResult<Option<u64>> {
+        let j = self.j.clone();
+        if j.set.multi_log() || j.set.config.kind != JournalKind::Jbd2 {
+            return Ok(None);
+        }
+        let r = self.tx_id().tid;
+        let _ckpt = j.checkpoint_lock.lock();
+        // Every version durable and none in a transaction: nothing else changes these
+        // buffers' journal state while the checkpoint lock and the caller's inode lock are
+        // held.
+        if bufs.iter().any(|b| {
+            let js = b.jstate();
+            js.running.is_some() || js.versions > 0
+        }) {
+            return Ok(None);
+        }
+        let mut oldest: Option<Tid> = None;
+        let mut handed = 0u64;
+        for b in bufs {
+            let Some(c) = b.jstate().checkpoint.take() else { continue };
+            oldest = Some(oldest.map_or(c.tx.tid, |o| o.min(c.tx.tid)));
+            j.set.shadow.put(c.image);
+            self.dirty_data(b)?;
+            if revoke {
+                self.revoke(b.blocknr())?;
+            }
+            handed += 1;
+        }
+        if let Some(o) = oldest {
+            j.leave_holds.lock().push(LeaveHold { oldest: o, r, bufs: bufs.to_vec() });
+        }
+        j.set.stats.leave_handed.fetch_add(handed, Ordering::Relaxed);
+        Ok(Some(handed))
+    }
+}
+
+/// The newest transaction of `j` the checkpoint may release, given that `durable` is the
+/// durable prefix: below the oldest copy a not yet durable switch still needs (`None`: no
+/// such hold). Holds whose switch is durable are dropped.
+pub(crate) fn leave_cap(j: &LogCore, durable: Tid) -> Option<Tid> {
+    let mut holds = j.leave_holds.lock();
+    holds.retain(|h| h.r > durable);
+    holds.iter().map(|h| h.oldest.saturating_sub(1)).min()
+}
+
+/// A file's switch out of data journaling that keeps older transactions in the log until
+/// its transaction `r` is durable.
+#[derive(Debug)]
+pub(crate) struct LeaveHold {
+    /// The oldest transaction holding a copy whose image went to `r`'s ordered writes.
+    pub oldest: Tid,
+    /// The switch's transaction.
+    pub r: Tid,
+    /// The file's buffers handed over (those with an image, and others: harmless).
+    pub bufs: Vec<Arc<Buffer>>,
+}
+
+/// Break every hold (the log is full; see the module docs): write the held buffers' live
+/// images home, flush, then let the checkpoint release what they kept. Returns whether there
+/// was any.
+///
+/// Any live image taken after a switch holds the file's committed contents, so one of them
+/// durable is all a hold waits for. They are written whatever their dirty state: a clean
+/// buffer's ordered write may still be in flight, not covered by this flush. Their dirty
+/// state is left alone (a dirty one is written again by its transaction, harmlessly).
+pub(crate) fn break_holds(j: &LogCore) -> JResult<bool> {
+    let (rs, bufs): (Vec<Tid>, Vec<Arc<Buffer>>) = {
+        let holds = j.leave_holds.lock();
+        if holds.is_empty() {
+            return Ok(false);
+        }
+        (holds.iter().map(|h| h.r).collect(), holds.iter().flat_map(|h| h.bufs.iter().cloned()).collect())
+    };
+    let tickets = {
+        // Images taken and submitted in one order with every other home write of data.
+        let _hw = j.set.home_write_lock.lock();
+        let writes: Vec<(u64, cjfs_blockdev::BlockBuf)> =
+            bufs.iter().map(|b| (b.blocknr(), b.snapshot())).collect();
+        crate::commit::submit_runs(&j.set, writes, WriteTag::kind(BlockKind::Data))?
+    };
+    cjfs_blockdev::wait_all(tickets)?;
+    crate::flush::flush(j)?;
+    j.leave_holds.lock().retain(|h| !rs.contains(&h.r));
+    j.set.stats.leave_breaks.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
