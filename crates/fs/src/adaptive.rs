@@ -36,24 +36,34 @@
 //! committing is written home by it and journaled too; the newer copy wins at replay), and
 //! the flag change commits with them, so that very sync is one single write.
 //!
-//! Data → ordered must first empty the journal (as ext4's `chattr -j`,
-//! `jbd2_journal_flush`): a journaled copy of the file's blocks left in the log would be
-//! replayed over data written home later. That costs a commit and a full checkpoint, so it
-//! is done only once staying has cost about as much, right after the sync that decides it:
+//! Data → ordered must keep every journaled copy of the file's blocks from being replayed
+//! (or checkpointed) over data written home later. ext4's `chattr -j` empties the journal
+//! (`jbd2_journal_flush`: a commit and a full checkpoint, every file's pending blocks written
+//! home while the file waits), which the `leave=empty` setting does too. The `joj` and
+//! `adaptive` presets use `leave=revoke` ([`leave_by_revoke`]): the file's committed images
+//! still awaiting checkpoint become ordered writes of the switch's transaction, which
+//! revokes the blocks; the log keeps the older copies until that transaction is durable
+//! (`cjfs_journal`'s `unjournal.rs`). Nothing is written at the switch, and blocks the file
+//! rewrites meanwhile are written home once. The policy's switch by revoke is made at the
+//! sync that decides it, before its commit: the window that sync covers leaves the running
+//! transaction's log for its ordered writes and is written home once, not logged first
+//! (`leave=empty` switches right after that sync's commit). Either way the switch is made
+//! only once staying has cost about as much:
 //!
-//! * [`LARGE_RUNS`] windows of at least [`LARGE_BLOCKS`] blocks in a row (a WAL filled by
-//!   big transactions), or
+//! * windows of at least [`LARGE_BLOCKS`] blocks in a row (a WAL filled by big
+//!   transactions) worth the switch's cost ([`switch_cost_blocks`]: [`LARGE_RUNS`] of them
+//!   when the switch empties the journal, one by revoke), or
 //! * `fdatasync` windows that would need no commit in ordered mode (overwrites in place:
 //!   neither the size nor the block count changed — a WAL rewritten from its start after a
 //!   checkpoint, a database updated in place), which data journaling makes pay a log write
 //!   each: the blocks written in the log beyond ordered's (the window's blocks, its
-//!   descriptor and commit block) are added up as the file's *debt*, and at
-//!   [`DEBT_BLOCKS`] — the same `LARGE_BLOCKS × LARGE_RUNS` the first rule lets a file
-//!   log — it goes back (ski rental: pay the switch once staying has cost as much). A
+//!   descriptor and commit block) are added up as the file's *debt*, and at the switch's
+//!   cost — the same budget the first rule lets a file log — it goes back (ski rental: pay
+//!   the switch once staying has cost as much). A
 //!   window that needed a commit anyway clears the debt (data journaling saved its flush).
 //!
-//! The number of switches each way and the time the journal flushes took are counted
-//! ([`AdaptiveStats`]).
+//! The number of switches each way, the time the switches back took and how many went by
+//! revoke are counted ([`AdaptiveStats`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -74,8 +84,23 @@ pub const LARGE_BLOCKS: u32 = 256;
 /// Large windows in a row that send a data-journaled file back to ordered.
 pub const LARGE_RUNS: u8 = 2;
 /// Blocks logged beyond ordered's by windows that needed no commit, that send a
-/// data-journaled file back to ordered (see the module docs).
+/// data-journaled file back to ordered when the switch empties the journal (see the module
+/// docs).
 pub const DEBT_BLOCKS: u32 = LARGE_BLOCKS * LARGE_RUNS as u32;
+
+/// What going back to ordered costs, in blocks' worth of log writes: the budget the policy
+/// lets a data-journaled file's unfavourable windows spend before it switches (ski rental).
+/// Emptying the journal costs a commit and a full checkpoint: [`DEBT_BLOCKS`], two large
+/// windows. By revoke it costs at most the commit of its revokes that the file's next sync
+/// makes (the handed blocks are written home once, as their checkpoint would have been):
+/// one flush, 75–250 blocks' transfer on the emulated devices (see the module docs), so one
+/// large window, [`LARGE_BLOCKS`].
+pub fn switch_cost_blocks(leave: LeaveMode) -> u32 {
+    match leave {
+        LeaveMode::Empty => DEBT_BLOCKS,
+        LeaveMode::Revoke => LARGE_BLOCKS,
+    }
+}
 
 /// One file's writes since its last sync, and whether its mode is the policy's to change.
 /// Part of the inode's state (under its lock).
@@ -160,7 +185,7 @@ impl Counters {
         }
     }
 
-    /// Count a switch back to ordered that took `ns` to empty the journal.
+    /// Count a switch back to ordered that took `ns` (emptying the journal, or by revoke).
     pub fn switched_to_ordered(&self, ns: u64) {
         self.to_ordered.fetch_add(1, Ordering::Relaxed);
         self.flush_ns.fetch_add(ns, Ordering::Relaxed);
@@ -188,9 +213,10 @@ pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool, data
         (win.large_runs, win.debt) = (0, 0);
         Decision::ToOrdered
     };
+    let cost = switch_cost_blocks(fs.opts.leave);
     if w >= LARGE_BLOCKS {
         win.large_runs += 1;
-        if win.large_runs >= LARGE_RUNS {
+        if u32::from(win.large_runs) * LARGE_BLOCKS >= cost {
             return back(win);
         }
     } else {
@@ -200,7 +226,7 @@ pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool, data
     // blocks, a descriptor and a commit block) is what data journaling adds.
     if datasync && !grew {
         win.debt = win.debt.saturating_add(w + 2);
-        if win.debt >= DEBT_BLOCKS {
+        if win.debt >= cost {
             return back(win);
         }
     } else {
@@ -250,16 +276,35 @@ pub(crate) fn to_data(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<(
 /// the caller must empty the journal instead: the `empty` setting, iJournaling (an
 /// i-transaction may make the file durable without the revoking commit), several logs, a
 /// file without an extent tree.
-pub(crate) fn leave_by_revoke(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<bool> {
+///
+/// `in_window`: the sync deciding the switch makes it before its commit, so that the window
+/// the file wrote since the last sync leaves the running transaction's log for its ordered
+/// writes (written home once, not logged first). Only the transactions before the running
+/// one are waited for then; if the window's transaction is already committing, nothing is
+/// changed and `false` returned (the caller commits, then switches).
+pub(crate) fn leave_by_revoke(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    in_window: bool,
+) -> FsResult<bool> {
     if fs.opts.leave != LeaveMode::Revoke || fs.ij.get().is_some() || !st.d.has_extents() {
         return Ok(false);
     }
     let j = &fs.journal;
     // Every journaled version of its blocks durable first (the inode lock keeps new ones
-    // out): the journal hands over only committed images.
-    for id in [st.meta_tx, st.datasync_tx] {
-        if !j.is_durable(id) {
-            j.commit_wait(id)?;
+    // out; in the window, those of the running transaction excepted): the journal hands
+    // over only committed images.
+    if in_window {
+        let cur = j.current_tx();
+        if cur.tid > 1 {
+            j.wait(cjfs_journal::TxId::new(cur.log, cur.tid - 1))?;
+        }
+    } else {
+        for id in [st.meta_tx, st.datasync_tx] {
+            if !j.is_durable(id) {
+                j.commit_wait(id)?;
+            }
         }
     }
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
@@ -270,7 +315,9 @@ pub(crate) fn leave_by_revoke(fs: &FsInner, ino: Ino, st: &mut InodeState) -> Fs
         .flat_map(|m| m.pblk..m.pblk + u64::from(m.len))
         .filter_map(|b| fs.cache.peek(b))
         .collect();
-    let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).min(1 << 16))?;
+    // Ordered data takes no log space; revoke records do (8 bytes each, several hundred
+    // to a block).
+    let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).div_ceil(128))?;
     let revoke = !crate::planted::bugs(&fs.opts).leave_without_revoke;
     let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? else {
         return Ok(false);
@@ -287,7 +334,7 @@ pub(crate) fn leave_by_revoke(fs: &FsInner, ino: Ino, st: &mut InodeState) -> Fs
     Ok(true)
 }
 
-/// Time a switch back to ordered: `f` empties the journal and clears the flag.
+/// Time a switch back to ordered: `f` makes it (by revoke, or emptying the journal) and clears the flag.
 pub(crate) fn timed<T>(fs: &FsInner, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
     let t0 = Instant::now();
     let r = f()?;

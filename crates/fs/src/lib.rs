@@ -31,7 +31,7 @@ mod tx;
 pub mod types;
 pub mod xattr;
 
-pub use adaptive::{AdaptiveStats, DEBT_BLOCKS};
+pub use adaptive::{AdaptiveStats, DEBT_BLOCKS, LARGE_BLOCKS, switch_cost_blocks};
 pub use error::{CsumStructure, FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};
 pub use ijournal::{Fallback, IjStats};

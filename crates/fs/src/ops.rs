@@ -386,7 +386,16 @@ impl Fs {
                         crate::adaptive::to_data(&self.inner, ino, &mut st)?;
                         tx = st.meta_tx;
                     }
-                    crate::adaptive::Decision::ToOrdered => back = true,
+                    crate::adaptive::Decision::ToOrdered => {
+                        // By revoke the switch goes in before this sync's commit, which then
+                        // writes the window home instead of logging it.
+                        let t0 = std::time::Instant::now();
+                        if crate::adaptive::leave_by_revoke(&self.inner, ino, &mut st, true)? {
+                            self.inner.adaptive.switched_to_ordered(t0.elapsed().as_nanos() as u64);
+                        } else {
+                            back = true;
+                        }
+                    }
                     crate::adaptive::Decision::Keep => {}
                 }
             }
@@ -520,7 +529,7 @@ impl Fs {
             // lock keeps new journalled writes to this file out meanwhile; with several
             // logs new handles wait too (see `Journal::empty`). `leave=revoke` does it
             // without writing anything now (`adaptive::leave_by_revoke`).
-            if crate::adaptive::leave_by_revoke(&self.inner, ino, &mut st)? {
+            if crate::adaptive::leave_by_revoke(&self.inner, ino, &mut st, false)? {
                 return Ok(());
             }
             self.inner.journal.empty()?;

@@ -333,20 +333,61 @@ fn the_adaptive_mode_follows_the_write_pattern() {
     r.fs.write(w.ino, 0, &pattern(4, 4096)).expect("overwrite");
     r.fs.fsync(w.ino, true).expect("fdatasync");
     assert_eq!(flags(w.ino), 0);
-    // A data-journaled file written in large runs goes back to ordered, emptying the journal.
-    for i in 0..2u8 {
-        r.fs.write(j.ino, 0, &pattern(10 + i, 300 * 4096)).expect("large");
-        r.fs.fsync(j.ino, false).expect("fsync");
-    }
-    assert_eq!(flags(j.ino), 0, "two large windows send it back to ordered");
+    // A data-journaled file written in a large run goes back to ordered: by revoke, the
+    // switch costs a large window's worth, so one pays for it.
+    r.fs.write(j.ino, 0, &pattern(10, 300 * 4096)).expect("large");
+    r.fs.fsync(j.ino, false).expect("fsync");
+    assert_eq!(flags(j.ino), 0, "a large window sends it back to ordered");
     let st = r.fs.adaptive_stats();
-    assert_eq!((st.to_data, st.to_ordered), (1, 1), "{st:?}");
+    assert_eq!((st.to_data, st.to_ordered, st.left_by_revoke), (1, 1, 1), "{st:?}");
     assert!(st.flush_ns > 0);
     // An explicit choice pins the mode.
     r.fs.set_journal_data(w.ino, false).expect("chattr -j");
     r.fs.write(w.ino, 300 * 4096, &pattern(5, 4096)).expect("append");
     r.fs.fsync(w.ino, false).expect("fsync");
     assert_eq!(flags(w.ino), 0, "pinned");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn the_sync_that_sends_a_file_back_writes_its_window_home_once() {
+    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
+    r.fs.write(j.ino, 0, &pattern(1, 3 * 4096)).expect("pages");
+    r.fs.fsync(j.ino, false).expect("fsync");
+    assert_ne!(r.fs.getattr(j.ino).unwrap().flags & 0x4000, 0, "data-journaled");
+    // A large window over the journaled blocks and past them: the sync that sees it switches
+    // before its commit, so the window goes home (with the three handed blocks rewritten in
+    // it) and the log carries only metadata and the revokes.
+    let want = pattern(10, 300 * 4096);
+    r.fs.write(j.ino, 0, &want).expect("large");
+    let s = r.seen(|fs| fs.fsync(j.ino, false).expect("fsync"));
+    assert_eq!(r.fs.getattr(j.ino).unwrap().flags & 0x4000, 0, "back to ordered");
+    let sum = |k: BlockKind| -> usize { s.writes.iter().filter(|w| w.0 == k).map(|w| w.1).sum() };
+    assert_eq!(sum(BlockKind::Data), 300, "{s:?}");
+    assert!(sum(BlockKind::JournalTransaction) < 32, "the window is not logged: {s:?}");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.to_ordered, st.left_by_revoke, st.blocks_handed), (1, 1, 3), "{st:?}");
+    assert_eq!(r.after_crash(b"db-journal", want.len()), want);
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn emptying_the_journal_costs_two_large_windows() {
+    let r = rig("adaptive+leave=empty", DataMode::Ordered, Some(8192));
+    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
+    r.fs.write(j.ino, 0, &pattern(1, 3 * 4096)).expect("pages");
+    r.fs.fsync(j.ino, false).expect("fsync");
+    let flags = |ino| r.fs.getattr(ino).unwrap().flags & 0x4000;
+    assert_ne!(flags(j.ino), 0);
+    r.fs.write(j.ino, 0, &pattern(10, 300 * 4096)).expect("large");
+    r.fs.fsync(j.ino, false).expect("fsync");
+    assert_ne!(flags(j.ino), 0, "one large window does not pay for emptying the journal");
+    r.fs.write(j.ino, 0, &pattern(11, 300 * 4096)).expect("large");
+    r.fs.fsync(j.ino, false).expect("fsync");
+    assert_eq!(flags(j.ino), 0, "two do");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.to_ordered, st.left_by_revoke), (1, 0), "{st:?}");
     r.fs.unmount().expect("unmount");
 }
 
@@ -364,7 +405,7 @@ fn small_rewrites_in_place_send_a_data_journaled_file_back_to_ordered() {
     // Then rewritten from its start, two blocks per fdatasync, as after a WAL checkpoint:
     // ordered would need no commit, so each window adds its 2 blocks, a descriptor and a
     // commit block to the debt.
-    let windows = cjfs_fs::DEBT_BLOCKS.div_ceil(4);
+    let windows = cjfs_fs::switch_cost_blocks(cjfs_fs::LeaveMode::Revoke).div_ceil(4);
     let rewrite = |k: u32| {
         r.fs.write(w.ino, u64::from(k % 4) * 8192, &pattern(20 + (k % 7) as u8, 8192)).expect("rewrite");
         r.fs.fsync(w.ino, true).expect("fdatasync");

@@ -41,7 +41,7 @@ impl Handle {
         Handle { j, tx: Some(tx), credits, used: 0, started: std::time::Instant::now(), pinned: Vec::new() }
     }
 
-    fn tx(&self) -> JResult<&Arc<Transaction>> {
+    pub(crate) fn tx(&self) -> JResult<&Arc<Transaction>> {
         self.tx.as_ref().ok_or(JournalError::Shutdown)
     }
 

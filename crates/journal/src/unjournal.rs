@@ -26,6 +26,11 @@
 //! contents are written home and flushed, after which the older copies are not needed (a
 //! crash may then find the file's unsynced writes home, as ordered mode allows).
 //!
+//! The switch may be made in the very transaction that holds the file's last window
+//! (the sync that decides to go back to ordered): blocks journaled there leave its log for
+//! its ordered writes, so the window is written home once instead of logged first. Every
+//! older version must be durable by then.
+//!
 //! A crash before `r` is durable replays the old copies (the file as of its last journaled
 //! commit, which is what it had made durable); after, the revokes hold and the block's home
 //! has its ordered write. The blocks are written home once, as the checkpoint would have, but
@@ -47,45 +52,59 @@ use crate::handle::Handle;
 use crate::log_core::LogCore;
 
 impl Handle {
-    /// The file whose data blocks are `bufs` (its cached data buffers; every journaled
-    /// version of them durable) leaves data journaling in this handle's transaction (see the
-    /// module docs). Returns how many blocks had a committed image handed over to this
+    /// The file whose data blocks are `bufs` (its cached data buffers) leaves data journaling
+    /// in this handle's transaction (see the module docs). Its blocks journaled in this very
+    /// transaction leave its log for its ordered writes too (the sync that decided the
+    /// switch then writes its window home once instead of logging it); every other version
+    /// must be durable. Returns how many blocks had a committed image handed over to this
     /// transaction's ordered writes, or `None` when this journal cannot do it (several logs,
-    /// no log, or a buffer still in a transaction): the caller then empties the journal.
-    /// `revoke: false` is a planted bug's switch (the crash harness' self-test), else `true`.
+    /// no log, or a buffer in another transaction or in flight): nothing was changed and the
+    /// caller commits first or empties the journal. `revoke: false` is a planted bug's
+    /// switch (the crash harness' self-test), else `true`.
     pub fn leave_data_journaling(&mut self, bufs: &[Arc<Buffer>], revoke: bool) -> JResult<Option<u64>> {
         let j = self.j.clone();
         if j.set.multi_log() || j.set.config.kind != JournalKind::Jbd2 {
             return Ok(None);
         }
-        let r = self.tx_id().tid;
+        let id = self.tx_id();
         let _ckpt = j.checkpoint_lock.lock();
-        // Every version durable and none in a transaction: nothing else changes these
-        // buffers' journal state while the checkpoint lock and the caller's inode lock are
-        // held.
+        // Nothing else changes these buffers' journal state while the checkpoint lock and
+        // the caller's inode lock are held (this transaction cannot lock up: the handle is
+        // open).
         if bufs.iter().any(|b| {
             let js = b.jstate();
-            js.running.is_some() || js.versions > 0
+            js.running.is_some_and(|t| t != id) || js.versions > 0
         }) {
             return Ok(None);
         }
         let mut oldest: Option<Tid> = None;
-        let mut handed = 0u64;
+        let mut handed = Vec::new();
         for b in bufs {
-            let Some(c) = b.jstate().checkpoint.take() else { continue };
-            oldest = Some(oldest.map_or(c.tx.tid, |o| o.min(c.tx.tid)));
-            j.set.shadow.put(c.image);
-            self.dirty_data(b)?;
-            if revoke {
-                self.revoke(b.blocknr())?;
+            let (image, logged_here) = {
+                let mut js = b.jstate();
+                (js.checkpoint.take(), js.running == Some(id))
+            };
+            if image.is_none() && !logged_here {
+                continue;
             }
-            handed += 1;
+            if let Some(c) = image {
+                oldest = Some(oldest.map_or(c.tx.tid, |o| o.min(c.tx.tid)));
+                j.set.shadow.put(c.image);
+                handed.push(b.clone());
+            }
+            // Also takes a block logged here off this transaction's list.
+            self.revoke(b.blocknr())?;
+            if !revoke {
+                self.tx()?.lists.lock().revokes.remove(&b.blocknr());
+            }
+            self.dirty_data(b)?;
         }
+        let n = handed.len() as u64;
         if let Some(o) = oldest {
-            j.leave_holds.lock().push(LeaveHold { oldest: o, r, bufs: bufs.to_vec() });
+            j.leave_holds.lock().push(LeaveHold { oldest: o, r: id.tid, bufs: handed });
         }
-        j.set.stats.leave_handed.fetch_add(handed, Ordering::Relaxed);
-        Ok(Some(handed))
+        j.set.stats.leave_handed.fetch_add(n, Ordering::Relaxed);
+        Ok(Some(n))
     }
 }
 
@@ -106,7 +125,7 @@ pub(crate) struct LeaveHold {
     pub oldest: Tid,
     /// The switch's transaction.
     pub r: Tid,
-    /// The file's buffers handed over (those with an image, and others: harmless).
+    /// The buffers whose images were handed over.
     pub bufs: Vec<Arc<Buffer>>,
 }
 

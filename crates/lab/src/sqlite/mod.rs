@@ -265,7 +265,7 @@ pub struct RoundReport {
     pub syncs: u64,
     /// Adaptive switches to data journaling and back.
     pub switches: (u64, u64),
-    /// Milliseconds the switches back to ordered spent emptying the journal.
+    /// Milliseconds the switches back to ordered took (emptying the journal, or by revoke).
     pub switch_ms: f64,
 }
 
