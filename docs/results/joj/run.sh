@@ -15,13 +15,15 @@ cd "$(dirname "$0")/../../.."
 out=docs/results/joj
 cargo build --release -p cjfs-cli
 cjfs=target/release/cjfs
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 # The in-process matrix goes to a directory named after the commit measured.
 rev=$(git rev-parse --short HEAD)
 
-# The paper's 24 cells in-process, five configurations.
+# The paper's 24 cells in-process, the paper's five configurations and `adaptive` with the
+# switch back to ordered that empties the journal (as ext4), for comparison.
 $cjfs bench sqlite --device emmc,sata-ssd --modes delete,wal --per-txn 1,1000 \
     --records-small 1000 --records-large 10000 --reps "$REPS" --seed 1 --out "$out/inprocess-$rev" \
+    --config nojournal,ordered,data,joj,adaptive+leave=empty,adaptive \
     | tee "$out/inprocess-$rev.txt"
 
 # Extension: the other rollback-journal modes, and NVMe.
