@@ -288,7 +288,11 @@ pub(crate) fn leave_by_revoke(
     st: &mut InodeState,
     in_window: bool,
 ) -> FsResult<bool> {
-    if fs.opts.leave != LeaveMode::Revoke || fs.ij.get().is_some() || !st.d.has_extents() {
+    if fs.opts.leave != LeaveMode::Revoke
+        || fs.ij.get().is_some()
+        || fs.opts.journal.logs != cjfs_journal::Logs::One
+        || !st.d.has_extents()
+    {
         return Ok(false);
     }
     let j = &fs.journal;
@@ -322,13 +326,15 @@ pub(crate) fn leave_by_revoke(
     let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? else {
         return Ok(false);
     };
+    // From here the file's blocks are ordered data of this transaction, whatever fails
+    // next: any sync of the file commits the revokes with it (an fdatasync that only wrote
+    // its data home would leave older copies to be replayed over that data).
+    st.leave_tx = tx.h.tx_id();
     st.dirty_data.extend(bufs.into_iter().filter(|b| b.jstate().dirty));
     st.d.flags &= !EXT4_JOURNAL_DATA_FL;
     st.d.ctime = crate::types::Timestamp::now();
     store_inode(&mut tx, ino, st)?;
-    // Any sync of the file from now on commits the revokes with it (an fdatasync that only
-    // wrote its data home would leave older copies to be replayed over that data).
-    st.leave_tx = tx.stop()?;
+    tx.stop()?;
     fs.adaptive.left_by_revoke.fetch_add(1, Ordering::Relaxed);
     fs.adaptive.blocks_handed.fetch_add(handed, Ordering::Relaxed);
     Ok(true)

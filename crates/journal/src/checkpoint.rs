@@ -32,11 +32,11 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
             }
         }
         // Blocks to write home, or written but held in the log (several logs: by another
-        // log's older copies, revokes or validity; a file's switch out of data journaling
-        // not yet durable): look again.
+        // log's older copies, revokes or validity; a file's switch out of data journaling,
+        // now durable): look again.
         let pending = !j.checkpoint_list.lock().is_empty()
             || (j.set.multi_log() && j.log.lock().ring.durable_prefix().is_some())
-            || !j.leave_holds.lock().is_empty();
+            || crate::unjournal::holds_to_release(&j);
         if pending && let Err(e) = checkpoint(&j) {
             j.abort(format!("checkpoint failed: {e}"));
             return;

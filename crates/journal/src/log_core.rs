@@ -95,6 +95,8 @@ pub(crate) struct LogCore {
     /// hold's `oldest` on may not leave the log before its switch `r` is durable. Lock:
     /// itself (a leaf).
     pub leave_holds: RankedMutex<Vec<crate::unjournal::LeaveHold>>,
+    /// Numbers the holds (atomic).
+    pub leave_seq: AtomicU64,
     /// Work for the flush thread (a mutex and `flush_cv`, or lock-free with per-core
     /// dispatch; see `work_queue`).
     pub flush_queue: crate::work_queue::FlushQueue,
@@ -178,6 +180,7 @@ impl LogCore {
             checkpoint_list: RankedMutex::new(Rank::Leaf, Vec::new()),
             revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             leave_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
+            leave_seq: AtomicU64::new(0),
             in_log: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             stamped: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             flush_queue,

@@ -561,6 +561,9 @@ impl Journal {
     pub fn empty(&self) -> JResult<()> {
         if self.logs.len() == 1 {
             self.force()?;
+            // Another file's switch out of data journaling, newer than the force, would cap
+            // the checkpoint (`unjournal.rs`).
+            crate::unjournal::break_holds(&self.logs[0])?;
             return self.checkpoint();
         }
         {

@@ -67,6 +67,13 @@ impl Handle {
             return Ok(None);
         }
         let id = self.tx_id();
+        // Every older transaction durable, so every version of these blocks outside this
+        // transaction has its image installed (`mark_durable` does that before it publishes
+        // durability): a version still committing would put its image in the checkpoint
+        // after the hand-over, unrevoked, to be written over what the file writes in place.
+        if id.tid > 1 && !j.is_durable(id.tid - 1) {
+            return Ok(None);
+        }
         let _ckpt = j.checkpoint_lock.lock();
         // Nothing else changes these buffers' journal state while the checkpoint lock and
         // the caller's inode lock are held (this transaction cannot lock up: the handle is
@@ -79,19 +86,29 @@ impl Handle {
         }
         let mut oldest: Option<Tid> = None;
         let mut handed = Vec::new();
+        let mut moved = Vec::new();
         for b in bufs {
             let (image, logged_here) = {
                 let mut js = b.jstate();
                 (js.checkpoint.take(), js.running == Some(id))
             };
-            if image.is_none() && !logged_here {
-                continue;
-            }
             if let Some(c) = image {
                 oldest = Some(oldest.map_or(c.tx.tid, |o| o.min(c.tx.tid)));
                 j.set.shadow.put(c.image);
                 handed.push(b.clone());
+            } else if !logged_here {
+                continue;
             }
+            moved.push(b.clone());
+        }
+        let n = handed.len() as u64;
+        // The hold goes in before anything can fail: the images are gone from the checkpoint.
+        if let Some(o) = oldest {
+            let seq = j.leave_seq.fetch_add(1, Ordering::Relaxed);
+            j.leave_holds.lock().push(LeaveHold { seq, oldest: o, r: id.tid, bufs: handed });
+        }
+        j.set.stats.leave_handed.fetch_add(n, Ordering::Relaxed);
+        for b in &moved {
             // Also takes a block logged here off this transaction's list.
             self.revoke(b.blocknr())?;
             if !revoke {
@@ -99,11 +116,6 @@ impl Handle {
             }
             self.dirty_data(b)?;
         }
-        let n = handed.len() as u64;
-        if let Some(o) = oldest {
-            j.leave_holds.lock().push(LeaveHold { oldest: o, r: id.tid, bufs: handed });
-        }
-        j.set.stats.leave_handed.fetch_add(n, Ordering::Relaxed);
         Ok(Some(n))
     }
 }
@@ -121,6 +133,8 @@ pub(crate) fn leave_cap(j: &LogCore, durable: Tid) -> Option<Tid> {
 /// its transaction `r` is durable.
 #[derive(Debug)]
 pub(crate) struct LeaveHold {
+    /// Tells holds apart (several files may switch in one transaction).
+    pub seq: u64,
     /// The oldest transaction holding a copy whose image went to `r`'s ordered writes.
     pub oldest: Tid,
     /// The switch's transaction.
@@ -136,14 +150,21 @@ pub(crate) struct LeaveHold {
 /// Any live image taken after a switch holds the file's committed contents, so one of them
 /// durable is all a hold waits for. They are written whatever their dirty state: a clean
 /// buffer's ordered write may still be in flight, not covered by this flush. Their dirty
-/// state is left alone (a dirty one is written again by its transaction, harmlessly).
+/// state is left alone (a dirty one is written again by its transaction, harmlessly). A
+/// buffer the file journals again since (switched back to data) goes home with its live,
+/// not yet committed contents, as an older transaction's ordered write of it would
+/// (`adaptive::to_data`): unsynced data, which ordered mode lets reach home early.
 pub(crate) fn break_holds(j: &LogCore) -> JResult<bool> {
-    let (rs, bufs): (Vec<Tid>, Vec<Arc<Buffer>>) = {
-        let holds = j.leave_holds.lock();
+    let durable = j.log.lock().ring.durable_prefix().unwrap_or(0);
+    let (seqs, bufs): (Vec<u64>, Vec<Arc<Buffer>>) = {
+        let mut holds = j.leave_holds.lock();
+        // A durable switch's hold is over (its blocks may since have been freed and reused:
+        // their live images are not this file's to write).
+        holds.retain(|h| h.r > durable);
         if holds.is_empty() {
             return Ok(false);
         }
-        (holds.iter().map(|h| h.r).collect(), holds.iter().flat_map(|h| h.bufs.iter().cloned()).collect())
+        (holds.iter().map(|h| h.seq).collect(), holds.iter().flat_map(|h| h.bufs.iter().cloned()).collect())
     };
     let tickets = {
         // Images taken and submitted in one order with every other home write of data.
@@ -154,7 +175,14 @@ pub(crate) fn break_holds(j: &LogCore) -> JResult<bool> {
     };
     cjfs_blockdev::wait_all(tickets)?;
     crate::flush::flush(j)?;
-    j.leave_holds.lock().retain(|h| !rs.contains(&h.r));
+    // Exactly the holds written: another file may have switched meanwhile.
+    j.leave_holds.lock().retain(|h| !seqs.contains(&h.seq));
     j.set.stats.leave_breaks.fetch_add(1, Ordering::Relaxed);
     Ok(true)
+}
+
+/// Whether some hold's switch is durable, so a checkpoint would release what it kept.
+pub(crate) fn holds_to_release(j: &LogCore) -> bool {
+    let durable = j.log.lock().ring.durable_prefix().unwrap_or(0);
+    j.leave_holds.lock().iter().any(|h| h.r <= durable)
 }
