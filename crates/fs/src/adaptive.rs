@@ -299,12 +299,7 @@ pub(crate) fn leave_by_revoke(
     // Every journaled version of its blocks durable first (the inode lock keeps new ones
     // out; in the window, those of the running transaction excepted): the journal hands
     // over only committed images.
-    if in_window {
-        let cur = j.current_tx();
-        if cur.tid > 1 {
-            j.wait(cjfs_journal::TxId::new(cur.log, cur.tid - 1))?;
-        }
-    } else {
+    if !in_window {
         for id in [st.meta_tx, st.datasync_tx] {
             if !j.is_durable(id) {
                 j.commit_wait(id)?;
@@ -319,16 +314,29 @@ pub(crate) fn leave_by_revoke(
         .flat_map(|m| m.pblk..m.pblk + u64::from(m.len))
         .filter_map(|b| fs.cache.peek(b))
         .collect();
-    // Ordered data takes no log space; revoke records do (8 bytes each, several hundred
-    // to a block).
-    let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).div_ceil(128))?;
     let revoke = !crate::planted::bugs(&fs.opts).leave_without_revoke;
-    let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? else {
-        return Ok(false);
+    // The journal wants every transaction before the switch's durable: wait for the one
+    // before the running transaction, then join it. Another thread's commit may start in
+    // between (then the journal refuses): after a sync's commit, try again; in the window,
+    // the window's transaction is then committing, and the caller switches after it.
+    let mut attempts = if in_window { 1 } else { 3 };
+    let (mut tx, handed) = loop {
+        let cur = j.current_tx();
+        if cur.tid > 1 {
+            j.wait(cjfs_journal::TxId::new(cur.log, cur.tid - 1))?;
+        }
+        // Ordered data takes no log space; revoke records do (8 bytes each, several
+        // hundred to a block).
+        let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).div_ceil(128))?;
+        if let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? {
+            break (tx, handed);
+        }
+        drop(tx);
+        attempts -= 1;
+        if attempts == 0 {
+            return Ok(false);
+        }
     };
-    // From here the file's blocks are ordered data of this transaction, whatever fails
-    // next: any sync of the file commits the revokes with it (an fdatasync that only wrote
-    // its data home would leave older copies to be replayed over that data).
     st.leave_tx = tx.h.tx_id();
     st.dirty_data.extend(bufs.into_iter().filter(|b| b.jstate().dirty));
     st.d.flags &= !EXT4_JOURNAL_DATA_FL;
