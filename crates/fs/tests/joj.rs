@@ -223,13 +223,8 @@ fn switching_to_ordered_empties_the_journal() {
     r.fs.write(other.ino, 0, &pattern(7, 4096)).expect("write");
     r.fs.set_journal_data(ino, false).expect("chattr -j");
     // Everything before the switch is home; the log holds at most the switch itself.
-    let scan = {
-        let dev = r.rec.clone() as Device;
-        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
-        let (_, areas) = cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal");
-        cjfs_journal::recovery::scan(&*dev, &areas[0]).expect("scan")
-    };
-    assert!(scan.transactions.len() <= 1, "{} transactions left in the log", scan.transactions.len());
+    let left = r.logged();
+    assert!(left <= 1, "{left} transactions left in the log");
     r.fs.write(ino, 0, &pattern(8, 4096)).expect("ordered write");
     let s = r.seen(|fs| fs.fsync(ino, false).expect("fsync"));
     assert!(s.writes.iter().any(|w| w.0 == BlockKind::Data), "ordered data goes home: {s:?}");
@@ -243,6 +238,15 @@ impl Rig {
         let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
         let (_, areas) = cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal");
         cjfs_journal::recovery::scan(&*dev, &areas[0]).expect("scan").transactions.len()
+    }
+
+    /// A new file of three blocks, fsynced: the adaptive policy data-journals it.
+    fn small_synced_file(&self, name: &[u8]) -> cjfs_fs::Attr {
+        let f = self.fs.create(ROOT_INO, name, 0o644, 0, 0).expect("create");
+        self.fs.write(f.ino, 0, &pattern(1, 3 * 4096)).expect("pages");
+        self.fs.fsync(f.ino, false).expect("fsync");
+        assert_ne!(self.fs.getattr(f.ino).unwrap().flags & 0x4000, 0, "data-journaled");
+        f
     }
 
     /// Mount a copy of the device as it is now (every write applied so far: a crash with
@@ -352,10 +356,7 @@ fn the_adaptive_mode_follows_the_write_pattern() {
 #[test]
 fn the_sync_that_sends_a_file_back_writes_its_window_home_once() {
     let r = rig("adaptive", DataMode::Ordered, Some(8192));
-    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
-    r.fs.write(j.ino, 0, &pattern(1, 3 * 4096)).expect("pages");
-    r.fs.fsync(j.ino, false).expect("fsync");
-    assert_ne!(r.fs.getattr(j.ino).unwrap().flags & 0x4000, 0, "data-journaled");
+    let j = r.small_synced_file(b"db-journal");
     // A large window over the journaled blocks and past them: the sync that sees it switches
     // before its commit, so the window goes home (with the three handed blocks rewritten in
     // it) and the log carries only metadata and the revokes.
@@ -375,11 +376,8 @@ fn the_sync_that_sends_a_file_back_writes_its_window_home_once() {
 #[test]
 fn emptying_the_journal_costs_two_large_windows() {
     let r = rig("adaptive+leave=empty", DataMode::Ordered, Some(8192));
-    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
-    r.fs.write(j.ino, 0, &pattern(1, 3 * 4096)).expect("pages");
-    r.fs.fsync(j.ino, false).expect("fsync");
+    let j = r.small_synced_file(b"db-journal");
     let flags = |ino| r.fs.getattr(ino).unwrap().flags & 0x4000;
-    assert_ne!(flags(j.ino), 0);
     r.fs.write(j.ino, 0, &pattern(10, 300 * 4096)).expect("large");
     r.fs.fsync(j.ino, false).expect("fsync");
     assert_ne!(flags(j.ino), 0, "one large window does not pay for emptying the journal");
