@@ -40,14 +40,16 @@
 //! (or checkpointed) over data written home later. ext4's `chattr -j` empties the journal
 //! (`jbd2_journal_flush`: a commit and a full checkpoint, every file's pending blocks written
 //! home while the file waits), which the `leave=empty` setting does too. The `joj` and
-//! `adaptive` presets use `leave=revoke` ([`leave_by_revoke`]): the file's committed images
-//! still awaiting checkpoint become ordered writes of the switch's transaction, which
-//! revokes the blocks; the log keeps the older copies until that transaction is durable
-//! (`cjfs_journal`'s `unjournal.rs`). Nothing is written at the switch, and blocks the file
-//! rewrites meanwhile are written home once. The policy's switch by revoke is made at the
-//! sync that decides it, before its commit: the window that sync covers leaves the running
-//! transaction's log for its ordered writes and is written home once, not logged first
-//! (`leave=empty` switches right after that sync's commit). Either way the switch is made
+//! `adaptive` presets use `leave=revoke` ([`leave_by_revoke`], `cjfs_journal`'s
+//! `unjournal.rs`): the blocks the file logged in the switch's transaction become its
+//! ordered writes and are revoked there; its other blocks keep their committed images as
+//! checkpoint work, handed over (revoked in the writing transaction) only if the file writes
+//! them in place before the checkpoint does ([`before_in_place`], [`images_left`]), and
+//! revoked if it frees them. Nothing is written at the switch. The policy's switch by
+//! revoke is made at the sync that decides it, before its commit: the window that sync
+//! covers leaves the running transaction's log for its ordered writes and is written home
+//! once, not logged first (`leave=empty` switches right after that sync's commit). Either
+//! way the switch is made
 //! only once staying has cost about as much:
 //!
 //! * windows of at least [`LARGE_BLOCKS`] blocks in a row (a WAL filled by big
@@ -62,10 +64,33 @@
 //!   the switch once staying has cost as much). A
 //!   window that needed a commit anyway clears the debt (data journaling saved its flush).
 //!
+//! # Short-lived files
+//!
+//! A rollback journal is created, written, synced and deleted (or truncated to zero) at
+//! every transaction — usually long before the log's checkpoint would write its blocks home.
+//! Data journaling such a file costs one log write and no checkpoint (the blocks are revoked
+//! when freed), so even a window far above [`SMALL_BLOCKS`] is cheaper journaled: it saves
+//! ordered's second flush and writes each block once. The paper has the application say so
+//! with an ioctl at each journal file's open; here the file system remembers it: a regular
+//! file whose last link goes, or which is truncated to zero, while the transaction that last
+//! changed it is still in the log (`Journal::in_log`) died young. Its name in its directory
+//! is remembered (at most `SHORT_LIVED_NAMES`, a leaf lock) and the next file created under
+//! that name starts short-lived; a file truncated young is short-lived itself. A short-lived
+//! file's windows that need a commit go to data journaling up to a quarter of the largest
+//! transaction ([`SHORT_LIVED_LOG_SHARE`]), and its large windows do not count towards going
+//! back (their blocks are not expected to be logged twice); the debt rule still applies. A
+//! file removed after its checkpoint clears its name's entry.
+//!
 //! The number of switches each way, the time the switches back took and how many went by
-//! revoke are counted ([`AdaptiveStats`]).
+//! revoke are counted ([`AdaptiveStats`]), and the files created or truncated short-lived
+//! (`short_lived`).
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use cjfs_journal::Buffer;
+use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use std::time::Instant;
 
 use crate::error::FsResult;
@@ -88,6 +113,12 @@ pub const LARGE_RUNS: u8 = 2;
 /// docs).
 pub const DEBT_BLOCKS: u32 = LARGE_BLOCKS * LARGE_RUNS as u32;
 
+/// A short-lived file's window goes to data journaling up to this share of the largest
+/// transaction (a quarter: the window, its descriptors and the rest of the transaction fit).
+pub const SHORT_LIVED_LOG_SHARE: u32 = 4;
+/// Names remembered as short-lived at most (the memory is cleared past it).
+const SHORT_LIVED_NAMES: usize = 4096;
+
 /// What going back to ordered costs, in blocks' worth of log writes: the budget the policy
 /// lets a data-journaled file's unfavourable windows spend before it switches (ski rental).
 /// Emptying the journal costs a commit and a full checkpoint: [`DEBT_BLOCKS`], two large
@@ -106,8 +137,9 @@ pub fn switch_cost_blocks(leave: LeaveMode) -> u32 {
 /// Part of the inode's state (under its lock).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Window {
-    /// Blocks written since the last sync (a block written twice counts twice).
-    pub blocks: u32,
+    /// Bytes written since the last sync (written twice, counted twice); the policy
+    /// counts them in blocks (what they cost to transfer, however the writes were cut).
+    pub bytes: u64,
     /// Large windows in a row while data-journaled.
     pub large_runs: u8,
     /// Blocks logged beyond ordered's by data-journaled windows that needed no commit,
@@ -121,12 +153,16 @@ pub(crate) struct Window {
     /// The mode was set explicitly (`chattr ±j`, `user.cjfs.journal`) in this mount: the
     /// policy leaves it.
     pub pinned: bool,
+    /// The file's data is expected to die before its checkpoint (see "Short-lived files" in
+    /// the module docs): its previous incarnation under the same name, or its own contents
+    /// before a truncation to zero, was removed while still in the log.
+    pub short_lived: bool,
 }
 
 impl Window {
-    /// Note a write of `blocks` blocks.
-    pub fn wrote(&mut self, blocks: u64) {
-        self.blocks = self.blocks.saturating_add(u32::try_from(blocks).unwrap_or(u32::MAX));
+    /// Note a write of `bytes` bytes.
+    pub fn wrote(&mut self, bytes: u64) {
+        self.bytes = self.bytes.saturating_add(bytes);
     }
 }
 
@@ -150,6 +186,7 @@ pub(crate) struct Counters {
     flush_ns: AtomicU64,
     left_by_revoke: AtomicU64,
     blocks_handed: AtomicU64,
+    short_lived: AtomicU64,
 }
 
 /// A snapshot of the adaptive policy's counters.
@@ -170,6 +207,9 @@ pub struct AdaptiveStats {
     pub left_by_revoke: u64,
     /// Committed images those switches handed to their transaction's ordered writes.
     pub blocks_handed: u64,
+    /// Files that started short-lived (created under a name whose previous file died young,
+    /// or truncated to zero young).
+    pub short_lived: u64,
 }
 
 impl Counters {
@@ -182,6 +222,7 @@ impl Counters {
             flush_ns: self.flush_ns.load(Ordering::Relaxed),
             left_by_revoke: self.left_by_revoke.load(Ordering::Relaxed),
             blocks_handed: self.blocks_handed.load(Ordering::Relaxed),
+            short_lived: self.short_lived.load(Ordering::Relaxed),
         }
     }
 
@@ -192,6 +233,101 @@ impl Counters {
     }
 }
 
+/// Whether the file `st`, in ordered mode, may still have committed images of its blocks
+/// from its data-journaled time awaiting checkpoint: its last switch out of data journaling
+/// (`leave_tx`) has not left the log. Such a block is handed over when the file writes it in
+/// place ([`before_in_place`]) and revoked when freed.
+pub(crate) fn images_left(fs: &FsInner, st: &InodeState) -> bool {
+    st.leave_tx.tid != 0 && st.d.flags & EXT4_JOURNAL_DATA_FL == 0 && fs.journal.in_log(st.leave_tx)
+}
+
+/// The ordered file `st` is about to write `buf` in place, `left` being [`images_left`]: a
+/// committed image the block still has from the file's data-journaled time is handed over
+/// to this transaction, which revokes the block (`cjfs_journal`'s `unjournal.rs`), and the
+/// file's next sync must commit it.
+pub(crate) fn before_in_place(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    buf: &Arc<Buffer>,
+    left: bool,
+) -> FsResult<()> {
+    if !left {
+        return Ok(());
+    }
+    let revoke = !crate::planted::bugs(&tx.fs.opts).leave_without_revoke;
+    if tx.h.leave_block(buf, revoke)? {
+        st.datasync_tx = tx.h.tx_id();
+        tx.fs.adaptive.blocks_handed.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Names in a directory whose last file died young (see "Short-lived files" in the module
+/// docs). Lock: the mutex (a leaf, taken under inode locks and a handle).
+pub(crate) struct YoungNames(RankedMutex<HashSet<Box<[u8]>>>);
+
+/// The memory's key: the directory's inode number, then the name.
+fn young_key(parent: Ino, name: &[u8]) -> Box<[u8]> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&u64::from(parent).to_le_bytes());
+    k.extend_from_slice(name);
+    k.into()
+}
+
+impl Default for YoungNames {
+    fn default() -> Self {
+        YoungNames(RankedMutex::new(Rank::Leaf, HashSet::new()))
+    }
+}
+
+/// Whether the regular file `st`, about to lose its last link or be truncated to zero, dies
+/// young: the adaptive policy runs and the transaction that last changed the file has not
+/// left the log.
+pub(crate) fn dies_young(fs: &FsInner, st: &InodeState) -> bool {
+    fs.opts.adaptive && fs.opts.data == DataMode::Ordered && st.d.is_reg() && fs.journal.in_log(st.meta_tx)
+}
+
+/// The regular file `st` loses its last link, its name `parent/name`: remember whether it
+/// died young (call before the removal changes `st.meta_tx`).
+pub(crate) fn note_removed(fs: &FsInner, parent: Ino, name: &[u8], st: &InodeState) {
+    if !fs.opts.adaptive || !st.d.is_reg() {
+        return;
+    }
+    let young = dies_young(fs, st);
+    let mut names = fs.young.0.lock();
+    if young {
+        if names.len() >= SHORT_LIVED_NAMES {
+            names.clear();
+        }
+        names.insert(young_key(parent, name));
+    } else {
+        names.remove(&young_key(parent, name));
+    }
+}
+
+/// A regular file `st` was made as `parent/name`: it starts short-lived if the previous file
+/// of that name died young.
+pub(crate) fn note_created(fs: &FsInner, parent: Ino, name: &[u8], st: &mut InodeState) {
+    if fs.opts.adaptive && st.d.is_reg() && fs.young.0.lock().remove(&young_key(parent, name)) {
+        st.window.short_lived = true;
+        fs.adaptive.short_lived.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The regular file `st` is truncated to zero (call before the truncation): from now on it
+/// is short-lived exactly when its old contents died young.
+pub(crate) fn note_truncated_to_zero(fs: &FsInner, st: &mut InodeState) {
+    // A file being deleted (its blocks freed through a truncation) was judged at its unlink.
+    if !fs.opts.adaptive || !st.d.is_reg() || st.d.size == 0 || st.d.links_count == 0 {
+        return;
+    }
+    let young = dies_young(fs, st);
+    if young && !st.window.short_lived {
+        fs.adaptive.short_lived.fetch_add(1, Ordering::Relaxed);
+    }
+    st.window.short_lived = young;
+}
+
 /// The policy's decision for a sync (`datasync`: an fdatasync) of the regular file `st`
 /// whose window `needs_commit`, resetting the window. Only with the `adaptive` preset on a
 /// `data=ordered` mount (under `data=journal` every file's data is journaled anyway).
@@ -199,12 +335,15 @@ pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool, data
     if !fs.opts.adaptive || fs.opts.data != DataMode::Ordered || !st.d.is_reg() || st.window.pinned {
         return Decision::Keep;
     }
-    let w = std::mem::take(&mut st.window.blocks);
+    let bytes = std::mem::take(&mut st.window.bytes);
+    let w = u32::try_from(bytes.div_ceil(fs.geo.block_size as u64)).unwrap_or(u32::MAX);
     let win = &mut st.window;
     let grew = st.d.size != win.start_size || st.d.blocks != win.start_blocks;
     (win.start_size, win.start_blocks) = (st.d.size, st.d.blocks);
     if st.d.flags & EXT4_JOURNAL_DATA_FL == 0 {
-        return if needs_commit && w > 0 && w <= SMALL_BLOCKS { Decision::ToData } else { Decision::Keep };
+        let fits =
+            w <= SMALL_BLOCKS || (win.short_lived && w <= fs.journal.max_tx_blocks() / SHORT_LIVED_LOG_SHARE);
+        return if needs_commit && w > 0 && fits { Decision::ToData } else { Decision::Keep };
     }
     if w == 0 {
         return Decision::Keep;
@@ -214,7 +353,7 @@ pub(crate) fn decide(fs: &FsInner, st: &mut InodeState, needs_commit: bool, data
         Decision::ToOrdered
     };
     let cost = switch_cost_blocks(fs.opts.leave);
-    if w >= LARGE_BLOCKS {
+    if w >= LARGE_BLOCKS && !win.short_lived {
         win.large_runs += 1;
         if u32::from(win.large_runs) * LARGE_BLOCKS >= cost {
             return back(win);
@@ -270,9 +409,9 @@ pub(crate) fn to_data(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<(
 }
 
 /// Take the regular file `ino` out of data journaling without emptying the journal (the
-/// `leave=revoke` setting; see `cjfs_journal`'s `unjournal.rs`): its blocks' committed
-/// images still awaiting checkpoint become ordered writes of the switch's transaction, which
-/// revokes the blocks and clears the flag. Returns `false`, having changed nothing, where
+/// `leave=revoke` setting; see `cjfs_journal`'s `unjournal.rs`): the blocks it logged in the
+/// switch's transaction become that transaction's ordered writes and are revoked there, the
+/// flag is cleared, and its other committed images stay checkpoint work ([`images_left`]). Returns `false`, having changed nothing, where
 /// the caller must empty the journal instead: the `empty` setting, iJournaling (an
 /// i-transaction may make the file durable without the revoking commit), several logs, a
 /// file without an extent tree.
@@ -320,7 +459,7 @@ pub(crate) fn leave_by_revoke(
     // between (then the journal refuses): after a sync's commit, try again; in the window,
     // the window's transaction is then committing, and the caller switches after it.
     let mut attempts = if in_window { 1 } else { 3 };
-    let (mut tx, handed) = loop {
+    let (mut tx, handed, bufs) = loop {
         let cur = j.current_tx();
         if cur.tid > 1 {
             j.wait(cjfs_journal::TxId::new(cur.log, cur.tid - 1))?;
@@ -328,8 +467,13 @@ pub(crate) fn leave_by_revoke(
         // Ordered data takes no log space; revoke records do (8 bytes each, several
         // hundred to a block).
         let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).div_ceil(128))?;
-        if let Some(handed) = tx.h.leave_data_journaling(&bufs, revoke)? {
-            break (tx, handed);
+        // Only the window's blocks, logged in this transaction, are handed over now; the
+        // others keep their committed images, handed over if the file writes them in place
+        // before their checkpoint (`before_in_place`), revoked if it frees them.
+        let running = tx.h.tx_id();
+        let here: Vec<_> = bufs.iter().filter(|b| b.jstate().running == Some(running)).cloned().collect();
+        if let Some(handed) = tx.h.leave_data_journaling(&here, revoke)? {
+            break (tx, handed, here);
         }
         drop(tx);
         attempts -= 1;

@@ -204,7 +204,8 @@ pub(crate) fn write(
         let nblk = (last - first + 1) as u32;
         let credits = 24 + if jdata { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
-        st.window.wrote(u64::from(nblk));
+        st.window.wrote(((last + 1) * bs).min(end) - pos);
+        let left = !jdata && crate::adaptive::images_left(fs, st);
         let mut cur = None;
         let mut lblk = first;
         // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are
@@ -226,6 +227,9 @@ pub(crate) fn write(
             let buf = data_buffer(fs, pblk, fresh, take == bs as usize)?;
             if jdata {
                 tx.h.get_write_access(&buf)?;
+            } else if let Err(e) = crate::adaptive::before_in_place(&mut tx, st, &buf, left) {
+                failed = Some(e);
+                break;
             }
             buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
             if jdata {
@@ -299,6 +303,9 @@ fn zero_partial(
     let buf = tx.fs.cache.read(pblk)?;
     if jdata {
         tx.h.get_write_access(&buf)?;
+    } else {
+        let left = crate::adaptive::images_left(tx.fs, st);
+        crate::adaptive::before_in_place(tx, st, &buf, left)?;
     }
     buf.write()[from..to].fill(0);
     if jdata {
@@ -318,7 +325,9 @@ fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata
     // left in the journal must never be replayed over the block's next owner, which may be a
     // file in ordered mode writing it in place. Unlike ext4, also under a data=journal mount,
     // where a file may still switch to ordered (adaptive mode, `chattr -j`).
-    let revoke = jdata && !(st.d.is_reg() && crate::planted::bugs(&tx.fs.opts).no_data_revoke);
+    // So are an ordered file's blocks that may still have images from its data-journaled time.
+    let revoke = (jdata || crate::adaptive::images_left(tx.fs, st))
+        && !(st.d.is_reg() && crate::planted::bugs(&tx.fs.opts).no_data_revoke);
     let mut n = 0i64;
     for (pblk, len) in freed {
         crate::alloc::free_blocks(tx, pblk, len, revoke)?;
@@ -344,13 +353,21 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     let now = Timestamp::now();
     if new_size >= st.d.size {
         let mut tx = Tx::start(fs, 8)?;
+        // Only a size change is needed to read the data back: a truncation to the same size
+        // (SQLite's after every WAL checkpoint) changes times, which fdatasync need not
+        // commit (ext4 sets `i_datasync_tid` only when `i_disksize` changes).
+        if new_size != st.d.size {
+            st.datasync_tx = tx.h.tx_id();
+        }
         st.d.size = new_size;
         st.d.mtime = now;
         st.d.ctime = now;
-        st.datasync_tx = tx.h.tx_id();
         store_inode(&mut tx, ino, st)?;
         tx.stop()?;
         return Ok(());
+    }
+    if new_size == 0 {
+        crate::adaptive::note_truncated_to_zero(fs, st);
     }
     let keep = new_size.div_ceil(bs);
     // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.

@@ -16,7 +16,8 @@
 //! 6. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
 //! 7. `FsInner::sb` (the in-memory superblock);
 //! 8. journal-internal locks and buffer locks (see the journal crate);
-//! 9. a directory's name map (`Inode::names`), the orphan list (`FsInner::orphans`), an
+//! 9. a directory's name map (`Inode::names`), the orphan list (`FsInner::orphans`), the
+//!    adaptive mode's young names (`FsInner::young`), an
 //!    inode's iJournaling marks and an ijournal area's ring and record batch, leaves (the
 //!    batch lock is never held across its write: a follower parks on the area's condvar).
 //!
@@ -266,6 +267,8 @@ pub(crate) struct FsInner {
     pub ij: std::sync::OnceLock<crate::ijournal::IJournal>,
     /// The adaptive data mode's switches (atomics).
     pub adaptive: crate::adaptive::Counters,
+    /// The adaptive data mode's memory of names whose file died young (its own leaf lock).
+    pub young: crate::adaptive::YoungNames,
 }
 
 impl FsInner {
@@ -313,6 +316,7 @@ impl FsInner {
             alloc_own: Default::default(),
             alloc_all: Default::default(),
             adaptive: Default::default(),
+            young: Default::default(),
             ij: match ij {
                 Some(i) => std::sync::OnceLock::from(i),
                 None => std::sync::OnceLock::new(),

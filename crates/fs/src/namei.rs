@@ -102,6 +102,7 @@ fn make_node(
         dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))
     })();
     if made.is_ok() {
+        crate::adaptive::note_created(fs, parent, name, &mut st);
         // iJournaling: the entry is the inode's until a durable commit holds it.
         let ft = file_type_from_mode(mode);
         crate::ijournal::note_new_entry(fs, &st.ij, parent, &ps.ij, name, ft, tx.h.tx_id());
@@ -361,6 +362,9 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     ps.d.mtime = now;
     ps.d.ctime = now;
     store_inode(&mut tx, parent, &mut ps)?;
+    if !is_dir && st.d.links_count == 1 {
+        crate::adaptive::note_removed(fs, parent, name, &st);
+    }
     let evict = drop_link(&mut tx, &node, &mut st, is_dir)?;
     let txid = tx.stop()?;
     ps.datasync_tx = txid;

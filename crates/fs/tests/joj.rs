@@ -275,19 +275,31 @@ fn leaving_data_journaling_by_revoke_writes_nothing_at_the_switch() {
     let s = r.seen(|fs| fs.set_journal_data(ino, false).expect("chattr -j"));
     assert_eq!(s, Seen::default(), "nothing written or flushed at the switch");
     let st = r.fs.adaptive_stats();
-    assert_eq!((st.left_by_revoke, st.blocks_handed), (1, 4), "{st:?}");
+    assert_eq!((st.left_by_revoke, st.blocks_handed), (1, 0), "the images stay checkpoint work: {st:?}");
     assert!(r.logged() >= 1, "the journaled copies stay in the log");
-    // Rewritten in place and synced: the switch's commit writes the four handed blocks home
-    // (with the other file's ordered block) and revokes the logged copies, so a crash now
-    // replays none of them over the new data.
+    // Rewritten in place and synced: the block's image is handed over to the write's
+    // transaction, whose commit writes it home (with the other file's ordered block) and
+    // revokes the logged copy, so a crash now replays none over the new data; the three
+    // blocks not rewritten replay their logged copies (the same contents).
     want[..4096].copy_from_slice(&pattern(8, 4096));
     r.fs.write(ino, 0, &want[..4096]).expect("ordered write");
-    let s = r.seen(|fs| fs.fsync(ino, false).expect("fsync"));
+    assert_eq!(r.fs.adaptive_stats().blocks_handed, 1);
+    let s = r.seen(|fs| fs.fsync(ino, true).expect("fdatasync"));
     let home: usize = s.writes.iter().filter(|w| w.0 == BlockKind::Data).map(|w| w.1).sum();
-    assert_eq!(home, 5, "{s:?}");
+    assert_eq!(home, 2, "{s:?}");
+    assert!(s.writes.iter().any(|w| w.0 == BlockKind::JournalTransaction), "the revoke committed: {s:?}");
     assert!(r.logged() >= 2, "no checkpoint ran: the old copies are still in the log");
-    assert!(r.fs.journal().stats().revokes >= 4);
+    assert!(r.fs.journal().stats().revokes >= 1);
     assert_eq!(r.after_crash(b"f", want.len()), want, "recovery replayed a revoked copy");
+    // Once checkpointed, the images are gone: a rewrite hands nothing over and an overwrite
+    // needs no commit.
+    r.fs.journal().checkpoint().expect("checkpoint");
+    want[4096..8192].copy_from_slice(&pattern(9, 4096));
+    r.fs.write(ino, 4096, &want[4096..8192]).expect("ordered write");
+    let s = r.seen(|fs| fs.fsync(ino, true).expect("fdatasync"));
+    assert_eq!(r.fs.adaptive_stats().blocks_handed, 1);
+    assert_eq!((s.writes.len(), s.flushes), (1, 1), "{s:?}");
+    assert_eq!(r.after_crash(b"f", want.len()), want);
     r.fs.unmount().expect("unmount");
 }
 
@@ -306,8 +318,13 @@ fn a_full_log_breaks_a_switch_hold_rather_than_wait() {
         r.fs.fsync(fill, false).expect("fsync");
     }
     r.fs.set_journal_data(ino, false).expect("chattr -j");
+    // Rewritten in place: each block's image is handed over to the running transaction,
+    // which holds the log's tail until it is durable.
+    let want = pattern(7, 16 * 4096);
+    r.fs.write(ino, 0, &want).expect("ordered rewrite");
+    assert_eq!(r.fs.adaptive_stats().blocks_handed, 16);
     assert_eq!(r.fs.journal().stats().leave_breaks, 0);
-    // Into the switch's own transaction (a larger write would not fit it and commit it).
+    // Into the same transaction (a larger write would not fit it and commit it).
     r.fs.write(fill, 0, &pattern(30, 200 * 4096)).expect("more");
     r.fs.fsync(fill, false).expect("fsync");
     assert!(r.fs.journal().stats().leave_breaks >= 1, "{:?}", r.fs.journal().stats());
@@ -476,5 +493,53 @@ fn nine_small_writes_cost_twelve_journal_blocks() {
     let s = r.seen(|fs| fs.fsync(ino, true).expect("fdatasync"));
     assert_eq!(s.writes, vec![(BlockKind::JournalTransaction, 12)], "{s:?}");
     assert_eq!(s.flushes, 1);
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn a_file_made_where_the_last_one_died_young_journals_large_windows() {
+    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    const JDATA: u32 = 0x4000;
+    // A rollback journal of 100 blocks: too large for data journaling on its own.
+    let first = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
+    r.fs.write(first.ino, 0, &pattern(1, 100 * 4096)).expect("pages");
+    r.fs.fsync(first.ino, false).expect("fsync");
+    assert_eq!(r.fs.getattr(first.ino).unwrap().flags & JDATA, 0, "ordered");
+    // Deleted while its transaction is still in the log: the next file of that name starts
+    // short-lived, and its window goes into the log as one write with one flush.
+    r.fs.unlink(ROOT_INO, b"db-journal").expect("unlink");
+    let next = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
+    let want = pattern(2, 100 * 4096);
+    r.fs.write(next.ino, 0, &want).expect("pages");
+    let s = r.seen(|fs| fs.fsync(next.ino, false).expect("fsync"));
+    assert_ne!(r.fs.getattr(next.ino).unwrap().flags & JDATA, 0, "data-journaled");
+    assert_eq!((s.writes.len(), s.flushes, s.in_place()), (1, 1, 0), "{s:?}");
+    assert_eq!(r.fs.adaptive_stats().short_lived, 1);
+    assert_eq!(r.after_crash(b"db-journal", want.len()), want);
+    // Another name, or a file removed after its checkpoint, teaches nothing.
+    let other = r.fs.create(ROOT_INO, b"other", 0o644, 0, 0).expect("create");
+    r.fs.write(other.ino, 0, &pattern(3, 100 * 4096)).expect("pages");
+    r.fs.fsync(other.ino, false).expect("fsync");
+    assert_eq!(r.fs.getattr(other.ino).unwrap().flags & JDATA, 0, "ordered");
+    r.fs.journal().checkpoint().expect("checkpoint");
+    r.fs.unlink(ROOT_INO, b"other").expect("unlink");
+    let again = r.fs.create(ROOT_INO, b"other", 0o644, 0, 0).expect("create");
+    r.fs.write(again.ino, 0, &pattern(4, 100 * 4096)).expect("pages");
+    r.fs.fsync(again.ino, false).expect("fsync");
+    assert_eq!(r.fs.getattr(again.ino).unwrap().flags & JDATA, 0, "old when removed: ordered");
+    assert_eq!(r.fs.adaptive_stats().short_lived, 1);
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn a_truncate_to_the_same_size_needs_no_commit_for_fdatasync() {
+    let r = rig("jbd2", DataMode::Ordered, None);
+    let f = r.fs.create(ROOT_INO, b"db", 0o644, 0, 0).expect("create");
+    r.fs.write(f.ino, 0, &pattern(1, 8 * 4096)).expect("write");
+    r.fs.fsync(f.ino, false).expect("fsync");
+    r.fs.write(f.ino, 4096, &pattern(2, 4096)).expect("overwrite");
+    r.fs.setattr(f.ino, &cjfs_fs::SetAttr { size: Some(8 * 4096), ..Default::default() }).expect("truncate");
+    let s = r.seen(|fs| fs.fsync(f.ino, true).expect("fdatasync"));
+    assert_eq!((s.writes.len(), s.flushes), (1, 1), "the data and a flush, no commit: {s:?}");
     r.fs.unmount().expect("unmount");
 }

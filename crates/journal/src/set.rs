@@ -505,6 +505,19 @@ impl Journal {
         self.shared.chains.is_valid(id)
     }
 
+    /// Whether transaction `id` has not yet left its log: it is still running or
+    /// committing, or durable with its blocks not all checkpointed (the log's tail has not
+    /// passed it). A block it logged may still be written home by a checkpoint.
+    pub fn in_log(&self, id: TxId) -> bool {
+        let Some(log) = self.logs.get(usize::from(id.log)) else {
+            return false;
+        };
+        if !self.is_durable(id) {
+            return true;
+        }
+        log.log.lock().ring.spans().front().is_some_and(|s| s.id <= id.tid)
+    }
+
     /// Commit whatever is running in every log and wait for everything to be durable (sync).
     pub fn force(&self) -> JResult<()> {
         let tids: Vec<u64> = self.logs.iter().map(|l| l.current_tid()).collect();

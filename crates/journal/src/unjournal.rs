@@ -9,8 +9,9 @@
 //! switch (`jbd2_journal_flush` in `ext4_change_inode_journal_flag`): every file's pending
 //! blocks are written home, synchronously, while the switching file waits.
 //!
-//! The `revoke` way needs nothing written at the switch. In the switch's transaction `r`, for
-//! each block of the file that still has a committed image awaiting checkpoint:
+//! The `revoke` way needs nothing written at the switch, and writes nothing the checkpoint
+//! would not have. A block's committed image is *handed over* to a transaction `r`
+//! ([`Handle::leave_data_journaling`]):
 //!
 //! 1. the image is taken away from the checkpoint (under `checkpoint_lock`, so no checkpoint
 //!    is writing it meanwhile) — the checkpoint can no longer write it late;
@@ -21,21 +22,28 @@
 //!    (`LogCore::leave_holds`): until then a crash must still find those copies, since the
 //!    block's home may hold neither the image nor anything newer.
 //!
-//! A commit that finds no log space while such a hold keeps the tail (the log filled before
+//! At the switch only the blocks the file logged in the switch's own transaction are handed
+//! over (the sync that decides to go back to ordered makes the switch in the transaction
+//! holding the file's last window: those blocks leave its log for its ordered writes and are
+//! written home once instead of logged first; every older version must be durable by then).
+//! Every other block keeps its image as checkpoint work: if the checkpoint writes it first,
+//! nothing more is needed (the logged copy replays the same contents). If the file writes
+//! such a block in place before that, the write's own transaction hands it over
+//! ([`Handle::leave_block`], after every older transaction is durable) and the file's next
+//! sync commits that transaction, even where ordered mode would only have written the data
+//! (the revoke must be durable before the new contents count as synced). A block the file
+//! frees is revoked, as a data-journaled file's. So a WAL or database that leaves data
+//! journaling pays nothing for the blocks it does not rewrite before their checkpoint —
+//! handing all of them over at the switch had that sync write every one of them home.
+//!
+//! A commit that finds no log space while a hold keeps the tail (the log filled before
 //! `r` committed; `r` itself may be the one waiting) breaks it: the held blocks' live
 //! contents are written home and flushed, after which the older copies are not needed (a
 //! crash may then find the file's unsynced writes home, as ordered mode allows).
 //!
-//! The switch may be made in the very transaction that holds the file's last window
-//! (the sync that decides to go back to ordered): blocks journaled there leave its log for
-//! its ordered writes, so the window is written home once instead of logged first. Every
-//! older version must be durable by then.
-//!
 //! A crash before `r` is durable replays the old copies (the file as of its last journaled
 //! commit, which is what it had made durable); after, the revokes hold and the block's home
-//! has its ordered write. The blocks are written home once, as the checkpoint would have, but
-//! by `r`'s commit, in the background of the file's next sync, and blocks the file rewrites
-//! before then are written once with the new contents.
+//! has its ordered write.
 //!
 //! With a single log only: with several logs a copy's release also depends on the other logs'
 //! (`checkpoint.rs`), and the caller empties the journal instead.
@@ -117,6 +125,33 @@ impl Handle {
             self.dirty_data(b)?;
         }
         Ok(Some(n))
+    }
+}
+
+impl Handle {
+    /// The block of `b`, of a file that left data journaling, is about to be written in
+    /// place (ordered mode): if it still has a committed image awaiting checkpoint, hand it
+    /// over to this transaction as [`Handle::leave_data_journaling`] does (taken from the
+    /// checkpoint, the block revoked here, the log kept until this transaction is durable),
+    /// first waiting until every older transaction is durable (safe with this handle open:
+    /// they wait for none of its handles). Returns whether it did; the caller's sync must
+    /// then commit this transaction (the revoke) rather than only write the data home.
+    pub fn leave_block(&mut self, b: &Arc<Buffer>, revoke: bool) -> JResult<bool> {
+        if b.jstate().checkpoint.is_none() {
+            return Ok(false);
+        }
+        let id = self.tx_id();
+        if id.tid > 1 {
+            self.j.wait(id.tid - 1)?;
+        }
+        match self.leave_data_journaling(std::slice::from_ref(b), revoke)? {
+            Some(n) => Ok(n > 0),
+            None => Err(crate::error::JournalError::Corrupt(format!(
+                "block {} of a file leaving data journaling is still in another transaction \
+                 with every older transaction durable",
+                b.blocknr()
+            ))),
+        }
     }
 }
 
