@@ -56,6 +56,31 @@ use crate::{
 
 /// Blocks per lazily allocated storage chunk (1 MiB of 4 KiB blocks).
 const CHUNK_BLOCKS: u64 = 256;
+
+/// Storage chunks of dropped devices, kept for the next ones (at most
+/// [`SPARE_CHUNK_BYTES`]). A fresh allocation's pages fault in one at a time on the first
+/// write into them — host CPU spent inside [`BlockDevice::submit`], which no real device
+/// charges its host, and which fell mostly on journal writes (a new device's log is all
+/// fresh until it wraps); a recycled chunk is only zeroed. Lock: the mutex, a leaf taken
+/// under a chunk lock or in `drop`.
+static SPARE_CHUNKS: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+/// Bytes of spare chunks kept at most (a benchmark image's worth).
+const SPARE_CHUNK_BYTES: usize = 1 << 30;
+
+/// A zeroed chunk of `len` bytes: a spare one if there is one of that size.
+fn new_chunk(len: usize) -> Box<[u8]> {
+    let spare = {
+        let mut spares = SPARE_CHUNKS.lock();
+        spares.iter().position(|c| c.len() == len).map(|i| spares.swap_remove(i))
+    };
+    match spare {
+        Some(mut c) => {
+            c.fill(0);
+            c
+        }
+        None => vec![0u8; len].into_boxed_slice(),
+    }
+}
 /// Bytes in a MiB (the unit of the flush cost).
 const MIB: u128 = 1 << 20;
 
@@ -289,6 +314,21 @@ pub struct EmulatedSsd {
     write_failures: Mutex<Vec<u64>>,
 }
 
+impl Drop for EmulatedSsd {
+    fn drop(&mut self) {
+        let mut spares = SPARE_CHUNKS.lock();
+        let mut kept: usize = spares.iter().map(|c| c.len()).sum();
+        for chunk in self.chunks.drain(..) {
+            if let Some(c) = chunk.into_inner()
+                && kept + c.len() <= SPARE_CHUNK_BYTES
+            {
+                kept += c.len();
+                spares.push(c);
+            }
+        }
+    }
+}
+
 impl EmulatedSsd {
     /// A zeroed device of `num_blocks` 4 KiB blocks with the given figures.
     pub fn new(preset: SsdPreset, num_blocks: u64) -> EmulatedSsd {
@@ -503,8 +543,7 @@ impl BlockDevice for EmulatedSsd {
             for (i, src) in req.bufs.iter().enumerate() {
                 let (c, off) = self.locate(req.block + i as u64);
                 let mut chunk = self.chunks[c].write();
-                let data =
-                    chunk.get_or_insert_with(|| vec![0u8; CHUNK_BLOCKS as usize * bs].into_boxed_slice());
+                let data = chunk.get_or_insert_with(|| new_chunk(CHUNK_BLOCKS as usize * bs));
                 data[off..off + bs].copy_from_slice(&src[..]);
             }
         }

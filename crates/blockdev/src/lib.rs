@@ -16,6 +16,15 @@
 //!
 //! Every device has one block size ([`BlockDevice::block_size`], one of [`BLOCK_SIZES`],
 //! 4 KiB unless chosen otherwise); block numbers and buffers are in that unit.
+//!
+//! # Lock order
+//!
+//! A device's locks are taken below every lock of its callers. Outer to inner:
+//! [`Recorder`]'s `submit_order` (held across the wrapped device's `submit`, so before
+//! that device's locks), then its `log`; [`EmulatedSsd`]'s `apply`, then one chunk's lock,
+//! then the spare-chunk pool; the
+//! emulated device's `timing`, `poison` and `write_failures`, [`FileDevice`]'s `state` and
+//! `poison`, the overlays' `written` maps and an I/O ticket's state are leaves.
 
 mod counters;
 mod emulated;
