@@ -411,10 +411,10 @@ pub(crate) fn to_data(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<(
 /// Take the regular file `ino` out of data journaling without emptying the journal (the
 /// `leave=revoke` setting; see `cjfs_journal`'s `unjournal.rs`): the blocks it logged in the
 /// switch's transaction become that transaction's ordered writes and are revoked there, the
-/// flag is cleared, and its other committed images stay checkpoint work ([`images_left`]). Returns `false`, having changed nothing, where
-/// the caller must empty the journal instead: the `empty` setting, iJournaling (an
-/// i-transaction may make the file durable without the revoking commit), several logs, a
-/// file without an extent tree.
+/// flag is cleared, and its other committed images stay checkpoint work ([`images_left`]).
+/// Returns `false`, having changed nothing, where the caller must empty the journal instead:
+/// the `empty` setting, iJournaling (an i-transaction may make the file durable without the
+/// revoking commit), several logs, a file without an extent tree.
 ///
 /// `in_window`: the sync deciding the switch makes it before its commit, so that the window
 /// the file wrote since the last sync leaves the running transaction's log for its ordered
