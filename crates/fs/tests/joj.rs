@@ -500,11 +500,16 @@ fn nine_small_writes_cost_twelve_journal_blocks() {
 fn a_file_made_where_the_last_one_died_young_journals_large_windows() {
     let r = rig("adaptive", DataMode::Ordered, Some(8192));
     const JDATA: u32 = 0x4000;
+    // A file of 100 blocks made under `name` and fsynced.
+    let made = |name: &[u8], seed: u8| {
+        let f = r.fs.create(ROOT_INO, name, 0o644, 0, 0).expect("create");
+        r.fs.write(f.ino, 0, &pattern(seed, 100 * 4096)).expect("pages");
+        r.fs.fsync(f.ino, false).expect("fsync");
+        f.ino
+    };
     // A rollback journal of 100 blocks: too large for data journaling on its own.
-    let first = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create");
-    r.fs.write(first.ino, 0, &pattern(1, 100 * 4096)).expect("pages");
-    r.fs.fsync(first.ino, false).expect("fsync");
-    assert_eq!(r.fs.getattr(first.ino).unwrap().flags & JDATA, 0, "ordered");
+    let first = made(b"db-journal", 1);
+    assert_eq!(r.fs.getattr(first).unwrap().flags & JDATA, 0, "ordered");
     // Deleted while its transaction is still in the log: the next file of that name starts
     // short-lived, and its window goes into the log as one write with one flush.
     r.fs.unlink(ROOT_INO, b"db-journal").expect("unlink");
@@ -517,16 +522,12 @@ fn a_file_made_where_the_last_one_died_young_journals_large_windows() {
     assert_eq!(r.fs.adaptive_stats().short_lived, 1);
     assert_eq!(r.after_crash(b"db-journal", want.len()), want);
     // Another name, or a file removed after its checkpoint, teaches nothing.
-    let other = r.fs.create(ROOT_INO, b"other", 0o644, 0, 0).expect("create");
-    r.fs.write(other.ino, 0, &pattern(3, 100 * 4096)).expect("pages");
-    r.fs.fsync(other.ino, false).expect("fsync");
-    assert_eq!(r.fs.getattr(other.ino).unwrap().flags & JDATA, 0, "ordered");
+    let other = made(b"other", 3);
+    assert_eq!(r.fs.getattr(other).unwrap().flags & JDATA, 0, "ordered");
     r.fs.journal().checkpoint().expect("checkpoint");
     r.fs.unlink(ROOT_INO, b"other").expect("unlink");
-    let again = r.fs.create(ROOT_INO, b"other", 0o644, 0, 0).expect("create");
-    r.fs.write(again.ino, 0, &pattern(4, 100 * 4096)).expect("pages");
-    r.fs.fsync(again.ino, false).expect("fsync");
-    assert_eq!(r.fs.getattr(again.ino).unwrap().flags & JDATA, 0, "old when removed: ordered");
+    let again = made(b"other", 4);
+    assert_eq!(r.fs.getattr(again).unwrap().flags & JDATA, 0, "old when removed: ordered");
     assert_eq!(r.fs.adaptive_stats().short_lived, 1);
     r.fs.unmount().expect("unmount");
 }
