@@ -57,12 +57,12 @@ use crate::{
 /// Blocks per lazily allocated storage chunk (1 MiB of 4 KiB blocks).
 const CHUNK_BLOCKS: u64 = 256;
 
-/// Storage chunks of dropped devices, kept for the next ones (at most
-/// [`SPARE_CHUNK_BYTES`]). A fresh allocation's pages fault in one at a time on the first
-/// write into them — host CPU spent inside [`BlockDevice::submit`], which no real device
-/// charges its host, and which fell mostly on journal writes (a new device's log is all
-/// fresh until it wraps); a recycled chunk is only zeroed. Lock: the mutex, a leaf taken
-/// under a chunk lock or in `drop`.
+/// Storage chunks of dropped devices, zeroed when the device is dropped and kept for the
+/// next ones (at most [`SPARE_CHUNK_BYTES`]). A fresh allocation's pages fault in one at a
+/// time on the first write into them — host CPU spent inside [`BlockDevice::submit`], which
+/// no real device charges its host, and which fell mostly on journal writes (a new device's
+/// log is all fresh until it wraps). Lock: the mutex, a leaf taken under a chunk lock or in
+/// `drop`.
 static SPARE_CHUNKS: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
 /// Bytes of spare chunks kept at most (a benchmark image's worth).
 const SPARE_CHUNK_BYTES: usize = 1 << 30;
@@ -73,13 +73,7 @@ fn new_chunk(len: usize) -> Box<[u8]> {
         let mut spares = SPARE_CHUNKS.lock();
         spares.iter().position(|c| c.len() == len).map(|i| spares.swap_remove(i))
     };
-    match spare {
-        Some(mut c) => {
-            c.fill(0);
-            c
-        }
-        None => vec![0u8; len].into_boxed_slice(),
-    }
+    spare.unwrap_or_else(|| vec![0u8; len].into_boxed_slice())
 }
 /// Bytes in a MiB (the unit of the flush cost).
 const MIB: u128 = 1 << 20;
@@ -319,10 +313,12 @@ impl Drop for EmulatedSsd {
         let mut spares = SPARE_CHUNKS.lock();
         let mut kept: usize = spares.iter().map(|c| c.len()).sum();
         for chunk in self.chunks.drain(..) {
-            if let Some(c) = chunk.into_inner()
+            if let Some(mut c) = chunk.into_inner()
                 && kept + c.len() <= SPARE_CHUNK_BYTES
             {
                 kept += c.len();
+                // Zeroed here, between a benchmark's rounds, not on the next device's writes.
+                c.fill(0);
                 spares.push(c);
             }
         }
@@ -536,6 +532,10 @@ impl BlockDevice for EmulatedSsd {
         if count == 0 {
             return Ok(IoTicket::done(Ok(())));
         }
+        // The request's timing starts when it is submitted: copying it into the emulator's
+        // memory (and faulting in a fresh chunk) stands for the transfer, which the model
+        // charges below, as a real device's DMA costs its host no CPU.
+        let submitted = Instant::now();
         let failure = self.take_write_failure(req.block, count);
         if failure.is_none() {
             // The whole request is applied between two snapshots, never across one.
@@ -556,7 +556,7 @@ impl BlockDevice for EmulatedSsd {
         }
         let (deadline, inflight) = {
             let mut t = self.timing.lock();
-            let now = Instant::now();
+            let now = submitted;
             let xfer_done = now.max(t.link_free) + p.transfer(bytes);
             t.link_free = xfer_done;
             let (ch, free) =
