@@ -43,9 +43,8 @@
 //! `adaptive` presets use `leave=revoke` ([`leave_by_revoke`], `cjfs_journal`'s
 //! `unjournal.rs`): the blocks the file logged in the switch's transaction become its
 //! ordered writes and are revoked there; its other blocks keep their committed images as
-//! checkpoint work, handed over (revoked in the writing transaction) only if the file writes
-//! them in place before the checkpoint does ([`before_in_place`], [`images_left`]), and
-//! revoked if it frees them. Nothing is written at the switch. The policy's switch by
+//! checkpoint work, journaled again if the file rewrites them before the checkpoint has
+//! written them home ([`before_in_place`], [`images_left`]), and revoked if it frees them. Nothing is written at the switch. The policy's switch by
 //! revoke is made at the sync that decides it, before its commit: the window that sync
 //! covers leaves the running transaction's log for its ordered writes and is written home
 //! once, not logged first (`leave=empty` switches right after that sync's commit). Either
@@ -186,6 +185,7 @@ pub(crate) struct Counters {
     flush_ns: AtomicU64,
     left_by_revoke: AtomicU64,
     blocks_handed: AtomicU64,
+    blocks_rejournaled: AtomicU64,
     short_lived: AtomicU64,
 }
 
@@ -207,6 +207,9 @@ pub struct AdaptiveStats {
     pub left_by_revoke: u64,
     /// Committed images those switches handed to their transaction's ordered writes.
     pub blocks_handed: u64,
+    /// Writes of an ordered file's blocks journaled because the block still had an image in
+    /// the log from the file's data-journaled time ([`before_in_place`]).
+    pub blocks_rejournaled: u64,
     /// Files that started short-lived (created under a name whose previous file died young,
     /// or truncated to zero young).
     pub short_lived: u64,
@@ -222,6 +225,7 @@ impl Counters {
             flush_ns: self.flush_ns.load(Ordering::Relaxed),
             left_by_revoke: self.left_by_revoke.load(Ordering::Relaxed),
             blocks_handed: self.blocks_handed.load(Ordering::Relaxed),
+            blocks_rejournaled: self.blocks_rejournaled.load(Ordering::Relaxed),
             short_lived: self.short_lived.load(Ordering::Relaxed),
         }
     }
@@ -233,33 +237,50 @@ impl Counters {
     }
 }
 
-/// Whether the file `st`, in ordered mode, may still have committed images of its blocks
-/// from its data-journaled time awaiting checkpoint: its last switch out of data journaling
-/// (`leave_tx`) has not left the log. Such a block is handed over when the file writes it in
-/// place ([`before_in_place`]) and revoked when freed.
+/// Whether the file `st`, in ordered mode, may still have images of its blocks in the log:
+/// `leave_tx` (its last switch out of data journaling, or the last transaction that
+/// journaled one of its rewritten blocks since) has not left the log. Such a block is
+/// journaled again when the file rewrites it ([`before_in_place`]) and revoked when freed.
 pub(crate) fn images_left(fs: &FsInner, st: &InodeState) -> bool {
     st.leave_tx.tid != 0 && st.d.flags & EXT4_JOURNAL_DATA_FL == 0 && fs.journal.in_log(st.leave_tx)
 }
 
-/// The ordered file `st` is about to write `buf` in place, `left` being [`images_left`]: a
-/// committed image the block still has from the file's data-journaled time is handed over
-/// to this transaction, which revokes the block (`cjfs_journal`'s `unjournal.rs`), and the
-/// file's next sync must commit it.
+/// The ordered file `st` is about to write `buf`, `left` being [`images_left`]. Returns
+/// whether the write must be journaled instead of going in place: the block still has an
+/// image in the log from the file's data-journaled time (being committed, awaiting its
+/// checkpoint, or logged again since), which recovery would replay, or the checkpoint
+/// write, over contents written home now. Then this transaction has write access to the
+/// block, the caller logs it, and the file counts as having images until this transaction
+/// (`leave_tx`) leaves the log; its next sync commits it (`Fs::fsync` commits `leave_tx`),
+/// which the policy does not count as the file's writes needing a commit (in ordered mode
+/// they would not: it must not take it for a reason to journal the file's data). Once the
+/// checkpoint has written the block's
+/// last image home, its writes go in place. (Handing the image over instead — revoking the
+/// block here and writing it home as ordered data — made the sync that commits the revoke
+/// wait for the new contents before it: two flushes where ordered mode pays one.)
 pub(crate) fn before_in_place(
     tx: &mut Tx<'_>,
     st: &mut InodeState,
     buf: &Arc<Buffer>,
     left: bool,
-) -> FsResult<()> {
-    if !left {
-        return Ok(());
+) -> FsResult<bool> {
+    if !left || crate::planted::bugs(&tx.fs.opts).rewrite_in_place {
+        return Ok(false);
     }
-    let revoke = !crate::planted::bugs(&tx.fs.opts).leave_without_revoke;
-    if tx.h.leave_block(buf, revoke)? {
-        st.datasync_tx = tx.h.tx_id();
-        tx.fs.adaptive.blocks_handed.fetch_add(1, Ordering::Relaxed);
+    let logged = {
+        let js = buf.jstate();
+        // A version being committed has no checkpoint image yet; `last_version` names it.
+        js.running.is_some()
+            || js.checkpoint.is_some()
+            || js.last_version.is_some_and(|t| tx.fs.journal.in_log(t))
+    };
+    if !logged {
+        return Ok(false);
     }
-    Ok(())
+    tx.h.get_write_access(buf)?;
+    st.leave_tx = tx.h.tx_id();
+    tx.fs.adaptive.blocks_rejournaled.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
 }
 
 /// Names in a directory whose last file died young (see "Short-lived files" in the module
@@ -468,7 +489,7 @@ pub(crate) fn leave_by_revoke(
         // hundred to a block).
         let mut tx = Tx::start(fs, 8 + (bufs.len() as u32).div_ceil(128))?;
         // Only the window's blocks, logged in this transaction, are handed over now; the
-        // others keep their committed images, handed over if the file writes them in place
+        // others keep their committed images, journaled again if the file rewrites them
         // before their checkpoint (`before_in_place`), revoked if it frees them.
         let running = tx.h.tx_id();
         let here: Vec<_> = bufs.iter().filter(|b| b.jstate().running == Some(running)).cloned().collect();

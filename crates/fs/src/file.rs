@@ -202,10 +202,11 @@ pub(crate) fn write(
         let first = pos / bs;
         let last = ((off + data.len() as u64 - 1) / bs).min(first + CHUNK_BLOCKS - 1);
         let nblk = (last - first + 1) as u32;
-        let credits = 24 + if jdata { nblk } else { 0 };
+        // Blocks with images left from data journaling are journaled again (`before_in_place`).
+        let left = !jdata && crate::adaptive::images_left(fs, st);
+        let credits = 24 + if jdata || left { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
         st.window.wrote(((last + 1) * bs).min(end) - pos);
-        let left = !jdata && crate::adaptive::images_left(fs, st);
         let mut cur = None;
         let mut lblk = first;
         // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are
@@ -225,18 +226,31 @@ pub(crate) fn write(
                 }
             };
             let buf = data_buffer(fs, pblk, fresh, take == bs as usize)?;
-            if jdata {
+            let logged = if jdata {
                 tx.h.get_write_access(&buf)?;
-            } else if let Err(e) = crate::adaptive::before_in_place(&mut tx, st, &buf, left) {
-                failed = Some(e);
-                break;
-            }
-            buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
-            if jdata {
-                tx.h.dirty_metadata(&buf)?;
-                st.datasync_tx = tx.h.tx_id();
+                true
             } else {
-                tx.h.dirty_data(&buf)?;
+                match crate::adaptive::before_in_place(&mut tx, st, &buf, left) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            };
+            buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
+            if logged {
+                tx.h.dirty_metadata(&buf)?;
+                if jdata {
+                    st.datasync_tx = tx.h.tx_id();
+                }
+            } else {
+                if fresh || pos + take as u64 > st.d.size {
+                    tx.h.dirty_data(&buf)?;
+                } else {
+                    // An overwrite inside the size: no stale block or byte for a commit to expose.
+                    tx.h.dirty_overwrite(&buf)?;
+                }
                 st.dirty_data.push(buf);
             }
             done += take;
@@ -301,14 +315,15 @@ fn zero_partial(
     }
     let Some(pblk) = m.pblk_of(lblk) else { return Ok(()) };
     let buf = tx.fs.cache.read(pblk)?;
-    if jdata {
+    let logged = if jdata {
         tx.h.get_write_access(&buf)?;
+        true
     } else {
         let left = crate::adaptive::images_left(tx.fs, st);
-        crate::adaptive::before_in_place(tx, st, &buf, left)?;
-    }
+        crate::adaptive::before_in_place(tx, st, &buf, left)?
+    };
     buf.write()[from..to].fill(0);
-    if jdata {
+    if logged {
         tx.h.dirty_metadata(&buf)?;
     } else {
         tx.h.dirty_data(&buf)?;

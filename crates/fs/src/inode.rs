@@ -34,10 +34,12 @@ pub(crate) struct InodeState {
     pub meta_tx: TxId,
     /// Last transaction that changed what fdatasync needs (size, block mapping).
     pub datasync_tx: TxId,
-    /// The file's last switch out of data journaling by revoke (`adaptive::leave_by_revoke`):
-    /// every sync waits for it too (its revokes keep older logged copies from being replayed
-    /// over what the file writes home), though it is not a change of the file the adaptive
-    /// policy should count.
+    /// The file's last switch out of data journaling by revoke (`adaptive::leave_by_revoke`),
+    /// or the last transaction since that journaled a rewrite of a block still having an
+    /// image in the log (`adaptive::before_in_place`): every sync waits for it too (its
+    /// revokes or newer images keep older logged copies from being replayed over what the
+    /// file writes home), though it is not a change of the file the adaptive policy should
+    /// count.
     pub leave_tx: TxId,
     /// Data buffers written since the last fsync (fdatasync without a commit writes these).
     pub dirty_data: Vec<Arc<Buffer>>,

@@ -399,7 +399,8 @@ impl Fs {
                     crate::adaptive::Decision::Keep => {}
                 }
             }
-            // A switch out of data journaling by revoke commits before the data is durable.
+            // A switch out of data journaling by revoke, or a rewrite journaled since because
+            // its block still had an image in the log, commits before the data is durable.
             if st.leave_tx.tid > tx.tid && !j.is_durable(st.leave_tx) {
                 tx = st.leave_tx;
             }

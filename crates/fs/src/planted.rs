@@ -21,6 +21,10 @@ pub struct FsBugs {
     /// to ordered writes but revokes nothing: a logged copy may be replayed over data the
     /// file wrote in place and synced after the switch.
     pub leave_without_revoke: bool,
+    /// A file that left data journaling rewrites a block in place while the block still has
+    /// an image in the log (`adaptive::before_in_place` journals nothing): recovery or the
+    /// checkpoint may put the older image over the synced rewrite.
+    pub rewrite_in_place: bool,
 }
 
 /// The bugs planted in `o` (none without the `planted-bugs` feature).
@@ -38,6 +42,7 @@ pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
             skip_ancestor_record: false,
             no_data_revoke: false,
             leave_without_revoke: false,
+            rewrite_in_place: false,
         }
     }
 }

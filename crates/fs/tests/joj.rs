@@ -277,27 +277,27 @@ fn leaving_data_journaling_by_revoke_writes_nothing_at_the_switch() {
     let st = r.fs.adaptive_stats();
     assert_eq!((st.left_by_revoke, st.blocks_handed), (1, 0), "the images stay checkpoint work: {st:?}");
     assert!(r.logged() >= 1, "the journaled copies stay in the log");
-    // Rewritten in place and synced: the block's image is handed over to the write's
-    // transaction, whose commit writes it home (with the other file's ordered block) and
-    // revokes the logged copy, so a crash now replays none over the new data; the three
-    // blocks not rewritten replay their logged copies (the same contents).
+    // Rewritten and synced: the block still has its image in the log, so the write is
+    // journaled again (a write home now could be overwritten by the older image at replay or
+    // checkpoint); its sync commits it, the other file's new block going home first. A
+    // crash now replays the newer copy.
     want[..4096].copy_from_slice(&pattern(8, 4096));
     r.fs.write(ino, 0, &want[..4096]).expect("ordered write");
-    assert_eq!(r.fs.adaptive_stats().blocks_handed, 1);
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.blocks_handed, st.blocks_rejournaled), (0, 1), "{st:?}");
     let s = r.seen(|fs| fs.fsync(ino, true).expect("fdatasync"));
     let home: usize = s.writes.iter().filter(|w| w.0 == BlockKind::Data).map(|w| w.1).sum();
-    assert_eq!(home, 2, "{s:?}");
-    assert!(s.writes.iter().any(|w| w.0 == BlockKind::JournalTransaction), "the revoke committed: {s:?}");
+    assert_eq!(home, 1, "only the other file's block goes home: {s:?}");
+    assert!(s.writes.iter().any(|w| w.0 == BlockKind::JournalTransaction), "the rewrite committed: {s:?}");
     assert!(r.logged() >= 2, "no checkpoint ran: the old copies are still in the log");
-    assert!(r.fs.journal().stats().revokes >= 1);
-    assert_eq!(r.after_crash(b"f", want.len()), want, "recovery replayed a revoked copy");
-    // Once checkpointed, the images are gone: a rewrite hands nothing over and an overwrite
+    assert_eq!(r.after_crash(b"f", want.len()), want, "recovery replayed an older copy");
+    // Once checkpointed, the images are gone: a rewrite goes in place and an overwrite
     // needs no commit.
     r.fs.journal().checkpoint().expect("checkpoint");
     want[4096..8192].copy_from_slice(&pattern(9, 4096));
     r.fs.write(ino, 4096, &want[4096..8192]).expect("ordered write");
     let s = r.seen(|fs| fs.fsync(ino, true).expect("fdatasync"));
-    assert_eq!(r.fs.adaptive_stats().blocks_handed, 1);
+    assert_eq!(r.fs.adaptive_stats().blocks_rejournaled, 1);
     assert_eq!((s.writes.len(), s.flushes), (1, 1), "{s:?}");
     assert_eq!(r.after_crash(b"f", want.len()), want);
     r.fs.unmount().expect("unmount");
@@ -305,28 +305,26 @@ fn leaving_data_journaling_by_revoke_writes_nothing_at_the_switch() {
 
 #[test]
 fn a_full_log_breaks_a_switch_hold_rather_than_wait() {
-    // The switched file's copies are the oldest in a small log that the next commit needs
+    // The switched file's copies are the oldest in a log that the switch's own commit needs
     // room in: the commit writes the file's blocks home itself and the tail moves on.
-    let r = rig("joj", DataMode::Ordered, Some(1024));
-    let ino = data_journaled_file(&r.fs, b"f");
-    let want = pattern(6, 16 * 4096);
-    r.fs.write(ino, 0, &want).expect("write");
-    r.fs.fsync(ino, false).expect("fsync");
+    let r = rig("adaptive", DataMode::Ordered, Some(4096));
+    let f = r.small_synced_file(b"f");
     let fill = data_journaled_file(&r.fs, b"fill");
     for i in 0..4u8 {
-        r.fs.write(fill, 0, &pattern(20 + i, 200 * 4096)).expect("fill");
+        r.fs.write(fill, 0, &pattern(20 + i, 900 * 4096)).expect("fill");
         r.fs.fsync(fill, false).expect("fsync");
     }
-    r.fs.set_journal_data(ino, false).expect("chattr -j");
-    // Rewritten in place: each block's image is handed over to the running transaction,
-    // which holds the log's tail until it is durable.
-    let want = pattern(7, 16 * 4096);
-    r.fs.write(ino, 0, &want).expect("ordered rewrite");
-    assert_eq!(r.fs.adaptive_stats().blocks_handed, 16);
     assert_eq!(r.fs.journal().stats().leave_breaks, 0);
-    // Into the same transaction (a larger write would not fit it and commit it).
-    r.fs.write(fill, 0, &pattern(30, 200 * 4096)).expect("more");
-    r.fs.fsync(fill, false).expect("fsync");
+    // One transaction: more of the pinned file, and a large window over `f` that sends it
+    // back to ordered at its sync, handing its three journaled blocks over with their
+    // copies in the oldest transaction of the log held until the switch is durable.
+    r.fs.write(fill, 0, &pattern(30, 600 * 4096)).expect("more");
+    let want = pattern(7, 300 * 4096);
+    r.fs.write(f.ino, 0, &want).expect("large window");
+    r.fs.fsync(f.ino, false).expect("fsync");
+    assert_eq!(r.fs.getattr(f.ino).unwrap().flags & 0x4000, 0, "back to ordered");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.left_by_revoke, st.blocks_handed), (1, 3), "{st:?}");
     assert!(r.fs.journal().stats().leave_breaks >= 1, "{:?}", r.fs.journal().stats());
     assert_eq!(r.after_crash(b"f", want.len()), want);
     r.fs.unmount().expect("unmount");
@@ -444,7 +442,8 @@ fn small_rewrites_in_place_send_a_data_journaled_file_back_to_ordered() {
     // The next sync commits the switch (its revokes, the handed blocks home).
     r.fs.write(w.ino, 0, &pattern(29, 8192)).expect("rewrite");
     r.fs.fsync(w.ino, true).expect("fdatasync");
-    // Rewrites in place stay ordered now (one flush each, nothing logged).
+    // Rewrites stay ordered now, one flush each (journaled again while their blocks have
+    // images in the log, which the policy does not count against ordered mode).
     let s = r.seen(|fs| {
         fs.write(w.ino, 0, &pattern(30, 8192)).expect("rewrite");
         fs.fsync(w.ino, true).expect("fdatasync");
@@ -542,5 +541,49 @@ fn a_truncate_to_the_same_size_needs_no_commit_for_fdatasync() {
     r.fs.setattr(f.ino, &cjfs_fs::SetAttr { size: Some(8 * 4096), ..Default::default() }).expect("truncate");
     let s = r.seen(|fs| fs.fsync(f.ino, true).expect("fdatasync"));
     assert_eq!((s.writes.len(), s.flushes), (1, 1), "the data and a flush, no commit: {s:?}");
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn a_commit_whose_ordered_data_only_overwrite_needs_one_flush() {
+    let r = rig("joj", DataMode::Ordered, None);
+    // `f` leaves data journaling with its two blocks' images still in the log; `g` is an
+    // ordered file whose four blocks are home.
+    let f = data_journaled_file(&r.fs, b"f");
+    let mut fwant = pattern(1, 2 * 4096);
+    r.fs.write(f, 0, &fwant).expect("write");
+    r.fs.fsync(f, false).expect("fsync");
+    r.fs.set_journal_data(f, false).expect("chattr -j");
+    let g = r.fs.create(ROOT_INO, b"g", 0o644, 0, 0).expect("create").ino;
+    let mut gwant = pattern(2, 4 * 4096);
+    r.fs.write(g, 0, &gwant).expect("write");
+    r.fs.fsync(g, false).expect("fsync");
+    // One transaction: `f`'s rewrite (journaled again) and an overwrite inside `g`'s size,
+    // which the commit writes home beside its log write; one flush covers both.
+    let j0 = r.fs.journal().stats();
+    fwant[..4096].copy_from_slice(&pattern(3, 4096));
+    r.fs.write(f, 0, &fwant[..4096]).expect("rewrite");
+    gwant[4096..8192].copy_from_slice(&pattern(4, 4096));
+    r.fs.write(g, 4096, &gwant[4096..8192]).expect("overwrite");
+    let s = r.seen(|fs| fs.fsync(f, true).expect("fdatasync"));
+    let d = r.fs.journal().stats().delta(&j0);
+    assert_eq!((d.single_io_commits, d.single_io_unordered, d.single_io_preflushes), (1, 1, 0), "{d:?}");
+    assert_eq!(s.flushes, 1, "{s:?}");
+    assert_eq!(s.in_place(), 1, "g's block: {s:?}");
+    assert_eq!(r.after_crash(b"f", fwant.len()), fwant);
+    assert_eq!(r.after_crash(b"g", gwant.len()), gwant);
+    // A newly allocated block in the transaction must be home before its commit record.
+    let j0 = r.fs.journal().stats();
+    fwant[4096..].copy_from_slice(&pattern(5, 4096));
+    r.fs.write(f, 4096, &fwant[4096..]).expect("rewrite");
+    gwant.extend_from_slice(&pattern(6, 4096));
+    r.fs.write(g, 4 * 4096, &gwant[4 * 4096..]).expect("append");
+    let s = r.seen(|fs| fs.fsync(f, true).expect("fdatasync"));
+    let d = r.fs.journal().stats().delta(&j0);
+    assert_eq!((d.single_io_commits, d.single_io_unordered, d.single_io_preflushes), (1, 0, 1), "{d:?}");
+    assert_eq!(s.flushes, 2, "{s:?}");
+    assert_eq!(r.after_crash(b"f", fwant.len()), fwant);
+    assert_eq!(r.after_crash(b"g", gwant.len()), gwant);
+    assert_eq!(r.fs.adaptive_stats().blocks_rejournaled, 2);
     r.fs.unmount().expect("unmount");
 }

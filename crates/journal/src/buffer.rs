@@ -55,6 +55,10 @@ pub struct JState {
     pub dirty: bool,
     /// Running transaction whose ordered-data list holds this buffer.
     pub ordered: Option<TxId>,
+    /// The write in `ordered` must be on the medium before that transaction's commit record
+    /// can be (newly allocated blocks, bytes the commit's size exposes, blocks whose logged
+    /// image it revokes); a plain overwrite only needs to be durable with the commit.
+    pub ordered_strict: bool,
     /// Who last wrote this data buffer home: the transaction whose commit wrote it as
     /// ordered data (durable with that transaction), or `None` for an fdatasync's own write.
     pub home_tx: Option<TxId>,

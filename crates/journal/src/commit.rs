@@ -390,6 +390,7 @@ pub(crate) fn ordered_requests(
         let mut js = b.jstate();
         if tx.is_some() && js.ordered == tx {
             js.ordered = None;
+            js.ordered_strict = false;
         }
         if js.dirty {
             js.dirty = false;

@@ -143,17 +143,40 @@ impl Handle {
     /// Mark an ordered data buffer dirty: it is written home before this transaction's
     /// commit record (data=ordered).
     pub fn dirty_data(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        self.file_data(buf, true)
+    }
+
+    /// Mark a data buffer dirty that overwrites data already on disk inside the file's
+    /// durable size (not newly allocated, not exposed by a size change, no logged image):
+    /// this transaction's commit writes it home like ordered data, but its commit record
+    /// need not wait for it — one flush after both makes both durable. ext4 orders only
+    /// newly allocated blocks (`ext4_map_blocks` adds the inode to the transaction only for
+    /// `EXT4_MAP_NEW`); a crash before the flush may keep either version of an overwritten
+    /// sector, as for any write not yet synced. Only the single-I/O commit makes use of it.
+    pub fn dirty_overwrite(&mut self, buf: &Arc<Buffer>) -> JResult<()> {
+        self.file_data(buf, false)
+    }
+
+    /// File `buf` on this transaction's ordered list (`strict`: before its commit record).
+    fn file_data(&mut self, buf: &Arc<Buffer>, strict: bool) -> JResult<()> {
         let tx = self.tx()?.clone();
         let mut js = buf.jstate();
         js.dirty = true;
         if js.ordered != Some(tx.id()) {
             js.ordered = Some(tx.id());
+            js.ordered_strict = strict;
             drop(js);
+            if strict {
+                tx.strict_ordered.fetch_add(1, Ordering::Relaxed);
+            }
             tx.lists.lock().ordered.push(buf.clone());
             let n = tx.ordered_count.fetch_add(1, Ordering::Relaxed) + 1;
             if n >= self.j.set.config.max_ordered_blocks {
                 self.j.request_commit(tx.tid);
             }
+        } else if strict && !js.ordered_strict {
+            js.ordered_strict = true;
+            tx.strict_ordered.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }

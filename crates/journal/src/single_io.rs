@@ -51,6 +51,15 @@
 //! with a cache barrier the barrier orders the data ahead of the log instead. The classic
 //! two-step commit would pay the same two flushes and one more write command (its separate
 //! commit block), so the single write is kept in every transaction.
+//!
+//! Only data that a commit record persisting first would expose needs that order: newly
+//! allocated blocks, bytes a size change uncovers, blocks whose logged image the transaction
+//! revokes (`Handle::dirty_data`). When all of the transaction's ordered data overwrites
+//! blocks already on disk inside the durable size (`Handle::dirty_overwrite`: SQLite
+//! rewriting its WAL from the start, or its database pages), the data and the log write go
+//! out together and the one flush after them makes both durable; a crash before it may keep
+//! either version of an overwritten sector, as for any write not yet synced (ext4 orders
+//! only newly allocated blocks).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -123,9 +132,15 @@ pub(crate) fn commit(
         j.set.dev.submit_batch(reqs)?
     };
     let had_data = !data_tickets.is_empty();
+    let strict = tx.strict_ordered.load(Ordering::Relaxed) > 0;
     let (reqs, nblocks) = log_write(j, tx, &versions, revokes)?;
     j.unreserved.store(0, Ordering::Release);
-    if had_data {
+    let mut unordered = Vec::new();
+    if had_data && !strict {
+        // Overwrites only: waited for before the flush step's flush, not before the log write.
+        unordered = data_tickets;
+        j.set.stats.single_io_unordered.fetch_add(1, Ordering::Relaxed);
+    } else if had_data {
         cjfs_blockdev::wait_all(data_tickets)?;
         j.set.stats.single_io_preflushes.fetch_add(1, Ordering::Relaxed);
         if barrier {
@@ -147,7 +162,7 @@ pub(crate) fn commit(
     let job = FlushJob {
         tx: tx.clone(),
         tickets,
-        data_tickets: Vec::new(),
+        data_tickets: unordered,
         commit: None,
         commit_ticket: None,
         versions,

@@ -41,6 +41,7 @@ pub struct JournalStats {
     pub(crate) single_io_writes: AtomicU64,
     pub(crate) single_io_blocks: AtomicU64,
     pub(crate) single_io_preflushes: AtomicU64,
+    pub(crate) single_io_unordered: AtomicU64,
     pub(crate) checkpoint_cancelled: AtomicU64,
     pub(crate) leave_handed: AtomicU64,
     pub(crate) leave_breaks: AtomicU64,
@@ -123,6 +124,9 @@ pub struct StatsSnapshot {
     pub single_io_blocks: u64,
     /// Single-I/O commits that carried ordered data and so flushed (or set a barrier) before their write.
     pub single_io_preflushes: u64,
+    /// Single-I/O commits whose ordered data were all overwrites inside the durable size:
+    /// written beside the log write, durable by its one flush, no preflush.
+    pub single_io_unordered: u64,
     /// Committed block copies that never needed their checkpoint: superseded by a newer commit of the block, or dropped because the block was freed (JoJ §2.1).
     pub checkpoint_cancelled: u64,
     /// Committed images a file leaving data journaling handed from the checkpoint to its
@@ -173,6 +177,7 @@ impl JournalStats {
             single_io_writes: self.single_io_writes.load(Relaxed),
             single_io_blocks: self.single_io_blocks.load(Relaxed),
             single_io_preflushes: self.single_io_preflushes.load(Relaxed),
+            single_io_unordered: self.single_io_unordered.load(Relaxed),
             checkpoint_cancelled: self.checkpoint_cancelled.load(Relaxed),
             leave_handed: self.leave_handed.load(Relaxed),
             leave_breaks: self.leave_breaks.load(Relaxed),
@@ -220,6 +225,7 @@ impl StatsSnapshot {
             single_io_writes: self.single_io_writes - earlier.single_io_writes,
             single_io_blocks: self.single_io_blocks - earlier.single_io_blocks,
             single_io_preflushes: self.single_io_preflushes - earlier.single_io_preflushes,
+            single_io_unordered: self.single_io_unordered - earlier.single_io_unordered,
             checkpoint_cancelled: self.checkpoint_cancelled - earlier.checkpoint_cancelled,
             leave_handed: self.leave_handed - earlier.leave_handed,
             leave_breaks: self.leave_breaks - earlier.leave_breaks,

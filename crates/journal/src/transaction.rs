@@ -87,6 +87,9 @@ pub struct Transaction {
     pub(crate) conflicts: AtomicU64,
     /// Ordered data buffers added (to trigger a commit when large).
     pub(crate) ordered_count: AtomicU32,
+    /// Ordered data buffers whose write must be durable before the commit record (see
+    /// `JState::ordered_strict`); none lets a single-I/O commit skip its preflush.
+    pub(crate) strict_ordered: AtomicU32,
     /// Contents. Lock: itself.
     pub(crate) lists: RankedMutex<TxLists>,
     /// When the transaction opened (for the commit timer).
@@ -125,6 +128,7 @@ impl Transaction {
             handles: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
             ordered_count: AtomicU32::new(0),
+            strict_ordered: AtomicU32::new(0),
             lists: RankedMutex::new(Rank::TxLists, TxLists::default()),
             marks: RankedMutex::new(Rank::Leaf, Vec::new()),
             stamp: AtomicU64::new(0),

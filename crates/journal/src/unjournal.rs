@@ -28,13 +28,16 @@
 //! written home once instead of logged first; every older version must be durable by then).
 //! Every other block keeps its image as checkpoint work: if the checkpoint writes it first,
 //! nothing more is needed (the logged copy replays the same contents). If the file writes
-//! such a block in place before that, the write's own transaction hands it over
-//! ([`Handle::leave_block`], after every older transaction is durable) and the file's next
-//! sync commits that transaction, even where ordered mode would only have written the data
-//! (the revoke must be durable before the new contents count as synced). A block the file
-//! frees is revoked, as a data-journaled file's. So a WAL or database that leaves data
-//! journaling pays nothing for the blocks it does not rewrite before their checkpoint —
-//! handing all of them over at the switch had that sync write every one of them home.
+//! such a block before that, the file system journals the write again (`cjfs_fs`'s
+//! `adaptive::before_in_place`): the newer image supersedes the older in the log and in the
+//! checkpoint, and the file's next sync commits it, in one single write with the file's
+//! other writes (overwrites, which that write need not wait for). Handing the block over
+//! there instead (revoking it in the writing transaction) made that sync's commit wait for
+//! the new contents to be durable before its revoke could be: a second flush on each of
+//! those syncs. A block the file frees is revoked, as a data-journaled file's. So a WAL or
+//! database that leaves data journaling pays nothing for the blocks it does not rewrite
+//! before their checkpoint — handing all of them over at the switch had that sync write
+//! every one of them home.
 //!
 //! A commit that finds no log space while a hold keeps the tail (the log filled before
 //! `r` committed; `r` itself may be the one waiting) breaks it: the held blocks' live
@@ -125,33 +128,6 @@ impl Handle {
             self.dirty_data(b)?;
         }
         Ok(Some(n))
-    }
-}
-
-impl Handle {
-    /// The block of `b`, of a file that left data journaling, is about to be written in
-    /// place (ordered mode): if it still has a committed image awaiting checkpoint, hand it
-    /// over to this transaction as [`Handle::leave_data_journaling`] does (taken from the
-    /// checkpoint, the block revoked here, the log kept until this transaction is durable),
-    /// first waiting until every older transaction is durable (safe with this handle open:
-    /// they wait for none of its handles). Returns whether it did; the caller's sync must
-    /// then commit this transaction (the revoke) rather than only write the data home.
-    pub fn leave_block(&mut self, b: &Arc<Buffer>, revoke: bool) -> JResult<bool> {
-        if b.jstate().checkpoint.is_none() {
-            return Ok(false);
-        }
-        let id = self.tx_id();
-        if id.tid > 1 {
-            self.j.wait(id.tid - 1)?;
-        }
-        match self.leave_data_journaling(std::slice::from_ref(b), revoke)? {
-            Some(n) => Ok(n > 0),
-            None => Err(crate::error::JournalError::Corrupt(format!(
-                "block {} of a file leaving data journaling is still in another transaction \
-                 with every older transaction durable",
-                b.blocknr()
-            ))),
-        }
     }
 }
 

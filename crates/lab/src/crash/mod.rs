@@ -99,6 +99,10 @@ pub struct Bugs {
     /// File system: a file leaving data journaling by revoke revokes nothing.
     #[serde(default)]
     pub leave_without_revoke: bool,
+    /// File system: a file that left data journaling rewrites a block in place while the
+    /// block still has an image in the log.
+    #[serde(default)]
+    pub rewrite_in_place: bool,
 }
 
 impl Bugs {
@@ -114,6 +118,7 @@ impl Bugs {
             || self.no_data_revoke
             || self.single_io_overlap
             || self.leave_without_revoke
+            || self.rewrite_in_place
     }
 }
 
@@ -180,6 +185,7 @@ impl CrashConfig {
                 skip_ancestor_record: self.bugs.skip_ancestor_record,
                 no_data_revoke: self.bugs.no_data_revoke,
                 leave_without_revoke: self.bugs.leave_without_revoke,
+                rewrite_in_place: self.bugs.rewrite_in_place,
             };
             o.journal.bugs = cjfs_journal::PlantedBugs {
                 skip_preflush: self.bugs.skip_preflush,
