@@ -310,15 +310,21 @@ pub struct EmulatedSsd {
 
 impl Drop for EmulatedSsd {
     fn drop(&mut self) {
+        // Zeroed here, between a benchmark's rounds, not on the next device's writes, and
+        // before the shared list's lock is taken (other devices take it for every new chunk).
+        let mut mine: Vec<Box<[u8]>> = self.chunks.drain(..).filter_map(|c| c.into_inner()).collect();
+        let room = SPARE_CHUNK_BYTES.saturating_sub(SPARE_CHUNKS.lock().iter().map(|c| c.len()).sum());
+        let mut fit = 0;
+        mine.retain(|c| {
+            fit += c.len();
+            fit <= room
+        });
+        mine.iter_mut().for_each(|c| c.fill(0));
         let mut spares = SPARE_CHUNKS.lock();
         let mut kept: usize = spares.iter().map(|c| c.len()).sum();
-        for chunk in self.chunks.drain(..) {
-            if let Some(mut c) = chunk.into_inner()
-                && kept + c.len() <= SPARE_CHUNK_BYTES
-            {
+        for c in mine {
+            if kept + c.len() <= SPARE_CHUNK_BYTES {
                 kept += c.len();
-                // Zeroed here, between a benchmark's rounds, not on the next device's writes.
-                c.fill(0);
                 spares.push(c);
             }
         }
