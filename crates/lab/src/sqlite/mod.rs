@@ -267,6 +267,8 @@ pub struct RoundReport {
     pub switches: (u64, u64),
     /// Milliseconds the switches back to ordered took (emptying the journal, or by revoke).
     pub switch_ms: f64,
+    /// The syncs' device work per kind of file (empty for rounds outside cjfs).
+    pub sync_work: std::collections::BTreeMap<vfs::FileKind, vfs::SyncWork>,
 }
 
 /// Image size of the in-process rounds (a 32 MiB journal, as mkfs gives it).
@@ -295,6 +297,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     };
     let (j1, d1, a1) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let syncs = v.counters().syncs.load(std::sync::atomic::Ordering::Relaxed);
+    let sync_work = v.counters().sync_work.lock().clone();
     drop(v);
     fs.unmount()?;
     Ok(RoundReport {
@@ -306,6 +309,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
         syncs,
         switches: (a1.to_data - a0.to_data, a1.to_ordered - a0.to_ordered),
         switch_ms: (a1.flush_ns - a0.flush_ns) as f64 / 1e6,
+        sync_work,
     })
 }
 
@@ -477,6 +481,7 @@ pub fn run_dir_rounds(
                 syncs: 0,
                 switches: (0, 0),
                 switch_ms: 0.0,
+                sync_work: Default::default(),
             };
             push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);
         }

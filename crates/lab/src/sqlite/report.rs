@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::vfs::{FileKind, SyncWork};
 use super::{JournalMode, MatrixSpec, Phase, Row, medians};
 use crate::machine::Machine;
 
@@ -192,6 +193,7 @@ pub fn write(
     std::fs::write(dir.join("results.csv"), csv)?;
     let mut md = format!("{}\n\nSQLite {}\n", machine.line(), rusqlite::version());
     md.push_str(&tables(rows));
+    md.push_str(&sync_tables(rows));
     if let Some(a) = &acc {
         let _ = writeln!(
             md,
@@ -255,4 +257,66 @@ fn charts(dir: &Path, rows: &[Row]) -> Result<(), crate::charts::ChartError> {
         )?;
     }
     Ok(())
+}
+
+/// Per device and round (mode × operations per transaction), each configuration's syncs per
+/// kind of file, averaged over the repetitions: where the flushes beyond `nojournal`'s are.
+pub fn sync_tables(rows: &[Row]) -> String {
+    type Key = (String, JournalMode, usize, String);
+    let mut sums: BTreeMap<Key, (BTreeMap<FileKind, SyncWork>, usize)> = BTreeMap::new();
+    let mut configs: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase)) {
+        if r.round.sync_work.is_empty() {
+            continue;
+        }
+        if !configs.contains(&r.config) {
+            configs.push(r.config.clone());
+        }
+        let e = sums.entry((r.device.clone(), r.mode, r.per_txn, r.config.clone())).or_default();
+        for (k, w) in &r.round.sync_work {
+            e.0.entry(*k).or_default().add(w);
+        }
+        e.1 += 1;
+    }
+    if sums.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n#### Syncs per round by file (mean over repetitions): syncs · device flushes · syncs with two or more flushes · ms in syncs\n",
+    );
+    let devices: BTreeSet<&str> = sums.keys().map(|k| k.0.as_str()).collect();
+    for dev in devices {
+        let _ = writeln!(
+            out,
+            "\n{dev}\n\n| mode | op/txn | config | db | journal | wal |\n|---|---:|---|---|---|---|"
+        );
+        let rounds: BTreeSet<(JournalMode, usize)> =
+            sums.keys().filter(|k| k.0 == dev).map(|k| (k.1, k.2)).collect();
+        for (mode, per_txn) in rounds {
+            for c in &configs {
+                let Some((work, reps)) = sums.get(&(dev.to_string(), mode, per_txn, c.clone())) else {
+                    continue;
+                };
+                let n = *reps as f64;
+                let _ = write!(out, "| {} | {per_txn} | {c} |", mode.name());
+                for kind in [FileKind::Db, FileKind::Journal, FileKind::Wal] {
+                    match work.get(&kind) {
+                        Some(w) => {
+                            let _ = write!(
+                                out,
+                                " {:.0} · {:.0} · {:.0} · {:.1} |",
+                                w.syncs as f64 / n,
+                                w.flushes as f64 / n,
+                                w.multi_flush as f64 / n,
+                                w.us as f64 / n / 1000.0
+                            );
+                        }
+                        None => out.push_str(" - |"),
+                    }
+                }
+                out.push('\n');
+            }
+        }
+    }
+    out
 }

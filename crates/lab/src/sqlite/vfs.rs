@@ -13,7 +13,7 @@
 //! memory (SQLite's unix VFS maps a file for it that it never syncs). Files SQLite opens
 //! without a name (temporary files) live in memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +21,64 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cjfs_fs::{Fs, FsError, Ino, SetAttr};
 use parking_lot::Mutex;
 use rusqlite::ffi;
+use serde::Serialize;
+
+/// Which of SQLite's files a sync was for (from the flags SQLite opened it with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// The database.
+    Db,
+    /// The rollback journal.
+    Journal,
+    /// The write-ahead log.
+    Wal,
+    /// Anything else (a super-journal, a temporary file with a name).
+    Other,
+}
+
+impl FileKind {
+    fn from_open_flags(flags: c_int) -> FileKind {
+        if flags & ffi::SQLITE_OPEN_MAIN_DB != 0 {
+            FileKind::Db
+        } else if flags & ffi::SQLITE_OPEN_MAIN_JOURNAL != 0 {
+            FileKind::Journal
+        } else if flags & ffi::SQLITE_OPEN_WAL != 0 {
+            FileKind::Wal
+        } else {
+            FileKind::Other
+        }
+    }
+}
+
+/// The device work of one kind of file's syncs, from the device's counters around each
+/// `xSync` (one SQLite connection, so another sync never overlaps; a flush of the journal's
+/// background checkpoint during a sync is counted with it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
+pub struct SyncWork {
+    /// Syncs.
+    pub syncs: u64,
+    /// Device flushes during them.
+    pub flushes: u64,
+    /// Syncs that took two flushes or more (an ordered commit's data flush and its commit
+    /// flush, where `nojournal` takes one).
+    pub multi_flush: u64,
+    /// Device write commands during them.
+    pub writes: u64,
+    /// Time spent in them, µs.
+    pub us: u64,
+}
+
+impl SyncWork {
+    /// Add `o`'s figures.
+    pub fn add(&mut self, o: &SyncWork) {
+        self.syncs += o.syncs;
+        self.flushes += o.flushes;
+        self.multi_flush += o.multi_flush;
+        self.writes += o.writes;
+        self.us += o.us;
+    }
+}
 
 /// What the VFS counted (relaxed atomics).
 #[derive(Debug, Default)]
@@ -33,6 +91,9 @@ pub struct VfsCounters {
     pub bytes: AtomicU64,
     /// Files deleted.
     pub deletes: AtomicU64,
+    /// Device work of the syncs, per kind of file. Lock: itself (taken once per sync,
+    /// never with another lock held).
+    pub sync_work: Mutex<BTreeMap<FileKind, SyncWork>>,
 }
 
 /// What the VFS needs: the file system and the shared WAL-index regions by path.
@@ -162,6 +223,8 @@ struct FileState {
     backing: Backing,
     /// The database path this file belongs to (for its WAL index).
     path: String,
+    /// Which of SQLite's files this is.
+    kind: FileKind,
 }
 
 static IO_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
@@ -267,7 +330,7 @@ unsafe extern "C" fn x_open(
         // SAFETY: as above.
         unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
-    let st = Box::new(FileState { vfs: d, backing, path });
+    let st = Box::new(FileState { vfs: d, backing, path, kind: FileKind::from_open_flags(flags) });
     // SAFETY: `f` is ours to fill (see above).
     unsafe {
         (*f).state = Box::into_raw(st);
@@ -383,9 +446,19 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
     let d = unsafe { &*st.vfs };
     if let Backing::Cjfs { ino, dir, dirsync, .. } = &mut st.backing {
         d.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        let (t0, s0) = (std::time::Instant::now(), d.fs.device().stats());
         if d.fs.fsync(*ino, true).is_err() {
             return ffi::SQLITE_IOERR_FSYNC;
         }
+        let s1 = d.fs.device().stats();
+        let flushes = s1.flushes - s0.flushes;
+        d.counters.sync_work.lock().entry(st.kind).or_default().add(&SyncWork {
+            syncs: 1,
+            flushes,
+            multi_flush: u64::from(flushes >= 2),
+            writes: s1.writes - s0.writes,
+            us: t0.elapsed().as_micros() as u64,
+        });
         if std::mem::take(dirsync) && d.fs.fsync(*dir, false).is_err() {
             return ffi::SQLITE_IOERR_DIR_FSYNC;
         }
