@@ -138,10 +138,12 @@ fn core_range(fs: &FsInner) -> Option<(u32, u32)> {
     Some((start, end))
 }
 
-/// Count an allocation in group `g` for the core-aware statistics.
+/// Count an allocation in group `g` for the core-aware statistics (only allocations made
+/// with a core's range: without core-aware allocation there is no "own" to count).
 fn count_alloc(fs: &FsInner, range: Option<(u32, u32)>, g: u32) {
+    let Some((s, e)) = range else { return };
     fs.alloc_all.fetch_add(1, Ordering::Relaxed);
-    if range.is_none_or(|(s, e)| (s..e).contains(&g)) {
+    if (s..e).contains(&g) {
         fs.alloc_own.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -251,7 +251,8 @@ pub(crate) struct FsInner {
     /// Group to start the next directory allocation at. Atomic.
     pub dir_rotor: AtomicU32,
     /// Core-aware allocation: allocations served from the caller's own group range, and all
-    /// allocations counted (statistics; relaxed).
+    /// allocations made with a range (statistics; relaxed; both 0 without core-aware
+    /// allocation).
     pub alloc_own: std::sync::atomic::AtomicU64,
     /// See `alloc_own`.
     pub alloc_all: std::sync::atomic::AtomicU64,
@@ -713,6 +714,16 @@ impl Fs {
     /// What the adaptive data mode (the `adaptive` preset) switched so far.
     pub fn adaptive_stats(&self) -> crate::AdaptiveStats {
         self.inner.adaptive.snapshot()
+    }
+
+    /// Core-aware allocation: `(own, all)` — block and inode allocations served from the
+    /// caller's own range of groups, and all allocations counted, since mount.
+    pub fn alloc_counts(&self) -> (u64, u64) {
+        let i = &self.inner;
+        (
+            i.alloc_own.load(std::sync::atomic::Ordering::Relaxed),
+            i.alloc_all.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Geometry.

@@ -307,6 +307,7 @@ pub fn markdown(r: &SweepReport, charts: &[String]) -> String {
         }
     }
     let _ = write!(out, "{}", journal_writes(r));
+    let _ = write!(out, "{}", per_core(r));
     let _ = write!(out, "{}", waits(r));
     let _ = writeln!(
         out,
@@ -508,6 +509,63 @@ pub fn journal_writes(r: &SweepReport) -> String {
             p.threads,
             p.series,
             per_fsync(log + fast),
+        );
+    }
+    if !out.is_empty() {
+        let _ = writeln!(out);
+    }
+    out
+}
+
+/// Z-Journal's statistics for the points whose journal ran several logs, in their median
+/// run: chain marks and validity time per commit, checkpoint entries kept back as not yet
+/// valid, forced ancestor commits, flushes saved across logs, waits for log space, copy time,
+/// and the share of allocations served from the core's own groups. Markdown; empty when no
+/// point had per-core journaling at work.
+pub fn per_core(r: &SweepReport) -> String {
+    let mut out = String::new();
+    for p in &r.points {
+        let Some(m) = &p.median_run else { continue };
+        let Some(j) = &m.journal_summary else { continue };
+        let z = &j.per_core;
+        if !z.any() {
+            continue;
+        }
+        if out.is_empty() {
+            let _ = writeln!(
+                out,
+                "## Per-core journaling (median run of each point)\n\n\
+                 `uni`/`bi`: chain marks per commit (a write after another log's committing \
+                 version / a write into another log's running transaction); `validity µs`: time \
+                 deciding validity per commit; `kept back`: checkpoint entries not yet valid; \
+                 `forced`: commits of an uncommitted ancestor forced by a waiter; `shared fl`: \
+                 flushes saved by joining another log's flush; `space waits`: handle starts that \
+                 waited for log room; `copy ms`: time copying buffer versions; `own groups`: \
+                 allocations served from the core's own block groups.\n"
+            );
+            let _ = writeln!(
+                out,
+                "| workload | threads | series | commits | uni | bi | validity µs | kept back | forced | shared fl | flushes/fsync | space waits | copy ms | own groups |"
+            );
+            let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        }
+        let own = z.own_group_share.map_or("-".into(), |s| format!("{:.1} %", s * 100.0));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {:.2} | {} | {:.1} | {own} |",
+            p.workload,
+            p.threads,
+            p.series,
+            j.transactions,
+            z.marks_uni_per_tx,
+            z.marks_bi_per_tx,
+            z.validity_us_per_tx,
+            z.not_valid_skips,
+            z.forced_commits,
+            z.shared_flushes,
+            j.flushes_per_fsync,
+            z.space_waits,
+            z.copy_ms,
         );
     }
     if !out.is_empty() {

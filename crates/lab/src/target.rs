@@ -95,6 +95,10 @@ pub trait Target: Send + Sync {
     fn ijournal_stats(&self) -> Option<cjfs_fs::IjStats> {
         None
     }
+    /// Core-aware allocation counts `(own groups, all)` since mount, for cjfs targets.
+    fn alloc_counts(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// The kernel's journal counters for the ext4 file system holding a directory target.
     fn kernel_journal(&self) -> Option<KernelJournal> {
         None
@@ -394,6 +398,9 @@ impl Target for CjfsTarget {
     }
     fn ijournal_stats(&self) -> Option<cjfs_fs::IjStats> {
         self.fs.ijournal_stats()
+    }
+    fn alloc_counts(&self) -> Option<(u64, u64)> {
+        Some(self.fs.alloc_counts())
     }
 }
 

@@ -154,3 +154,48 @@ fn append_fsync_is_served_by_one_or_two_ijournal_blocks() {
         assert_eq!(ij.blocks_per_fsync, blocks, "{mode}: {ij:?}");
     }
 }
+
+/// Z-Journal's statistics reach the sweep's figures and README: two threads admitted to two
+/// logs by thread, sharing varmail's directory, chain their transactions; core-aware
+/// allocation counts where it allocated; one log reports no per-core figures at all.
+#[test]
+fn a_per_core_sweep_reports_its_chains_and_own_group_allocations() {
+    use cjfs_lab::bench::{SweepConfig, run_with};
+    let cfg = SweepConfig {
+        targets: vec!["cjfs:ramdisk".parse().unwrap()],
+        modes: vec!["jbd2".into(), "zjournal+logs=2+admit=thread".into()],
+        workloads: vec![Workload::VarmailShared],
+        threads: vec![2],
+        duration: Duration::from_millis(600),
+        reps: 1,
+        max_reps: 1,
+        ci_bound: None,
+        seed: 3,
+        scale: 0.02,
+        dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
+        bg_mb_s: 20.0,
+        fsync_delay: Duration::ZERO,
+        bg_share: None,
+        disk_mb_s: None,
+        progress: false,
+        command: "test".into(),
+    };
+    let done = run_with(&cfg, |_| {}).unwrap();
+    let summary = |series: &str| {
+        let p = done.points.iter().find(|p| p.series.ends_with(series)).unwrap();
+        p.median_run.as_ref().unwrap().journal_summary.unwrap()
+    };
+    let one = summary("jbd2");
+    assert!(!one.per_core.any(), "one log, no chains: {:?}", one.per_core);
+    let two = summary("zjournal+logs=2+admit=thread");
+    let z = two.per_core;
+    assert!(z.any() && z.marks_uni_per_tx + z.marks_bi_per_tx > 0.0, "shared directory, no chain: {z:?}");
+    let own = z.own_group_share.expect("varmail allocates");
+    assert!((0.0..=1.0).contains(&own), "{own}");
+    let md = cjfs_lab::report::markdown(&done, &[]);
+    let section = md.split("## Per-core journaling").nth(1).expect("a per-core section");
+    let rows: Vec<&str> =
+        section.split("\n## ").next().unwrap().lines().filter(|l| l.starts_with("| varmail")).collect();
+    assert_eq!(rows.len(), 1, "only the two-log series: {rows:?}");
+    assert!(rows[0].contains("zjournal"), "{rows:?}");
+}

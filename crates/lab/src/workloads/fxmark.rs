@@ -101,13 +101,7 @@ pub fn run(t: &dyn Target, p: &Params, x: Fx) -> io::Result<RunResult> {
     for id in 0..p.threads {
         let (dir, pre) = place(x, id);
         match x {
-            Fx::Dwol | Fx::Dwsl | Fx::Dwal => {
-                let fh = t.create(&format!("{dir}/file"))?;
-                if x != Fx::Dwal {
-                    t.write_at(fh, 0, block)?;
-                }
-                t.close(fh)?;
-            }
+            // The private files of DWOL, DWSL and DWAL are made by their workers (below).
             Fx::Dwom if id == 0 => {
                 let fh = t.create("fx/shared/file")?;
                 for b in 0..p.threads as u64 {
@@ -134,7 +128,20 @@ pub fn run(t: &dyn Target, p: &Params, x: Fx) -> io::Result<RunResult> {
                 } else {
                     (format!("{dir}/file"), 0)
                 };
-                let fh = t.open(&path)?;
+                let fh = if x == Fx::Dwom {
+                    t.open(&path)?
+                } else {
+                    // As FxMark's per-worker setup: the worker makes its private file itself,
+                    // so an allocator that follows the caller's core or log places it there.
+                    w.untimed(|| {
+                        let fh = t.create(&path)?;
+                        if x != Fx::Dwal {
+                            t.write_at(fh, 0, block)?;
+                        }
+                        t.fsync(fh, false)?;
+                        Ok(fh)
+                    })?
+                };
                 let mut end = 0u64;
                 while w.running() {
                     match x {

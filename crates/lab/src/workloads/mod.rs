@@ -66,6 +66,45 @@ pub struct JournalSummary {
     /// commit block per transaction (large transactions' extra descriptors and revoke blocks
     /// are not counted).
     pub log_blocks: u64,
+    /// Per-core journaling (zero with one log): the chains and their costs.
+    pub per_core: PerCoreSummary,
+}
+
+/// Per-core journaling figures of one run (Z-Journal's statistics; all zero with one log).
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct PerCoreSummary {
+    /// Uni-directional chain marks per committed transaction.
+    pub marks_uni_per_tx: f64,
+    /// Bi-directional chains per committed transaction.
+    pub marks_bi_per_tx: f64,
+    /// Time spent deciding validity, µs per committed transaction.
+    pub validity_us_per_tx: f64,
+    /// Checkpoint entries kept back because a version was not yet valid.
+    pub not_valid_skips: u64,
+    /// Commits forced because a durable transaction waited for an uncommitted ancestor.
+    pub forced_commits: u64,
+    /// Flushes a log saved by joining another log's flush (compound flush across logs).
+    pub shared_flushes: u64,
+    /// Handle starts that waited for log space.
+    pub space_waits: u64,
+    /// Time spent copying buffer versions (frozen copies and shadows), ms.
+    pub copy_ms: f64,
+    /// Core-aware allocation: share of block and inode allocations served from the
+    /// caller's own groups (`None` without allocations).
+    pub own_group_share: Option<f64>,
+}
+
+impl PerCoreSummary {
+    /// Whether the run had per-core journaling at work (any chain, shared flush, space wait
+    /// or forced commit).
+    pub fn any(&self) -> bool {
+        self.marks_uni_per_tx > 0.0
+            || self.marks_bi_per_tx > 0.0
+            || self.shared_flushes > 0
+            || self.space_waits > 0
+            || self.forced_commits > 0
+            || self.not_valid_skips > 0
+    }
 }
 
 impl From<&StatsSnapshot> for JournalSummary {
@@ -85,6 +124,24 @@ impl From<&StatsSnapshot> for JournalSummary {
             max_in_flight: j.max_in_flight,
             shadow_copies: j.shadow_copies,
             log_blocks: j.blocks_logged + 2 * j.transactions,
+            per_core: PerCoreSummary::from(j),
+        }
+    }
+}
+
+impl From<&StatsSnapshot> for PerCoreSummary {
+    fn from(j: &StatsSnapshot) -> Self {
+        let per_tx = |n: f64| if j.transactions > 0 { n / j.transactions as f64 } else { 0.0 };
+        PerCoreSummary {
+            marks_uni_per_tx: per_tx(j.marks_uni as f64),
+            marks_bi_per_tx: per_tx(j.marks_bi as f64),
+            validity_us_per_tx: per_tx(j.validity_ns as f64 / 1e3),
+            not_valid_skips: j.not_valid_skips,
+            forced_commits: j.forced_commits,
+            shared_flushes: j.shared_flushes,
+            space_waits: j.space_waits,
+            copy_ms: j.copy_ns as f64 / 1e6,
+            own_group_share: None,
         }
     }
 }
@@ -481,6 +538,7 @@ where
     let j0 = t.journal_stats();
     let d0 = t.device_stats();
     let ij0 = t.ijournal_stats();
+    let a0 = t.alloc_counts();
     let k0 = t.kernel_journal();
     let cpu0 = cpu_time();
     let csw0 = context_switches();
@@ -538,6 +596,10 @@ where
         (Some(a), Some(b)) => Some(b.delta(&a)),
         _ => None,
     };
+    let own_group_share = match (a0, t.alloc_counts()) {
+        (Some((o0, n0)), Some((o1, n1))) if n1 > n0 => Some((o1 - o0) as f64 / (n1 - n0) as f64),
+        _ => None,
+    };
     let device = match (d0, t.device_stats()) {
         (Some(a), Some(b)) => Some(b.delta(&a)),
         _ => None,
@@ -568,7 +630,11 @@ where
         cpu_secs,
         context_switches,
         waits: journal.as_ref().map(|_| WaitSummary::from(&waits)),
-        journal_summary: journal.as_ref().map(JournalSummary::from),
+        journal_summary: journal.as_ref().map(|j| {
+            let mut s = JournalSummary::from(j);
+            s.per_core.own_group_share = own_group_share;
+            s
+        }),
         ijournal,
         kernel_journal,
         device_summary: device.as_ref().map(DeviceSummary::from),
