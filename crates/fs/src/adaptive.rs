@@ -45,8 +45,8 @@
 //! ordered writes and are revoked there; its other blocks keep their committed images as
 //! checkpoint work, journaled again if the file rewrites them before the checkpoint has
 //! written them home ([`before_in_place`], [`images_left`]), and revoked if it frees them.
-//! Nothing is written at the switch. The policy's switch by
-//! revoke is made at the sync that decides it, before its commit: the window that sync
+//! Nothing is written at the switch. The policy's switch by revoke is made at the sync
+//! that decides it, before its commit: the window that sync
 //! covers leaves the running transaction's log for its ordered writes and is written home
 //! once, not logged first (`leave=empty` switches right after that sync's commit). Either
 //! way the switch is made
@@ -255,9 +255,10 @@ pub(crate) fn images_left(fs: &FsInner, st: &InodeState) -> bool {
 /// (`leave_tx`) leaves the log; its next sync commits it (`Fs::fsync` commits `leave_tx`),
 /// which the policy does not count as the file's writes needing a commit (in ordered mode
 /// they would not: it must not take it for a reason to journal the file's data). Once the
-/// checkpoint has written the block's last image home, its writes go in place. (Handing the image over instead — revoking the
-/// block here and writing it home as ordered data — made the sync that commits the revoke
-/// wait for the new contents before it: two flushes where ordered mode pays one.)
+/// checkpoint has written the block's last image home, its writes go in place. (Handing
+/// the image over instead — revoking the block here and writing it home as ordered data —
+/// made the sync that commits the revoke wait for the new contents before it: two flushes
+/// where ordered mode pays one.)
 pub(crate) fn before_in_place(
     tx: &mut Tx<'_>,
     st: &mut InodeState,

@@ -720,10 +720,7 @@ impl Fs {
     /// caller's own range of groups, and all allocations counted, since mount.
     pub fn alloc_counts(&self) -> (u64, u64) {
         let i = &self.inner;
-        (
-            i.alloc_own.load(std::sync::atomic::Ordering::Relaxed),
-            i.alloc_all.load(std::sync::atomic::Ordering::Relaxed),
-        )
+        (i.alloc_own.load(Ordering::Relaxed), i.alloc_all.load(Ordering::Relaxed))
     }
 
     /// Geometry.

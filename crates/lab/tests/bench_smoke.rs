@@ -82,26 +82,8 @@ fn every_workload_runs_on_an_emulated_preset() {
 
 #[test]
 fn a_sweep_hands_over_its_results_after_every_point() {
-    use cjfs_lab::bench::{SweepConfig, run_with};
-    let cfg = SweepConfig {
-        targets: vec!["cjfs:ramdisk".parse().unwrap()],
-        modes: vec!["jbd2".into(), "cjfs".into()],
-        workloads: vec![Workload::VarmailShared],
-        threads: vec![1, 2],
-        duration: Duration::from_millis(300),
-        reps: 1,
-        max_reps: 1,
-        ci_bound: None,
-        seed: 3,
-        scale: 0.02,
-        dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
-        bg_mb_s: 20.0,
-        fsync_delay: Duration::ZERO,
-        bg_share: None,
-        disk_mb_s: None,
-        progress: false,
-        command: "test".into(),
-    };
+    use cjfs_lab::bench::run_with;
+    let cfg = varmail_sweep(&["jbd2", "cjfs"], vec![1, 2], Duration::from_millis(300));
     let mut seen = Vec::new();
     let done = run_with(&cfg, |so_far| {
         let partial = cjfs_lab::report::header(so_far).iter().any(|l| l.starts_with("partial:"));
@@ -160,26 +142,8 @@ fn append_fsync_is_served_by_one_or_two_ijournal_blocks() {
 /// allocation counts where it allocated; one log reports no per-core figures at all.
 #[test]
 fn a_per_core_sweep_reports_its_chains_and_own_group_allocations() {
-    use cjfs_lab::bench::{SweepConfig, run_with};
-    let cfg = SweepConfig {
-        targets: vec!["cjfs:ramdisk".parse().unwrap()],
-        modes: vec!["jbd2".into(), "zjournal+logs=2+admit=thread".into()],
-        workloads: vec![Workload::VarmailShared],
-        threads: vec![2],
-        duration: Duration::from_millis(600),
-        reps: 1,
-        max_reps: 1,
-        ci_bound: None,
-        seed: 3,
-        scale: 0.02,
-        dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
-        bg_mb_s: 20.0,
-        fsync_delay: Duration::ZERO,
-        bg_share: None,
-        disk_mb_s: None,
-        progress: false,
-        command: "test".into(),
-    };
+    use cjfs_lab::bench::run_with;
+    let cfg = varmail_sweep(&["jbd2", "zjournal+logs=2+admit=thread"], vec![2], Duration::from_millis(600));
     let done = run_with(&cfg, |_| {}).unwrap();
     let summary = |series: &str| {
         let p = done.points.iter().find(|p| p.series.ends_with(series)).unwrap();
@@ -198,4 +162,27 @@ fn a_per_core_sweep_reports_its_chains_and_own_group_allocations() {
         section.split("\n## ").next().unwrap().lines().filter(|l| l.starts_with("| varmail")).collect();
     assert_eq!(rows.len(), 1, "only the two-log series: {rows:?}");
     assert!(rows[0].contains("zjournal"), "{rows:?}");
+}
+
+/// A one-repetition varmail-shared sweep on the RAM disk over `modes` at `threads`.
+fn varmail_sweep(modes: &[&str], threads: Vec<usize>, duration: Duration) -> cjfs_lab::bench::SweepConfig {
+    cjfs_lab::bench::SweepConfig {
+        targets: vec!["cjfs:ramdisk".parse().unwrap()],
+        modes: modes.iter().map(|m| m.to_string()).collect(),
+        workloads: vec![Workload::VarmailShared],
+        threads,
+        duration,
+        reps: 1,
+        max_reps: 1,
+        ci_bound: None,
+        seed: 3,
+        scale: 0.02,
+        dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
+        bg_mb_s: 20.0,
+        fsync_delay: Duration::ZERO,
+        bg_share: None,
+        disk_mb_s: None,
+        progress: false,
+        command: "test".into(),
+    }
 }
