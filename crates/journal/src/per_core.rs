@@ -7,7 +7,9 @@
 //!   the core it starts on (`sched_getcpu`, §3.1) and stays there. With more logs than cores
 //!   (the lab sweeps N) a core would leave logs idle, so each thread then gets a slot of its
 //!   own, round robin, and keeps it; [`Admission::Thread`] does that always, so a thread's
-//!   blocks stay in one log when threads outnumber cores and migrate between them.
+//!   blocks stay in one log when threads outnumber cores and migrate between them. The
+//!   `zjournal` presets admit by thread (measured better on two cores, see
+//!   `JournalConfig::zjournal`); `+admit=core` is the paper's.
 //! * **Chaining** (§3.1–3.2; `handle.rs` calls [`chain_to_owner`] and [`chain_to_version`]):
 //!   writing a block that another log's running (or locked, still draining) transaction holds
 //!   makes a *bi-directional* chain: both get a mark naming the other, the block stays in its

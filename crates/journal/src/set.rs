@@ -292,7 +292,7 @@ impl Journal {
         })
     }
 
-    /// Admission: the log a new handle joins (its core's, see `per_core::admit`). A set of
+    /// Admission: the log a new handle joins (its thread's or its core's, see `per_core::admit`). A set of
     /// one log admits every handle to it.
     fn admit(&self) -> &Arc<LogCore> {
         &self.logs[crate::per_core::admit(self.logs.len(), self.shared.config.admission)]
