@@ -17,7 +17,7 @@ SCALE=${SCALE:-0.25}
 OUT=${OUT:-docs/results/zjournal}
 cargo build --release -q -p cjfs-cli
 bin=target/release/cjfs
-modes=(--mode jbd2 --mode cjfs --mode zjournal --mode zjournal-no-pfc --mode zjournal-no-bga --mode zjournal-cjfs)
+modes=(--mode jbd2 --mode cjfs --mode zjournal --mode zjournal-no-pfc --mode zjournal-no-bga --mode zjournal-cjfs --mode zjournal+admit=core)
 for dev in nvme-consumer ramdisk; do
   short=${dev%%-*}
   "$bin" bench run --target "$short=cjfs:$dev" --workload DWSL --data journal --threads 16 "${modes[@]}" \
