@@ -288,12 +288,19 @@ pub(crate) fn write(
     Ok(done)
 }
 
-/// Keep the fdatasync list short: drop buffers already written home.
+/// Length of a file's fdatasync list at which a write first prunes it.
+pub(crate) const DIRTY_PRUNE_MIN: usize = 4096;
+
+/// Keep the fdatasync list short: drop buffers already written home and duplicates. The
+/// next prune waits until the list has doubled, so a file appended faster than commits clean
+/// it (every block still dirty) costs a sort per doubling, not one per write; the list
+/// holds at most twice the file's peak of dirty buffers.
 fn prune_dirty(st: &mut InodeState) {
-    if st.dirty_data.len() > 4096 {
+    if st.dirty_data.len() > st.dirty_prune_at {
         st.dirty_data.retain(|b| b.jstate().dirty);
         st.dirty_data.sort_by_key(|b| b.blocknr());
         st.dirty_data.dedup_by_key(|b| b.blocknr());
+        st.dirty_prune_at = (2 * st.dirty_data.len()).max(DIRTY_PRUNE_MIN);
     }
 }
 

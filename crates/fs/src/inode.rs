@@ -43,6 +43,8 @@ pub(crate) struct InodeState {
     pub leave_tx: TxId,
     /// Data buffers written since the last fsync (fdatasync without a commit writes these).
     pub dirty_data: Vec<Arc<Buffer>>,
+    /// Length of `dirty_data` at which a write next prunes it (`file::prune_dirty`).
+    pub dirty_prune_at: usize,
     /// Writes since the last sync, for the adaptive data mode (`adaptive.rs`).
     pub window: crate::adaptive::Window,
     /// Open file handles (the FUSE layer's opens and the library's explicit opens).
@@ -227,6 +229,7 @@ impl InodeState {
             datasync_tx: TxId::default(),
             leave_tx: TxId::default(),
             dirty_data: Vec::new(),
+            dirty_prune_at: crate::file::DIRTY_PRUNE_MIN,
             window: crate::adaptive::Window::default(),
             open: 0,
             orphan: false,

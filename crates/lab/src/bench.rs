@@ -181,6 +181,9 @@ pub struct SweepConfig {
     pub bg_mb_s: f64,
     /// Fsync tester pause between write and fsync.
     pub fsync_delay: Duration,
+    /// Device (image) size, GiB, instead of each workload's own: a larger file system has
+    /// more block groups, hence more group-descriptor blocks for per-core logs to split.
+    pub device_gib: Option<f64>,
     /// Fsync tester background bandwidth as a share of each target's write bandwidth
     /// (emulated presets: their figure; others: [`SweepConfig::disk_mb_s`]), instead of
     /// `bg_mb_s`, so one sweep holds devices of different speeds at the same load.
@@ -526,6 +529,7 @@ pub fn run_with(
         dbench_loadfile: cfg.dbench_loadfile.clone(),
         bg_mb_s: cfg.bg_mb_s,
         fsync_delay: cfg.fsync_delay,
+        device_blocks: cfg.device_gib.map(|g| (g * f64::from(1u32 << 18)) as u64),
     };
     // Image files, one per file series (each series keeps its own so runs never share one).
     let image_bytes = cfg
@@ -770,6 +774,7 @@ mod tests {
             dbench_loadfile: PathBuf::new(),
             bg_mb_s: 100.0,
             fsync_delay: Duration::ZERO,
+            device_gib: None,
             bg_share: None,
             disk_mb_s: None,
             progress: false,

@@ -180,6 +180,7 @@ fn varmail_sweep(modes: &[&str], threads: Vec<usize>, duration: Duration) -> cjf
         dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
         bg_mb_s: 20.0,
         fsync_delay: Duration::ZERO,
+        device_gib: None,
         bg_share: None,
         disk_mb_s: None,
         progress: false,

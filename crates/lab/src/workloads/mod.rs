@@ -662,6 +662,8 @@ pub struct Params {
     /// The fsync tester's pause between its write and its fsync (the iJournaling paper's
     /// 0.1 s, which lets the flusher pick the data up first).
     pub fsync_delay: Duration,
+    /// Device (image) size in blocks instead of the workload's own (`device_blocks`).
+    pub device_blocks: Option<u64>,
 }
 
 impl Params {
@@ -675,6 +677,7 @@ impl Params {
             dbench_loadfile: dbench::DEFAULT_LOADFILE.into(),
             bg_mb_s: 100.0,
             fsync_delay: Duration::ZERO,
+            device_blocks: None,
         }
     }
     /// `n` scaled, at least `min`.
@@ -747,6 +750,9 @@ impl Workload {
 
     /// Device size (4 KiB blocks) an in-process run of this workload needs.
     pub fn device_blocks(&self, p: &Params) -> u64 {
+        if let Some(n) = p.device_blocks {
+            return n;
+        }
         let gib = 1u64 << 18;
         let t = p.threads as u64;
         match self {
