@@ -1,8 +1,9 @@
 //! Journal modes and durability: data=journal (mount option and per file) survives a
 //! remount; fsynced data survives a crash (a copy of the device image taken while mounted,
 //! remounted through recovery); fdatasync of a pure overwrite commits nothing yet the data
-//! survives a crash; the commit timer commits without fsync; an extent tree of depth 2
-//! reads back after a remount and passes e2fsck.
+//! survives a crash, also past the fdatasync list's pruning threshold; the commit timer
+//! commits without fsync; an extent tree of depth 2 reads back after a remount and passes
+//! e2fsck.
 
 mod common;
 use common::read_all;
@@ -225,6 +226,38 @@ fn fdatasync_of_an_overwrite_commits_nothing_yet_survives_a_crash() {
     fs.unmount().expect("unmount");
     let fs = Fs::open(copy.clone(), MountOptions::default()).expect("mount crash copy");
     assert_eq!(read_all(&fs, a), want, "the fdatasynced overwrite after a crash");
+    fs.unmount().expect("unmount");
+    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+}
+
+/// A file's fdatasync list past its pruning threshold (4 096 buffers, then each doubling):
+/// 10 240 single-block overwrites, the first 3 000 blocks twice (duplicates for the prune to
+/// drop), then fdatasync and a crash: every block's last write is on the device.
+#[test]
+fn fdatasync_after_more_overwrites_than_the_prune_threshold_survives_a_crash() {
+    let tmp = tmpdir();
+    let ssd = ram_image(128);
+    let fs = Fs::open(dev_of(&ssd), MountOptions::default()).expect("mount");
+    let a = fs.create(ROOT_INO, b"long", 0o644, 0, 0).expect("create").ino;
+    const BLOCKS: usize = 10_240;
+    let mut want = content(BLOCKS * 4096, 3);
+    fs.write(a, 0, &want).expect("write");
+    fs.fsync(a, false).expect("fsync");
+    let mut pass = |blocks: std::ops::Range<usize>, seed: u8| {
+        for b in blocks {
+            let block = content(4096, seed.wrapping_add(b as u8));
+            fs.write(a, (b * 4096) as u64, &block).expect("overwrite");
+            want[b * 4096..(b + 1) * 4096].copy_from_slice(&block);
+        }
+    };
+    pass(0..BLOCKS, 40);
+    pass(0..3000, 90);
+    fs.fsync(a, true).expect("fdatasync");
+    let crash = ssd.image_bytes();
+    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    fs.unmount().expect("unmount");
+    let fs = Fs::open(copy.clone(), MountOptions::default()).expect("mount crash copy");
+    assert!(read_all(&fs, a) == want, "the fdatasynced overwrites after a crash");
     fs.unmount().expect("unmount");
     fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
 }
