@@ -718,37 +718,115 @@ pub fn apply_round(
 /// [`apply_round`] for operations that are not all concurrent: `after[j]` is an operation
 /// that must be applied before `j` (the previous operation of `j`'s thread). Operations are
 /// otherwise applied in the order given, a creation waiting until its inode number is free.
+///
+/// The order given (start order, for a free-running workload) can put two creations that got
+/// one inode number the wrong way round: a creation that started first may have been given
+/// the number only after a later-starting one had taken it and its thread had freed it again.
+/// Applied first, it would hold the number while the other waits for it forever. So when a
+/// creation is next and another pending creation got the same number, both choices are
+/// tried: apply it now, or let it wait until another creation of that number is applied.
 pub fn apply_ordered(
     model: &mut Model,
     history: &mut History,
     round: &[(&Op, Option<Ino>)],
     after: &[Option<usize>],
 ) -> Result<Vec<usize>, String> {
-    let mut pending: Vec<usize> = (0..round.len()).collect();
-    let mut order = Vec::with_capacity(round.len());
-    let mut applied = vec![false; round.len()];
-    while !pending.is_empty() {
-        let ready = pending.iter().position(|&j| {
-            after[j].is_none_or(|a| applied[a])
-                && round[j].1.is_none_or(|ino| !model.inodes.contains_key(&ino))
-        });
-        let Some(k) = ready else {
-            let j = pending[0];
-            let ino = round[j].1.unwrap_or(0);
-            return Err(format!(
-                "`{}` created inode {ino}, which is still live as {:?}",
-                round[j].0.describe(),
-                model.names_of(ino)
-            ));
-        };
-        let j = pending.remove(k);
-        let (op, ino) = round[j];
+    let mut search = Search { round, after, branches: 0 };
+    let start = Step {
+        pending: (0..round.len()).collect(),
+        applied: vec![false; round.len()],
+        order: Vec::with_capacity(round.len()),
+        created: HashMap::new(),
+        waits: Vec::new(),
+    };
+    let (m, h, order) = search.run(model.clone(), std::mem::take(history), start)?;
+    *model = m;
+    *history = h;
+    Ok(order)
+}
+
+/// Choices at most tried by [`apply_ordered`] before it reports the first dead end.
+const ORDER_BRANCHES: usize = 4096;
+
+/// The fixed part of [`apply_ordered`]'s search.
+struct Search<'a, 'o> {
+    round: &'a [(&'o Op, Option<Ino>)],
+    after: &'a [Option<usize>],
+    branches: usize,
+}
+
+/// Where [`apply_ordered`]'s search stands.
+#[derive(Clone)]
+struct Step {
+    pending: Vec<usize>,
+    applied: Vec<bool>,
+    order: Vec<usize>,
+    /// Creations applied so far, per inode number.
+    created: HashMap<Ino, usize>,
+    /// Creations told to wait for another creation of their number: (operation, the count
+    /// in `created` when it was told).
+    waits: Vec<(usize, usize)>,
+}
+
+impl Search<'_, '_> {
+    fn run(
+        &mut self,
+        mut model: Model,
+        mut history: History,
+        mut st: Step,
+    ) -> Result<(Model, History, Vec<usize>), String> {
+        while !st.pending.is_empty() {
+            let ready = st.pending.iter().position(|&j| {
+                self.after[j].is_none_or(|a| st.applied[a])
+                    && self.round[j].1.is_none_or(|ino| {
+                        !model.inodes.contains_key(&ino)
+                            && !st
+                                .waits
+                                .iter()
+                                .any(|&(w, c)| w == j && st.created.get(&ino).copied().unwrap_or(0) == c)
+                    })
+            });
+            let Some(k) = ready else {
+                let j = st.pending[0];
+                let ino = self.round[j].1.unwrap_or(0);
+                return Err(format!(
+                    "`{}` created inode {ino}, which is still live as {:?}",
+                    self.round[j].0.describe(),
+                    model.names_of(ino)
+                ));
+            };
+            let j = st.pending[k];
+            let (op, ino) = self.round[j];
+            let rival = ino.is_some_and(|n| st.pending.iter().any(|&o| o != j && self.round[o].1 == Some(n)));
+            if rival && self.branches < ORDER_BRANCHES {
+                self.branches += 1;
+                let mut tried = st.clone();
+                let (mut m2, mut h2) = (model.clone(), history.clone());
+                Self::apply(&mut m2, &mut h2, &mut tried, k, op, ino);
+                match self.run(m2, h2, tried) {
+                    Ok(done) => return Ok(done),
+                    Err(_) => {
+                        let n = ino.unwrap_or(0);
+                        st.waits.push((j, st.created.get(&n).copied().unwrap_or(0)));
+                        continue;
+                    }
+                }
+            }
+            Self::apply(&mut model, &mut history, &mut st, k, op, ino);
+        }
+        Ok((model, history, st.order))
+    }
+
+    fn apply(model: &mut Model, history: &mut History, st: &mut Step, k: usize, op: &Op, ino: Option<Ino>) {
+        let j = st.pending.remove(k);
         let ch = model.apply(op, ino);
         history.push(op, model, &ch);
-        applied[j] = true;
-        order.push(j);
+        if let Some(n) = ino {
+            *st.created.entry(n).or_insert(0) += 1;
+        }
+        st.applied[j] = true;
+        st.order.push(j);
     }
-    Ok(order)
 }
 
 /// Values one key took: `(state, value)`, increasing states; the first entry is state 0.
@@ -778,7 +856,7 @@ pub struct Guarantee {
 }
 
 /// The model's history over a recorded workload.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct History {
     names: HashMap<String, Timeline<Option<(Ino, Kind)>>>,
     inodes: HashMap<Ino, Timeline<Option<InodeView>>>,
@@ -1139,6 +1217,32 @@ mod tests {
     /// the creation did loses inode 20, which is correct; applied in thread order (the
     /// creation first) the model merged the two files into one inode "linked in every
     /// state" and reported a lost file.
+    /// Free-running threads: a creation that started first got its inode number last,
+    /// after another thread had created a file with that number and removed it again. The
+    /// start order cannot be applied as it is (the first creation would hold the number the
+    /// second one needs); the order that happened can, and is found.
+    #[test]
+    fn a_creation_that_started_first_may_take_a_number_freed_after_it_started() {
+        let mut m = Model::empty_fs();
+        m.apply(&Op::Mkdir { path: "t1".into() }, Some(12));
+        m.apply(&Op::Mkdir { path: "t6".into() }, Some(13));
+        let mut h = History::new(&m);
+        let slow = Op::Creat { path: "t6/f0".into() };
+        let quick = Op::Creat { path: "t1/f0".into() };
+        let gone = Op::Unlink { path: "t1/f0".into() };
+        // Start order: the slow creation, then the other thread's creation and unlink.
+        let ops = [(&slow, Some(24)), (&quick, Some(24)), (&gone, None)];
+        let order = apply_ordered(&mut m, &mut h, &ops, &[None, None, Some(1)]).unwrap();
+        assert_eq!(order, [1, 2, 0]);
+        assert_eq!(m.names_of(24), vec!["t6/f0".to_string()]);
+        // Two live files given one number stay an error.
+        let mut m2 = Model::empty_fs();
+        m2.apply(&Op::Mkdir { path: "t1".into() }, Some(12));
+        m2.apply(&Op::Mkdir { path: "t6".into() }, Some(13));
+        let ops = [(&slow, Some(24)), (&quick, Some(24))];
+        assert!(apply_ordered(&mut m2.clone(), &mut History::new(&m2), &ops, &[None, None]).is_err());
+    }
+
     #[test]
     fn inode_reused_within_a_round_is_freed_first() {
         let mut m = Model::empty_fs();
