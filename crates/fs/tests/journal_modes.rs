@@ -67,6 +67,17 @@ fn fsck_bytes(dir: &Path, name: &str, bytes: &[u8]) {
     let _ = std::fs::remove_file(&p);
 }
 
+/// A crash copy: the device image taken at the crash, on a fresh RAM disk.
+fn ram_copy(crash: &[u8]) -> Arc<EmulatedSsd> {
+    Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), crash))
+}
+
+/// Unmount the file system recovered from a crash copy and have e2fsck judge the copy.
+fn unmount_and_fsck(fs: Fs, copy: &EmulatedSsd, dir: &Path) {
+    fs.unmount().expect("unmount");
+    fsck_bytes(dir, "recovered.img", &copy.image_bytes());
+}
+
 fn jbd2_fast_timer() -> JournalConfig {
     JournalConfig { commit_interval: Duration::from_millis(200), ..JournalConfig::jbd2() }
 }
@@ -129,14 +140,13 @@ fn per_file_journal_data_survives_remount_and_crash() {
     fs.unmount().expect("unmount");
     fsck_bytes(tmp.path(), "clean.img", &ssd.image_bytes());
 
-    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    let copy = ram_copy(&crash);
     let (fs, report) =
         Fs::open_with_report(copy.clone(), MountOptions::default()).expect("mount the crash copy");
     assert!(report.replayed_transactions > 0, "recovery replays the committed transactions");
     assert_eq!(read_all(&fs, j), jd, "+j data after recovery");
     assert_eq!(read_all(&fs, o), od, "ordered data after recovery");
-    fs.unmount().expect("unmount");
-    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+    unmount_and_fsck(fs, &copy, tmp.path());
 }
 
 /// Make two files durable, one by fsync and one by a forced commit; the caller then copies
@@ -168,15 +178,14 @@ fn fsynced_data_survives_a_crash_copy_emulated() {
         let (a, da, b, db) = crash_after_fsync(&fs);
         let crash = ssd.image_bytes();
         drop(fs);
-        let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+        let copy = ram_copy(&crash);
         let (fs, report) =
             Fs::open_with_report(copy.clone(), MountOptions::default()).expect("mount crash copy");
         assert!(report.replayed_transactions > 0, "{mode:?}: the copy needed recovery");
         assert_eq!(read_all(&fs, a), da, "{mode:?}: fsynced file after recovery");
         assert_eq!(fs.resolve("/dir/b").expect("b survives"), b);
         assert_eq!(read_all(&fs, b), db, "{mode:?}: forced file after recovery");
-        fs.unmount().expect("unmount");
-        fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+        unmount_and_fsck(fs, &copy, tmp.path());
     }
 }
 
@@ -222,12 +231,11 @@ fn fdatasync_of_an_overwrite_commits_nothing_yet_survives_a_crash() {
     assert_eq!(fs.journal().is_durable(last), was_durable);
     // Crash right after the fdatasync: the overwrite is on the device.
     let crash = ssd.image_bytes();
-    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    let copy = ram_copy(&crash);
     fs.unmount().expect("unmount");
     let fs = Fs::open(copy.clone(), MountOptions::default()).expect("mount crash copy");
     assert_eq!(read_all(&fs, a), want, "the fdatasynced overwrite after a crash");
-    fs.unmount().expect("unmount");
-    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+    unmount_and_fsck(fs, &copy, tmp.path());
 }
 
 /// A file's fdatasync list past its pruning threshold (4 096 buffers, then each doubling):
@@ -254,12 +262,11 @@ fn fdatasync_after_more_overwrites_than_the_prune_threshold_survives_a_crash() {
     pass(0..3000, 90);
     fs.fsync(a, true).expect("fdatasync");
     let crash = ssd.image_bytes();
-    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    let copy = ram_copy(&crash);
     fs.unmount().expect("unmount");
     let fs = Fs::open(copy.clone(), MountOptions::default()).expect("mount crash copy");
     assert!(read_all(&fs, a) == want, "the fdatasynced overwrites after a crash");
-    fs.unmount().expect("unmount");
-    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+    unmount_and_fsck(fs, &copy, tmp.path());
 }
 
 #[test]
@@ -285,12 +292,11 @@ fn commit_timer_commits_without_fsync() {
     // A crash now keeps the file and its (ordered) data.
     let crash = ssd.image_bytes();
     fs.unmount().expect("unmount");
-    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    let copy = ram_copy(&crash);
     let fs = Fs::open(copy.clone(), MountOptions::default()).expect("mount crash copy");
     let got = fs.lookup(ROOT_INO, b"timed").expect("the timer-committed file exists").ino;
     assert_eq!(read_all(&fs, got), data);
-    fs.unmount().expect("unmount");
-    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+    unmount_and_fsck(fs, &copy, tmp.path());
 }
 
 /// Depth of `ino`'s extent tree, read from the raw inode on the device.
@@ -374,14 +380,13 @@ fn open_unlinked_file_at_a_crash_is_freed_by_recovery() {
     let crash = ssd.image_bytes();
     fs.release(a).expect("release");
     fs.unmount().expect("unmount");
-    let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crash));
+    let copy = ram_copy(&crash);
     let (fs, report) = Fs::open_with_report(copy.clone(), MountOptions::default()).expect("mount crash copy");
     assert_eq!(report.orphans_cleaned, 1, "recovery frees the orphan");
     assert!(fs.lookup(ROOT_INO, b"doomed").is_err());
     let free1 = fs.statfs();
     assert_eq!((free1.bfree, free1.ffree), (free0.bfree, free0.ffree), "its blocks and inode are free again");
-    fs.unmount().expect("unmount");
-    fsck_bytes(tmp.path(), "recovered.img", &copy.image_bytes());
+    unmount_and_fsck(fs, &copy, tmp.path());
 }
 
 /// A directory block committed by T1 and freed (revoked) by T2 while T1 was still being
