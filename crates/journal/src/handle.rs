@@ -19,7 +19,8 @@ pub struct Handle {
     pub(crate) tx: Option<Arc<Transaction>>,
     pub(crate) credits: u32,
     pub(crate) used: u32,
-    pub(crate) started: std::time::Instant,
+    /// When a timed handle started (one in [`HANDLE_TIME_SAMPLE`] per thread).
+    pub(crate) started: Option<std::time::Instant>,
     /// Per-core journaling: other logs' transactions this handle pinned by writing a block
     /// they hold (a bi-directional chain); released at stop.
     pub(crate) pinned: Vec<(Arc<LogCore>, Arc<Transaction>)>,
@@ -35,10 +36,28 @@ impl std::fmt::Debug for Handle {
     }
 }
 
+/// One handle in this many, per thread, is timed for [`crate::JournalStats::handle_ns`].
+pub const HANDLE_TIME_SAMPLE: u32 = 16;
+
+thread_local! {
+    /// Handles this thread started since its last timed one.
+    static UNTIMED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the handle starting now on this thread is one of the timed sample.
+fn time_this_handle() -> bool {
+    UNTIMED.with(|n| {
+        let k = n.get();
+        n.set(if k + 1 >= HANDLE_TIME_SAMPLE { 0 } else { k + 1 });
+        k == 0
+    })
+}
+
 impl Handle {
     /// A handle of log `j` on transaction `tx`, with `credits` reserved.
     pub(crate) fn new(j: Arc<LogCore>, tx: Arc<Transaction>, credits: u32) -> Handle {
-        Handle { j, tx: Some(tx), credits, used: 0, started: std::time::Instant::now(), pinned: Vec::new() }
+        let started = time_this_handle().then(std::time::Instant::now);
+        Handle { j, tx: Some(tx), credits, used: 0, started, pinned: Vec::new() }
     }
 
     pub(crate) fn tx(&self) -> JResult<&Arc<Transaction>> {
@@ -235,7 +254,11 @@ impl Handle {
                     .credits
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(unused)));
             }
-            self.j.set.stats.handle_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if let Some(t) = self.started {
+                let stats = &self.j.set.stats;
+                stats.handle_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                stats.handles_timed.fetch_add(1, Ordering::Relaxed);
+            }
             if tx.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.j.updates_done();
             }

@@ -27,6 +27,7 @@ pub struct JournalStats {
     pub(crate) start_wait_ns: AtomicU64,
     pub(crate) conflict_wait_ns: AtomicU64,
     pub(crate) handle_ns: AtomicU64,
+    pub(crate) handles_timed: AtomicU64,
     pub(crate) flush_ns: AtomicU64,
     pub(crate) flush_queue_ns: AtomicU64,
     pub(crate) marks_uni: AtomicU64,
@@ -94,8 +95,12 @@ pub struct StatsSnapshot {
     pub start_wait_ns: u64,
     /// Nanoseconds writers waited for a buffer version (conflict cost).
     pub conflict_wait_ns: u64,
-    /// Nanoseconds handles were open, start to stop (what a lock-up waits for).
+    /// Nanoseconds the timed handles were open, start to stop (what a lock-up waits for).
+    /// One handle in [`crate::handle::HANDLE_TIME_SAMPLE`] per thread is timed: two clock
+    /// reads on every handle cost several per cent of a CPU-bound run.
     pub handle_ns: u64,
+    /// Handles whose open time `handle_ns` adds up.
+    pub handles_timed: u64,
     /// Nanoseconds spent in device flushes issued by the journal.
     pub flush_ns: u64,
     /// Nanoseconds committed transactions waited for the flush thread (handoff to pick-up).
@@ -163,6 +168,7 @@ impl JournalStats {
             start_wait_ns: self.start_wait_ns.load(Relaxed),
             conflict_wait_ns: self.conflict_wait_ns.load(Relaxed),
             handle_ns: self.handle_ns.load(Relaxed),
+            handles_timed: self.handles_timed.load(Relaxed),
             flush_ns: self.flush_ns.load(Relaxed),
             flush_queue_ns: self.flush_queue_ns.load(Relaxed),
             marks_uni: self.marks_uni.load(Relaxed),
@@ -211,6 +217,7 @@ impl StatsSnapshot {
             start_wait_ns: self.start_wait_ns - earlier.start_wait_ns,
             conflict_wait_ns: self.conflict_wait_ns - earlier.conflict_wait_ns,
             handle_ns: self.handle_ns - earlier.handle_ns,
+            handles_timed: self.handles_timed - earlier.handles_timed,
             flush_ns: self.flush_ns - earlier.flush_ns,
             flush_queue_ns: self.flush_queue_ns - earlier.flush_queue_ns,
             marks_uni: self.marks_uni - earlier.marks_uni,
@@ -234,6 +241,10 @@ impl StatsSnapshot {
 
     fn per_tx(&self, v: u64) -> f64 {
         if self.transactions == 0 { 0.0 } else { v as f64 / self.transactions as f64 }
+    }
+    /// Mean time a handle was open, start to stop, in µs (from the timed sample).
+    pub fn handle_us_mean(&self) -> f64 {
+        if self.handles_timed == 0 { 0.0 } else { self.handle_ns as f64 / self.handles_timed as f64 / 1e3 }
     }
     /// Handles per transaction (the coalescing degree).
     pub fn handles_per_tx(&self) -> f64 {

@@ -123,7 +123,7 @@ fn main() {
             r.fsync_latency.p99,
             j.start_wait_ns as f64 / 1e9,
             j.conflict_wait_ns as f64 / 1e9,
-            j.handle_ns as f64 / j.handles.max(1) as f64 / 1e3,
+            j.handle_us_mean(),
             j.locked_us_per_tx(),
             j.commit_us_per_tx(),
             j.flush_queue_ns as f64 / j.transactions.max(1) as f64 / 1e3,
