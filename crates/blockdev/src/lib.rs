@@ -249,6 +249,14 @@ impl IoTicket {
     pub fn hooked(inner: IoTicket, hook: TicketHook) -> Self {
         IoTicket { inner: TicketInner::Hooked(Box::new(inner), hook) }
     }
+    /// When a write timed by the emulated device completes (`None` for the other kinds).
+    #[cfg(test)]
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        match &self.inner {
+            TicketInner::At(t, _) => Some(*t),
+            _ => None,
+        }
+    }
     /// Whether the write has completed (without blocking).
     pub fn is_done(&self) -> bool {
         match &self.inner {

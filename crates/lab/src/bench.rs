@@ -330,7 +330,7 @@ impl SweepReport {
 /// Describe an emulated preset's assumed figures.
 pub fn preset_line(p: &SsdPreset) -> String {
     format!(
-        "emulated {}: write {} µs, read {} µs, {} MB/s, flush {} µs + {} µs/dirty MiB, {} channels, {}{}",
+        "emulated {}: write {} µs, read {} µs, {} MB/s, flush {} µs + {} µs/dirty MiB, {} channels, link {}, {}{}",
         p.name,
         p.write_latency_us,
         p.read_latency_us,
@@ -338,6 +338,7 @@ pub fn preset_line(p: &SsdPreset) -> String {
         p.flush_base_us,
         p.flush_per_dirty_mb_us,
         p.channels,
+        p.link_text(),
         if p.volatile_cache { "volatile cache" } else { "no volatile cache" },
         if p.barrier { format!(", barrier {} µs", p.barrier_latency_us) } else { ", no barrier".into() }
     )
