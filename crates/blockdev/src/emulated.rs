@@ -893,18 +893,20 @@ mod tests {
 
     #[test]
     fn queued_link_keeps_the_preset_bandwidth() -> DevResult<()> {
-        // Two 4 MiB writes then a 4 KiB one: the link stays busy for all the bytes, and the
-        // small write completes before the second large one, not after it.
-        let p = SsdPreset { write_latency_us: 0, channels: 4, ..SsdPreset::nvme_consumer() };
-        let dev = EmulatedSsd::new(p, 4096);
-        let big: Vec<BlockBuf> = (0..1024).map(|i| pattern(i as u8)).collect();
+        // Two 1 MiB writes then a 4 KiB one on a 10 MB/s link (105 ms per large write, so the
+        // host's copy between submissions is negligible): the link stays busy for all the
+        // bytes, and the small write completes before the large ones, not after them.
+        let p =
+            SsdPreset { write_latency_us: 0, bandwidth_mb_s: 10, channels: 4, ..SsdPreset::nvme_consumer() };
+        let dev = EmulatedSsd::new(p, 1024);
+        let big: Vec<BlockBuf> = (0..256).map(|i| pattern(i as u8)).collect();
         let t0 = Instant::now();
         let a =
             dev.submit(WriteRequest { block: 0, bufs: big.clone(), tag: WriteTag::default(), fua: false })?;
-        let b = dev.submit(WriteRequest { block: 1024, bufs: big, tag: WriteTag::default(), fua: false })?;
-        let c = dev.submit(WriteRequest::one(3000, pattern(9), WriteTag::default()))?;
+        let b = dev.submit(WriteRequest { block: 256, bufs: big, tag: WriteTag::default(), fua: false })?;
+        let c = dev.submit(WriteRequest::one(600, pattern(9), WriteTag::default()))?;
         let link_free = dev.timing.lock().link_free;
-        let total = p.transfer((2048 + 1) * 4096);
+        let total = p.transfer((512 + 1) * 4096);
         assert!(link_free >= t0 + total, "the link is busy for every byte submitted");
         let (a, b, c) = (a.deadline().unwrap(), b.deadline().unwrap(), c.deadline().unwrap());
         assert!(c < a && c < b, "the small write does not wait for the large ones");
