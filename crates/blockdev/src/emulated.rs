@@ -233,13 +233,33 @@ impl SsdPreset {
         }
     }
 
-    /// How the link serves queued transfers, for descriptions.
-    pub fn link_text(&self) -> String {
-        if self.link_turn_kib == 0 {
+    /// The assumed figures in one line (latencies, bandwidth, flush cost, channels, link,
+    /// cache, barrier), as device descriptions and the lab print them.
+    pub fn figures(&self) -> String {
+        let bandwidth = if self.bandwidth_mb_s == 0 {
+            "unlimited".to_string()
+        } else {
+            format!("{} MB/s", self.bandwidth_mb_s)
+        };
+        let link = if self.link_turn_kib == 0 {
             "one transfer at a time".to_string()
         } else {
             format!("shared in {} KiB turns", self.link_turn_kib)
-        }
+        };
+        format!(
+            "write {} µs, read {} µs, {bandwidth}, flush {} µs + {} µs/dirty MiB, {} channels, link {link}, {}, {}",
+            self.write_latency_us,
+            self.read_latency_us,
+            self.flush_base_us,
+            self.flush_per_dirty_mb_us,
+            self.channels.max(1),
+            if self.volatile_cache { "volatile cache" } else { "no volatile cache" },
+            if self.barrier {
+                format!("barrier {} µs", self.barrier_latency_us)
+            } else {
+                "no barrier".to_string()
+            },
+        )
     }
 
     /// Every named preset.
@@ -527,20 +547,11 @@ impl BlockDevice for EmulatedSsd {
     fn describe(&self) -> String {
         let p = &self.preset;
         format!(
-            "emulated SSD '{}' ({} blocks of {} bytes): write {} µs, read {} µs, {} MB/s, \
-             {} channels, link {}, flush {} µs + {} µs/dirty MiB, volatile cache {}, barrier {}",
+            "emulated SSD '{}' ({} blocks of {} bytes): {}",
             p.name,
             self.num_blocks,
             self.block_size,
-            p.write_latency_us,
-            p.read_latency_us,
-            if p.bandwidth_mb_s == 0 { "unlimited".to_string() } else { p.bandwidth_mb_s.to_string() },
-            p.channels.max(1),
-            p.link_text(),
-            p.flush_base_us,
-            p.flush_per_dirty_mb_us,
-            if p.volatile_cache { "yes" } else { "no" },
-            if p.barrier { format!("yes ({} µs)", p.barrier_latency_us) } else { "no".to_string() },
+            p.figures()
         )
     }
 

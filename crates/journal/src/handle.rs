@@ -48,7 +48,7 @@ thread_local! {
 fn time_this_handle() -> bool {
     UNTIMED.with(|n| {
         let k = n.get();
-        n.set(if k + 1 >= HANDLE_TIME_SAMPLE { 0 } else { k + 1 });
+        n.set((k + 1) % HANDLE_TIME_SAMPLE);
         k == 0
     })
 }

@@ -329,19 +329,7 @@ impl SweepReport {
 
 /// Describe an emulated preset's assumed figures.
 pub fn preset_line(p: &SsdPreset) -> String {
-    format!(
-        "emulated {}: write {} µs, read {} µs, {} MB/s, flush {} µs + {} µs/dirty MiB, {} channels, link {}, {}{}",
-        p.name,
-        p.write_latency_us,
-        p.read_latency_us,
-        p.bandwidth_mb_s,
-        p.flush_base_us,
-        p.flush_per_dirty_mb_us,
-        p.channels,
-        p.link_text(),
-        if p.volatile_cache { "volatile cache" } else { "no volatile cache" },
-        if p.barrier { format!(", barrier {} µs", p.barrier_latency_us) } else { ", no barrier".into() }
-    )
+    format!("emulated {}: {}", p.name, p.figures())
 }
 
 /// The mount holding `dir`, with its options (from /proc/self/mounts).
