@@ -31,9 +31,19 @@
 //!
 //! Reads take `read_latency + size / bandwidth` and do not occupy the channels.
 //!
-//! [`BlockDevice::flush`] first waits until every submitted write's deadline has passed,
-//! then costs `flush_base + flush_per_dirty_mb * dirty MiB`, where *dirty* is the data
-//! written (non-FUA) since the previous flush; without a volatile cache only `flush_base`.
+//! [`BlockDevice::flush`] costs `flush_base + flush_per_dirty_mb * dirty MiB` (without a
+//! volatile cache only `flush_base`), where *dirty* is the data of non-FUA writes the flush
+//! covers that no earlier flush covered. Which writes it covers depends on the interface
+//! (`flush_queued`):
+//!
+//! * a queued flush (NVMe: "the flush applies to all commands completed prior to the
+//!   submission of the Flush command") covers the writes whose deadline has passed when it
+//!   is issued and does not wait for the others; their data stays dirty for the next flush.
+//!   A journal that flushes while another log's commit writes are in flight is not held up
+//!   by them, as on a real drive;
+//! * an unqueued one (SATA's FLUSH CACHE is not an NCQ command, so the host drains the queue
+//!   before issuing it; eMMC serves one command at a time) first waits until every submitted
+//!   write's deadline has passed, then covers them all.
 //! A FUA write adds to its own deadline the cost of a flush of just its own data:
 //! `flush_base + flush_per_dirty_mb * its MiB` (nothing without a volatile cache), and does
 //! not count as dirty.
@@ -116,6 +126,10 @@ pub struct SsdPreset {
     /// Granularity, in KiB, at which the link interleaves the data of outstanding write
     /// commands (see the module docs); 0 = one command's whole transfer at a time (FIFO).
     pub link_turn_kib: u64,
+    /// The flush is a queued command (NVMe): it covers the writes completed when it is issued
+    /// and does not wait for those in flight. `false`: the host drains the queue first (SATA,
+    /// eMMC), so a flush waits for every submitted write (see the module docs).
+    pub flush_queued: bool,
     /// Has a volatile write cache: flush cost grows with dirty data, FUA costs extra.
     pub volatile_cache: bool,
     /// Supports the barrier command (ordering without durability).
@@ -130,7 +144,8 @@ impl SsdPreset {
     /// support a barrier command as in those papers. Assumed figures: write 20 µs, read
     /// 60 µs, 2500 MB/s, flush 400 µs + 300 µs per dirty MiB, 8 channels, barrier 5 µs; the
     /// data of outstanding commands shares the PCIe link in 128 KiB turns (a common maximum
-    /// data transfer per command), so a small write is not queued behind a large one.
+    /// data transfer per command), so a small write is not queued behind a large one; the
+    /// flush is a queued command (covers completed writes, does not wait for the others).
     pub const fn nvme_consumer() -> Self {
         SsdPreset {
             name: "nvme-consumer",
@@ -144,6 +159,7 @@ impl SsdPreset {
             flush_per_dirty_mb_us: 300,
             channels: 8,
             link_turn_kib: 128,
+            flush_queued: true,
             volatile_cache: true,
             barrier: true,
             barrier_latency_us: 5,
@@ -152,7 +168,7 @@ impl SsdPreset {
 
     /// `optane`: 3D XPoint NVMe SSD (Intel Optane 900P/P4800X class). No volatile cache, so
     /// a flush is nearly free. Assumed figures: write 10 µs, read 10 µs, 2000 MB/s, flush
-    /// 5 µs, 7 channels, barrier supported (1 µs), link shared in 128 KiB turns.
+    /// 5 µs, 7 channels, barrier supported (1 µs), link shared in 128 KiB turns, queued flush.
     pub const fn optane() -> Self {
         SsdPreset {
             name: "optane",
@@ -165,6 +181,7 @@ impl SsdPreset {
             flush_per_dirty_mb_us: 0,
             channels: 7,
             link_turn_kib: 128,
+            flush_queued: true,
             volatile_cache: false,
             barrier: true,
             barrier_latency_us: 1,
@@ -174,7 +191,7 @@ impl SsdPreset {
     /// `emmc`: eMMC 5.x flash as in phones and single-board computers. One channel,
     /// volatile cache, expensive flush, no barrier. Assumed figures: write 150 µs, read
     /// 100 µs, 150 MB/s, flush 2000 µs + 1500 µs per dirty MiB; the bus moves one command's
-    /// data at a time.
+    /// data at a time, and a flush waits for the writes before it.
     pub const fn emmc() -> Self {
         SsdPreset {
             name: "emmc",
@@ -187,6 +204,7 @@ impl SsdPreset {
             flush_per_dirty_mb_us: 1500,
             channels: 1,
             link_turn_kib: 0,
+            flush_queued: false,
             volatile_cache: true,
             barrier: false,
             barrier_latency_us: 0,
@@ -196,7 +214,7 @@ impl SsdPreset {
     /// `sata-ssd`: consumer SATA SSD (Samsung 860 EVO class). Volatile cache, no barrier.
     /// Assumed figures: write 40 µs, read 90 µs, 500 MB/s, flush 1000 µs + 800 µs per dirty
     /// MiB, 4 channels; NCQ lets the device move the data of queued commands in 128 KiB
-    /// turns.
+    /// turns; FLUSH CACHE is not an NCQ command, so a flush waits for the queue to drain.
     pub const fn sata_ssd() -> Self {
         SsdPreset {
             name: "sata-ssd",
@@ -209,6 +227,7 @@ impl SsdPreset {
             flush_per_dirty_mb_us: 800,
             channels: 4,
             link_turn_kib: 128,
+            flush_queued: false,
             volatile_cache: true,
             barrier: false,
             barrier_latency_us: 0,
@@ -227,6 +246,7 @@ impl SsdPreset {
             flush_per_dirty_mb_us: 0,
             channels: 64,
             link_turn_kib: 0,
+            flush_queued: true,
             volatile_cache: false,
             barrier: true,
             barrier_latency_us: 0,
@@ -247,11 +267,12 @@ impl SsdPreset {
             format!("shared in {} KiB turns", self.link_turn_kib)
         };
         format!(
-            "write {} µs, read {} µs, {bandwidth}, flush {} µs + {} µs/dirty MiB, {} channels, link {link}, {}, {}",
+            "write {} µs, read {} µs, {bandwidth}, flush {} µs + {} µs/dirty MiB ({}), {} channels, link {link}, {}, {}",
             self.write_latency_us,
             self.read_latency_us,
             self.flush_base_us,
             self.flush_per_dirty_mb_us,
+            if self.flush_queued { "queued" } else { "after the queue drains" },
             self.channels.max(1),
             if self.volatile_cache { "volatile cache" } else { "no volatile cache" },
             if self.barrier {
@@ -319,24 +340,38 @@ struct TimingState {
     channel_free: Vec<Instant>,
     /// When the host link finishes its last transfer.
     link_free: Instant,
-    /// Latest deadline of any submitted write (flush waits for it).
+    /// Latest deadline of any submitted write (an unqueued flush waits for it).
     max_deadline: Instant,
-    /// Bytes written (non-FUA) since the last flush started.
+    /// Bytes of completed non-FUA writes no flush has covered yet.
     dirty_bytes: u64,
-    /// Deadlines of writes possibly still in flight (min-heap; passed ones are pruned).
-    inflight: BinaryHeap<Reverse<Instant>>,
+    /// Writes possibly still in flight: deadline and the dirty bytes they will add when they
+    /// complete (min-heap by deadline; completed ones are pruned into `dirty_bytes`).
+    inflight: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 impl TimingState {
+    /// Moves the writes completed by `now` out of the in-flight heap; the number left.
     fn prune(&mut self, now: Instant) -> u64 {
-        while let Some(Reverse(t)) = self.inflight.peek() {
-            if *t <= now {
-                self.inflight.pop();
-            } else {
+        while let Some(&Reverse((t, bytes))) = self.inflight.peek() {
+            if t > now {
                 break;
             }
+            self.inflight.pop();
+            self.dirty_bytes += bytes;
         }
         self.inflight.len() as u64
+    }
+
+    /// The dirty bytes a flush issued at `now` covers, taken (a queued flush: the completed
+    /// writes'; an unqueued one: every submitted write's, as it waits for them all).
+    fn take_dirty(&mut self, now: Instant, queued: bool) -> u64 {
+        self.prune(now);
+        if !queued && self.inflight.iter().any(|e| e.0.1 > 0) {
+            let pending: Vec<_> = self.inflight.drain().collect();
+            self.dirty_bytes += pending.iter().map(|e| e.0.1).sum::<u64>();
+            self.inflight.extend(pending.into_iter().map(|e| Reverse((e.0.0, 0))));
+        }
+        std::mem::take(&mut self.dirty_bytes)
     }
 }
 
@@ -541,7 +576,12 @@ impl BlockDevice for EmulatedSsd {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: self.preset.barrier, volatile_cache: self.preset.volatile_cache, fua: true }
+        DeviceCaps {
+            barrier: self.preset.barrier,
+            volatile_cache: self.preset.volatile_cache,
+            fua: true,
+            queued_flush: self.preset.flush_queued,
+        }
     }
 
     fn describe(&self) -> String {
@@ -625,11 +665,9 @@ impl BlockDevice for EmulatedSsd {
                 *f = deadline;
             }
             t.max_deadline = t.max_deadline.max(deadline);
-            if !req.fua && failure.is_none() {
-                t.dirty_bytes += bytes;
-            }
+            let dirty = if !req.fua && failure.is_none() { bytes } else { 0 };
             t.prune(now);
-            t.inflight.push(Reverse(deadline));
+            t.inflight.push(Reverse((deadline, dirty)));
             (deadline, t.inflight.len() as u64)
         };
         self.counters.record_write(count, bs, req.fua);
@@ -642,9 +680,12 @@ impl BlockDevice for EmulatedSsd {
     fn flush(&self) -> DevResult<()> {
         self.check_poison()?;
         self.counters.record_flush();
+        let queued = self.preset.flush_queued;
         let (wait_until, dirty) = {
             let mut t = self.timing.lock();
-            (t.max_deadline, std::mem::take(&mut t.dirty_bytes))
+            let now = Instant::now();
+            let wait_until = if queued { now } else { t.max_deadline };
+            (wait_until, t.take_dirty(now, queued))
         };
         if !self.fail_next_flush.load(Ordering::SeqCst) {
             // One sleep for the writes still in flight and the flush itself (one spinning
@@ -873,14 +914,61 @@ mod tests {
     }
 
     #[test]
-    fn flush_waits_for_inflight_writes() -> DevResult<()> {
-        let p = SsdPreset { write_latency_us: 3000, ..SsdPreset::ramdisk() };
+    fn unqueued_flush_waits_for_inflight_writes() -> DevResult<()> {
+        let p = SsdPreset { write_latency_us: 3000, flush_queued: false, ..SsdPreset::ramdisk() };
         let dev = EmulatedSsd::new(p, 8);
         let t = Instant::now();
         let _ticket = dev.submit(WriteRequest::one(0, pattern(0), WriteTag::default()))?;
         dev.flush()?;
         assert!(t.elapsed() >= Duration::from_micros(3000));
         Ok(())
+    }
+
+    #[test]
+    fn queued_flush_does_not_wait_for_writes_in_flight() -> DevResult<()> {
+        // A 2 s write in flight: a queued flush returns at once (generous bound for a
+        // preempted thread), the write completes on its own time.
+        let p = SsdPreset { write_latency_us: 2_000_000, flush_queued: true, ..SsdPreset::ramdisk() };
+        let dev = EmulatedSsd::new(p, 8);
+        let t = Instant::now();
+        let ticket = dev.submit(WriteRequest::one(0, pattern(0), WriteTag::default()))?;
+        dev.flush()?;
+        assert!(t.elapsed() < Duration::from_millis(1000), "flush waited {:?}", t.elapsed());
+        ticket.wait()?;
+        assert!(t.elapsed() >= Duration::from_millis(2000));
+        Ok(())
+    }
+
+    #[test]
+    fn each_write_is_dirty_for_exactly_one_flush() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let state = || {
+            let mut t = TimingState {
+                channel_free: vec![t0],
+                link_free: t0,
+                max_deadline: t0 + ms(10),
+                dirty_bytes: 0,
+                inflight: BinaryHeap::new(),
+            };
+            t.inflight.push(Reverse((t0 + ms(1), 100)));
+            t.inflight.push(Reverse((t0 + ms(10), 20)));
+            t.inflight.push(Reverse((t0 + ms(2), 0))); // a FUA write: never dirty
+            t
+        };
+        // Queued: a flush at 5 ms covers the write completed at 1 ms; the one completing at
+        // 10 ms is the next flush's.
+        let mut q = state();
+        assert_eq!(q.take_dirty(t0 + ms(5), true), 100);
+        assert_eq!(q.inflight.len(), 1);
+        assert_eq!(q.take_dirty(t0 + ms(6), true), 0);
+        assert_eq!(q.take_dirty(t0 + ms(11), true), 20);
+        assert_eq!(q.take_dirty(t0 + ms(12), true), 0);
+        // Unqueued: the flush at 5 ms waits for both and covers both; neither comes back.
+        let mut u = state();
+        assert_eq!(u.take_dirty(t0 + ms(5), false), 120);
+        assert_eq!(u.prune(t0 + ms(5)), 1, "the write still in flight is still counted as such");
+        assert_eq!(u.take_dirty(t0 + ms(11), false), 0);
     }
 
     #[test]

@@ -527,7 +527,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: false, volatile_cache: true, fua: false }
+        DeviceCaps { barrier: false, volatile_cache: true, fua: false, queued_flush: false }
     }
 
     fn describe(&self) -> String {

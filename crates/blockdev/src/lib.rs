@@ -195,6 +195,10 @@ pub struct DeviceCaps {
     pub volatile_cache: bool,
     /// Supports FUA writes natively (otherwise emulated with write + flush).
     pub fua: bool,
+    /// Flushes are queued commands that may run concurrently with each other and with
+    /// writes (NVMe, where the kernel's block layer keeps one flush in flight per hardware
+    /// queue); `false` where the host serialises them (SATA, eMMC, a file's `fdatasync`).
+    pub queued_flush: bool,
 }
 
 /// A submitted write. [`IoTicket::wait`] blocks until it completed and returns its result.

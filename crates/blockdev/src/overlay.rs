@@ -187,7 +187,7 @@ impl BlockDevice for MemOverlay {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: true, volatile_cache: false, fua: true }
+        DeviceCaps { barrier: true, volatile_cache: false, fua: true, queued_flush: false }
     }
 
     fn describe(&self) -> String {

@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -57,6 +57,9 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("fsync", "chained")) => journal.fsync_all_logs = false,
             Some(("admit", "core")) => journal.admission = cjfs_journal::per_core::Admission::Core,
             Some(("admit", "thread")) => journal.admission = cjfs_journal::per_core::Admission::Thread,
+            Some(("log_flush", "auto")) => journal.log_flush = cjfs_journal::LogFlush::Auto,
+            Some(("log_flush", "shared")) => journal.log_flush = cjfs_journal::LogFlush::Shared,
+            Some(("log_flush", "per_log")) => journal.log_flush = cjfs_journal::LogFlush::PerLog,
             Some(("ijournal", n)) => journal.ijournal.areas = n.parse().map_err(bad)?,
             Some(("iform", "single")) => journal.ijournal.form = cjfs_journal::IForm::Single,
             Some(("iform", "commit")) => journal.ijournal.form = cjfs_journal::IForm::Commit,
@@ -157,6 +160,13 @@ mod tests {
         assert!(!resolve("zjournal-no-bga").unwrap().core_groups);
         assert!(!resolve("cjfs").unwrap().core_groups);
         assert!(resolve("zjournal+logs=0").is_err());
+        assert_eq!(resolve("zjournal").unwrap().journal.log_flush, cjfs_journal::LogFlush::Auto);
+        let shared = resolve("zjournal-cjfs+log_flush=shared").unwrap().journal.log_flush;
+        assert_eq!(shared, cjfs_journal::LogFlush::Shared);
+        assert_eq!(
+            resolve("zjournal+log_flush=per_log").unwrap().journal.log_flush,
+            cjfs_journal::LogFlush::PerLog
+        );
         let e = resolve("cjfs+wait=fast").unwrap_err().to_string();
         assert!(e.contains("unknown setting \"wait=fast\""), "{e}");
         assert!(resolve("auto+wait=spin_park").unwrap_err().to_string().contains("per device"));

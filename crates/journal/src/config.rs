@@ -176,6 +176,10 @@ pub struct JournalConfig {
     pub fsync_all_logs: bool,
     /// With several logs, which log a handle joins: its core's (the paper) or its thread's.
     pub admission: crate::per_core::Admission,
+    /// With several logs, how their flushes meet the device: one at a time, shared where
+    /// they meet, or each log's own, concurrently (see [`crate::LogFlush`];
+    /// `Auto` decides by the device when the journal opens).
+    pub log_flush: crate::LogFlush,
     /// How fsync callers wait for durability: park at once, or spin a device-adapted budget
     /// first (polling waits, `crate::polling`).
     pub wait: crate::polling::WaitMode,
@@ -224,6 +228,7 @@ impl JournalConfig {
             logs: crate::per_core::Logs::One,
             fsync_all_logs: true,
             admission: crate::per_core::Admission::Core,
+            log_flush: crate::LogFlush::Auto,
             ijournal: IJournal::off(),
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::PlantedBugs::default(),

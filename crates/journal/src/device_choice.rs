@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     fn caps(barrier: bool) -> DeviceCaps {
-        DeviceCaps { barrier, volatile_cache: true, fua: false }
+        DeviceCaps { barrier, volatile_cache: true, fua: false, queued_flush: false }
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub(crate) fn flush(j: &LogCore) -> JResult<()> {
 /// Flush the device; `last` when no other flush of this group follows (commit pacing).
 fn flush_step(j: &LogCore, last: bool) -> JResult<()> {
     let t0 = Instant::now();
-    let r = if j.set.multi_log() {
+    let r = if j.set.multi_log() && j.set.config.log_flush == crate::compound_flush::LogFlush::Shared {
         // Compound flush across logs: join a flush another log is about to issue.
         match j.set.shared_flush.flush(&j.set.dev) {
             Ok(true) => {

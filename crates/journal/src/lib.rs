@@ -119,6 +119,7 @@ mod writer;
 pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, Committed, JState, Tid};
 pub use cjfs_blockdev::{LogId, TxId};
+pub use compound_flush::LogFlush;
 pub use config::{CommitMode, IAreas, IForm, IJournal, JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;

@@ -936,7 +936,7 @@ pub(crate) mod test_support {
             self.blocks.lock().len() as u64
         }
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { barrier: false, volatile_cache: false, fua: true }
+            DeviceCaps { barrier: false, volatile_cache: false, fua: true, queued_flush: false }
         }
         fn describe(&self) -> String {
             "test memdev".into()

@@ -226,6 +226,7 @@ impl Journal {
         if single_io && let Some(l) = states.first_mut() {
             l.keep_head = true;
         }
+        config.log_flush = config.log_flush.resolve(&dev.caps());
         let first_tids: Vec<u64> = states.iter().map(|l| u64::from(l.sb.s_sequence.max(1))).collect();
         let shared = Arc::new(Shared {
             chains: crate::per_core::Chains::new(&first_tids),

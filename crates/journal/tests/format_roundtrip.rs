@@ -50,7 +50,7 @@ impl BlockDevice for ImageDev {
         self.blocks
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: false, volatile_cache: true, fua: false }
+        DeviceCaps { barrier: false, volatile_cache: true, fua: false, queued_flush: false }
     }
     fn describe(&self) -> String {
         "test image".into()

@@ -116,6 +116,37 @@ const COLUMNS: [&str; 36] = [
     "fsync_p999_vs_first_hi",
 ];
 
+/// The terminal table's columns: heading and the [`COLUMNS`] entry it shows (by name, so a
+/// column added to the CSV cannot shift the table's labels off their figures).
+const TABLE_COLUMNS: [(&str, &str); 21] = [
+    ("workload", "workload"),
+    ("thr", "threads"),
+    ("series", "series"),
+    ("ops/s", "ops_per_sec"),
+    ("vs 1st [interval]", "vs_first"),
+    ("reps", "reps"),
+    ("MB/s", "mb_per_sec"),
+    ("op p50", "op_p50_us"),
+    ("op p99", "op_p99_us"),
+    ("fsync p50", "fsync_p50_us"),
+    ("fsync p99", "fsync_p99_us"),
+    ("fsync mean", "fsync_mean_us"),
+    ("cpu s", "cpu_s"),
+    ("tx", "tx"),
+    ("h/tx", "handles_per_tx"),
+    ("blk/tx", "blocks_per_tx"),
+    ("conf/tx", "conflicts_per_tx"),
+    ("lock µs", "locked_us"),
+    ("commit µs", "commit_us"),
+    ("fl/fsync", "flushes_per_fsync"),
+    ("in flight", "in_flight"),
+];
+
+/// Index of the column called `name` in [`COLUMNS`] (and in [`cells`]' output).
+fn column(name: &str) -> usize {
+    COLUMNS.iter().position(|&c| c == name).unwrap_or_else(|| panic!("no column {name}"))
+}
+
 fn cells(row: &Row<'_>) -> Vec<String> {
     let p = row.p;
     let mut c = vec![p.workload.clone(), p.threads.to_string(), p.series.clone(), f0(p.ops_per_sec)];
@@ -194,55 +225,20 @@ pub fn table(r: &SweepReport) -> String {
         let _ = writeln!(out, "{l}");
     }
     let _ = writeln!(out);
-    let head = [
-        "workload",
-        "thr",
-        "series",
-        "ops/s",
-        "vs 1st [interval]",
-        "reps",
-        "MB/s",
-        "op p50",
-        "op p99",
-        "fsync p50",
-        "fsync p99",
-        "fsync mean",
-        "cpu s",
-        "tx",
-        "h/tx",
-        "blk/tx",
-        "conf/tx",
-        "lock µs",
-        "commit µs",
-        "fl/fsync",
-        "in flight",
-        "qd mean",
-        "qd max",
-    ];
+    let mut head: Vec<&str> = TABLE_COLUMNS.iter().map(|&(h, _)| h).collect();
+    head.extend(["qd mean", "qd max"]);
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for row in rows(r) {
         let c = cells(&row);
         let (qm, qx, _) = device_cells(row.p);
-        let reps = match row.p.bound_met {
-            Some(false) => format!("{} (wide)", c[8]),
-            _ => c[8].clone(),
-        };
-        let mut l = vec![
-            c[0].clone(),
-            c[1].clone(),
-            c[2].clone(),
-            c[3].clone(),
-            ratio_text(row.p),
-            reps,
-            c[10].clone(),
-            c[12].clone(),
-            c[13].clone(),
-            c[15].clone(),
-            c[17].clone(),
-            c[18].clone(),
-            c[19].clone(),
-        ];
-        l.extend(c[20..28].iter().cloned());
+        let mut l: Vec<String> = TABLE_COLUMNS
+            .iter()
+            .map(|&(_, name)| match name {
+                "vs_first" => ratio_text(row.p),
+                "reps" if row.p.bound_met == Some(false) => format!("{} (wide)", c[column(name)]),
+                _ => c[column(name)].clone(),
+            })
+            .collect();
         l.extend([qm, qx]);
         if let Some(e) = &row.p.error {
             l.push(format!("ERROR: {e}"));
@@ -619,4 +615,104 @@ pub fn write_all(r: &SweepReport, dir: &Path, charts: &[String]) -> io::Result<(
     std::fs::write(dir.join("README.md"), markdown(r, charts))?;
     std::fs::write(dir.join("command.txt"), format!("{}\n", r.command))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{Point, SeriesInfo};
+    use crate::hist::Percentiles;
+    use crate::machine::Machine;
+    use crate::workloads::RunResult;
+
+    fn run() -> RunResult {
+        RunResult {
+            workload: "DWSL".into(),
+            threads: 16,
+            ops: 100,
+            secs: 1.0,
+            ops_per_sec: 100.0,
+            bytes: 0,
+            mb_per_sec: 0.0,
+            op_latency: Percentiles::default(),
+            fsync_latency: Percentiles {
+                count: 100,
+                p50: 1001.0,
+                p95: 1002.0,
+                p99: 1003.0,
+                p999: 1004.0,
+                mean: 1005.0,
+                ..Percentiles::default()
+            },
+            op_cdf: Vec::new(),
+            fsync_cdf: Vec::new(),
+            fsync_hist: None,
+            cpu_secs: 7.25,
+            context_switches: 0,
+            waits: None,
+            journal: None,
+            device: None,
+            journal_summary: None,
+            ijournal: None,
+            kernel_journal: None,
+            device_summary: None,
+            extra: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn terminal_table_labels_sit_over_their_figures() {
+        let point = Point {
+            workload: "DWSL".into(),
+            threads: 16,
+            series: "a/jbd2".into(),
+            ops_per_sec: 100.0,
+            ops_ci: None,
+            ratio: None,
+            reps: 5,
+            bound_met: None,
+            mb_per_sec: 0.0,
+            reps_ops_per_sec: vec![100.0],
+            median_run: Some(run()),
+            fsync_pooled: None,
+            fsync_p999_ratio: None,
+            error: None,
+        };
+        let r = SweepReport {
+            machine: Machine {
+                cpu: "x".into(),
+                cores: 2,
+                kernel: "k".into(),
+                mem_gib: 1.0,
+                disk: "d".into(),
+            },
+            command: "test".into(),
+            seed: 1,
+            duration_secs: 1.0,
+            reps: 5,
+            max_reps: 5,
+            ci_bound: None,
+            scale: 1.0,
+            series: vec![SeriesInfo {
+                name: "a/jbd2".into(),
+                target: String::new(),
+                mode: None,
+                device: String::new(),
+            }],
+            workloads: vec!["DWSL".into()],
+            threads: vec![16],
+            points: vec![point],
+        };
+        let t = table(&r);
+        let lines: Vec<&str> =
+            t.lines().filter(|l| l.starts_with("workload") || l.starts_with("DWSL")).collect();
+        let head: Vec<&str> = lines[0].split("  ").map(str::trim).filter(|s| !s.is_empty()).collect();
+        let row: Vec<&str> = lines[1].split_whitespace().collect();
+        let at = |h: &str| row[head.iter().position(|&x| x == h).unwrap_or_else(|| panic!("no heading {h}"))];
+        assert_eq!(at("fsync p50"), "1001");
+        assert_eq!(at("fsync p99"), "1003");
+        assert_eq!(at("fsync mean"), "1005");
+        assert_eq!(at("cpu s"), "7.25");
+        assert_eq!(cells(&rows(&r)[0]).len(), COLUMNS.len());
+    }
 }

@@ -122,7 +122,14 @@ impl BlockDevice for CowDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { barrier: self.barrier, volatile_cache: true, fua: self.barrier }
+        // The barrier device stands for NVMe (queued flushes), the other for SATA and eMMC,
+        // so the crash suite runs both ways a multi-log journal flushes.
+        DeviceCaps {
+            barrier: self.barrier,
+            volatile_cache: true,
+            fua: self.barrier,
+            queued_flush: self.barrier,
+        }
     }
 
     fn describe(&self) -> String {
