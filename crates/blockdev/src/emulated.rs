@@ -44,6 +44,7 @@
 //! * an unqueued one (SATA's FLUSH CACHE is not an NCQ command, so the host drains the queue
 //!   before issuing it; eMMC serves one command at a time) first waits until every submitted
 //!   write's deadline has passed, then covers them all.
+//!
 //! A FUA write adds to its own deadline the cost of a flush of just its own data:
 //! `flush_base + flush_per_dirty_mb * its MiB` (nothing without a volatile cache), and does
 //! not count as dirty.
