@@ -45,6 +45,13 @@
 //!   before issuing it; eMMC serves one command at a time) first waits until every submitted
 //!   write's deadline has passed, then covers them all.
 //!
+//! Flushes issued while another is in progress overlap (the drive has `channels` units to
+//! program in parallel), except that one never ends before an earlier one still in progress:
+//! it covers the data that one is writing back. This is an assumption of the model, and the
+//! one per-core journaling's concurrent flushes rest on (`LogFlush::PerLog` in the journal);
+//! a drive that serialises its flushes internally would charge a flush issued during another
+//! the rest of that one first.
+//!
 //! A FUA write adds to its own deadline the cost of a flush of just its own data:
 //! `flush_base + flush_per_dirty_mb * its MiB` (nothing without a volatile cache), and does
 //! not count as dirty.
@@ -348,6 +355,8 @@ struct TimingState {
     /// Writes possibly still in flight: deadline and the dirty bytes they will add when they
     /// complete (min-heap by deadline; completed ones are pruned into `dirty_bytes`).
     inflight: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// When the latest flush issued so far ends.
+    flush_until: Instant,
 }
 
 impl TimingState {
@@ -373,6 +382,18 @@ impl TimingState {
             self.inflight.extend(pending.into_iter().map(|e| Reverse((e.0.0, 0))));
         }
         std::mem::take(&mut self.dirty_bytes)
+    }
+
+    /// A flush issued at `now`: when it starts (an unqueued one after every submitted write)
+    /// and when it ends. It covers the writes an earlier flush still in progress is writing
+    /// back, so it never ends before that one: flushes overlap, but a later one that found
+    /// nothing new to write does not overtake the one doing the work.
+    fn flush_window(&mut self, now: Instant, p: &SsdPreset) -> (Instant, Instant) {
+        let start = if p.flush_queued { now } else { self.max_deadline.max(now) };
+        let dirty = self.take_dirty(now, p.flush_queued);
+        let end = (start + p.flush_cost(dirty)).max(self.flush_until);
+        self.flush_until = end;
+        (start, end)
     }
 }
 
@@ -452,6 +473,7 @@ impl EmulatedSsd {
                 max_deadline: now,
                 dirty_bytes: 0,
                 inflight: BinaryHeap::new(),
+                flush_until: now,
             }),
             counters: Counters::new(),
             poison: Mutex::new(None),
@@ -681,18 +703,11 @@ impl BlockDevice for EmulatedSsd {
     fn flush(&self) -> DevResult<()> {
         self.check_poison()?;
         self.counters.record_flush();
-        let queued = self.preset.flush_queued;
-        let (wait_until, dirty) = {
-            let mut t = self.timing.lock();
-            let now = Instant::now();
-            let wait_until = if queued { now } else { t.max_deadline };
-            (wait_until, t.take_dirty(now, queued))
-        };
+        let (wait_until, end) = self.timing.lock().flush_window(Instant::now(), &self.preset);
         if !self.fail_next_flush.load(Ordering::SeqCst) {
             // One sleep for the writes still in flight and the flush itself (one spinning
             // tail, not two).
-            let start = wait_until.max(std::time::Instant::now());
-            precise_sleep_until(start + self.preset.flush_cost(dirty));
+            precise_sleep_until(end);
             return Ok(());
         }
         precise_sleep_until(wait_until);
@@ -704,7 +719,7 @@ impl BlockDevice for EmulatedSsd {
             }
             return Err(e);
         }
-        precise_sleep(self.preset.flush_cost(dirty));
+        precise_sleep_until(end);
         Ok(())
     }
 
@@ -951,6 +966,7 @@ mod tests {
                 max_deadline: t0 + ms(10),
                 dirty_bytes: 0,
                 inflight: BinaryHeap::new(),
+                flush_until: t0,
             };
             t.inflight.push(Reverse((t0 + ms(1), 100)));
             t.inflight.push(Reverse((t0 + ms(10), 20)));
@@ -970,6 +986,38 @@ mod tests {
         assert_eq!(u.take_dirty(t0 + ms(5), false), 120);
         assert_eq!(u.prune(t0 + ms(5)), 1, "the write still in flight is still counted as such");
         assert_eq!(u.take_dirty(t0 + ms(11), false), 0);
+    }
+
+    #[test]
+    fn a_later_flush_with_nothing_new_does_not_overtake_the_one_writing_back() {
+        let p = SsdPreset::nvme_consumer();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t = TimingState {
+            channel_free: vec![t0],
+            link_free: t0,
+            max_deadline: t0,
+            dirty_bytes: 8 << 20,
+            inflight: BinaryHeap::new(),
+            flush_until: t0,
+        };
+        // The first flush writes back 8 MiB: base + 8 * per MiB.
+        let (_, a) = t.flush_window(t0, &p);
+        assert_eq!(a, t0 + p.flush_cost(8 << 20));
+        // One issued 1 ms later finds nothing new, yet covers those 8 MiB too.
+        let (start, b) = t.flush_window(t0 + ms(1), &p);
+        assert_eq!((start, b), (t0 + ms(1), a));
+        // Once that is over, a flush costs its own work only.
+        let later = a + ms(1);
+        assert_eq!(t.flush_window(later, &p).1, later + p.flush_cost(0));
+        // Overlapping flushes with work of their own each end on their own time.
+        t.dirty_bytes = 1 << 20;
+        let c0 = later + ms(10);
+        let (_, c) = t.flush_window(c0, &p);
+        t.dirty_bytes = 4 << 20;
+        let (_, d) = t.flush_window(c0 + Duration::from_micros(10), &p);
+        assert_eq!(c, c0 + p.flush_cost(1 << 20));
+        assert_eq!(d, c0 + Duration::from_micros(10) + p.flush_cost(4 << 20));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub fn choose(caps: &DeviceCaps) -> (&'static str, &'static str) {
             "cjfs",
             "the device has a cache barrier: dual-thread commit, multi-version shadow paging, \
              coalescing and compound flush all apply (varmail-shared 32 threads on the emulated \
-             consumer NVMe: 1.76 × jbd2, docs/results/cjfs)",
+             consumer NVMe: 1.60 × jbd2, docs/results/cjfs/nvme-32t-50b30bc)",
         )
     } else {
         (NO_BARRIER_PRESET, NO_BARRIER_WHY)

@@ -69,7 +69,11 @@ pub(crate) fn flush(j: &LogCore) -> JResult<()> {
 /// Flush the device; `last` when no other flush of this group follows (commit pacing).
 fn flush_step(j: &LogCore, last: bool) -> JResult<()> {
     let t0 = Instant::now();
-    let r = if j.set.multi_log() && j.set.config.log_flush == crate::compound_flush::LogFlush::Shared {
+    let r = if j.set.multi_log() && j.set.config.log_flush != crate::compound_flush::LogFlush::Shared {
+        // Each log's own flush, concurrently with the others'; failures shared as below.
+        j.set.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        j.set.shared_flush.flush_own(&j.set.dev).map_err(JournalError::from)
+    } else if j.set.multi_log() {
         // Compound flush across logs: join a flush another log is about to issue.
         match j.set.shared_flush.flush(&j.set.dev) {
             Ok(true) => {

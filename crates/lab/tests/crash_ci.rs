@@ -12,8 +12,10 @@
 //!   heads, up to 200 crash states per workload.
 //! * `ci_subset_every_mode_without_barrier`: the same subset recorded on a device without a
 //!   cache barrier (like an image file), for the family heads that use barriers or choose by
-//!   them (the others commit the same way on both devices), where the journal's commit path
-//!   differs: every group of transactions pays flush, commit blocks, flush
+//!   them, and for per-core journaling, whose logs flush one at a time, sharing, on that
+//!   device (its flushes are not queued) and each on its own on the other (the others commit
+//!   the same way on both devices), where the journal's commit path differs: every group of
+//!   transactions pays flush, commit blocks, flush
 //!   (`no_barrier_device_gets_no_barrier` checks that the recording holds no barrier then).
 //! * `ci_subset_one_kib_blocks`: the same subset on images of 1 KiB blocks (what mke2fs
 //!   picks for images under 512 MiB) with `jbd2` and `cjfs`, up to 150 crash states per
@@ -187,9 +189,15 @@ fn ci_plan(m: &str, data: DataMode, barrier: bool) -> Option<(Vec<Workload>, usi
         return skip("an ablation or combination: data=ordered subset and full suites only");
     }
     // Without a barrier only the presets that use one (or choose by it) take another commit
-    // path; the others record the same logs as on the barrier device.
-    let barrier_sensitive =
-        ij || preset::resolve(m).is_ok_and(|o| o.journal.use_barriers || o.journal.dual_thread_barrier_only);
+    // path, and per-core logs another flush path (`LogFlush::Auto`: the crash device without
+    // a barrier does not queue flushes); the others record the same logs as on the barrier
+    // device.
+    let barrier_sensitive = ij
+        || preset::resolve(m).is_ok_and(|o| {
+            o.journal.use_barriers
+                || o.journal.dual_thread_barrier_only
+                || o.journal.logs != cjfs_journal::Logs::One
+        });
     if !barrier && !barrier_sensitive {
         return skip("same commit path with and without a barrier; covered by ci_subset_every_mode");
     }
