@@ -27,7 +27,9 @@
 //! so the model applies them in thread order, except that a creation that got the inode
 //! number another operation of the round freed comes after that operation
 //! ([`apply_round`]): inode numbers identify inodes in the comparison, and the free really
-//! came first.
+//! came first. A free-running workload's operations are applied in start order under the
+//! same rule, and never before an operation that returned before they started
+//! ([`apply_ordered`]).
 //!
 //! # Guarantees (which `lo` a returned persistence call sets)
 //!
@@ -712,11 +714,14 @@ pub fn apply_round(
     history: &mut History,
     round: &[(&Op, Option<Ino>)],
 ) -> Result<Vec<usize>, String> {
-    apply_ordered(model, history, round, &vec![None; round.len()])
+    // One round's operations all run at once: none returned before another started.
+    apply_ordered(model, history, round, &vec![None; round.len()], &vec![(0, 0); round.len()])
 }
 
 /// [`apply_round`] for operations that are not all concurrent: `after[j]` is an operation
-/// that must be applied before `j` (the previous operation of `j`'s thread). Operations are
+/// that must be applied before `j` (the previous operation of `j`'s thread), and `spans[j]`
+/// the log positions at which `j` started and returned: an operation that returned before
+/// `j` started (`spans[o].1 < spans[j].0`) is applied before `j` too. Operations are
 /// otherwise applied in the order given, a creation waiting until its inode number is free.
 ///
 /// The order given (start order, for a free-running workload) can put two creations that got
@@ -725,14 +730,18 @@ pub fn apply_round(
 /// Applied first, it would hold the number while the other waits for it forever. So when a
 /// creation is next and another pending creation got the same number, both choices are
 /// tried: apply it now, or let it wait until another creation of that number is applied.
+/// Inode numbers alone may allow an order that cannot have happened (the later-starting
+/// creation's thread freeing the number only after the crash point): the log positions rule
+/// it out, or a persistence call's durable state would land on the wrong side of writes.
 /// On an error `model` and `history` are left empty (the workload is abandoned).
 pub fn apply_ordered(
     model: &mut Model,
     history: &mut History,
     round: &[(&Op, Option<Ino>)],
     after: &[Option<usize>],
+    spans: &[(usize, usize)],
 ) -> Result<Vec<usize>, String> {
-    let mut search = Search { round, after, branches: 0 };
+    let mut search = Search { round, after, spans, branches: 0 };
     let start = Step {
         pending: (0..round.len()).collect(),
         applied: vec![false; round.len()],
@@ -755,6 +764,7 @@ const ORDER_BRANCHES: usize = 4096;
 struct Search<'a, 'o> {
     round: &'a [(&'o Op, Option<Ino>)],
     after: &'a [Option<usize>],
+    spans: &'a [(usize, usize)],
     branches: usize,
 }
 
@@ -779,8 +789,11 @@ impl Search<'_, '_> {
         mut st: Step,
     ) -> Result<(Model, History, Vec<usize>), String> {
         while !st.pending.is_empty() {
+            // No operation may go before one that returned before it started.
+            let first_end = st.pending.iter().map(|&o| self.spans[o].1).min().unwrap_or(usize::MAX);
             let ready = st.pending.iter().position(|&j| {
-                self.after[j].is_none_or(|a| st.applied[a])
+                self.spans[j].0 <= first_end
+                    && self.after[j].is_none_or(|a| st.applied[a])
                     && self.round[j].1.is_none_or(|ino| {
                         !model.inodes.contains_key(&ino)
                             && !st
@@ -1230,7 +1243,8 @@ mod tests {
         let gone = Op::Unlink { path: "t1/f0".into() };
         // Start order: the slow creation, then the other thread's creation and unlink.
         let ops = [(&slow, Some(24)), (&quick, Some(24)), (&gone, None)];
-        let order = apply_ordered(&mut m, &mut h, &ops, &[None, None, Some(1)]).unwrap();
+        let order =
+            apply_ordered(&mut m, &mut h, &ops, &[None, None, Some(1)], &[(0, 9), (1, 2), (3, 4)]).unwrap();
         assert_eq!(order, [1, 2, 0]);
         assert_eq!(m.names_of(24), vec!["t6/f0".to_string()]);
         // Two live files given one number stay an error.
@@ -1238,7 +1252,8 @@ mod tests {
         m2.apply(&Op::Mkdir { path: "t1".into() }, Some(12));
         m2.apply(&Op::Mkdir { path: "t6".into() }, Some(13));
         let ops = [(&slow, Some(24)), (&quick, Some(24))];
-        assert!(apply_ordered(&mut m2.clone(), &mut History::new(&m2), &ops, &[None, None]).is_err());
+        let spans = [(0, 9), (1, 2)];
+        assert!(apply_ordered(&mut m2.clone(), &mut History::new(&m2), &ops, &[None, None], &spans).is_err());
     }
 
     /// mt8-002 (seed 1): in one concurrent round, `unlink t4/f0` freed inode 20 (fsynced
@@ -1278,5 +1293,68 @@ mod tests {
         // But the fsynced file may not vanish while the unlink has not started.
         let probs = h.check(&crashed, 1, &[0]);
         assert!(probs.iter().any(|p| p.contains("inode 20: unreachable")), "{probs:?}");
+    }
+
+    /// mtfree8-007 (zjournal, seed 1): `creat t6/f0` got inode 26, was fdatasynced and
+    /// unlinked; `creat t7/f0`, which had started first, then got 26 back, and t7/f0 was
+    /// written and fsynced. The search also found an order in which t7/f0 holds 26 first,
+    /// until t7's last operation unlinks it, and t6's file gets it after: inode numbers allow
+    /// that, but the unlink started after the crash point, long after t6's fdatasync had
+    /// returned. That fdatasync's durable state then came after t7/f0's write, and a crash
+    /// image holding the write was reported as a violation. An operation that returned
+    /// before another started comes first.
+    #[test]
+    fn an_operation_that_returned_before_another_started_comes_first() {
+        use super::super::record::{OpMark, OpResult, Recording, assemble};
+        use super::super::workloads::Workload;
+        let mut base = Model::empty_fs();
+        base.apply(&Op::Mkdir { path: "t6".into() }, Some(13));
+        base.apply(&Op::Mkdir { path: "t7".into() }, Some(14));
+        let (f6, f7) = (String::from("t6/f0"), String::from("t7/f0"));
+        let write = Op::Write { path: f7.clone(), off: 0, len: 6000, seed: 72 };
+        // Thread t6 | thread t7, with the log positions at which each started and returned.
+        let rows = [
+            (
+                (Op::Creat { path: f6.clone() }, Some(26), 48, 48),
+                (Op::Creat { path: f7.clone() }, Some(26), 3, 69),
+            ),
+            ((Op::Fdatasync { path: f6.clone() }, None, 48, 65), (write.clone(), None, 115, 115)),
+            (
+                (Op::Unlink { path: f6.clone() }, None, 65, 65),
+                (Op::Fsync { path: f7.clone() }, None, 115, 141),
+            ),
+            (
+                (Op::Fsync { path: "t6".into() }, None, 65, 102),
+                (Op::Unlink { path: f7.clone() }, None, 141, 141),
+            ),
+        ];
+        let result = |ino, start, end| OpResult { ino, mark: OpMark { start, end } };
+        let mut rounds = Vec::new();
+        let mut results = Vec::new();
+        for ((a, ia, sa, ea), (b, ib, sb, eb)) in rows {
+            rounds.push(vec![a, b]);
+            results.extend([result(ia, sa, ea), result(ib, sb, eb)]);
+        }
+        results.push(result(None, 160, 222));
+        let wl = Workload { name: "reuse".into(), setup: Vec::new(), rounds, free_running: true };
+        let (ops, marks, history) = assemble(&wl, base.clone(), &results).unwrap();
+        let at = |op: &Op| ops.iter().position(|o| o == op).unwrap();
+        assert!(at(&Op::Unlink { path: f6.clone() }) < at(&Op::Creat { path: f7.clone() }), "{ops:?}");
+        let rec =
+            Recording { base: Arc::default(), log: Vec::new(), results, ops, marks, history, ijournal: None };
+        let check =
+            |x: usize, st: &LogicalState| rec.history.check(st, rec.started_before(x), &rec.returned_by(x));
+        let mut empty = base.clone();
+        empty.apply(&Op::Creat { path: f7.clone() }, Some(26));
+        let mut written = empty.clone();
+        written.apply(&write, None);
+        // The crash point of the failure: the write started, its fsync had not returned.
+        let probs = check(131, &logical(&written));
+        assert!(probs.is_empty(), "{probs:?}");
+        assert!(check(131, &logical(&empty)).is_empty());
+        // Once that fsync returned (and the unlink had not started) the write must be there.
+        assert!(check(141, &logical(&written)).is_empty());
+        let probs = check(141, &logical(&empty));
+        assert!(probs.iter().any(|p| p.contains("inode 26: size 0")), "{probs:?}");
     }
 }

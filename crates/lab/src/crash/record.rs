@@ -172,7 +172,8 @@ pub fn assemble(
     let mut ops = Vec::with_capacity(n + 1);
     let mut marks = Vec::with_capacity(n + 1);
     if wl.free_running {
-        // Model order: by start position, each thread's operations in its own order.
+        // Model order: by start position, each thread's operations in its own order, never
+        // one before an operation that returned before it started.
         let width = wl.rounds.first().map_or(1, Vec::len).max(1);
         let flat: Vec<&Op> = wl.rounds.iter().flatten().collect();
         let mut by_start: Vec<usize> = (0..n).collect();
@@ -184,8 +185,10 @@ pub fn assemble(
         let pairs: Vec<(&Op, Option<Ino>)> = by_start.iter().map(|&i| (flat[i], results[i].ino)).collect();
         let after: Vec<Option<usize>> =
             by_start.iter().map(|&i| i.checked_sub(width).map(|p| at[p])).collect();
-        let order =
-            oracle::apply_ordered(&mut model, &mut history, &pairs, &after).map_err(CrashError::Workload)?;
+        let spans: Vec<(usize, usize)> =
+            by_start.iter().map(|&i| (results[i].mark.start, results[i].mark.end)).collect();
+        let order = oracle::apply_ordered(&mut model, &mut history, &pairs, &after, &spans)
+            .map_err(CrashError::Workload)?;
         for k in order {
             ops.push(flat[by_start[k]].clone());
             marks.push(results[by_start[k]].mark);
