@@ -955,19 +955,24 @@ mod tests {
         Ok(())
     }
 
+    /// One channel and the link idle at `t0`, nothing in flight or flushing.
+    fn idle_timing(t0: Instant, max_deadline: Instant, dirty_bytes: u64) -> TimingState {
+        TimingState {
+            channel_free: vec![t0],
+            link_free: t0,
+            max_deadline,
+            dirty_bytes,
+            inflight: BinaryHeap::new(),
+            flush_until: t0,
+        }
+    }
+
     #[test]
     fn each_write_is_dirty_for_exactly_one_flush() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let state = || {
-            let mut t = TimingState {
-                channel_free: vec![t0],
-                link_free: t0,
-                max_deadline: t0 + ms(10),
-                dirty_bytes: 0,
-                inflight: BinaryHeap::new(),
-                flush_until: t0,
-            };
+            let mut t = idle_timing(t0, t0 + ms(10), 0);
             t.inflight.push(Reverse((t0 + ms(1), 100)));
             t.inflight.push(Reverse((t0 + ms(10), 20)));
             t.inflight.push(Reverse((t0 + ms(2), 0))); // a FUA write: never dirty
@@ -993,14 +998,7 @@ mod tests {
         let p = SsdPreset::nvme_consumer();
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut t = TimingState {
-            channel_free: vec![t0],
-            link_free: t0,
-            max_deadline: t0,
-            dirty_bytes: 8 << 20,
-            inflight: BinaryHeap::new(),
-            flush_until: t0,
-        };
+        let mut t = idle_timing(t0, t0, 8 << 20);
         // The first flush writes back 8 MiB: base + 8 * per MiB.
         let (_, a) = t.flush_window(t0, &p);
         assert_eq!(a, t0 + p.flush_cost(8 << 20));

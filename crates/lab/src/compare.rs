@@ -183,13 +183,7 @@ mod tests {
             device: String::new(),
         };
         SweepReport {
-            machine: Machine {
-                cpu: "x".into(),
-                cores: 2,
-                kernel: "k".into(),
-                mem_gib: 1.0,
-                disk: "d".into(),
-            },
+            machine: Machine::fixture(),
             command: "test".into(),
             seed: 1,
             duration_secs: 3.0,

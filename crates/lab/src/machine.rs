@@ -72,3 +72,11 @@ impl Machine {
         )
     }
 }
+
+#[cfg(test)]
+impl Machine {
+    /// A made-up machine for report tests.
+    pub(crate) fn fixture() -> Machine {
+        Machine { cpu: "x".into(), cores: 2, kernel: "k".into(), mem_gib: 1.0, disk: "d".into() }
+    }
+}

@@ -679,13 +679,7 @@ mod tests {
             error: None,
         };
         let r = SweepReport {
-            machine: Machine {
-                cpu: "x".into(),
-                cores: 2,
-                kernel: "k".into(),
-                mem_gib: 1.0,
-                disk: "d".into(),
-            },
+            machine: Machine::fixture(),
             command: "test".into(),
             seed: 1,
             duration_secs: 1.0,
