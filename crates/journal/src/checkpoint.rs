@@ -178,16 +178,34 @@ pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
 /// older version of one of its blocks that another log still holds: recovery would replay
 /// that older image over the newer one this log wrote home. The globally oldest version can
 /// always go, so the logs never wait on one another in a cycle.
+///
+/// An older copy elsewhere does not hold a version back when a *newer valid* version of the
+/// block stays logged (in another log, or in this one past `upto`): recovery replays every
+/// valid version in stamp order, so that newer one lands last whatever older ones are left.
+/// The newest valid version itself still waits for every older copy to leave, so at every
+/// durable point either no older copy is logged or the newest valid one is. Without this the
+/// logs of a shared directory release in turns, one checkpoint each, and writers wait for
+/// log room (varmail-shared, `zjournal-cjfs`: 9 292 space waits in 2 s, see
+/// `docs/results/zjournal/README.md`).
 fn older_copies_cap(j: &LogCore, upto: Tid) -> Tid {
     let entries: Vec<(Arc<Buffer>, Tid, u64)> =
         j.in_log.lock().iter().take_while(|e| e.1 <= upto).cloned().collect();
     for (b, t, stamp) in entries {
         let js = b.jstate();
-        if js.in_logs.iter().any(|(x, s)| x.log != j.id && *s < stamp) {
+        let older = js.in_logs.iter().any(|(x, s)| x.log != j.id && *s < stamp);
+        if older && !newer_valid_stays(j, &js.in_logs, upto, stamp) {
             return t - 1;
         }
     }
     upto
+}
+
+/// Whether a valid version of the block stamped after `stamp` stays in a log once `j`
+/// releases its transactions up to `upto` (`in_logs`: the block's logged versions).
+fn newer_valid_stays(j: &LogCore, in_logs: &[(TxId, u64)], upto: Tid, stamp: u64) -> bool {
+    in_logs
+        .iter()
+        .any(|(x, s)| *s > stamp && (x.log != j.id || x.tid > upto) && j.set.chains.is_valid(*x))
 }
 
 /// Transaction `r` of `j`, which revoked blocks, is durable (this runs before it can become
