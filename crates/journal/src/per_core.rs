@@ -43,7 +43,9 @@
 //!   cycle: its partner, durable but not valid, holding back another log's tail).
 //! * **Order of release**: a log releases a version only once no older version of the block
 //!   is left in another log (`in_logs`), else recovery would replay the older image over the
-//!   newer one already home; releases across logs therefore follow stamp order.
+//!   newer one already home — unless a newer *valid* version stays logged, which recovery
+//!   replays last. So the newest valid version leaves last, and two logs sharing a block
+//!   release together instead of in turns, one checkpoint each.
 //!
 //! A journal of one log never marks, stamps or waits for validity beyond durability, and
 //! writes plain JBD2.

@@ -20,6 +20,9 @@ pub struct PlantedBugs {
     /// Per-core journaling: checkpoint every transaction as soon as it is durable, writing
     /// home and releasing versions of transactions that are not yet valid.
     pub checkpoint_invalid: bool,
+    /// Per-core journaling: release a log's transactions while another log still holds an
+    /// older version of one of their blocks (recovery replays it over the newer one home).
+    pub release_past_older: bool,
     /// Single-I/O commit: hand each transaction to the flush thread without waiting for the
     /// previous one to be durable and without a barrier, so transaction n+1's write may
     /// persist while n's is torn.
@@ -42,6 +45,7 @@ pub(crate) fn bugs(c: &JournalConfig) -> PlantedBugs {
             drop_revokes: false,
             drop_marks: false,
             checkpoint_invalid: false,
+            release_past_older: false,
             single_io_overlap: false,
         }
     }

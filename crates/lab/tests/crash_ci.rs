@@ -310,8 +310,9 @@ fn planted_bugs_are_caught() {
 
 /// Per-core journaling's planted bugs: without chain marks recovery replays a transaction
 /// whose chained partner never committed; checkpointing a version that is not yet valid puts
-/// a change on disk that recovery may have to discard. Both are caught on the Z-Journal
-/// workloads with two logs.
+/// a change on disk that recovery may have to discard; releasing a version while another log
+/// holds an older copy lets recovery replay that copy over the newer one home. Each is caught
+/// on the Z-Journal workloads with two logs.
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn planted_chaining_bugs_are_caught() {
@@ -336,6 +337,10 @@ fn planted_chaining_bugs_are_caught() {
         (
             "checkpoint a transaction that is not yet valid",
             Bugs { checkpoint_invalid: true, ..Bugs::default() },
+        ),
+        (
+            "release a version while another log holds an older copy",
+            Bugs { release_past_older: true, ..Bugs::default() },
         ),
     ] {
         // Whether a checkpoint finds a transaction not yet valid depends on the threads'

@@ -86,6 +86,9 @@ pub struct Bugs {
     /// Per-core journaling: checkpoint versions of transactions that are not yet valid.
     #[serde(default)]
     pub checkpoint_invalid: bool,
+    /// Per-core journaling: release versions while another log holds an older copy.
+    #[serde(default)]
+    pub release_past_older: bool,
     /// iJournaling: leave out the records of the new directories on an fsynced file's path.
     #[serde(default)]
     pub skip_ancestor_record: bool,
@@ -114,6 +117,7 @@ impl Bugs {
             || self.skip_size_update_journal
             || self.drop_marks
             || self.checkpoint_invalid
+            || self.release_past_older
             || self.skip_ancestor_record
             || self.no_data_revoke
             || self.single_io_overlap
@@ -193,6 +197,7 @@ impl CrashConfig {
                 drop_revokes: self.bugs.drop_revokes,
                 drop_marks: self.bugs.drop_marks,
                 checkpoint_invalid: self.bugs.checkpoint_invalid,
+                release_past_older: self.bugs.release_past_older,
                 single_io_overlap: self.bugs.single_io_overlap,
             };
         }
