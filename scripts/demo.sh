@@ -42,7 +42,7 @@ echo
 echo "== per-core journaling (Z-Journal) against JBD2: emulated consumer NVMe, varmail-shared, 32 threads =="
 $cjfs bench run --target nvme=cjfs:nvme-consumer --mode jbd2 --mode zjournal --mode zjournal-cjfs \
   --workload varmail-shared --threads 32 --duration 2 --reps 3 --seed 1 \
-  --out "$work/zjournal" --quiet --compare docs/results/zjournal/amd-50b30bc/nvme-varmail-shared/results.json
+  --out "$work/zjournal" --quiet --compare docs/results/zjournal/amd-244fc59/nvme-varmail-shared/results.json
 echo
 echo "== journaling of journal: SQLite (the library, in-process) on the emulated eMMC, rollback journal and WAL, 1-op transactions =="
 $cjfs bench sqlite --device emmc --modes delete,wal --per-txn 1 --records-small 200 --reps 1 --seed 1
