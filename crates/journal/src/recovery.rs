@@ -816,6 +816,15 @@ pub(crate) fn damage_summary(failed_commit: Option<u32>, bad: &[BadLogBlock]) ->
 
 fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JResult<RecoveryReport> {
     let sb = read_superblock(dev, area)?;
+    if sb.s_feature_incompat & crate::superblock::INCOMPAT_CJFS_LOGS != 0 {
+        // Replaying this log alone could replay an older copy of a block over the newer one
+        // another log holds, or a transaction whose chained partner never committed.
+        return Err(JournalError::Incompatible(
+            "journal superblock has cjfs_logs set: its extra logs must be recovered with it \
+             (order_graph::recover_logs, or `cjfs recover`)"
+                .into(),
+        ));
+    }
     let scan = scan_log(dev, area, &sb)?;
     if !scan.needed {
         return Ok(RecoveryReport::nothing(sb.s_sequence));

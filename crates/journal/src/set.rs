@@ -456,6 +456,12 @@ impl Journal {
         Ok(())
     }
 
+    /// Log `i` itself, for the crate's tests that drive one log's checkpoint.
+    #[cfg(test)]
+    pub(crate) fn log_for_test(&self, i: usize) -> &Arc<LogCore> {
+        &self.logs[i]
+    }
+
     /// Number of logs (1: the primary journal only).
     pub fn log_count(&self) -> usize {
         self.logs.len()

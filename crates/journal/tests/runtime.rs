@@ -239,7 +239,8 @@ fn sync_data_waits_for_the_commit_that_wrote_a_clean_buffer() {
 /// A journal of two logs (the primary and one extra area): the first handle marks the
 /// primary superblock with the private `cjfs_logs` bit before anything is logged, a clean
 /// shutdown clears it; both logs share the buffer cache and the statistics; an abort in
-/// either reaches both; a transaction naming a log the set does not have is refused.
+/// either reaches both; a transaction naming a log the set does not have is refused; the
+/// primary log is not recovered alone while the bit is set.
 #[test]
 fn two_logs_share_the_cache_and_mark_the_primary() {
     use cjfs_journal::superblock::{
@@ -284,6 +285,12 @@ fn two_logs_share_the_cache_and_mark_the_primary() {
     assert!(err.to_string().contains("flush"), "{err}");
     assert!(j.shutdown().is_err());
     assert_ne!(bit(&dev), 0, "an aborted journal keeps the bit: its logs may need replay");
+    // Replaying the primary log alone is refused while the bit says other logs may hold
+    // transactions; recovering every log together is what clears it.
+    let before = ssd.image_bytes();
+    let err = recover(&*dev, &inode).expect_err("one log of several recovered alone");
+    assert!(err.to_string().contains("cjfs_logs"), "{err}");
+    assert!(ssd.image_bytes() == before, "a refused recovery wrote to the image");
 }
 
 /// Polling waits (`WaitMode::SpinPark`): on a RAM device commits are shorter than the spin
@@ -362,7 +369,7 @@ fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
     let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
     cfg.commit_interval = Duration::from_millis(5);
     let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-    let j = Arc::new(Journal::open_logs(dev.clone(), areas, cache, cfg).expect("open"));
+    let j = Arc::new(Journal::open_logs(dev.clone(), areas.clone(), cache, cfg).expect("open"));
     let in_log = |log: usize, blk: u64, byte: u8| -> TxId {
         let buf = j.cache().read(blk).expect("read");
         let mut h = j.start_in(log, 2).expect("start");
@@ -405,7 +412,8 @@ fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
         let crash = EmulatedSsd::from_image(cjfs_blockdev::SsdPreset::ramdisk(), &ssd.image_bytes());
         stop.store(true, Ordering::Relaxed);
         churn.join().expect("churn");
-        recover(&crash, &inode).expect("recover");
+        // Every log: a copy in log 1 replayed over the in-place write is the failure too.
+        cjfs_journal::order_graph::recover_logs(&crash, &areas, false, None).expect("recover");
         assert_eq!(
             home(&crash, 100),
             0xD0 + round % 16,
