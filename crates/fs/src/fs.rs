@@ -656,7 +656,13 @@ impl Fs {
                 }
                 have.truncate(wanted);
                 if !have.is_empty() {
-                    let ij = crate::ijournal::IJournal::start(&fs.inner.dev, have, &uuid, ij_setting.form)?;
+                    let ij = crate::ijournal::IJournal::start(
+                        &fs.inner.dev,
+                        have,
+                        &uuid,
+                        ij_setting.form,
+                        ij_setting.data,
+                    )?;
                     let _ = fs.inner.ij.set(ij);
                 }
             }

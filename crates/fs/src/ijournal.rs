@@ -45,7 +45,10 @@
 //! grouped ([`FsyncGroup`]): a thread that queued behind an fsync of the same file is served
 //! by the next one if that one captured the inode after the thread entered. The file's data
 //! goes as FUA writes when it forms a few device requests ([`FUA_MAX_RUNS`]), else as plain
-//! writes and one flush.
+//! writes and one flush. With other fsyncs writing to the same area (setting `idata`,
+//! [`IData::Grouped`], the default) the data goes as plain writes and the flush that makes
+//! it durable is the one its batch of records issues before their final blocks (below),
+//! shared by every fsync in the batch.
 //!
 //! # Per-core areas
 //!
@@ -60,7 +63,9 @@
 //! to find no batch in flight writes all queued blocks, contiguous ones as one request, while
 //! the ones arriving meanwhile queue for the next batch. Each FUA request costs a device with
 //! a volatile cache about a flush of its own, so at many threads per area one per fsync made
-//! the device, not the journal, the limit. What reaches the disk is the same records.
+//! the device, not the journal, the limit. What reaches the disk is the same records. A
+//! batch with a member whose data waits for it flushes once before its final blocks; every
+//! member queued its blocks only after its own writes completed, so that flush covers them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -70,7 +75,7 @@ use cjfs_blockdev::{BlockBuf, BlockKind, WriteRequest, WriteTag};
 use cjfs_journal::lock_rank::{Rank, RankedMutex};
 use cjfs_journal::lock_stat::{WaitCv, WaitSite};
 use cjfs_journal::ring::LogRing;
-use cjfs_journal::{Buffer, IForm, JournalArea, TxId};
+use cjfs_journal::{Buffer, IData, IForm, JournalArea, TxId};
 
 use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
@@ -225,6 +230,7 @@ pub(crate) struct Counters {
     commits_kicked: AtomicU64,
     batches: AtomicU64,
     batch_requests: AtomicU64,
+    data_grouped: AtomicU64,
     data_ns: AtomicU64,
     record_ns: AtomicU64,
 }
@@ -268,6 +274,8 @@ pub struct IjStats {
     pub batches: u64,
     /// Device requests those batches took (contiguous blocks share one).
     pub batch_requests: u64,
+    /// Served fsyncs whose data their batch's one flush made durable ([`IData::Grouped`]).
+    pub data_grouped: u64,
     /// Time the served fsyncs spent making their data (and extent blocks) durable, µs.
     pub data_us: u64,
     /// Time they spent writing their records durable, µs.
@@ -309,6 +317,7 @@ impl IjStats {
             commits_kicked: self.commits_kicked.saturating_sub(earlier.commits_kicked),
             batches: self.batches.saturating_sub(earlier.batches),
             batch_requests: self.batch_requests.saturating_sub(earlier.batch_requests),
+            data_grouped: self.data_grouped.saturating_sub(earlier.data_grouped),
             data_us: self.data_us.saturating_sub(earlier.data_us),
             record_us: self.record_us.saturating_sub(earlier.record_us),
         }
@@ -337,6 +346,9 @@ pub(crate) struct Area {
     batch: RankedMutex<Batches>,
     /// Signalled when a batch is written (or failed).
     batch_cv: WaitCv,
+    /// Fsyncs between reserving space here and their record's durability (whether an
+    /// fsync is alone, for [`IData::Grouped`]). Atomic.
+    writers: AtomicU64,
 }
 
 /// The group commit of one area's records (see [`write_final`]). Protected by
@@ -345,6 +357,8 @@ pub(crate) struct Area {
 struct Batches {
     /// Final blocks (device block, image) queued for the next batch.
     pending: Vec<(u64, BlockBuf)>,
+    /// A fsync in the next batch left its data to the batch's flush ([`IData::Grouped`]).
+    flush_first: bool,
     /// Id of the batch `pending` goes out in (ids start at 1).
     next: u64,
     /// Every batch up to this id is written or has failed.
@@ -365,6 +379,8 @@ pub(crate) struct IJournal {
     pub seed: u32,
     /// Record form.
     pub form: IForm,
+    /// How a served fsync's data is made durable.
+    data: IData,
     /// The sub-TxID counter (global: orders records of every area).
     sub: AtomicU64,
     /// The last transaction that renamed a directory (its tid; 0: none since mount).
@@ -387,6 +403,7 @@ impl IJournal {
         dev_areas: Vec<JournalArea>,
         uuid: &[u8; 16],
         form: IForm,
+        data: IData,
     ) -> FsResult<IJournal> {
         let seed = crate::ondisk::ijournal::seed(uuid);
         let bs = dev.block_size();
@@ -408,6 +425,7 @@ impl IJournal {
                 ring: RankedMutex::new(Rank::Leaf, AreaRing { ring, next_id: 1, tids: VecDeque::new() }),
                 batch: RankedMutex::new(Rank::Leaf, Batches { next: 1, ..Batches::default() }),
                 batch_cv: WaitCv::new(WaitSite::RecordBatch),
+                writers: AtomicU64::new(0),
             });
         }
         if !areas.is_empty() {
@@ -417,6 +435,7 @@ impl IJournal {
             areas,
             seed,
             form,
+            data,
             sub: AtomicU64::new(1),
             dir_rename: AtomicU64::new(0),
             counters: Counters::default(),
@@ -453,6 +472,7 @@ impl IJournal {
             commits_kicked: l(&c.commits_kicked),
             batches: l(&c.batches),
             batch_requests: l(&c.batch_requests),
+            data_grouped: l(&c.data_grouped),
             data_us: l(&c.data_ns) / 1000,
             record_us: l(&c.record_ns) / 1000,
         }
@@ -855,6 +875,8 @@ fn write_records(
         ij.counters.commits_kicked.fetch_add(1, Ordering::Relaxed);
         let _ = j.commit(j.current_tx());
     }
+    // Counted from here to the record's durability: whether this fsync is alone on the area.
+    let others = area.writers.fetch_add(1, Ordering::SeqCst);
     let r = (|| -> Result<(), Written> {
         j.claim_ijournal()?;
         // Lay the records out: header, payload, commit block.
@@ -899,21 +921,34 @@ fn write_records(
         // database's pages) goes as plain writes and one flush instead, since each FUA request
         // costs the device a flush of its own. Without FUA: writes and flushes; without a
         // volatile cache: writes only.
+        //
+        // With other fsyncs writing to this area (`IData::Grouped`), the data goes as plain
+        // writes and its flush is left to the batch the record's final blocks go out in: the
+        // batch's leader flushes once, after every member's writes completed (each queues
+        // only then), before the final blocks — one flush for the batch instead of a FUA
+        // request or a flush per fsync, each of which costs the device about a flush. Alone,
+        // FUA keeps the fsync from draining other files' cached writes (a background writer's).
         let caps = dev.caps();
         let fua = caps.fua && caps.volatile_cache;
+        let grouped = ij.data == IData::Grouped && caps.volatile_cache && others > 0;
         let t0 = std::time::Instant::now();
         // The extent blocks (and the commit form's headers) go in the data's batch.
-        let w = j.write_data_with(data, first_phase.clone(), if fua { FUA_MAX_RUNS } else { 0 })?;
+        let w =
+            j.write_data_with(data, first_phase.clone(), if fua && !grouped { FUA_MAX_RUNS } else { 0 })?;
         ij.counters.data_blocks.fetch_add(w.blocks, Ordering::Relaxed);
         let wrote_first = w.blocks > 0 || !first_phase.is_empty();
         // After FUA writes a flush is still due for data another path wrote and this one
         // waited for.
-        if caps.volatile_cache && ((!w.fua && (wrote_first || !data.is_empty())) || w.others > 0) {
+        let flush = caps.volatile_cache && ((!w.fua && (wrote_first || !data.is_empty())) || w.others > 0);
+        if flush && !grouped {
             j.flush_device()?;
             ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }
+        if flush && grouped {
+            ij.counters.data_grouped.fetch_add(1, Ordering::Relaxed);
+        }
         let t1 = t0.elapsed();
-        write_final(fs, ij, area, last_phase, fua)?;
+        write_final(fs, ij, area, last_phase, fua, flush && grouped)?;
         ij.counters.data_ns.fetch_add(t1.as_nanos() as u64, Ordering::Relaxed);
         ij.counters.record_ns.fetch_add((t0.elapsed() - t1).as_nanos() as u64, Ordering::Relaxed);
         let c = &ij.counters;
@@ -923,13 +958,15 @@ fn write_records(
         c.payload_blocks.fetch_add(payload_blocks, Ordering::Relaxed);
         Ok(())
     })();
+    area.writers.fetch_sub(1, Ordering::SeqCst);
     // Written or not, the span may be released once dead (a failed record is garbage).
     area.ring.lock().ring.mark_durable(id);
     r
 }
 
 /// Make the records' final blocks `last` durable (FUA writes with `fua`, else writes and a
-/// flush), together with those of every fsync on the area that gets there meanwhile: the
+/// flush; after one flush first when `flush_first`: this fsync's data, written and completed,
+/// waits for it), together with those of every fsync on the area that gets there meanwhile: the
 /// group commit of i-transactions. The first fsync to find no batch in flight leads: it
 /// takes every queued block, writes them (contiguous ones as one request) and wakes the
 /// others; one that arrives while a batch is in flight queues for the next. A FUA request
@@ -942,9 +979,11 @@ fn write_final(
     area: &Area,
     last: Vec<(u64, BlockBuf)>,
     fua: bool,
+    flush_first: bool,
 ) -> Result<(), Written> {
     let mut b = area.batch.lock();
     b.pending.extend(last);
+    b.flush_first |= flush_first;
     let mine = b.next;
     loop {
         if b.done >= mine {
@@ -956,11 +995,12 @@ fn write_final(
         if !b.writing {
             // Nobody writes and `mine` is not done: it is the batch `pending` goes out in.
             let mut blocks = std::mem::take(&mut b.pending);
+            let flush_first = std::mem::take(&mut b.flush_first);
             let id = b.next;
             b.next += 1;
             b.writing = true;
             drop(b);
-            let r = write_batch(fs, ij, &mut blocks, fua);
+            let r = write_batch(fs, ij, &mut blocks, fua, flush_first);
             b = area.batch.lock();
             b.done = id;
             b.writing = false;
@@ -977,9 +1017,20 @@ fn write_final(
     }
 }
 
-/// Write one batch of final blocks, contiguous ones as one request, and make it durable.
-fn write_batch(fs: &FsInner, ij: &IJournal, blocks: &mut [(u64, BlockBuf)], fua: bool) -> FsResult<()> {
+/// Write one batch of final blocks, contiguous ones as one request, and make it durable;
+/// with `flush_first`, after a flush that makes the members' completed data durable.
+fn write_batch(
+    fs: &FsInner,
+    ij: &IJournal,
+    blocks: &mut [(u64, BlockBuf)],
+    fua: bool,
+    flush_first: bool,
+) -> FsResult<()> {
     let dev = &fs.dev;
+    if flush_first {
+        fs.journal.flush_device()?;
+        ij.counters.flushes.fetch_add(1, Ordering::Relaxed);
+    }
     blocks.sort_by_key(|(b, _)| *b);
     let mut reqs: Vec<WriteRequest> = Vec::new();
     for (blk, img) in blocks.iter() {

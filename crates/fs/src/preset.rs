@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -63,6 +63,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("ijournal", n)) => journal.ijournal.areas = n.parse().map_err(bad)?,
             Some(("iform", "single")) => journal.ijournal.form = cjfs_journal::IForm::Single,
             Some(("iform", "commit")) => journal.ijournal.form = cjfs_journal::IForm::Commit,
+            Some(("idata", "own")) => journal.ijournal.data = cjfs_journal::IData::Own,
+            Some(("idata", "grouped")) => journal.ijournal.data = cjfs_journal::IData::Grouped,
             Some(("iarea", n)) => {
                 let min = cjfs_journal::superblock::MIN_IJOURNAL_AREA_BLOCKS;
                 journal.ijournal.area_blocks =

@@ -359,6 +359,67 @@ fn concurrent_fsyncs_of_one_file_are_grouped_and_scattered_data_flushes_once() {
     fsck(&copy.image_bytes());
 }
 
+/// Concurrent fsyncs of different files on one area leave their data's flush to their batch
+/// of records (`idata=grouped`, the default): one flush per batch instead of a FUA request or
+/// a flush per fsync, and every file's writes are back after a crash; `idata=own` never does.
+#[test]
+fn concurrent_fsyncs_of_different_files_share_their_batch_flush() {
+    for (name, grouped) in [("ijournal-shared", true), ("ijournal-shared+idata=own", false)] {
+        let o = opts(name);
+        let ssd = sata_image(&o);
+        let fs = Arc::new(Fs::open(ssd.clone(), o.clone()).expect("mount"));
+        let threads = 8u64;
+        let rounds = 10u64;
+        let files: Vec<_> = (0..threads)
+            .map(|t| fs.create(ROOT_INO, format!("f{t}").as_bytes(), 0o644, 0, 0).expect("create").ino)
+            .collect();
+        fs.sync().expect("sync");
+        // The first record of the mount sets the private feature bit.
+        fs.write(files[0], 0, b"x").expect("write");
+        fs.fsync(files[0], false).expect("fsync");
+        let st0 = fs.ijournal_stats().expect("on");
+        let before = ssd.stats();
+        std::thread::scope(|s| {
+            for (t, &f) in files.iter().enumerate() {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        fs.write(f, r * 4096, &content(4096, (t as u64 * 16 + r) as u8)).expect("write");
+                        fs.fsync(f, false).expect("fsync");
+                    }
+                });
+            }
+        });
+        let st = fs.ijournal_stats().expect("on").since(&st0);
+        let d = ssd.stats().delta(&before);
+        assert_eq!(st.fallback_total(), 0, "{name}: {st:?}");
+        assert_eq!(st.served, threads * rounds, "{name}: {st:?}");
+        if grouped {
+            assert!(st.data_grouped > 0, "{name}: eight threads never shared a batch flush: {st:?}");
+            assert!(d.flushes < st.served, "{name}: a flush per fsync: {d:?} {st:?}");
+        } else {
+            assert_eq!(st.data_grouped, 0, "{name}: {st:?}");
+        }
+        let copy = crash_copy(&ssd);
+        drop(fs);
+        let fs = Fs::open(copy.clone(), o).expect("recover");
+        for (t, &f) in files.iter().enumerate() {
+            let all = read_all(&fs, f);
+            assert_eq!(all.len() as u64, rounds * 4096, "{name}: file {t}'s size");
+            for r in 0..rounds {
+                let at = (r * 4096) as usize;
+                assert_eq!(
+                    &all[at..at + 4096],
+                    &content(4096, (t as u64 * 16 + r) as u8)[..],
+                    "{name}: file {t}, write {r}"
+                );
+            }
+        }
+        fs.unmount().expect("unmount");
+        fsck(&copy.image_bytes());
+    }
+}
+
 /// A flush that fails on an fsync served by an i-transaction is that fsync's error, and
 /// every later fsync fails too: the journal is aborted, nothing is retried away.
 #[test]

@@ -66,6 +66,19 @@ pub enum IForm {
     Commit,
 }
 
+/// How an fsync served by an i-transaction makes the file's data durable before its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IData {
+    /// Each fsync alone: FUA writes when the data forms a few requests, else plain writes
+    /// and a flush of its own.
+    Own,
+    /// While other fsyncs are writing to the same area, plain writes and one flush per
+    /// batch of records, issued by the batch's leader before the records' final blocks and
+    /// shared by every fsync in the batch; alone, as [`IData::Own`] (a flush drains other
+    /// files' cached writes too, a FUA write only its own blocks).
+    Grouped,
+}
+
 /// iJournaling's settings (one setting of [`JournalConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IJournal {
@@ -75,12 +88,14 @@ pub struct IJournal {
     pub form: IForm,
     /// Blocks of each area `cjfs mkfs` (and the lab) make for this setting.
     pub area_blocks: u32,
+    /// How a served fsync's data is made durable.
+    pub data: IData,
 }
 
 impl IJournal {
     /// iJournaling off.
     pub const fn off() -> Self {
-        IJournal { areas: IAreas::Off, form: IForm::Single, area_blocks: 1024 }
+        IJournal { areas: IAreas::Off, form: IForm::Single, area_blocks: 1024, data: IData::Grouped }
     }
 
     /// Whether fsync writes i-transactions.

@@ -184,6 +184,9 @@ pub struct IjSummary {
     pub commits_kicked: u64,
     /// Served fsyncs per batch of records' final blocks (their group commit).
     pub served_per_batch: f64,
+    /// Share of served fsyncs whose data their batch's one flush made durable.
+    #[serde(default)]
+    pub data_grouped_share: f64,
     /// Mean time a served fsync spent making its data durable, µs.
     pub data_us: f64,
     /// Mean time it spent writing its records durable, µs.
@@ -210,6 +213,7 @@ impl From<&cjfs_fs::IjStats> for IjSummary {
             max_fill_permille: s.max_fill_permille,
             commits_kicked: s.commits_kicked,
             served_per_batch: per(s.served, s.batches),
+            data_grouped_share: per(s.data_grouped, s.served),
             data_us: per(s.data_us, s.served),
             record_us: per(s.record_us, s.served),
         }
