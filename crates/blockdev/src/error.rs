@@ -49,6 +49,15 @@ pub enum DevError {
          writer lock"
     )]
     Busy(String),
+    /// The kernel uses the image: a block device mounted (or held exclusively), or an image
+    /// file backing a loop device that is. Both writing would corrupt it.
+    #[error("{what}: the image is in use by the kernel: {by}; unmount it first")]
+    KernelBusy {
+        /// The image.
+        what: String,
+        /// Who holds it (`/dev/loop3 is mounted or held exclusively`).
+        by: String,
+    },
 }
 
 impl DevError {
@@ -61,7 +70,7 @@ impl DevError {
         match self {
             DevError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DevError::OutOfRange { .. } => libc::ENOSPC,
-            DevError::Busy(_) => libc::EBUSY,
+            DevError::Busy(_) | DevError::KernelBusy { .. } => libc::EBUSY,
             DevError::Unsupported(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,
         }

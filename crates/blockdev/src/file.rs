@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,14 +203,28 @@ impl FileDevice {
             return Err(DevError::BadBlockSize(opts.block_size));
         }
         let create_size = if opts.read_only { None } else { opts.create_size };
+        let block_dev = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
         let mut oo = OpenOptions::new();
         oo.read(true).write(!opts.read_only).create(create_size.is_some());
-        if opts.direct {
-            oo.custom_flags(libc::O_DIRECT);
+        let mut flags = if opts.direct { libc::O_DIRECT } else { 0 };
+        if block_dev && !opts.read_only {
+            // O_EXCL on a block device fails with EBUSY while it is mounted (or held
+            // exclusively by another opener): writing under a kernel mount corrupts it.
+            flags |= libc::O_EXCL;
         }
-        let file = oo.open(path).map_err(|e| DevError::io("open", &what, e))?;
+        oo.custom_flags(flags);
+        let file = oo.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) if block_dev => DevError::KernelBusy {
+                what: what.clone(),
+                by: format!("{what} is mounted or held exclusively"),
+            },
+            _ => DevError::io("open", &what, e),
+        })?;
         if !opts.read_only {
             lock_writer(&file, &what)?;
+            if !block_dev && let Some(by) = kernel_loop_holder(&file) {
+                return Err(DevError::KernelBusy { what, by });
+            }
         }
         let meta = file.metadata().map_err(|e| DevError::io("stat", &what, e))?;
         let size = if meta.file_type().is_block_device() {
@@ -319,6 +333,38 @@ impl FileDevice {
             }
         }
     }
+}
+
+/// The loop device that `file` backs, if the kernel uses it (mounted, or held exclusively):
+/// `flock` means nothing to the kernel, so an image mounted with `mount -o loop` would
+/// otherwise be written under the kernel's feet. An attached loop device nobody holds is not
+/// a user. Found through `/sys/block/loop*/loop/backing_file`, compared by device and inode.
+fn kernel_loop_holder(file: &File) -> Option<String> {
+    let me = file.metadata().ok()?;
+    for entry in std::fs::read_dir("/sys/block").ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else { continue };
+        let backing = backing.trim_end_matches('\n');
+        let backing = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+        let same = std::fs::metadata(backing).is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino());
+        if !same {
+            continue;
+        }
+        let dev = format!("/dev/{name}");
+        // An exclusive open of a block device fails with EBUSY while it is mounted or held.
+        let busy = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(&dev)
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY));
+        if busy {
+            return Some(format!("{dev} (backed by it) is mounted or held exclusively"));
+        }
+    }
+    None
 }
 
 /// Take the image's writer lock: an exclusive `flock` on this open file description, held

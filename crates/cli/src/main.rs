@@ -187,6 +187,8 @@ enum Command {
     Crashtest(crashtest::CrashtestArgs),
     /// Mount an image through FUSE (daemonizes once the mount is ready; see `cjfs mount --help`).
     Mount(mount::MountArgs),
+    /// Unmount a `cjfs mount` and wait until the image is written home, clean and released.
+    Umount(mount::UmountArgs),
 }
 
 /// Arguments of `cjfs mkfs`.
@@ -247,6 +249,7 @@ impl Command {
             Command::Check { .. } => "check",
             Command::Bench(_) => "bench",
             Command::Mount(_) => "mount",
+            Command::Umount(_) => "umount",
             Command::Crashtest(_) => "crashtest",
         }
     }
@@ -292,6 +295,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
         Command::Bench(a) => bench::run(a),
         Command::Mount(a) => mount::run(a, &ctx.options),
+        Command::Umount(a) => mount::umount(a),
         Command::Crashtest(a) => crashtest::run(a, ctx.options.data),
     };
     r?;

@@ -1,6 +1,7 @@
 //! `cjfs mount IMAGE DIR`: serve an image through FUSE (the `cjfs-fuse` crate does the work).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use cjfs_fs::MountOptions;
 use cjfs_fuse::{MountConfig, MountError, MountRequest};
@@ -24,9 +25,12 @@ Options for -o (comma-separated, repeatable):
   fsname=NAME                 source shown in /proc/mounts
   noatime, nosuid, nodev, noexec, sync, dirsync, ...   passed to the kernel
 
-Unmount with `fusermount3 -u DIR` (or `umount DIR`, or SIGTERM/SIGINT to the daemon): the
-journal is committed and checkpointed and the image marked clean. The image is locked while
-mounted; a second mount of it fails.")]
+Unmount with `cjfs umount DIR`: it returns once the daemon has committed and checkpointed
+the journal, marked the image clean and released it. `fusermount3 -u DIR`, `umount DIR` or
+SIGTERM/SIGINT to the daemon unmount too, but return before the daemon has finished writing
+the image home: wait for the image's lock before using it (a kernel mount of it then would
+replay a journal the daemon is still writing). The image is locked while mounted; a second
+mount or a cjfs writer of it fails, and so does a mount of an image the kernel has mounted.")]
 pub struct MountArgs {
     /// Image file or block device.
     pub image: PathBuf,
@@ -65,4 +69,24 @@ fn to_cli(e: MountError) -> CliError {
         2 => CliError::Usage(e.to_string()),
         _ => CliError::Msg(e.to_string()),
     }
+}
+
+/// Arguments of `cjfs umount`.
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// Mount point of a `cjfs mount`.
+    pub dir: PathBuf,
+    /// The image, when the mount's source is not its path (mounted with `-o fsname=`).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<PathBuf>,
+    /// Seconds to wait for the daemon to write the image home and release it.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// Run `cjfs umount`: unmount, then wait until the daemon released a clean image.
+pub fn umount(args: UmountArgs) -> CliResult<()> {
+    cjfs_fuse::unmount_and_wait(&args.dir, args.image.as_deref(), Duration::from_secs(args.timeout))
+        .map(|_| ())
+        .map_err(to_cli)
 }

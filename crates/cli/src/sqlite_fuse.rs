@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::{DataMode, MkfsOptions, mkfs};
@@ -60,17 +60,9 @@ pub fn run(dir: &Path, spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> Cli
     Ok(rows)
 }
 
-/// Unmount `mnt` and wait until the daemon released `img` (its writer lock).
+/// Unmount `mnt` and wait until the daemon released `img` clean.
 fn unmount_and_wait(mnt: &Path, img: &Path) -> CliResult<()> {
-    cjfs_fuse::unmount_dir(mnt).map_err(|e| CliError::Msg(format!("unmount {}: {e}", mnt.display())))?;
-    let t0 = Instant::now();
-    loop {
-        if FileDevice::open(img, FileDeviceOptions::default()).is_ok() {
-            return Ok(());
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            return Err(CliError::Msg(format!("the mount daemon of {} did not exit", img.display())));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cjfs_fuse::unmount_and_wait(mnt, Some(img), Duration::from_secs(120))
+        .map(|_| ())
+        .map_err(|e| CliError::Msg(format!("unmount {}: {e}", mnt.display())))
 }

@@ -473,3 +473,54 @@ fn put_to_a_path_with_a_trailing_slash_needs_a_directory() {
     ok(&["put", s(&img), s(&local), "/b/"]);
     assert_eq!(ok(&["cat", s(&img), "/b/local"]).stdout, b"local");
 }
+
+/// An image the kernel has mounted through a loop device: the writer lock means nothing to
+/// the kernel, so every writing command and `cjfs mount` are refused by name (the kernel's
+/// live journal is not replayed under it) and the image is not touched; once the kernel lets
+/// go, the same command works.
+#[test]
+fn writes_are_refused_while_the_kernel_mounts_the_image() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP: writes_are_refused_while_the_kernel_mounts_the_image: not root, cannot loop-mount");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let mnt = dir.path().join("kmnt");
+    std::fs::create_dir(&mnt).expect("mkdir mnt");
+    let out = Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt).output().expect("mount");
+    if !out.status.success() {
+        println!(
+            "SKIP: writes_are_refused_while_the_kernel_mounts_the_image: mount -o loop failed: {}",
+            text(&out.stderr)
+        );
+        return;
+    }
+    struct Umount<'a>(&'a Path);
+    impl Drop for Umount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let guard = Umount(&mnt);
+    std::fs::write(mnt.join("by-kernel"), b"kernel").expect("write through the kernel");
+    assert!(Command::new("sync").status().expect("sync").success());
+    let local = dir.path().join("local");
+    std::fs::write(&local, b"local").expect("write local");
+    let before = hash_file(&img);
+    for args in write_commands(s(&img), s(&local)) {
+        fails(&args, "in use by the kernel");
+    }
+    fails(&["recover", s(&img)], "in use by the kernel");
+    if Path::new("/dev/fuse").exists() {
+        let fm = dir.path().join("fmnt");
+        std::fs::create_dir(&fm).expect("mkdir fmnt");
+        fails(&["mount", s(&img), s(&fm)], "in use by the kernel");
+    }
+    assert_eq!(hash_file(&img), before, "a refused command wrote to the image");
+    drop(guard);
+    ok(&["put", s(&img), s(&local), "/after"]);
+    assert_eq!(ok(&["cat", s(&img), "/by-kernel"]).stdout, b"kernel");
+    assert_e2fsck_clean(&img);
+}

@@ -229,6 +229,102 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
+/// The source (`fsname`) of the `cjfs mount` whose mount point is `dir` (canonical), from
+/// `/proc/self/mountinfo`; `None` if no `fuse.cjfs` (or, mounted by root, plain `fuse`) file
+/// system is mounted there.
+pub fn mount_source(dir: &Path) -> std::io::Result<Option<String>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // The last entry for a mount point is the one visible there.
+    Ok(info.lines().rev().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mountpoint = unescape_mountinfo(left.split(' ').nth(4)?);
+        let mut r = right.split(' ');
+        let fstype = r.next()?;
+        let source = unescape_mountinfo(r.next()?);
+        // A mount made directly (as root) shows `fuse`: the kernel ignores the subtype there.
+        let ours = matches!(fstype, "fuse.cjfs" | "fuse" | "fuseblk");
+        (ours && Path::new(&mountpoint) == dir).then_some(source)
+    }))
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space, `\134` for a backslash, ...).
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct =
+            b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |a, c| a.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether some open file description holds a `flock` on `image` (a cjfs writer or mount):
+/// tried on a read-only descriptor of our own and released at once.
+pub fn image_locked(image: &Path) -> std::io::Result<bool> {
+    let f = File::open(image)?;
+    // SAFETY: flock on a descriptor we own; closing it drops any lock we got.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(false);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(true) } else { Err(e) }
+}
+
+/// Unmount the `cjfs mount` at `dir` and wait until its daemon has committed, checkpointed,
+/// marked the image clean and let go of it — which `fusermount3 -u` and `umount` do not wait
+/// for: the kernel ends the session first and the daemon writes home after. The image is
+/// the mount's source unless `image` names it. Returns the image.
+pub fn unmount_and_wait(
+    dir: &Path,
+    image: Option<&Path>,
+    timeout: std::time::Duration,
+) -> MountResult<PathBuf> {
+    let bad_dir = |e: std::io::Error| MountError::Mountpoint { path: dir.to_path_buf(), why: e.to_string() };
+    let dir = std::fs::canonicalize(dir).map_err(bad_dir)?;
+    let source =
+        mount_source(&dir).map_err(bad_dir)?.ok_or_else(|| MountError::NotMounted { path: dir.clone() })?;
+    let image = match image {
+        Some(i) => i.to_path_buf(),
+        None if Path::new(&source).is_absolute() && Path::new(&source).exists() => PathBuf::from(&source),
+        None => return Err(MountError::UnknownImage { path: dir, source_name: source }),
+    };
+    unmount_dir(&dir).map_err(|source| MountError::Mount { path: dir.clone(), source })?;
+    let t0 = std::time::Instant::now();
+    while image_locked(&image).map_err(|source| MountError::Image { path: image.clone(), source })? {
+        if t0.elapsed() > timeout {
+            return Err(MountError::StillHeld { path: image, secs: timeout.as_secs() });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let dev = FileDevice::open(
+        &image,
+        FileDeviceOptions {
+            read_only: true,
+            block_size: cjfs_fs::ondisk::superblock::probe_block_size(&image)
+                .unwrap_or(cjfs_blockdev::DEFAULT_BLOCK_SIZE),
+            ..FileDeviceOptions::default()
+        },
+    )
+    .map_err(|e| MountError::Fs { path: image.clone(), source: FsError::Device(e) })?;
+    let (sb, _) =
+        cjfs_fs::mkfs::read_layout(&dev).map_err(|source| MountError::Fs { path: image.clone(), source })?;
+    if sb.has_incompat(cjfs_fs::ondisk::features::INCOMPAT_RECOVER) {
+        return Err(MountError::NotClean { path: image });
+    }
+    Ok(image)
+}
+
 /// Unmount `dir`: a plain unmount, lazily if busy, through `fusermount3` if we may not.
 pub fn unmount_dir(dir: &Path) -> std::io::Result<()> {
     let c = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;

@@ -84,6 +84,39 @@ pub enum MountError {
     /// Daemonizing failed (fork, pipe, setsid).
     #[error("cannot start the mount daemon: {0}")]
     Daemon(String),
+    /// `cjfs umount`: the directory is not a `cjfs mount`'s mount point.
+    #[error("{path}: not the mount point of a cjfs mount (no FUSE mount there in /proc/self/mountinfo)")]
+    NotMounted {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// `cjfs umount`: the mount's source (`fsname=`) is not the image path, so the image
+    /// whose release to wait for is unknown.
+    #[error(
+        "{path}: its source {source_name:?} is not an image path (set with fsname=); name the image with --image"
+    )]
+    UnknownImage {
+        /// The mount point.
+        path: PathBuf,
+        /// The source shown in /proc/self/mountinfo.
+        source_name: String,
+    },
+    /// `cjfs umount`: the daemon still held the image when the wait ran out.
+    #[error("{path}: the cjfs mount daemon still holds the image after {secs} s (still writing it home?)")]
+    StillHeld {
+        /// The image path.
+        path: PathBuf,
+        /// Seconds waited.
+        secs: u64,
+    },
+    /// `cjfs umount`: the daemon let go of the image without marking it clean.
+    #[error(
+        "{path}: the mount daemon exited without a clean unmount (the journal needs recovery); run `cjfs recover {path}`"
+    )]
+    NotClean {
+        /// The image path.
+        path: PathBuf,
+    },
 }
 
 impl MountError {
