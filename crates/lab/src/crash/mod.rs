@@ -260,6 +260,9 @@ pub struct WorkloadResult {
     /// iJournaling: fsyncs that found their area full.
     #[serde(default)]
     pub ij_area_full: u64,
+    /// iJournaling: served fsyncs whose data their batch's one flush made durable.
+    #[serde(default)]
+    pub ij_data_grouped: u64,
     /// iJournaling: unique crash images whose recovery applied records.
     #[serde(default)]
     pub ij_replayed: u64,
@@ -408,6 +411,7 @@ pub fn run_workload(cfg: &CrashConfig, wl: &Workload, bases: &BaseCache, save: b
             result.ij_served = ij.served;
             result.ij_fallbacks = ij.fallback_total();
             result.ij_wraps = ij.wraps;
+            result.ij_data_grouped = ij.data_grouped;
             result.ij_area_full =
                 ij.fallbacks.iter().filter(|(k, _)| k == "area-full").map(|(_, n)| n).sum::<u64>();
         }

@@ -49,6 +49,8 @@ pub struct ModeSummary {
     pub ij_wraps: u64,
     /// iJournaling: fsyncs that found their area full.
     pub ij_area_full: u64,
+    /// iJournaling: served fsyncs whose data their batch's one flush made durable.
+    pub ij_data_grouped: u64,
     /// iJournaling: unique crash images whose recovery applied records.
     pub ij_replayed: u64,
     /// e2fsck runs.
@@ -109,6 +111,7 @@ impl ModeSummary {
             ij_fallbacks: sum(|r| r.ij_fallbacks),
             ij_wraps: sum(|r| r.ij_wraps),
             ij_area_full: sum(|r| r.ij_area_full),
+            ij_data_grouped: sum(|r| r.ij_data_grouped),
             ij_replayed: sum(|r| r.ij_replayed),
             e2fsck_runs: sum(|r| r.e2fsck_runs),
             e2fsck_failures: sum(|r| r.e2fsck_failures),
@@ -249,10 +252,12 @@ impl Summary {
         }
         for m in self.modes.iter().filter(|m| m.ij_served + m.ij_fallbacks > 0) {
             out.push_str(&format!(
-                "\n{}: iJournaling served {} fsyncs by i-transactions, {} committed instead ({} with the area \
-                 full), {} records wrapped; recovery applied records in {} unique crash images",
+                "\n{}: iJournaling served {} fsyncs by i-transactions ({} with their data made durable by \
+                 their batch's flush), {} committed instead ({} with the area full), {} records wrapped; \
+                 recovery applied records in {} unique crash images",
                 m.label(),
                 m.ij_served,
+                m.ij_data_grouped,
                 m.ij_fallbacks,
                 m.ij_area_full,
                 m.ij_wraps,
