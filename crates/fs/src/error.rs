@@ -77,6 +77,10 @@ pub enum FsError {
     /// Permission denied / operation not permitted.
     #[error("operation not permitted: {0}")]
     Perm(String),
+    /// Permission denied where the kernel answers `EACCES` (a default ACL on a
+    /// non-directory).
+    #[error("permission denied: {0}")]
+    Access(String),
     /// Cross-device or otherwise invalid rename (e.g. a directory into its own subtree).
     #[error("invalid rename: {0}")]
     InvalidRename(String),
@@ -111,6 +115,7 @@ impl FsError {
             FsError::TooBig(_) => EFBIG,
             FsError::ReadOnly => EROFS,
             FsError::Perm(_) => EPERM,
+            FsError::Access(_) => EACCES,
             FsError::InvalidRename(_) => EINVAL,
             FsError::Stale(_) => ESTALE,
         }

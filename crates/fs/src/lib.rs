@@ -4,6 +4,7 @@
 //! inode numbers (with path helpers) and returns a typed [`FsError`] that maps to an errno.
 //! See [`fs`] for the lock order.
 
+pub mod acl;
 mod adaptive;
 mod alloc;
 pub mod check;

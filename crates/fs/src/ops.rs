@@ -184,6 +184,11 @@ impl Fs {
             st.d.ctime = set.ctime.unwrap_or_else(Timestamp::now);
             store_inode(&mut tx, ino, &mut st)?;
             tx.stop()?;
+            if set.mode.is_some() {
+                // A stored access ACL follows the new mode (a transaction of its own, as in
+                // ext4_setattr).
+                self.retry_nospc(|| crate::acl::chmod(&self.inner, ino, &mut st))?;
+            }
         }
         Ok(attr_of(&self.inner, ino, &st))
     }
@@ -472,26 +477,55 @@ impl Fs {
         Ok(xattr::list_all(&self.inner, &st)?.into_iter().map(|(n, _)| n).collect())
     }
 
-    /// One attribute's value.
+    /// One attribute's value. POSIX ACLs come in the user-space format (`a_version` 2),
+    /// converted from ext4's on-disk format; a stored ACL that is not valid in that format
+    /// is [`FsError::Invalid`], as on ext4.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         let node = self.node(ino)?;
         let st = self.read_state(&node)?;
+        if crate::acl::is_acl(name) {
+            return crate::acl::get(&self.inner, &st, name);
+        }
         xattr::get(&self.inner, &st, name)
     }
 
-    /// Set an attribute.
+    /// Set an attribute. POSIX ACLs (`system.posix_acl_access` / `_default`, user-space
+    /// format) are checked, stored in ext4's format and kept consistent with the mode as
+    /// ext4 does: an access ACL sets the permission bits, and one the mode expresses in full
+    /// is not stored; `flags` do not apply to them. See [`Fs::setxattr_clearing_sgid`].
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.setxattr_clearing_sgid(ino, name, value, flags, false)
+    }
+
+    /// [`Fs::setxattr`]; with `clear_sgid` (the caller is outside the file's group and lacks
+    /// `CAP_FSETID`) setting an access ACL also clears the set-group-ID bit, as the kernel's
+    /// `posix_acl_update_mode` does.
+    pub fn setxattr_clearing_sgid(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+        clear_sgid: bool,
+    ) -> FsResult<()> {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
+        if crate::acl::is_acl(name) {
+            return self.retry_nospc(|| crate::acl::set(&self.inner, ino, &mut st, name, value, clear_sgid));
+        }
         self.retry_nospc(|| xattr::set(&self.inner, ino, &mut st, name, Some(value), flags))
     }
 
-    /// Remove an attribute.
+    /// Remove an attribute. Removing a POSIX ACL leaves the mode alone and is no error when
+    /// there is none, as on ext4.
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
+        if crate::acl::is_acl(name) {
+            return crate::acl::set(&self.inner, ino, &mut st, name, &[], false);
+        }
         xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)
     }
 

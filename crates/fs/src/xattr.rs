@@ -108,11 +108,70 @@ pub(crate) fn set(
             list.remove(i);
         }
     }
+    commit(fs, ino, st, Some(&list), None)
+}
+
+/// Set (or with `value = None` remove) a POSIX ACL attribute, already in ext4's format, and
+/// with `mode` set the inode's mode too, in the same transaction (`ext4_set_acl`). As there,
+/// removing an ACL that is not there is no error, and nothing is written unless something
+/// changes.
+pub(crate) fn set_acl(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    name: &[u8],
+    value: Option<&[u8]>,
+    mode: Option<u16>,
+) -> FsResult<()> {
+    x::split_name(name)?;
+    if let Some(v) = value
+        && v.len() > fs.geo.block_size - 64
+    {
+        return Err(FsError::Range(format!("POSIX ACL of {} bytes is too large", v.len())));
+    }
+    let mut list = list_all(fs, st)?;
+    let pos = list.iter().position(|(n, _)| n == name);
+    let changed = match (pos, value) {
+        (Some(i), Some(v)) => {
+            list[i].1 = v.to_vec();
+            true
+        }
+        (None, Some(v)) => {
+            list.push((name.to_vec(), v.to_vec()));
+            true
+        }
+        (Some(i), None) => {
+            list.remove(i);
+            true
+        }
+        (None, None) => false,
+    };
+    let mode = mode.filter(|&m| m != st.d.mode);
+    if !changed && mode.is_none() {
+        return Ok(());
+    }
+    commit(fs, ino, st, changed.then_some(&list), mode)
+}
+
+/// One transaction: the inode's attributes replaced by `list` (when given), its mode set to
+/// `mode` (when given), ctime now.
+fn commit(
+    fs: &FsInner,
+    ino: Ino,
+    st: &mut InodeState,
+    list: Option<&XattrList>,
+    mode: Option<u16>,
+) -> FsResult<()> {
     let mut tx = Tx::start(fs, 8)?;
-    let had_block = st.d.file_acl != 0;
-    write_all(&mut tx, ino, st, &list)?;
-    if had_block || st.d.file_acl != 0 {
-        crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, tx.h.tx_id());
+    if let Some(list) = list {
+        let had_block = st.d.file_acl != 0;
+        write_all(&mut tx, ino, st, list)?;
+        if had_block || st.d.file_acl != 0 {
+            crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, tx.h.tx_id());
+        }
+    }
+    if let Some(m) = mode {
+        st.d.mode = m;
     }
     st.d.ctime = Timestamp::now();
     store_inode(&mut tx, ino, st)?;

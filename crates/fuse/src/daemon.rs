@@ -510,10 +510,12 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
     let threads = req.threads.unwrap_or_else(default_threads);
     let fuse = CjfsFuse::new(fs, &req.config, outcome.clone());
     let kernel_mount = fuse.kernel_mount();
+    let notifier = fuse.notifier();
     let cfg = session_config(req, image, threads);
     // On failure fuser drops the file system, whose `destroy` unmounts the image cleanly.
     let mut session = Session::new(fuse, mountpoint, &cfg)
         .map_err(|source| MountError::Mount { path: mountpoint.to_path_buf(), source })?;
     *kernel_mount.lock() = Some(session.unmount_callable());
+    *notifier.lock() = Some(session.notifier());
     Ok(Started { session, outcome, lock })
 }

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use cjfs_fs::{Attr, FallocMode, FileType, Fs, FsError, FsResult, Ino, RenameFlags, SetAttr, XattrFlags};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, SessionUnmounter, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionUnmounter, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -78,6 +78,9 @@ pub type UnmountOutcome = Arc<Mutex<Option<FsResult<()>>>>;
 /// The session's handle on its kernel mount, for `destroy` (see [`CjfsFuse::kernel_mount`]).
 pub type KernelMount = Arc<Mutex<Option<SessionUnmounter>>>;
 
+/// The session's channel for notifications to the kernel (see [`CjfsFuse::notifier`]).
+pub type NotifierSlot = Arc<Mutex<Option<Notifier>>>;
+
 /// A mounted cjfs file system served over FUSE.
 pub struct CjfsFuse {
     fs: Fs,
@@ -87,6 +90,8 @@ pub struct CjfsFuse {
     writeback_cache: bool,
     outcome: UnmountOutcome,
     kernel_mount: KernelMount,
+    /// For invalidating the kernel's cached attributes after a change it cannot foresee.
+    notifier: NotifierSlot,
     destroyed: bool,
     /// When the session started (for `last_remove`).
     epoch: Instant,
@@ -145,6 +150,7 @@ impl CjfsFuse {
             writeback_cache: cfg.writeback_cache && !cfg.read_only,
             outcome,
             kernel_mount: Arc::new(Mutex::new(None)),
+            notifier: Arc::new(Mutex::new(None)),
             destroyed: false,
             epoch: Instant::now(),
             last_remove: AtomicU64::new(0),
@@ -157,6 +163,24 @@ impl CjfsFuse {
     /// the outcome itself.
     pub fn kernel_mount(&self) -> KernelMount {
         self.kernel_mount.clone()
+    }
+
+    /// Where to put the session's [`fuser::Session::notifier`] once the session exists:
+    /// setting an access ACL changes the mode behind the kernel's back, and the kernel's
+    /// cached attributes are then dropped through it.
+    pub fn notifier(&self) -> NotifierSlot {
+        self.notifier.clone()
+    }
+
+    /// Drop the kernel's cached attributes of `ino` (best effort: without a notifier they
+    /// expire with the attribute timeout).
+    fn invalidate_attrs(&self, ino: Ino) {
+        if let Some(n) = self.notifier.lock().as_ref()
+            // A negative offset invalidates the attributes only, not the page cache.
+            && let Err(e) = n.inval_inode(fuse_ino(ino), -1, 0)
+        {
+            log::debug!("invalidating the attributes of inode {ino}: {e}");
+        }
     }
 
     fn note_remove(&self) {
@@ -280,6 +304,21 @@ impl CjfsFuse {
         }
         Ok(())
     }
+}
+
+/// Whether the process behind `req` has `gid` as its group or a supplementary group (from
+/// `/proc/PID/status`; the request carries only the fs gid).
+fn caller_in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
 /// Reply to an xattr request with `size` probing semantics: size 0 asks for the length,
@@ -723,7 +762,7 @@ impl Filesystem for CjfsFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -743,7 +782,22 @@ impl Filesystem for CjfsFuse {
             libc::XATTR_REPLACE => XattrFlags::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        try_reply!(self.retry_nospc(|| self.fs.setxattr(ino, name, value, flags)), reply);
+        // Without FUSE_POSIX_ACL the kernel leaves posix_acl_update_mode's set-group-ID rule
+        // to us: root stands in for CAP_FSETID.
+        let clear_sgid = name == cjfs_fs::acl::ACCESS && req.uid() != 0 && {
+            let a = try_reply!(self.fs.getattr(ino), reply);
+            a.perm & 0o2000 != 0 && !caller_in_group(req, a.gid)
+        };
+        try_reply!(
+            self.retry_nospc(|| self.fs.setxattr_clearing_sgid(ino, name, value, flags, clear_sgid)),
+            reply
+        );
+        if name == cjfs_fs::acl::ACCESS {
+            // The kernel only marks ctime stale after a setxattr, and with the writeback cache
+            // not even that for a regular file: the new mode would show only after the
+            // attribute timeout.
+            self.invalidate_attrs(ino);
+        }
         reply.ok();
     }
 

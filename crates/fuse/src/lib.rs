@@ -49,7 +49,10 @@
 //! threads were within noise of each other at 1–32 client threads.
 //!
 //! Permissions are checked by the kernel (`default_permissions`) from the attributes the
-//! daemon returns; `access` is still answered for completeness.
+//! daemon returns; `access` is still answered for completeness. POSIX ACLs are stored in
+//! ext4's format and kept consistent with the mode (`cjfs_fs::acl`), but without
+//! `FUSE_POSIX_ACL` the kernel neither enforces them nor applies default ACLs to new files:
+//! only the mode bits count here.
 //!
 //! # Per-file data journalling
 //!

@@ -1,5 +1,6 @@
 //! ext4 on-disk structures, one per file. Pure encode/decode of byte slices; no I/O.
 
+pub mod acl;
 pub mod bitmap;
 pub mod csum;
 pub mod dirent;

@@ -8,8 +8,8 @@
 //! `foo`). Values in separate inodes (`ea_inode`) are not supported.
 //!
 //! Attribute lists are `Vec<(full name, value)>` of bytes. POSIX ACL values
-//! (`system.posix_acl_*`) are stored in ext4's own compact ACL format; converting from the
-//! user-space xattr format is the caller's business.
+//! (`system.posix_acl_*`) are stored in ext4's own compact ACL format ([`crate::ondisk::acl`]);
+//! `crate::acl` converts them from and to the user-space format.
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::superblock::{get_u16, get_u32, put_u16, put_u32};

@@ -1,0 +1,178 @@
+//! POSIX ACLs through the library: the mode follows an access ACL, a mode-equivalent ACL is
+//! not stored, an extended one is stored in ext4's format (checked byte for byte and by
+//! e2fsck), chmod rewrites it, and the kernel's ext4 reads what cjfs wrote and the other way
+//! round (skipped with a message without root, loop devices or the tools).
+
+mod common;
+#[path = "common/kernel.rs"]
+mod kernel;
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use cjfs_fs::acl::{ACCESS, DEFAULT};
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::acl::{
+    ACL_GROUP, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_USER, ACL_USER_OBJ, AclEntry, to_disk, to_xattr,
+};
+use cjfs_fs::ondisk::inode::Inode as RawInode;
+use cjfs_fs::ondisk::xattr::{XATTR_MAGIC, parse_block, parse_ibody};
+use cjfs_fs::{FsError, ROOT_INO, SetAttr, XattrFlags};
+use common::{assert_fsck_clean, fresh_image, mount, open_image};
+
+fn base(u: u16, g: u16, o: u16) -> Vec<AclEntry> {
+    vec![AclEntry::base(ACL_USER_OBJ, u), AclEntry::base(ACL_GROUP_OBJ, g), AclEntry::base(ACL_OTHER, o)]
+}
+
+fn extended() -> Vec<AclEntry> {
+    vec![
+        AclEntry::base(ACL_USER_OBJ, 7),
+        AclEntry { tag: ACL_USER, perm: 4, id: 65534 },
+        AclEntry::base(ACL_GROUP_OBJ, 5),
+        AclEntry { tag: ACL_GROUP, perm: 6, id: 100 },
+        AclEntry::base(ACL_MASK, 6),
+        AclEntry::base(ACL_OTHER, 1),
+    ]
+}
+
+/// The raw stored xattrs of inode `ino` of an unmounted image, read from the device.
+fn raw_xattrs(img: &Path, ino: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let dev = open_image(img);
+    let (sb, descs) = read_layout(&*dev).expect("read_layout");
+    let bs = sb.block_size() as u64;
+    let isz = sb.inode_size() as u64;
+    let g = ((ino - 1) / sb.inodes_per_group) as usize;
+    let byte = descs[g].inode_table * bs + u64::from((ino - 1) % sb.inodes_per_group) * isz;
+    let blk = dev.read_block(byte / bs).expect("read inode table");
+    let off = (byte % bs) as usize;
+    let d = RawInode::decode(&blk[off..off + isz as usize]).expect("decode inode");
+    let mut out = Vec::new();
+    let area = d.xattr_area();
+    if area.len() >= 4 && area[..4] == XATTR_MAGIC.to_le_bytes() {
+        out.extend(parse_ibody(area).unwrap());
+    }
+    if d.file_acl != 0 {
+        out.extend(parse_block(&dev.read_block(d.file_acl).unwrap()).unwrap());
+    }
+    out
+}
+
+#[test]
+fn acls_follow_ext4() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, dev) = fresh_image(dir.path(), "acl.img", 32);
+    let fs = mount(dev);
+    let f = fs.create(ROOT_INO, b"f", 0o600, 0, 0).unwrap().ino;
+    let d = fs.mkdir(ROOT_INO, b"d", 0o700, 0, 0).unwrap().ino;
+
+    // A minimal ACL (what `cp -p` sets) is a chmod: the mode changes, nothing is stored.
+    fs.setxattr(f, ACCESS, &to_xattr(&base(6, 4, 4)), XattrFlags::Any).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o644);
+    assert!(fs.listxattr(f).unwrap().is_empty());
+    assert!(matches!(fs.getxattr(f, ACCESS), Err(FsError::NoAttr(_))));
+    fs.setxattr(d, ACCESS, &to_xattr(&base(7, 5, 5)), XattrFlags::Create).unwrap();
+    assert_eq!(fs.getattr(d).unwrap().perm, 0o755);
+
+    // An extended ACL: mode from owner, mask and other; stored in ext4's format.
+    fs.setxattr(f, ACCESS, &to_xattr(&extended()), XattrFlags::Any).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o761);
+    assert_eq!(fs.getxattr(f, ACCESS).unwrap(), to_xattr(&extended()));
+    assert_eq!(fs.listxattr(f).unwrap(), vec![ACCESS.to_vec()]);
+
+    // chmod rewrites the stored ACL (owner, mask, other).
+    fs.setattr(f, &SetAttr { mode: Some(0o640), ..Default::default() }).unwrap();
+    let mut want = extended();
+    want[0].perm = 6;
+    want[4].perm = 4;
+    want[5].perm = 0;
+    assert_eq!(fs.getxattr(f, ACCESS).unwrap(), to_xattr(&want));
+
+    // Invalid ACLs are refused and change nothing.
+    let mut no_mask = extended();
+    no_mask.remove(4);
+    let e = fs.setxattr(f, ACCESS, &to_xattr(&no_mask), XattrFlags::Any).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    let e = fs.setxattr(f, ACCESS, &to_disk(&extended()), XattrFlags::Any).unwrap_err();
+    assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o640);
+
+    // Default ACLs: directories only.
+    let e = fs.setxattr(f, DEFAULT, &to_xattr(&extended()), XattrFlags::Any).unwrap_err();
+    assert_eq!(e.errno(), libc::EACCES, "{e}");
+    fs.setxattr(d, DEFAULT, &to_xattr(&extended()), XattrFlags::Any).unwrap();
+    assert_eq!(fs.getattr(d).unwrap().perm, 0o755);
+    assert_eq!(fs.getxattr(d, DEFAULT).unwrap(), to_xattr(&extended()));
+    // One for the kernel to find below.
+    let k = fs.create(ROOT_INO, b"k", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(k, ACCESS, &to_xattr(&extended()), XattrFlags::Any).unwrap();
+
+    // Removing the access ACL leaves the mode; removing a missing one is no error.
+    fs.removexattr(f, ACCESS).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o640);
+    assert!(fs.listxattr(f).unwrap().is_empty());
+    fs.removexattr(f, ACCESS).unwrap();
+    fs.create(ROOT_INO, b"kw", 0o644, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+    // What is on disk: nothing for f, ext4's format for k and d's default ACL.
+    assert!(raw_xattrs(&img, f).is_empty());
+    assert_eq!(raw_xattrs(&img, k), vec![(ACCESS.to_vec(), to_disk(&extended()))]);
+    assert_eq!(raw_xattrs(&img, d), vec![(DEFAULT.to_vec(), to_disk(&extended()))]);
+
+    kernel_view(&img);
+}
+
+/// The kernel's ext4 sees the ACLs cjfs wrote, and cjfs reads ACLs the kernel wrote.
+fn kernel_view(img: &Path) {
+    if let Err(why) = kernel::need_tools(&["getfacl", "setfacl"]).and_then(|()| kernel::kernel_env()) {
+        println!("SKIP: kernel comparison: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    {
+        let lo = kernel::LoopDev::attach(img, false).unwrap();
+        let mut m = kernel::KMount::mount(&lo, &mnt, "").unwrap();
+        let getfacl = |p: &str| {
+            let o = kernel::run("getfacl", [OsStr::new("-n"), mnt.join(p).as_os_str()]);
+            assert_eq!(o.code, 0, "getfacl {p}: {}", o.text());
+            o.stdout
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .trim_end()
+                .to_string()
+        };
+        assert_eq!(
+            getfacl("k"),
+            "user::rwx\nuser:65534:r--\ngroup::r-x\t#effective:r--\ngroup:100:rw-\nmask::rw-\nother::--x\n"
+                .trim_end()
+        );
+        assert_eq!(std::fs::metadata(mnt.join("k")).unwrap().permissions().mode() & 0o7777, 0o761);
+        assert_eq!(getfacl("f"), "user::rw-\ngroup::r--\nother::---");
+        assert!(getfacl("d").contains("default:group:100:rw-\ndefault:mask::rw-"), "{}", getfacl("d"));
+        assert_eq!(std::fs::metadata(mnt.join("d")).unwrap().permissions().mode() & 0o7777, 0o755);
+        // The kernel writes one for cjfs to read.
+        let o =
+            kernel::run("setfacl", [OsStr::new("-m"), OsStr::new("u:7:r,g:8:w"), mnt.join("kw").as_os_str()]);
+        assert_eq!(o.code, 0, "setfacl: {}", o.text());
+        m.umount();
+    }
+    kernel::assert_fsck_clean(img, "the image after the kernel's setfacl");
+    let fs = mount(open_image(img));
+    let kw = fs.lookup(ROOT_INO, b"kw").unwrap().ino;
+    let want = vec![
+        AclEntry::base(ACL_USER_OBJ, 6),
+        AclEntry { tag: ACL_USER, perm: 4, id: 7 },
+        AclEntry::base(ACL_GROUP_OBJ, 4),
+        AclEntry { tag: ACL_GROUP, perm: 2, id: 8 },
+        AclEntry::base(ACL_MASK, 6),
+        AclEntry::base(ACL_OTHER, 4),
+    ];
+    assert_eq!(fs.getxattr(kw, ACCESS).unwrap(), to_xattr(&want));
+    assert_eq!(fs.getattr(kw).unwrap().perm, 0o664);
+    fs.unmount().unwrap();
+}

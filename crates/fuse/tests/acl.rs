@@ -1,0 +1,90 @@
+//! POSIX ACLs through a real mount: `cp -a` / `cp -p` keep modes (they set them as minimal
+//! ACLs), `setfacl` / `getfacl` round trip, chmod rewrites the ACL, the new mode shows at once
+//! (no stale attribute cache), and the image stays clean. Skipped with a message when
+//! `/dev/fuse`, root or the tools are missing.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::*;
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+/// `getfacl -n` without its comment lines.
+fn getfacl(dir: &Path, rel: &str) -> String {
+    sh(dir, &format!("getfacl -n {rel}"))
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn cp_and_setfacl_keep_modes_and_acls() {
+    if skip("cp_and_setfacl_keep_modes_and_acls", &["getfacl", "setfacl", "cp"]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let src = s.dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"data").unwrap();
+    std::fs::set_permissions(src.join("f"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(src.join("d")).unwrap();
+    std::fs::set_permissions(src.join("d"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let m = s.mount("");
+    let mnt = &s.mnt;
+
+    // cp creates with 0600 / 0700 and sets the source's mode as an ACL.
+    sh(
+        s.dir.path(),
+        &format!("cp -a src/f {0}/fa && cp -p src/f {0}/fp && cp -a src/d {0}/da", mnt.display()),
+    );
+    assert_eq!(mode(&s.p("fa")), 0o644);
+    assert_eq!(mode(&s.p("fp")), 0o644);
+    assert_eq!(mode(&s.p("da")), 0o755);
+    // A mode-equivalent ACL is not stored.
+    assert_eq!(getfacl(mnt, "fa"), "user::rw-\ngroup::r--\nother::r--");
+
+    // An extended ACL round trips, and its mask shows in the mode at once.
+    sh(mnt, "setfacl -m u:nobody:rwx fa");
+    assert_eq!(mode(&s.p("fa")), 0o674);
+    assert_eq!(getfacl(mnt, "fa"), "user::rw-\nuser:65534:rwx\ngroup::r--\nmask::rwx\nother::r--");
+    // chmod rewrites the mask.
+    sh(mnt, "chmod 640 fa");
+    assert_eq!(
+        getfacl(mnt, "fa"),
+        "user::rw-\nuser:65534:rwx\t#effective:r--\ngroup::r--\nmask::r--\nother::---"
+    );
+    // A copy of a file with an extended ACL carries it.
+    sh(mnt, "cp -a fa fb");
+    assert_eq!(getfacl(mnt, "fb"), getfacl(mnt, "fa"));
+    assert_eq!(mode(&s.p("fb")), 0o640);
+    // Default ACLs on a directory; refused on a file.
+    sh(mnt, "setfacl -d -m g:100:rx da");
+    assert!(getfacl(mnt, "da").contains("default:group:100:r-x"), "{}", getfacl(mnt, "da"));
+    let o =
+        std::process::Command::new("setfacl").args(["-d", "-m", "u:1:r"]).arg(s.p("fp")).output().unwrap();
+    assert!(!o.status.success(), "a default ACL on a file was accepted");
+    // Removing the ACL keeps the mode.
+    sh(mnt, "setfacl -b fa");
+    assert_eq!(getfacl(mnt, "fa"), "user::rw-\ngroup::r--\nother::---");
+    assert_eq!(mode(&s.p("fa")), 0o640);
+
+    m.unmount();
+    e2fsck_clean(&s.image);
+    // After a remount the same, from disk.
+    let m = s.mount("");
+    assert_eq!(mode(&s.p("fb")), 0o640);
+    assert_eq!(
+        getfacl(mnt, "fb"),
+        "user::rw-\nuser:65534:rwx\t#effective:r--\ngroup::r--\nmask::r--\nother::---"
+    );
+    assert_eq!(mode(&s.p("da")), 0o755);
+    m.unmount();
+}
