@@ -372,6 +372,25 @@ fn kernel_loop_holder(file: &File) -> Option<String> {
 /// or two programs using the library) would each cache and overwrite the other's metadata;
 /// the second is refused instead. Read-only opens take no lock, so inspecting a mounted
 /// image stays possible (as with `debugfs -c`).
+/// Whether another open file description holds the writer lock of the image at `path` (a
+/// `cjfs mount` or another cjfs writer, see [`FileDevice::open`]). Tries to take the lock
+/// without blocking on a new read-only descriptor and releases it at once, so a writer
+/// starting at that very moment may find the image busy once. Reads and writes nothing.
+pub fn writer_lock_held(path: impl AsRef<Path>) -> std::io::Result<bool> {
+    let file = File::open(path.as_ref())?;
+    // SAFETY: flock on a descriptor owned by `file`, which outlives the calls.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        // SAFETY: as above; closing `file` would release the lock too.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return Ok(false);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(true);
+    }
+    Err(e)
+}
+
 fn lock_writer(file: &File, what: &str) -> DevResult<()> {
     // SAFETY: flock on a descriptor owned by `file`, which outlives the call.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {

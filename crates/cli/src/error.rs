@@ -57,6 +57,17 @@ pub enum CliError {
         /// The image path.
         image: String,
     },
+    /// The journal is live: another process (a `cjfs mount` or a cjfs writer) holds the
+    /// image's writer lock while the superblock or the journal says recovery is needed, so
+    /// what looks like a crash is that process's running journal.
+    #[error(
+        "{image}: the image is in use by another cjfs process (a cjfs mount or writer) whose journal is \
+         live; unmount it (or let the writer finish) first"
+    )]
+    InUse {
+        /// The image path.
+        image: String,
+    },
     /// The image file is shorter than its superblock says.
     #[error(
         "{image}: image is truncated: the superblock says {want} blocks ({want_bytes} bytes) but \

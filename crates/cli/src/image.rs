@@ -110,11 +110,21 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     Ok(Probe { sb, needs_recovery })
 }
 
+/// Whether another process holds the image's writer lock (a `cjfs mount` or a cjfs
+/// writer); false when that cannot be found out.
+pub fn in_use(image: &str) -> bool {
+    cjfs_blockdev::writer_lock_held(image).unwrap_or(false)
+}
+
 /// Mount `image` read-only after probing it; fails with [`CliError::NeedsRecovery`] when
-/// the journal must be replayed first.
+/// the journal must be replayed first, or with [`CliError::InUse`] when it only looks so
+/// because another process (a `cjfs mount` or writer) is using the image and its journal.
 pub fn mount_ro(image: &str, ctx: &Ctx) -> CliResult<Fs> {
     let p = probe(image)?;
     if p.needs_recovery {
+        if in_use(image) {
+            return Err(CliError::InUse { image: image.to_string() });
+        }
         return Err(CliError::NeedsRecovery { image: image.to_string() });
     }
     mount_ro_unchecked(image, ctx)

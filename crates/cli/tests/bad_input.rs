@@ -524,3 +524,54 @@ fn writes_are_refused_while_the_kernel_mounts_the_image() {
     assert_eq!(ok(&["cat", s(&img), "/by-kernel"]).stdout, b"kernel");
     assert_e2fsck_clean(&img);
 }
+
+/// An image whose journal needs recovery while another process holds its writer lock (what
+/// a running `cjfs mount` looks like): the read-only commands say the image is in use and
+/// must be unmounted, not that it must be recovered; `info` says so in its State line.
+/// Once the lock is gone, the same image needs `cjfs recover`.
+#[test]
+fn a_live_journal_is_reported_as_in_use_not_as_needing_recovery() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = needs_recovery(dir.path());
+    let before = hash_file(&img);
+    let holder = FileDevice::open(&img, FileDeviceOptions::default()).expect("hold the writer lock");
+    for args in [vec!["ls", s(&img), "/"], vec!["cat", s(&img), "/dir/file"], vec!["check", s(&img)]] {
+        let err = fails(&args, "in use by another cjfs process");
+        assert!(err.contains("unmount it") && !err.contains("cjfs recover"), "{err}");
+    }
+    let info = text(&ok(&["info", s(&img)]).stdout);
+    let state = info.lines().find(|l| l.starts_with("State:")).expect("a State line");
+    assert!(state.contains("in use") && state.contains("unmount"), "{info}");
+    drop(holder);
+    assert_eq!(hash_file(&img), before, "a read-only command changed the image");
+    fails(&["ls", s(&img), "/"], "run `cjfs recover");
+    let info = text(&ok(&["info", s(&img)]).stdout);
+    let state = info.lines().find(|l| l.starts_with("State:")).expect("a State line");
+    assert!(state.contains("needs-recovery: the journal holds transactions"), "{info}");
+    assert!(info.lines().any(|l| l.trim_start().starts_with("needs recovery:      yes")), "{info}");
+    assert_eq!(hash_file(&img), before, "a read-only command changed the image");
+}
+
+/// An image copied while mounted with nothing committed: the superblock's needs_recovery
+/// flag is set but the log is empty. `info` says both without contradicting itself.
+#[test]
+fn info_explains_a_recovery_flag_with_an_empty_log() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "live.img", "64M");
+    let copy = dir.path().join("flag-only.img");
+    let fs = Fs::open(
+        Arc::new(FileDevice::open(&img, FileDeviceOptions::default()).expect("open")),
+        MountOptions::default(),
+    )
+    .expect("mount");
+    std::fs::copy(&img, &copy).expect("copy while mounted");
+    fs.unmount().expect("unmount");
+    let info = text(&ok(&["info", s(&copy)]).stdout);
+    let state = info.lines().find(|l| l.starts_with("State:")).expect("a State line");
+    assert!(state.contains("needs_recovery flag is set but the journal holds nothing to replay"), "{info}");
+    let line = info.lines().find(|l| l.trim_start().starts_with("needs recovery:")).expect("journal line");
+    assert!(line.contains("no (this log holds nothing to replay"), "{info}");
+    ok(&["recover", s(&copy)]);
+    let info = text(&ok(&["info", s(&copy)]).stdout);
+    assert!(info.lines().any(|l| l == "State:                 clean"), "{info}");
+}

@@ -400,3 +400,134 @@ fn help_names_every_preset() {
         );
     }
 }
+
+/// `Blocks (512-byte):` of `cjfs stat`.
+fn stat_sectors(img: &Path, path: &str) -> u64 {
+    let out = text(&ok(&["stat", s(img), path]).stdout);
+    let l = out.lines().find(|l| l.contains("Blocks (512-byte):")).expect("a Blocks line");
+    l.rsplit(':').next().expect("value").trim().parse().expect("a number")
+}
+
+/// `put` keeps a sparse source's holes (`SEEK_DATA`/`SEEK_HOLE`, as `cp --sparse=auto`):
+/// the image file allocates only the blocks holding data, reads back identical, and a
+/// sparse file larger than the free space but whose data fits is accepted.
+#[test]
+fn put_keeps_holes() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "20M");
+    // hole (1 MiB), data (100 000 bytes), hole, data up to the end (10 000 bytes): 6 MiB.
+    let local = dir.path().join("sparse.bin");
+    let size = 6u64 << 20;
+    let f = std::fs::File::create(&local).expect("create");
+    f.set_len(size).expect("set_len");
+    f.write_all_at(&random_bytes(100_000, 1), 1 << 20).expect("write");
+    f.write_all_at(&random_bytes(10_000, 2), size - 10_000).expect("write");
+    drop(f);
+    let data = std::fs::read(&local).expect("read");
+    let sparse_source = std::fs::metadata(&local).expect("stat").blocks() * 512 < size / 2;
+    ok(&["mkdir", s(&img), "/d"]);
+    ok(&["put", s(&img), s(&local), "/d/sparse"]);
+    let back = dir.path().join("back.bin");
+    ok(&["get", s(&img), "/d/sparse", s(&back)]);
+    assert!(std::fs::read(&back).expect("read back") == data, "get returned different bytes");
+    assert!(ok(&["cat", s(&img), "/d/sparse"]).stdout == data, "cat returned different bytes");
+    let sectors = stat_sectors(&img, "/d/sparse");
+    if sparse_source {
+        // 110 000 bytes of data: 27 + 3 blocks of 4 KiB at most, and no tree block.
+        assert!(sectors * 512 <= 30 * 4096, "{sectors} sectors allocated for 110 000 bytes of data");
+    } else {
+        println!("SKIP: the temporary directory's file system keeps no holes; not checking allocation");
+    }
+    // A hole only: nothing allocated, size kept.
+    let holes = dir.path().join("holeonly");
+    std::fs::File::create(&holes).expect("create").set_len(10 << 20).expect("set_len");
+    ok(&["put", s(&img), s(&holes), "/d/holeonly"]);
+    assert_eq!(stat_sectors(&img, "/d/holeonly"), 0, "a file of one hole allocated blocks");
+    assert!(text(&ok(&["stat", s(&img), "/d/holeonly"]).stdout).contains("Size: 10485760"));
+    // Larger than the 20 MiB image, 1 MiB of data: accepted.
+    let big = dir.path().join("big-sparse");
+    let f = std::fs::File::create(&big).expect("create");
+    f.set_len(100 << 20).expect("set_len");
+    f.write_all_at(&random_bytes(1 << 20, 3), 50 << 20).expect("write");
+    drop(f);
+    if std::fs::metadata(&big).expect("stat").blocks() * 512 < 10 << 20 {
+        ok(&["put", s(&img), s(&big), "/big-sparse"]);
+        let o = ok(&["get", s(&img), "/big-sparse", "-"]);
+        assert!(o.stdout == std::fs::read(&big).expect("read"), "the big sparse file came back different");
+    }
+    // Replacing a file with a sparse one frees what the old one had.
+    ok(&["put", s(&img), s(&holes), "/d/sparse"]);
+    assert_eq!(stat_sectors(&img, "/d/sparse"), 0);
+    assert_e2fsck_clean(&img);
+    ok(&["check", s(&img), "--no-e2fsck"]);
+}
+
+/// `mkfs.ext4` (`mke2fs -t ext4`) with `-b BS`; false (after saying why) when missing.
+fn mkfs_ext4(img: &Path, args: &[&str], size: &str) -> bool {
+    let Some(mke2fs) = tool("mke2fs") else {
+        println!("SKIP: mke2fs not installed");
+        return false;
+    };
+    let o = Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext4"])
+        .args(args)
+        .arg(img)
+        .arg(size)
+        .output()
+        .expect("run mke2fs");
+    assert!(o.status.success(), "mke2fs {args:?}: {}{}", text(&o.stdout), text(&o.stderr));
+    true
+}
+
+/// A pristine `mkfs.ext4` image passes `cjfs check` without a warning whatever its block
+/// size (with 1 KiB blocks, block 0 lies before the first group and no bitmap maps it).
+#[test]
+fn check_is_quiet_on_pristine_mkfs_ext4_images() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (bs, size) in [("1024", "64M"), ("1024", "300M"), ("2048", "64M"), ("4096", "256M")] {
+        let img = dir.path().join(format!("fresh-{bs}-{size}.img"));
+        if !mkfs_ext4(&img, &["-b", bs], size) {
+            return;
+        }
+        let out = text(&ok(&["check", s(&img), "--no-e2fsck"]).stdout);
+        assert!(!out.contains("warning:"), "{bs}-byte blocks, {size}: {out}");
+        assert!(out.contains("result: no errors (0 error(s), 0 warning(s))"), "{out}");
+    }
+}
+
+/// An external journal device (`mkfs.ext4 -O journal_dev`) is named as such by every
+/// command, not called a corrupt file system.
+#[test]
+fn an_external_journal_device_is_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("journal.img");
+    if !mkfs_ext4(&img, &["-O", "journal_dev"], "16M") {
+        return;
+    }
+    refused_everywhere(&img, "external journal device (journal_dev feature)");
+}
+
+/// A file system whose journal is on another device (`mkfs.ext4 -J device=...`: no
+/// journal inode, a journal UUID and device number) is refused as unsupported by every
+/// command. Made with debugfs (mke2fs needs a real block device for the journal).
+#[test]
+fn a_file_system_with_an_external_journal_is_refused() {
+    let Some(debugfs) = tool("debugfs") else {
+        println!("SKIP: debugfs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("extj.img");
+    if !mkfs_ext4(&img, &["-O", "^has_journal"], "64M") {
+        return;
+    }
+    let script =
+        "feature has_journal\nssv journal_uuid 8beae5d7-4d7a-4931-aa15-7f38cb60dc57\nssv journal_dev 0x700\n";
+    let script_path = dir.path().join("script");
+    std::fs::write(&script_path, script).expect("write script");
+    let o = Command::new(debugfs).arg("-w").arg("-f").arg(&script_path).arg(&img).output().expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    refused_everywhere(&img, "external journal not supported");
+}

@@ -29,6 +29,12 @@ pub enum FsError {
         /// "stored 0x..., computed 0x..." or what is missing.
         detail: String,
     },
+    /// The device holds an external journal (`mkfs.ext4 -O journal_dev`, incompat feature
+    /// `journal_dev`), the journal of another file system, not a file system itself.
+    #[error(
+        "not a file system: an external journal device (journal_dev feature), the journal of another file system"
+    )]
+    JournalDevice,
     /// The image uses a feature or layout we do not support; names it.
     #[error("unsupported file system: {0}")]
     Incompatible(String),
@@ -100,6 +106,7 @@ impl FsError {
             // The kernel's EFSBADCRC.
             FsError::Checksum { .. } => EBADMSG,
             FsError::Incompatible(_) => EOPNOTSUPP,
+            FsError::JournalDevice => EINVAL,
             FsError::NotFound(_) => ENOENT,
             FsError::Exists(_) => EEXIST,
             FsError::NotDir(_) => ENOTDIR,

@@ -357,6 +357,9 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
     if !sb.has_journal() {
         return Err(FsError::Incompatible("file system has no journal (has_journal is off)".into()));
     }
+    if sb.has_external_journal() {
+        return Err(crate::ondisk::features::external_journal(sb));
+    }
     if sb.journal_inum != JOURNAL_INO {
         return Err(FsError::Incompatible(format!(
             "journal in inode {} (only the internal journal inode 8 is supported)",

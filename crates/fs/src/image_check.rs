@@ -164,11 +164,20 @@ impl<'a> Walker<'a> {
         n
     }
 
-    /// Static metadata: superblock and GDT copies (with reserved GDT blocks), bitmaps and
-    /// inode tables.
+    /// Static metadata: the blocks before the first group, superblock and GDT copies (with
+    /// reserved GDT blocks), bitmaps and inode tables.
+    ///
+    /// With 1 KiB blocks `s_first_data_block` is 1: block 0 (the boot sector, the superblock
+    /// lives in block 1) belongs to no group and no bitmap, but `s_blocks_count` counts it
+    /// and the free counts never include it, so it is in use as e2fsprogs and the kernel
+    /// see it. It is claimed here so that what is found in use adds up to `s_blocks_count`
+    /// minus the free blocks, and so that a file mapping it is reported as a double owner.
     fn claim_metadata(&mut self, descs: &[GroupDesc]) {
         let before = self.owned_count;
         let sb = self.sb.clone();
+        if sb.first_data_block > 0 {
+            self.claim(0, u64::from(sb.first_data_block), "the blocks before the first group (boot sector)");
+        }
         for g in 0..sb.group_count() {
             if sb.has_super_in_group(g) {
                 self.claim(

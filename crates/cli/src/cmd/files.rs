@@ -5,7 +5,8 @@
 //! links are followed; the last component is followed by `cat`, `get` and `put` only.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 
 use cjfs_fs::{Attr, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp};
 
@@ -218,7 +219,7 @@ fn plan_put(
     image: &str,
     path: &str,
     local_name: Option<&str>,
-    size: Option<u64>,
+    data: Option<&[Range]>,
 ) -> CliResult<PutTarget> {
     let err = |e| CliError::fs_path(image, path, e);
     let (parent, name, shown) = match walk(fs, path, true) {
@@ -268,8 +269,8 @@ fn plan_put(
     if existing.is_none() && st.ffree == 0 {
         return Err(CliError::fs_path(image, &shown, FsError::NoSpace("no free inodes".into())));
     }
-    if let Some(size) = size {
-        let need = size.div_ceil(u64::from(st.bsize));
+    if let Some(data) = data {
+        let need = blocks_needed(data, u64::from(st.bsize));
         let freed = existing.as_ref().map_or(0, |a| a.blocks / (u64::from(st.bsize) / 512));
         let free = st.bfree + freed;
         if need > free {
@@ -277,6 +278,179 @@ fn plan_put(
         }
     }
     Ok(PutTarget { parent, name, existing, shown })
+}
+
+/// A byte range `[start, end)` of a local file that holds data (outside are holes).
+type Range = (u64, u64);
+
+/// Longest extent ext4 maps (`EXT_INIT_MAX_LEN`).
+const MAX_EXTENT_BLOCKS: u64 = 32768;
+
+/// The image blocks of `block_size` bytes a file whose data lies in `data` (ordered, not
+/// overlapping) allocates: the blocks its data touches (holes allocate nothing), plus an
+/// estimate of its extent tree: one extent per data range, per `MAX_EXTENT_BLOCKS` and per
+/// block group (`8 * block_size` blocks at most) crossed; beyond the 4 extents the inode
+/// holds, leaves of `(block_size - 12) / 12` entries and the index blocks above them.
+fn blocks_needed(data: &[Range], block_size: u64) -> u64 {
+    let mut blocks = 0u64;
+    let mut extents = 0u64;
+    let mut last: Option<u64> = None;
+    for &(start, end) in data.iter().filter(|(s, e)| e > s) {
+        let first = start / block_size;
+        let past = end.div_ceil(block_size);
+        // A block shared with the previous range was counted with it.
+        let first = match last {
+            Some(l) if l >= first => l + 1,
+            _ => first,
+        };
+        if past > first {
+            let n = past - first;
+            blocks += n;
+            extents += n.div_ceil(MAX_EXTENT_BLOCKS) + n / (8 * block_size);
+        }
+        last = Some(past - 1);
+    }
+    let per_block = (block_size - 12) / 12;
+    let mut tree = 0;
+    let mut n = extents;
+    while n > 4 {
+        n = n.div_ceil(per_block);
+        tree += n;
+    }
+    blocks + tree
+}
+
+/// Granule of the zero scan of [`data_ranges`]' fallback: a whole number of image blocks
+/// for every block size cjfs supports.
+const ZERO_SCAN: u64 = 4096;
+
+/// Where the local regular file `f` of `size` bytes holds data, as `cp --sparse=auto`
+/// sees it: the source's holes from `lseek(SEEK_DATA/SEEK_HOLE)`. When the source file
+/// system does not support those, a file that looks sparse (fewer blocks allocated than its
+/// size needs) is scanned for all-zero granules of [`ZERO_SCAN`] bytes instead, and any
+/// other file is all data.
+fn data_ranges(f: &std::fs::File, size: u64, allocated: u64) -> std::io::Result<Vec<Range>> {
+    match seek_data_ranges(f, size)? {
+        Some(v) => Ok(v),
+        None if allocated < size => zero_scan_ranges(f, size),
+        None => Ok(if size > 0 { vec![(0, size)] } else { Vec::new() }),
+    }
+}
+
+/// The data ranges of `f` from `SEEK_DATA`/`SEEK_HOLE`; `None` when unsupported.
+fn seek_data_ranges(f: &std::fs::File, size: u64) -> std::io::Result<Option<Vec<Range>>> {
+    let fd = f.as_raw_fd();
+    let seek = |off: u64, whence: libc::c_int| -> std::io::Result<Option<u64>> {
+        // SAFETY: lseek on a descriptor owned by `f`, which outlives the call; the reads
+        // below use positioned reads, so moving the file offset is harmless.
+        let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
+        if r >= 0 {
+            return Ok(Some(r as u64));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            // No data at or after `off`: the rest is a hole.
+            Some(libc::ENXIO) => Ok(None),
+            _ => Err(e),
+        }
+    };
+    let mut v = Vec::new();
+    let mut off = 0u64;
+    while off < size {
+        let d = match seek(off, libc::SEEK_DATA) {
+            Ok(Some(d)) => d,
+            Ok(None) => break,
+            Err(e) if v.is_empty() && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if d >= size {
+            break;
+        }
+        let h = seek(d, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        if h <= d {
+            break;
+        }
+        v.push((d, h));
+        off = h;
+    }
+    Ok(Some(v))
+}
+
+/// The ranges of `f` that are not all zeros, in granules of [`ZERO_SCAN`] bytes.
+fn zero_scan_ranges(f: &std::fs::File, size: u64) -> std::io::Result<Vec<Range>> {
+    let mut v: Vec<Range> = Vec::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    while off < size {
+        let want = ((size - off) as usize).min(CHUNK);
+        f.read_exact_at(&mut buf[..want], off)?;
+        for (i, g) in buf[..want].chunks(ZERO_SCAN as usize).enumerate() {
+            if g.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let s = off + i as u64 * ZERO_SCAN;
+            let e = s + g.len() as u64;
+            match v.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => v.push((s, e)),
+            }
+        }
+        off += want as u64;
+    }
+    Ok(v)
+}
+
+/// A local regular file of `size` bytes with data in `data` (its holes are kept as holes),
+/// read by offset.
+struct LocalFile {
+    /// The open file.
+    file: std::fs::File,
+    /// Its size.
+    size: u64,
+    /// Where it holds data ([`data_ranges`]).
+    data: Vec<Range>,
+}
+
+/// Copy the data ranges of `src` into file `ino` at the same offsets, then set its size:
+/// the holes between and after them stay holes.
+fn copy_ranges_in(
+    fs: &Fs,
+    image: &str,
+    t: &PutTarget,
+    ino: Ino,
+    src: &LocalFile,
+    local: &str,
+) -> CliResult<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let size = src.size;
+    for &(start, end) in &src.data {
+        let mut off = start;
+        while off < end {
+            let want = ((end - off) as usize).min(CHUNK);
+            let n = src.file.read_at(&mut buf[..want], off).map_err(|e| CliError::io(local, e))?;
+            if n == 0 {
+                return Err(CliError::Msg(format!("{local}: the file shrank while being copied")));
+            }
+            let mut done = 0;
+            while done < n {
+                let w = fs
+                    .write(ino, off + done as u64, &buf[done..n])
+                    .map_err(|e| CliError::fs_path(image, &t.shown, e))?;
+                if w == 0 {
+                    return Err(CliError::fs_path(image, &t.shown, FsError::NoSpace("short write".into())));
+                }
+                done += w;
+            }
+            off += n as u64;
+        }
+    }
+    if fs.getattr(ino).map_err(|e| CliError::fs_path(image, &t.shown, e))?.size != size {
+        fs.setattr(ino, &SetAttr { size: Some(size), ..Default::default() })
+            .map_err(|e| CliError::fs_path(image, &t.shown, e))?;
+    }
+    Ok(())
 }
 
 /// Fill `buf` from `r` as far as possible; returns the bytes read (short only at EOF).
@@ -318,24 +492,10 @@ fn copy_in(fs: &Fs, image: &str, t: &PutTarget, ino: Ino, src: &mut dyn Read, lo
 
 /// The bytes `put` copies, readable once per run (the dry run and the real one).
 enum Source {
-    /// A local file, opened anew for each run.
-    Path(String),
-    /// Standard input, spooled to an unlinked temporary file first.
-    Spool(std::fs::File),
-}
-
-impl Source {
-    fn open(&self) -> CliResult<Box<dyn Read>> {
-        match self {
-            Source::Path(p) => Ok(Box::new(std::fs::File::open(p).map_err(|e| CliError::io(p, e))?)),
-            Source::Spool(f) => {
-                use std::io::{Seek, SeekFrom};
-                let mut f = f.try_clone().map_err(|e| CliError::io("stdin (spooled)", e))?;
-                f.seek(SeekFrom::Start(0)).map_err(|e| CliError::io("stdin (spooled)", e))?;
-                Ok(Box::new(f))
-            }
-        }
-    }
+    /// A local regular file, or standard input spooled to an unlinked temporary file.
+    File(LocalFile),
+    /// Another local file (a pipe, a device), opened anew and read in order for each run.
+    Stream(String),
 }
 
 /// Copy standard input into an unlinked file in the temporary directory.
@@ -353,27 +513,42 @@ fn spool_stdin() -> CliResult<(std::fs::File, u64)> {
 }
 
 /// `cjfs put IMG LOCAL PATH` (`-` reads stdin).
+///
+/// A regular file's holes (`SEEK_DATA`/`SEEK_HOLE`, as `cp --sparse=auto` finds them) stay
+/// holes in the image; the free space check counts only the blocks its data needs (plus an
+/// estimate of its extent tree).
 pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
-    let (src, meta, size) = if local == "-" {
-        let (f, n) = spool_stdin()?;
-        (Source::Spool(f), None, Some(n))
+    let (src, meta) = if local == "-" {
+        let (file, size) = spool_stdin()?;
+        let data = if size > 0 { vec![(0, size)] } else { Vec::new() };
+        (Source::File(LocalFile { file, size, data }), None)
     } else {
         let m = std::fs::metadata(local).map_err(|e| CliError::io(local, e))?;
         if m.is_dir() {
             return Err(CliError::Msg(format!("{local}: is a directory (put copies one file)")));
         }
-        // Only a regular file's size is known in advance (not a pipe or a device).
-        let size = m.is_file().then_some(m.len());
-        (Source::Path(local.to_string()), Some(m), size)
+        // Only a regular file's size and holes are known in advance (not a pipe's or a device's).
+        if m.is_file() {
+            let file = std::fs::File::open(local).map_err(|e| CliError::io(local, e))?;
+            let size = m.len();
+            let data = data_ranges(&file, size, m.blocks().saturating_mul(512))
+                .map_err(|e| CliError::io(local, e))?;
+            (Source::File(LocalFile { file, size, data }), Some(m))
+        } else {
+            (Source::Stream(local.to_string()), Some(m))
+        }
     };
     let local_name = (local != "-").then(|| basename(local));
+    let data = match &src {
+        Source::File(f) => Some(f.data.as_slice()),
+        Source::Stream(_) => None,
+    };
     with_rw(
         image,
         ctx,
-        |fs| plan_put(fs, image, path, local_name, size),
+        |fs| plan_put(fs, image, path, local_name, data),
         |fs, t| {
             let err = |e| CliError::fs_path(image, &t.shown, e);
-            let mut src = src.open()?;
             let (uid, gid) = owner();
             let mode = meta.as_ref().map_or(0o644, |m| m.permissions().mode() & 0o7777);
             let ino = match &t.existing {
@@ -383,7 +558,16 @@ pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
                 }
                 None => fs.create(t.parent, t.name.as_bytes(), mode, uid, gid).map_err(err)?.ino,
             };
-            if let Err(e) = copy_in(fs, image, &t, ino, &mut src, local) {
+            let copied = match &src {
+                Source::File(f) => {
+                    let shown = if local == "-" { "stdin (spooled)" } else { local };
+                    copy_ranges_in(fs, image, &t, ino, f, shown)
+                }
+                Source::Stream(p) => std::fs::File::open(p)
+                    .map_err(|e| CliError::io(p, e))
+                    .and_then(|mut f| copy_in(fs, image, &t, ino, &mut f, local)),
+            };
+            if let Err(e) = copied {
                 // Give the space back: remove what we created, empty what we truncated.
                 if t.existing.is_none() {
                     let _ = fs.unlink(t.parent, t.name.as_bytes());
@@ -668,4 +852,55 @@ pub fn stat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
         out.write(s.as_bytes())?;
         out.finish()
     })
+}
+
+#[cfg(test)]
+mod put_tests {
+    use super::*;
+
+    #[test]
+    fn blocks_needed_counts_data_blocks_once_and_the_tree() {
+        assert_eq!(blocks_needed(&[], 4096), 0);
+        // One byte, then a range sharing its block, then one in another block.
+        assert_eq!(blocks_needed(&[(0, 1), (100, 5000), (1 << 20, (1 << 20) + 1)], 4096), 3);
+        // 1 KiB blocks: 4 KiB of data are 4 blocks.
+        assert_eq!(blocks_needed(&[(4096, 8192)], 1024), 4);
+        // 5 ranges: more extents than the inode holds, one leaf block.
+        let five: Vec<Range> = (0..5).map(|i| (i * 65536, i * 65536 + 4096)).collect();
+        assert_eq!(blocks_needed(&five, 4096), 6);
+    }
+
+    #[test]
+    fn data_ranges_find_holes_and_the_zero_scan_agrees() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("sparse");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .expect("create");
+        f.set_len(1 << 20).expect("set_len");
+        f.write_all_at(&[7u8; 100], 300_000).expect("write");
+        // The zero scan: the one 4 KiB granule holding data.
+        let g = 300_000 / ZERO_SCAN * ZERO_SCAN;
+        assert_eq!(zero_scan_ranges(&f, 1 << 20).expect("scan"), vec![(g, g + ZERO_SCAN)]);
+        // SEEK_DATA: a range covering the data, within the file (file systems without holes
+        // report all of it).
+        let r = seek_data_ranges(&f, 1 << 20).expect("seek").expect("SEEK_DATA supported");
+        assert!(r.iter().any(|&(s, e)| s <= 300_000 && e >= 300_100), "{r:?}");
+        assert!(r.iter().all(|&(s, e)| s < e && e <= 1 << 20), "{r:?}");
+        // A file of one hole: no data (or all of it where holes are not kept).
+        let h = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("hole"))
+            .expect("create");
+        h.set_len(1 << 20).expect("set_len");
+        let r = data_ranges(&h, 1 << 20, 0).expect("ranges");
+        assert!(r.is_empty() || r == vec![(0, 1 << 20)], "{r:?}");
+    }
 }

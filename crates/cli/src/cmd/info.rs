@@ -69,15 +69,34 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
     }
 }
 
-fn state_string(sb: &Superblock, journal_dirty: Option<bool>) -> String {
-    let mut parts = Vec::new();
-    let recover = sb.has_incompat(INCOMPAT_RECOVER) || journal_dirty == Some(true);
-    if recover {
-        parts.push("needs-recovery");
+/// The `State:` line. "needs-recovery" comes from two places, said apart: the
+/// superblock's `needs_recovery` flag (set by every journaled mount until its clean
+/// unmount) and the journal's logs holding transactions (the `needs recovery:` line of the
+/// journal section, per log). Both are what a running mount looks like too, so when
+/// another process holds the image's writer lock (`in_use`) the state says that instead.
+fn state_string(sb: &Superblock, journal_dirty: Option<bool>, in_use: bool) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    let flag = sb.has_incompat(INCOMPAT_RECOVER);
+    let logs = journal_dirty == Some(true);
+    if (flag || logs) && in_use {
+        parts.push(
+            "in use: another cjfs process (a cjfs mount or writer) holds the image's writer lock and \
+             its journal is live (the needs_recovery flag stays set while it runs); unmount it first",
+        );
+    } else if logs {
+        parts.push("needs-recovery: the journal holds transactions to replay; run `cjfs recover`");
+    } else if flag {
+        parts.push(
+            "needs-recovery: the superblock's needs_recovery flag is set but the journal holds \
+             nothing to replay (not unmounted cleanly); `cjfs recover` clears the flag",
+        );
     } else if sb.state & STATE_VALID != 0 {
         parts.push("clean");
     } else {
         parts.push("not clean");
+    }
+    if in_use && !(flag || logs) {
+        parts.push("in use by another cjfs process (it holds the image's writer lock)");
     }
     if sb.state & STATE_ERROR != 0 {
         parts.push("errors");
@@ -105,7 +124,7 @@ fn print_superblock(
     );
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
     outln!("UUID:                  {}", uuid(&sb.uuid));
-    outln!("State:                 {}", state_string(sb, journal_dirty));
+    outln!("State:                 {}", state_string(sb, journal_dirty, crate::image::in_use(image)));
     outln!("Features:              {}", features::feature_names(sb).join(" "));
     let bad = features::unsupported_features(sb);
     if !bad.is_empty() {
@@ -218,7 +237,16 @@ fn print_journal(image: &str, dev: &Device, sb: &Superblock) -> CliResult<()> {
     }
     outln!("  uuid:                {}", uuid(&j.s_uuid));
     outln!("  users:               {}", j.s_nr_users);
-    outln!("  needs recovery:      {}", if j.needs_recovery() { "yes" } else { "no" });
+    // This log only (`s_start`); the superblock's flag and the other logs are in `State:`.
+    outln!(
+        "  needs recovery:      {}",
+        if j.needs_recovery() {
+            "yes (this log holds transactions to replay)"
+        } else {
+            "no (this log holds nothing to replay; State above also weighs the superblock's flag and \
+             the other logs)"
+        }
+    );
     let s = scan(&**dev, &area).map_err(jerr)?;
     print_scan(&s)?;
     print_log_areas(image, dev, &area, &j)

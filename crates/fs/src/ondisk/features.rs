@@ -274,14 +274,22 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
     v
 }
 
-/// Refuse a file system cjfs cannot read and write: unsupported features (all named in
-/// one message), a block size other than 4096, a revision level above 1 (dynamic).
+/// Refuse a file system cjfs cannot read and write: an external journal device
+/// ([`FsError::JournalDevice`]), a journal on another device, unsupported features (all
+/// named in one message), a block size other than 1, 2 or 4 KiB, a revision level above 1
+/// (dynamic).
 pub fn check_supported(sb: &Superblock) -> FsResult<()> {
+    if sb.feature_incompat & INCOMPAT_JOURNAL_DEV != 0 {
+        return Err(FsError::JournalDevice);
+    }
     if sb.rev_level > 1 {
         return Err(FsError::Incompatible(format!(
             "revision level {} (only 0 and 1 are supported)",
             sb.rev_level
         )));
+    }
+    if sb.has_external_journal() {
+        return Err(external_journal(sb));
     }
     let bad = unsupported_features(sb);
     if !bad.is_empty() {
@@ -321,6 +329,16 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
         )));
     }
     Ok(())
+}
+
+/// The error for a file system whose journal is on another device
+/// ([`Superblock::has_external_journal`]): cjfs only uses the internal journal inode.
+pub fn external_journal(sb: &Superblock) -> FsError {
+    FsError::Incompatible(format!(
+        "external journal not supported: the journal is on another device ({}), cjfs uses only an \
+         internal journal (inode 8)",
+        sb.external_journal_description()
+    ))
 }
 
 #[cfg(test)]

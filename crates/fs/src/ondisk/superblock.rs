@@ -629,13 +629,20 @@ impl Superblock {
         Self::decode(&buf[SUPERBLOCK_OFFSET..])
     }
 
-    /// Check the geometry fields (done by [`Superblock::decode`]).
+    /// Check the geometry fields (done by [`Superblock::decode`]). A superblock of an
+    /// external journal device (`journal_dev`) is refused first, with
+    /// [`FsError::JournalDevice`].
     pub fn validate(&self) -> FsResult<()> {
         if self.magic != EXT4_SUPER_MAGIC {
             return Err(FsError::Corrupt(format!(
                 "not an ext2/3/4 file system: bad magic 0x{:04x} (superblock s_magic)",
                 self.magic
             )));
+        }
+        // Before the geometry: a journal device's superblock has the ext4 magic but no
+        // groups or inodes, and is no corrupt file system.
+        if self.feature_incompat & INCOMPAT_JOURNAL_DEV != 0 {
+            return Err(FsError::JournalDevice);
         }
         if self.log_block_size > 6 {
             return Err(corrupt("s_log_block_size", self.log_block_size, "(block size above 64 KiB)"));
@@ -864,6 +871,27 @@ impl Superblock {
     /// `filetype`: directory entries carry a file type.
     pub fn has_filetype(&self) -> bool {
         self.has_incompat(INCOMPAT_FILETYPE)
+    }
+    /// `has_journal` with the journal on another device (`mkfs.ext4 -J device=...`): no
+    /// journal inode (`s_journal_inum` 0) but a journal UUID or device number.
+    pub fn has_external_journal(&self) -> bool {
+        self.has_journal()
+            && self.journal_inum == 0
+            && (self.journal_uuid != [0; 16] || self.journal_dev != 0)
+    }
+    /// The external journal's UUID and device number, for messages.
+    pub fn external_journal_description(&self) -> String {
+        let u = &self.journal_uuid;
+        let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
+        format!(
+            "journal UUID {}-{}-{}-{}-{}, device 0x{:04x}",
+            h(0..4),
+            h(4..6),
+            h(6..8),
+            h(8..10),
+            h(10..16),
+            self.journal_dev
+        )
     }
     /// `needs_recovery`.
     pub fn needs_recovery(&self) -> bool {
