@@ -20,7 +20,9 @@ Options for -o (comma-separated, repeatable):
   commit=SECS                 journal commit interval
   cache_blocks=N              buffer cache size in 4 KiB blocks
   allow_other | allow_root    let other users (or root) use the mount
-  nowriteback | writeback     kernel page cache write-through or writeback (default)
+  nowriteback | writeback     kernel page cache write-through (default: a write past the
+                              free space gets ENOSPC) or writeback (faster small writes;
+                              ENOSPC then only at fsync/close)
   attr_timeout=SECS, entry_timeout=SECS   kernel cache timeouts (default 1)
   fsname=NAME                 source shown in /proc/mounts
   noatime, nosuid, nodev, noexec, sync, dirsync, ...   passed to the kernel

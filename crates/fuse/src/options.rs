@@ -27,7 +27,10 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Let root access the mount (`allow_root`).
     pub allow_root: bool,
-    /// Kernel page cache in writeback mode (`writeback` / `nowriteback`).
+    /// Kernel page cache in writeback mode (`writeback`; `nowriteback`, the default, writes
+    /// through). Off by default: with it the kernel accepts `write` into its cache without
+    /// asking the daemon, so a write past the free space is only refused when it is written
+    /// back (ENOSPC at `fsync`/`close`, and lost for a program that checks neither).
     pub writeback_cache: bool,
     /// Attribute cache timeout (`attr_timeout=SECS`).
     pub attr_timeout: Duration,
@@ -49,7 +52,7 @@ impl Default for MountConfig {
             cache_blocks: None,
             allow_other: false,
             allow_root: false,
-            writeback_cache: true,
+            writeback_cache: false,
             attr_timeout: DEFAULT_TTL,
             entry_timeout: DEFAULT_TTL,
             kernel_flags: Vec::new(),
@@ -237,5 +240,11 @@ mod tests {
         let mut c = MountConfig::parse("ro").unwrap();
         c.parse_into("rw,writeback").unwrap();
         assert!(!c.read_only && c.writeback_cache);
+    }
+
+    #[test]
+    fn writes_through_by_default() {
+        assert!(!MountConfig::parse("rw").unwrap().writeback_cache);
+        assert!(!MountConfig::default().writeback_cache);
     }
 }

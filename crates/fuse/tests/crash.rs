@@ -113,5 +113,5 @@ fn kill_9_during_fsync_workload() {
     }
     run_once(0, "");
     run_once(1, "data=journal");
-    run_once(2, "nowriteback");
+    run_once(2, "writeback");
 }

@@ -46,9 +46,9 @@ fn fio_random_writes_verify_crc32c() {
     // A separate pass that only reads and checks what the first pass wrote.
     let m = s.mount("");
     fio(&s.mnt, &["--verify_only"]);
-    // And the same through the write-through (no writeback cache) configuration.
+    // And the same through the writeback cache configuration.
     m.unmount();
-    let m = s.mount("nowriteback");
+    let m = s.mount("writeback");
     fio(&s.mnt, &["--verify_only"]);
     fio(&s.mnt, &["--randseed=77", "--do_verify=1", "--direct=1"]);
     m.unmount();

@@ -136,7 +136,7 @@ fn copy_range(s: &Scratch, f: &File) {
 
 #[test]
 fn times_after_write_and_fallocate_are_stored_as_shown() {
-    for opts in ["", "nowriteback"] {
+    for opts in ["", "writeback"] {
         times_after_write_then("times_after_write_and_fallocate", opts, fallocate_extend);
         times_after_write_then("times_after_write_and_punch_hole", opts, fallocate_punch);
     }
@@ -144,7 +144,7 @@ fn times_after_write_and_fallocate_are_stored_as_shown() {
 
 #[test]
 fn times_after_write_and_copy_file_range_are_stored_as_shown() {
-    for opts in ["", "nowriteback"] {
+    for opts in ["", "writeback"] {
         times_after_write_then("times_after_write_and_copy_file_range", opts, copy_range);
     }
 }
@@ -162,7 +162,7 @@ fn times_on_128_byte_inodes_are_whole_seconds_while_mounted() {
         .output()
         .unwrap();
     assert!(out.status.success(), "mke2fs -I 128: {}", String::from_utf8_lossy(&out.stderr));
-    for opts in ["", "nowriteback"] {
+    for opts in ["", "writeback"] {
         let m = s.mount(opts);
         let mut f = File::create(s.p("w")).unwrap();
         f.write_all(b"buffered").unwrap();

@@ -36,7 +36,7 @@ mkfs.ext4 -q -F "$WORK/fuse2fs.img"
 
 mount -o loop "$WORK/ext4.img" "$WORK/mnt/ext4"
 fuse2fs "$WORK/fuse2fs.img" "$WORK/mnt/fuse2fs" -o rw
-"$CJFS" mount "$WORK/cjfs.img" "$WORK/mnt/cjfs"
+"$CJFS" mount "$WORK/cjfs.img" "$WORK/mnt/cjfs" -o writeback
 
 set -x
 "$CJFS" bench run \
