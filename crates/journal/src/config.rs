@@ -72,10 +72,11 @@ pub enum IData {
     /// Each fsync alone: FUA writes when the data forms a few requests, else plain writes
     /// and a flush of its own.
     Own,
-    /// While other fsyncs are writing to the same area, plain writes and one flush per
-    /// batch of records, issued by the batch's leader before the records' final blocks and
-    /// shared by every fsync in the batch; alone, as [`IData::Own`] (a flush drains other
-    /// files' cached writes too, a FUA write only its own blocks).
+    /// While other fsyncs are writing to the same area, data that would go FUA goes as
+    /// plain writes made durable by one flush per batch of records, issued by the batch's
+    /// leader before the records' final blocks and shared by every fsync in the batch;
+    /// scattered data and a lone fsync as [`IData::Own`] (a flush drains other files' cached
+    /// writes too, a FUA write only its own blocks).
     Grouped,
 }
 

@@ -719,11 +719,12 @@ impl Journal {
         fua_runs: usize,
     ) -> JResult<DataWritten> {
         if bufs.is_empty() && extra.is_empty() {
-            return Ok(DataWritten { blocks: 0, others: 0, fua: fua_runs > 0 });
+            return Ok(DataWritten { blocks: 0, others: 0, fua: fua_runs > 0, requests: 0 });
         }
         let chains = &self.shared.chains;
         let errors: Vec<u32> = bufs.iter().map(|b| b.jstate().write_errors).collect();
         let mut fua = fua_runs > 0;
+        let mut requests = 0;
         let (tickets, written) = {
             let _hw = self.shared.home_write_lock.lock();
             let mut writes = Vec::new();
@@ -750,6 +751,7 @@ impl Journal {
                     kind(cjfs_blockdev::BlockKind::JournalLogged),
                 ));
                 fua = reqs.len() <= fua_runs;
+                requests = reqs.len();
                 for r in &mut reqs {
                     r.fua = fua;
                 }
@@ -784,7 +786,7 @@ impl Journal {
             crate::commit::write_data(&self.shared, &retry)?;
             others += retry.len() as u64;
         }
-        Ok(DataWritten { blocks: written.len() as u64, others, fua })
+        Ok(DataWritten { blocks: written.len() as u64, others, fua, requests })
     }
 
     /// Every transaction up to this id is durable (the primary log's; with several logs,
@@ -881,4 +883,6 @@ pub struct DataWritten {
     pub others: u64,
     /// The writes were FUA: durable already, no flush needed for them.
     pub fua: bool,
+    /// Device requests the writes took (contiguous blocks share one).
+    pub requests: usize,
 }
