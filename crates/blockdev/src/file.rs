@@ -335,6 +335,23 @@ impl FileDevice {
     }
 }
 
+/// Who in the kernel uses the image at `path`, if anyone: a block device that is mounted
+/// (or held exclusively), or an image file backing a loop device that is. The writer opens
+/// of [`FileDevice::open`] refuse such an image; read-only callers use this to say why a
+/// journal looks live. Reads and writes nothing.
+pub fn kernel_holder(path: impl AsRef<Path>) -> Option<String> {
+    let path = path.as_ref();
+    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device()) {
+        let busy = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(path)
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY));
+        return busy.then(|| format!("{} is mounted or held exclusively", path.display()));
+    }
+    kernel_loop_holder(&File::open(path).ok()?)
+}
+
 /// The loop device that `file` backs, if the kernel uses it (mounted, or held exclusively):
 /// `flock` means nothing to the kernel, so an image mounted with `mount -o loop` would
 /// otherwise be written under the kernel's feet. An attached loop device nobody holds is not
@@ -367,11 +384,6 @@ fn kernel_loop_holder(file: &File) -> Option<String> {
     None
 }
 
-/// Take the image's writer lock: an exclusive `flock` on this open file description, held
-/// until the device is dropped. Two writers of one image (a `cjfs mount` and a CLI command,
-/// or two programs using the library) would each cache and overwrite the other's metadata;
-/// the second is refused instead. Read-only opens take no lock, so inspecting a mounted
-/// image stays possible (as with `debugfs -c`).
 /// Whether another open file description holds the writer lock of the image at `path` (a
 /// `cjfs mount` or another cjfs writer, see [`FileDevice::open`]). Tries to take the lock
 /// without blocking on a new read-only descriptor and releases it at once, so a writer
@@ -391,6 +403,11 @@ pub fn writer_lock_held(path: impl AsRef<Path>) -> std::io::Result<bool> {
     Err(e)
 }
 
+/// Take the image's writer lock: an exclusive `flock` on this open file description, held
+/// until the device is dropped. Two writers of one image (a `cjfs mount` and a CLI command,
+/// or two programs using the library) would each cache and overwrite the other's metadata;
+/// the second is refused instead. Read-only opens take no lock, so inspecting a mounted
+/// image stays possible (as with `debugfs -c`).
 fn lock_writer(file: &File, what: &str) -> DevResult<()> {
     // SAFETY: flock on a descriptor owned by `file`, which outlives the call.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {

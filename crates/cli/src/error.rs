@@ -68,6 +68,15 @@ pub enum CliError {
         /// The image path.
         image: String,
     },
+    /// The journal is live because the kernel has the image mounted (its block device, or a
+    /// loop device over the file): what looks like a crash is the kernel's running journal.
+    #[error("{image}: the image is in use by the kernel ({by}) and its journal is live; unmount it first")]
+    KernelInUse {
+        /// The image path.
+        image: String,
+        /// Who holds it.
+        by: String,
+    },
     /// The image file is shorter than its superblock says.
     #[error(
         "{image}: image is truncated: the superblock says {want} blocks ({want_bytes} bytes) but \

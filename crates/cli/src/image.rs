@@ -110,10 +110,22 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     Ok(Probe { sb, needs_recovery })
 }
 
-/// Whether another process holds the image's writer lock (a `cjfs mount` or a cjfs
-/// writer); false when that cannot be found out.
-pub fn in_use(image: &str) -> bool {
-    cjfs_blockdev::writer_lock_held(image).unwrap_or(false)
+/// Who else uses an image whose journal may be live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User {
+    /// Another process holds the image's writer lock (a `cjfs mount` or a cjfs writer).
+    Cjfs,
+    /// The kernel has it mounted (directly, or through a loop device): who holds it.
+    Kernel(String),
+}
+
+/// Who else uses the image, if anyone can be found: the kernel (a mount of the block device
+/// or of a loop device over the file), or another cjfs process holding the writer lock.
+pub fn in_use(image: &str) -> Option<User> {
+    if let Some(by) = cjfs_blockdev::kernel_holder(image) {
+        return Some(User::Kernel(by));
+    }
+    cjfs_blockdev::writer_lock_held(image).unwrap_or(false).then_some(User::Cjfs)
 }
 
 /// Mount `image` read-only after probing it; fails with [`CliError::NeedsRecovery`] when
@@ -122,8 +134,10 @@ pub fn in_use(image: &str) -> bool {
 pub fn mount_ro(image: &str, ctx: &Ctx) -> CliResult<Fs> {
     let p = probe(image)?;
     if p.needs_recovery {
-        if in_use(image) {
-            return Err(CliError::InUse { image: image.to_string() });
+        match in_use(image) {
+            Some(User::Cjfs) => return Err(CliError::InUse { image: image.to_string() }),
+            Some(User::Kernel(by)) => return Err(CliError::KernelInUse { image: image.to_string(), by }),
+            None => {}
         }
         return Err(CliError::NeedsRecovery { image: image.to_string() });
     }

@@ -269,18 +269,6 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether some open file description holds a `flock` on `image` (a cjfs writer or mount):
-/// tried on a read-only descriptor of our own and released at once.
-pub fn image_locked(image: &Path) -> std::io::Result<bool> {
-    let f = File::open(image)?;
-    // SAFETY: flock on a descriptor we own; closing it drops any lock we got.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(false);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(true) } else { Err(e) }
-}
-
 /// Unmount the `cjfs mount` at `dir` and wait until its daemon has committed, checkpointed,
 /// marked the image clean and let go of it — which `fusermount3 -u` and `umount` do not wait
 /// for: the kernel ends the session first and the daemon writes home after. The image is
@@ -301,7 +289,9 @@ pub fn unmount_and_wait(
     };
     unmount_dir(&dir).map_err(|source| MountError::Mount { path: dir.clone(), source })?;
     let t0 = std::time::Instant::now();
-    while image_locked(&image).map_err(|source| MountError::Image { path: image.clone(), source })? {
+    while cjfs_blockdev::writer_lock_held(&image)
+        .map_err(|source| MountError::Image { path: image.clone(), source })?
+    {
         if t0.elapsed() > timeout {
             return Err(MountError::StillHeld { path: image, secs: timeout.as_secs() });
         }

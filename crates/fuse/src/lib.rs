@@ -77,9 +77,7 @@ pub mod filesystem;
 mod lookups;
 pub mod options;
 
-pub use daemon::{
-    MountRequest, default_threads, image_locked, mount, mount_source, unmount_and_wait, unmount_dir,
-};
+pub use daemon::{MountRequest, default_threads, mount, mount_source, unmount_and_wait, unmount_dir};
 pub use error::{MountError, MountResult};
 pub use filesystem::{CjfsFuse, JOURNAL_XATTR, MAX_WRITE};
 pub use options::MountConfig;

@@ -4,6 +4,7 @@
 //! features, truncated, damaged journal) it still prints what it found, then fails with
 //! the first problem as its one-line error.
 
+use crate::image::User;
 use cjfs_blockdev::Device;
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
@@ -72,37 +73,51 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
 /// The `State:` line. "needs-recovery" comes from two places, said apart: the
 /// superblock's `needs_recovery` flag (set by every journaled mount until its clean
 /// unmount) and the journal's logs holding transactions (the `needs recovery:` line of the
-/// journal section, per log). Both are what a running mount looks like too, so when
-/// another process holds the image's writer lock (`in_use`) the state says that instead.
-fn state_string(sb: &Superblock, journal_dirty: Option<bool>, in_use: bool) -> String {
-    let mut parts: Vec<&str> = Vec::new();
+/// journal section, per log). Both are what a running mount looks like too, so when the
+/// kernel has the image mounted or another process holds its writer lock (`user`) the state
+/// says that instead.
+fn state_string(sb: &Superblock, journal_dirty: Option<bool>, user: Option<User>) -> String {
+    let mut parts: Vec<String> = Vec::new();
     let flag = sb.has_incompat(INCOMPAT_RECOVER);
     let logs = journal_dirty == Some(true);
-    if (flag || logs) && in_use {
+    let in_use = user.is_some();
+    if (flag || logs)
+        && let Some(User::Kernel(by)) = &user
+    {
+        parts.push(format!(
+            "in use: the kernel has it mounted ({by}) and its journal is live; unmount it first"
+        ));
+    } else if (flag || logs) && in_use {
         parts.push(
             "in use: another cjfs process (a cjfs mount or writer) holds the image's writer lock and \
-             its journal is live (the needs_recovery flag stays set while it runs); unmount it first",
+             its journal is live (the needs_recovery flag stays set while it runs); unmount it first"
+                .into(),
         );
     } else if logs {
-        parts.push("needs-recovery: the journal holds transactions to replay; run `cjfs recover`");
+        parts.push("needs-recovery: the journal holds transactions to replay; run `cjfs recover`".into());
     } else if flag {
         parts.push(
             "needs-recovery: the superblock's needs_recovery flag is set but the journal holds \
-             nothing to replay (not unmounted cleanly); `cjfs recover` clears the flag",
+             nothing to replay (not unmounted cleanly); `cjfs recover` clears the flag"
+                .into(),
         );
     } else if sb.state & STATE_VALID != 0 {
-        parts.push("clean");
+        parts.push("clean".into());
     } else {
-        parts.push("not clean");
+        parts.push("not clean".into());
     }
-    if in_use && !(flag || logs) {
-        parts.push("in use by another cjfs process (it holds the image's writer lock)");
+    match &user {
+        Some(User::Kernel(by)) if !(flag || logs) => parts.push(format!("in use by the kernel ({by})")),
+        Some(User::Cjfs) if !(flag || logs) => {
+            parts.push("in use by another cjfs process (it holds the image's writer lock)".into())
+        }
+        _ => {}
     }
     if sb.state & STATE_ERROR != 0 {
-        parts.push("errors");
+        parts.push("errors".into());
     }
     if sb.state & STATE_ORPHAN != 0 {
-        parts.push("orphans being recovered");
+        parts.push("orphans being recovered".into());
     }
     parts.join(", ")
 }
