@@ -16,9 +16,10 @@ use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_JOURNAL_DATA_FL};
 use crate::tx::{ReadStore, Tx};
 use crate::types::{DataMode, FallocMode, Ino, Timestamp};
 
-/// Largest file: 2^32 blocks (the extent format's logical block limit) of `bs` bytes.
-pub(crate) const fn max_file_size(bs: u64) -> u64 {
-    (1u64 << 32) * bs
+/// Largest file with `bs`-byte blocks: the on-disk limit (2^32 - 1 blocks, the kernel's
+/// `s_maxbytes`), so nothing cjfs writes is an inode the kernel and e2fsck reject.
+pub(crate) fn max_file_size(bs: u64) -> u64 {
+    crate::ondisk::inode::max_file_size(bs as u32)
 }
 /// Blocks written per transaction handle (bounds a handle's log footprint).
 const CHUNK_BLOCKS: u64 = 256;

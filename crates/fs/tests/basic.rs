@@ -50,3 +50,26 @@ fn create_write_read_rename_unlink_fsck_clean() {
     fs.unmount().expect("unmount");
     assert_fsck_clean(&path);
 }
+
+/// The largest size is the kernel's (2^32 - 1 blocks): truncating or writing one byte past
+/// it is EFBIG, exactly at it is accepted, and e2fsck finds the file clean (one block more
+/// was once accepted and left an inode the kernel refused to open).
+#[test]
+fn file_size_limit_is_the_kernels() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "limit.img", 64);
+    let fs = mount(dev);
+    let max = ((1u64 << 32) - 1) * 4096;
+    let f = fs.create(ROOT_INO, b"edge", 0o644, 0, 0).expect("create");
+    let past = fs.setattr(f.ino, &SetAttr { size: Some(max + 1), ..Default::default() });
+    assert!(matches!(past, Err(FsError::TooBig(_))), "{past:?}");
+    let past = fs.setattr(f.ino, &SetAttr { size: Some(1u64 << 44), ..Default::default() });
+    assert!(matches!(past, Err(FsError::TooBig(_))), "{past:?}");
+    assert!(matches!(fs.write(f.ino, max - 1, b"xy"), Err(FsError::TooBig(_))));
+    assert_eq!(fs.write(f.ino, max - 1, b"z").expect("last byte"), 1);
+    assert_eq!(fs.getattr(f.ino).expect("getattr").size, max);
+    let g = fs.create(ROOT_INO, b"edge2", 0o644, 0, 0).expect("create");
+    fs.setattr(g.ino, &SetAttr { size: Some(max), ..Default::default() }).expect("truncate to the limit");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
