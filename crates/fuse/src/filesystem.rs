@@ -290,7 +290,9 @@ impl CjfsFuse {
         }
     }
 
-    fn kill_suid_sgid(&self, ino: Ino) -> FsResult<()> {
+    /// Clear set-user-ID (and set-group-ID with group execute) after a write by another
+    /// user; whether a bit was cleared.
+    fn kill_suid_sgid(&self, ino: Ino) -> FsResult<bool> {
         let a = self.fs.getattr(ino)?;
         let mut perm = u32::from(a.perm);
         let mut clear = 0o4000;
@@ -298,11 +300,12 @@ impl CjfsFuse {
         if perm & 0o2010 == 0o2010 {
             clear |= 0o2000;
         }
-        if perm & clear != 0 {
-            perm &= !clear;
-            self.fs.setattr(ino, &SetAttr { mode: Some(perm), ..SetAttr::default() })?;
+        if perm & clear == 0 {
+            return Ok(false);
         }
-        Ok(())
+        perm &= !clear;
+        self.fs.setattr(ino, &SetAttr { mode: Some(perm), ..SetAttr::default() })?;
+        Ok(true)
     }
 }
 
@@ -559,13 +562,18 @@ impl Filesystem for CjfsFuse {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let ino = ino_or_reply!(ino, reply);
         let a = try_reply!(self.open_handle(ino, flags.0), reply);
-        if flags.0 & libc::O_TRUNC != 0
-            && req.uid() != 0
-            && a.kind == FileType::Regular
-            && let Err(e) = self.kill_suid_sgid(ino)
-        {
-            let _ = self.fs.release(ino);
-            return reply.error(errno(&e));
+        let mut killed = false;
+        if flags.0 & libc::O_TRUNC != 0 && req.uid() != 0 && a.kind == FileType::Regular {
+            match self.kill_suid_sgid(ino) {
+                Ok(k) => killed = k,
+                Err(e) => {
+                    let _ = self.fs.release(ino);
+                    return reply.error(errno(&e));
+                }
+            }
+        }
+        if killed {
+            self.invalidate_attrs(ino);
         }
         reply.opened(FileHandle(0), self.file_open_flags());
     }
@@ -600,9 +608,8 @@ impl Filesystem for CjfsFuse {
         reply: ReplyWrite,
     ) {
         let ino = ino_or_reply!(ino, reply);
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            try_reply!(self.kill_suid_sgid(ino), reply);
-        }
+        let killed = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && try_reply!(self.kill_suid_sgid(ino), reply);
         // With the writeback cache the kernel keeps mtime and ctime of what it caches and sends
         // them with SETATTR, possibly before the pages: a writeback must not move them on.
         let n = if self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
@@ -611,6 +618,12 @@ impl Filesystem for CjfsFuse {
             self.retry_nospc(|| self.fs.write(ino, offset, data))
         };
         let n = try_reply!(n, reply);
+        if killed {
+            // The kernel keeps its cached mode until the attribute timeout otherwise, showing
+            // set-ID bits the file no longer has. Before the reply: sent after it, the
+            // notification lost the race with the writer's own attribute update.
+            self.invalidate_attrs(ino);
+        }
         reply.written(n as u32);
     }
 

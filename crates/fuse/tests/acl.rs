@@ -88,3 +88,27 @@ fn cp_and_setfacl_keep_modes_and_acls() {
     assert_eq!(mode(&s.p("da")), 0o755);
     m.unmount();
 }
+
+/// A write (or a truncating open) by another user clears set-user-ID and set-group-ID, and
+/// the mount shows the new mode at once, not after the attribute timeout.
+#[test]
+fn set_id_bits_cleared_by_another_users_write_show_at_once() {
+    if skip("set_id_bits_cleared_by_another_users_write_show_at_once", &["setpriv", "stat"]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("allow_other");
+    // The scratch directory may be private: the other user works inside the mount.
+    std::fs::set_permissions(&s.mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for (name, how) in [("w", ">>"), ("t", ">")] {
+        let out = sh(
+            &s.mnt,
+            &format!(
+                "printf '#!/bin/sh\\n' > {name} && chmod 6777 {name} && stat -c %a {name} && \\
+                 setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo y {how} {name}' && stat -c %a {name}"
+            ),
+        );
+        assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["6777", "777"], "{name}: {out}");
+    }
+    m.unmount();
+}
