@@ -266,6 +266,9 @@ pub(crate) struct FsInner {
     /// iJournaling, when the mount uses it (unset: fsync commits). Set once at mount, after
     /// the image is validated (starting it writes the areas' headers).
     pub ij: std::sync::OnceLock<crate::ijournal::IJournal>,
+    /// Blocks of the file system's own metadata (`statfs` leaves them out of the total, as
+    /// ext4's `s_overhead`), worked out on the first `statfs`. Set once.
+    pub overhead: std::sync::OnceLock<u64>,
     /// The adaptive data mode's switches (atomics).
     pub adaptive: crate::adaptive::Counters,
     /// The adaptive data mode's memory of names whose file died young (its own leaf lock).
@@ -322,6 +325,7 @@ impl FsInner {
                 Some(i) => std::sync::OnceLock::from(i),
                 None => std::sync::OnceLock::new(),
             },
+            overhead: std::sync::OnceLock::new(),
         }
     }
 }

@@ -433,13 +433,27 @@ impl Fs {
 
     /// File system statistics.
     pub fn statfs(&self) -> StatFs {
+        let overhead = *self.inner.overhead.get_or_init(|| {
+            // A copy: reading the journal inode takes cache locks, not to be held under `sb`.
+            let sb = self.inner.sb.lock().clone();
+            let journal = crate::fs::journal_area(&self.inner.dev, &sb).map_or(0, |a| a.len());
+            sb.overhead_blocks(journal)
+        });
         let sb = self.inner.sb.lock();
         let bfree = self.inner.free_blocks.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
+        // As ext4 reports (`ext4_statfs`, `ext4_calculate_resv_clusters`): the total without
+        // the metadata, and 2 % of the blocks (at most 4096) held back from unprivileged
+        // callers beside the root reserve.
+        let resv = if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
+            (self.inner.geo.blocks_count / 50).min(4096)
+        } else {
+            0
+        };
         StatFs {
             bsize: self.inner.geo.block_size as u32,
-            blocks: self.inner.geo.blocks_count,
+            blocks: self.inner.geo.blocks_count.saturating_sub(overhead),
             bfree,
-            bavail: bfree.saturating_sub(sb.r_blocks_count),
+            bavail: bfree.saturating_sub(sb.r_blocks_count + resv),
             files: u64::from(self.inner.geo.inodes_count),
             ffree: self.inner.free_inodes.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64,
             namelen: crate::types::NAME_MAX as u32,

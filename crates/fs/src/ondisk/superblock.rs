@@ -1030,6 +1030,20 @@ impl Superblock {
     pub fn group_super_overhead(&self, g: u32) -> u32 {
         if self.has_super_in_group(g) { 1 + self.gdt_blocks() + self.reserved_gdt_blocks as u32 } else { 0 }
     }
+    /// Blocks the file system's metadata takes, as ext4's `s_overhead` (what `statfs` leaves
+    /// out of the total): `s_overhead_clusters` when set, else the first data block, every
+    /// group's superblock and GDT copies, reserved GDT blocks, bitmaps and inode table, and
+    /// the internal journal's `journal_blocks`.
+    pub fn overhead_blocks(&self, journal_blocks: u64) -> u64 {
+        if self.overhead_clusters != 0 {
+            return u64::from(self.overhead_clusters);
+        }
+        let itable = (u64::from(self.inodes_per_group) * self.inode_size() as u64)
+            .div_ceil(u64::from(self.block_size()));
+        let groups = self.group_count();
+        let supers: u64 = (0..groups).map(|g| u64::from(self.group_super_overhead(g))).sum();
+        u64::from(self.first_data_block) + supers + u64::from(groups) * (2 + itable) + journal_blocks
+    }
     /// Flex group size (1 without `flex_bg`).
     pub fn groups_per_flex(&self) -> u32 {
         if self.has_flex_bg() { 1u32 << self.log_groups_per_flex.min(31) } else { 1 }
