@@ -50,6 +50,12 @@ pub fn type_char(k: FileType) -> char {
     }
 }
 
+/// The major and minor numbers of a device number as [`cjfs_fs::Attr::rdev`] holds it
+/// (Linux's `new_encode_dev` layout).
+pub fn dev_numbers(rdev: u32) -> (u32, u32) {
+    ((rdev & 0xfff00) >> 8, (rdev & 0xff) | ((rdev >> 12) & 0xfff00))
+}
+
 /// `rwxr-xr-x` style permission string (with setuid/setgid/sticky).
 pub fn perm_string(perm: u16) -> String {
     let mut s = String::with_capacity(9);

@@ -464,6 +464,112 @@ fn put_keeps_holes() {
     ok(&["check", s(&img), "--no-e2fsck"]);
 }
 
+/// `get` to a local regular file keeps the image file's holes (as `cp --sparse=auto`): only
+/// its extents are written, the size is set at the end, and unwritten (preallocated) extents
+/// stay holes. To stdout every byte comes out, holes as zeros.
+#[test]
+fn get_keeps_holes() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "32M");
+    // hole (1 MiB), data (100 000 bytes), hole, data (50 000 bytes at 3 MiB), hole to 8 MiB.
+    let local = dir.path().join("sparse.bin");
+    let size = 8u64 << 20;
+    let f = std::fs::File::create(&local).expect("create");
+    f.set_len(size).expect("set_len");
+    f.write_all_at(&random_bytes(100_000, 21), 1 << 20).expect("write");
+    f.write_all_at(&random_bytes(50_000, 22), 3 << 20).expect("write");
+    drop(f);
+    let data = std::fs::read(&local).expect("read");
+    let sparse_local = std::fs::metadata(&local).expect("stat").blocks() * 512 < size / 2;
+    ok(&["put", s(&img), s(&local), "/sparse"]);
+    // A preallocated (unwritten) range past the data, through the library: reads as zeros.
+    {
+        let dev = FileDevice::open(&img, FileDeviceOptions::default()).expect("open");
+        let fs = Fs::open(Arc::new(dev), MountOptions::default()).expect("mount");
+        let a = fs.lookup(ROOT_INO, b"sparse").expect("lookup");
+        fs.fallocate(a.ino, cjfs_fs::FallocMode::KeepSize, 5 << 20, 1 << 20).expect("fallocate");
+        fs.unmount().expect("unmount");
+    }
+    assert!(text(&ok(&["stat", s(&img), "/sparse"]).stdout).contains("[unwritten]"));
+
+    // Into an existing local file longer than the image file: replaced, not merged.
+    let back = dir.path().join("back.bin");
+    std::fs::write(&back, vec![0xffu8; 9 << 20]).expect("prefill");
+    ok(&["get", s(&img), "/sparse", s(&back)]);
+    let m = std::fs::metadata(&back).expect("stat back");
+    assert_eq!(m.len(), size, "the local file's length is the image file's size");
+    assert!(std::fs::read(&back).expect("read back") == data, "get returned different bytes");
+    if sparse_local {
+        // 150 000 bytes of data: 38 blocks of 4 KiB, and less than twice that on any file system.
+        assert!(
+            m.blocks() * 512 <= 80 * 4096,
+            "{} sectors allocated locally for 150 000 bytes of data",
+            m.blocks()
+        );
+    } else {
+        println!("SKIP: the temporary directory's file system keeps no holes; not checking allocation");
+    }
+    // To stdout: all the bytes, zeros included.
+    assert!(ok(&["get", s(&img), "/sparse", "-"]).stdout == data, "get - returned different bytes");
+    // A file of one hole comes back as one hole of the same size.
+    let holes = dir.path().join("holeonly");
+    std::fs::File::create(&holes).expect("create").set_len(10 << 20).expect("set_len");
+    ok(&["put", s(&img), s(&holes), "/holeonly"]);
+    let back = dir.path().join("holeonly.back");
+    ok(&["get", s(&img), "/holeonly", s(&back)]);
+    let m = std::fs::metadata(&back).expect("stat back");
+    assert_eq!(m.len(), 10 << 20);
+    if sparse_local {
+        assert_eq!(m.blocks(), 0, "a file of one hole allocated blocks locally");
+    }
+    assert!(std::fs::read(&back).expect("read back").iter().all(|&b| b == 0));
+}
+
+/// `ls -l` shows a device's `major, minor` in the size column, as `ls -l` does; `stat`
+/// prints the same numbers.
+#[test]
+fn ls_long_shows_device_numbers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "16M");
+    // Linux's new_encode_dev layout, as `Fs::mknod` takes it.
+    let enc = |major: u32, minor: u32| (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
+    {
+        let dev = FileDevice::open(&img, FileDeviceOptions::default()).expect("open");
+        let fs = Fs::open(Arc::new(dev), MountOptions::default()).expect("mount");
+        fs.mknod(ROOT_INO, b"null", 0o20666, enc(1, 3), 0, 0).expect("mknod c");
+        fs.mknod(ROOT_INO, b"sda1", 0o60660, enc(8, 1), 0, 0).expect("mknod b");
+        fs.mknod(ROOT_INO, b"nvme", 0o60660, enc(259, 70000), 0, 0).expect("mknod b large");
+        fs.unmount().expect("unmount");
+    }
+    let out = text(&ok(&["ls", s(&img), "-l"]).stdout);
+    let line = |name: &str| -> Vec<String> {
+        let l = out
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("{name} in {out}"));
+        l.split_whitespace().map(str::to_string).collect()
+    };
+    // type+perm, links, uid, gid, "major,", "minor", inode, name.
+    for (name, ty, major, minor) in
+        [("null", 'c', "1,", "3"), ("sda1", 'b', "8,", "1"), ("nvme", 'b', "259,", "70000")]
+    {
+        let f = line(name);
+        assert!(f[0].starts_with(ty), "{name}: {f:?}");
+        assert_eq!((f[4].as_str(), f[5].as_str()), (major, minor), "{name}: {out}");
+    }
+    // The same for one file named on the command line.
+    let one = text(&ok(&["ls", s(&img), "-l", "/null"]).stdout);
+    assert!(one.contains(" 1, 3 "), "{one}");
+    assert!(text(&ok(&["stat", s(&img), "/nvme"]).stdout).contains("Device: 259,70000"));
+    // A regular file keeps its size there.
+    ok(&["put", s(&img), "-", "/f"]);
+    let f = text(&ok(&["ls", s(&img), "-l", "/f"]).stdout);
+    assert_eq!(f.split_whitespace().nth(4), Some("0"), "{f}");
+    assert_e2fsck_clean(&img);
+}
+
 /// `mkfs.ext4` (`mke2fs -t ext4`) with `-b BS`; false (after saying why) when missing.
 fn mkfs_ext4(img: &Path, args: &[&str], size: &str) -> bool {
     let Some(mke2fs) = tool("mke2fs") else {

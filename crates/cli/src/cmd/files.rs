@@ -11,7 +11,7 @@ use std::os::unix::io::AsRawFd;
 use cjfs_fs::{Attr, FileType, Fs, FsError, FsResult, Ino, ROOT_INO, RenameFlags, SetAttr, Timestamp};
 
 use crate::error::{CliError, CliResult};
-use crate::fmt::{inode_flag_names, lossy, perm_string, timestamp, type_char};
+use crate::fmt::{dev_numbers, inode_flag_names, lossy, perm_string, timestamp, type_char};
 use crate::image::{Ctx, with_ro, with_rw};
 use crate::out::Out;
 
@@ -87,6 +87,16 @@ fn basename(p: &str) -> &str {
     p.trim_end_matches('/').rsplit('/').next().unwrap_or(p)
 }
 
+/// The size column of `ls -l`: `major, minor` for a device, as `ls -l` shows it.
+fn size_column(a: &Attr) -> String {
+    if matches!(a.kind, FileType::CharDev | FileType::BlockDev) {
+        let (major, minor) = dev_numbers(a.rdev);
+        format!("{major}, {minor}")
+    } else {
+        a.size.to_string()
+    }
+}
+
 fn ls_line(fs: &Fs, a: &Attr, name: &[u8]) -> FsResult<Vec<u8>> {
     let mut line = format!(
         "{}{} {:>4} {:>6} {:>6} {:>12} {:>9} ",
@@ -95,7 +105,7 @@ fn ls_line(fs: &Fs, a: &Attr, name: &[u8]) -> FsResult<Vec<u8>> {
         a.nlink,
         a.uid,
         a.gid,
-        a.size,
+        size_column(a),
         a.ino
     )
     .into_bytes();
@@ -153,7 +163,7 @@ fn regular_file(fs: &Fs, image: &str, path: &str) -> CliResult<Attr> {
     }
 }
 
-/// Copy the contents of file `a` to `sink`.
+/// Copy the contents of file `a` to `sink`, every byte in order (holes as zeros).
 fn copy_out(
     fs: &Fs,
     image: &str,
@@ -161,15 +171,28 @@ fn copy_out(
     a: &Attr,
     mut sink: impl FnMut(&[u8]) -> CliResult<()>,
 ) -> CliResult<()> {
+    copy_range_out(fs, image, path, a.ino, (0, a.size), |_, b| sink(b))
+}
+
+/// Copy the bytes `[start, end)` of file `ino` to `sink`, which also gets their offset;
+/// stops early at the end of the file.
+fn copy_range_out(
+    fs: &Fs,
+    image: &str,
+    path: &str,
+    ino: Ino,
+    (start, end): Range,
+    mut sink: impl FnMut(u64, &[u8]) -> CliResult<()>,
+) -> CliResult<()> {
     let mut buf = vec![0u8; CHUNK];
-    let mut off = 0u64;
-    while off < a.size {
-        let want = ((a.size - off) as usize).min(CHUNK);
-        let n = fs.read(a.ino, off, &mut buf[..want]).map_err(|e| CliError::fs_path(image, path, e))?;
+    let mut off = start;
+    while off < end {
+        let want = ((end - off) as usize).min(CHUNK);
+        let n = fs.read(ino, off, &mut buf[..want]).map_err(|e| CliError::fs_path(image, path, e))?;
         if n == 0 {
             break;
         }
-        sink(&buf[..n])?;
+        sink(off, &buf[..n])?;
         off += n as u64;
     }
     Ok(())
@@ -186,6 +209,12 @@ pub fn cat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
 }
 
 /// `cjfs get IMG PATH LOCAL` (`-` for stdout).
+///
+/// To a local regular file, as `cp --sparse=auto`: only the file's data ranges (its
+/// extents, from [`Fs::seek_data_hole`]) are read and written at their offsets, then the
+/// local file's length is set to the size, so holes stay holes. Unwritten (preallocated)
+/// extents read as zeros and are holes here too. To stdout or any other kind of local file
+/// (a pipe, a device) every byte is written in order, holes as zeros.
 pub fn get(image: &str, ctx: &Ctx, path: &str, local: &str) -> CliResult<()> {
     with_ro(image, ctx, |fs| {
         let a = regular_file(fs, image, path)?;
@@ -195,6 +224,18 @@ pub fn get(image: &str, ctx: &Ctx, path: &str, local: &str) -> CliResult<()> {
             return out.finish();
         }
         let f = std::fs::File::create(local).map_err(|e| CliError::io(local, e))?;
+        let is_file = f.metadata().map_err(|e| CliError::io(local, e))?.is_file();
+        if is_file {
+            let data = seek_ranges(a.size, |off, data| fs.seek_data_hole(a.ino, off, data))
+                .map_err(|e| CliError::fs_path(image, path, e))?;
+            for &r in &data {
+                copy_range_out(fs, image, path, a.ino, r, |off, b| {
+                    f.write_all_at(b, off).map_err(|e| CliError::io(local, e))
+                })?;
+            }
+            f.set_len(a.size).map_err(|e| CliError::io(local, e))?;
+            return f.sync_all().map_err(|e| CliError::io(local, e));
+        }
         let mut w = std::io::BufWriter::new(f);
         copy_out(fs, image, path, &a, |b| w.write_all(b).map_err(|e| CliError::io(local, e)))?;
         let f = w.into_inner().map_err(|e| CliError::io(local, e.into_error()))?;
@@ -280,7 +321,7 @@ fn plan_put(
     Ok(PutTarget { parent, name, existing, shown })
 }
 
-/// A byte range `[start, end)` of a local file that holds data (outside are holes).
+/// A byte range `[start, end)` of a file that holds data (outside are holes).
 type Range = (u64, u64);
 
 /// Longest extent ext4 maps (`EXT_INIT_MAX_LEN`).
@@ -337,45 +378,57 @@ fn data_ranges(f: &std::fs::File, size: u64, allocated: u64) -> std::io::Result<
     }
 }
 
-/// The data ranges of `f` from `SEEK_DATA`/`SEEK_HOLE`; `None` when unsupported.
-fn seek_data_ranges(f: &std::fs::File, size: u64) -> std::io::Result<Option<Vec<Range>>> {
-    let fd = f.as_raw_fd();
-    let seek = |off: u64, whence: libc::c_int| -> std::io::Result<Option<u64>> {
-        // SAFETY: lseek on a descriptor owned by `f`, which outlives the call; the reads
-        // below use positioned reads, so moving the file offset is harmless.
-        let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
-        if r >= 0 {
-            return Ok(Some(r as u64));
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            // No data at or after `off`: the rest is a hole.
-            Some(libc::ENXIO) => Ok(None),
-            _ => Err(e),
-        }
-    };
+/// The data ranges of a file of `size` bytes, found by `seek(off, data)`: the offset of
+/// the next data (`data` true) or hole (false) at or after `off`, `None` when there is none
+/// (`ENXIO`), as `lseek(SEEK_DATA/SEEK_HOLE)` gives it. Serves both a local file's
+/// `lseek` ([`seek_data_ranges`]) and an image file's extents (`get`).
+fn seek_ranges<E>(
+    size: u64,
+    mut seek: impl FnMut(u64, bool) -> Result<Option<u64>, E>,
+) -> Result<Vec<Range>, E> {
     let mut v = Vec::new();
     let mut off = 0u64;
     while off < size {
-        let d = match seek(off, libc::SEEK_DATA) {
-            Ok(Some(d)) => d,
-            Ok(None) => break,
-            Err(e) if v.is_empty() && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let d = match seek(off, true)? {
+            Some(d) if d < size => d,
+            // No data at or after `off`: the rest is a hole.
+            _ => break,
         };
-        if d >= size {
-            break;
-        }
-        let h = seek(d, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        let h = seek(d, false)?.unwrap_or(size).min(size);
         if h <= d {
             break;
         }
         v.push((d, h));
         off = h;
     }
-    Ok(Some(v))
+    Ok(v)
+}
+
+/// The data ranges of `f` from `SEEK_DATA`/`SEEK_HOLE`; `None` when unsupported.
+fn seek_data_ranges(f: &std::fs::File, size: u64) -> std::io::Result<Option<Vec<Range>>> {
+    let fd = f.as_raw_fd();
+    let mut calls = 0u32;
+    let r = seek_ranges(size, |off, data| {
+        calls += 1;
+        let whence = if data { libc::SEEK_DATA } else { libc::SEEK_HOLE };
+        // SAFETY: lseek on a descriptor owned by `f`, which outlives the call; the reads
+        // use positioned reads, so moving the file offset is harmless.
+        let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
+        if r >= 0 {
+            return Ok(Some(r as u64));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENXIO) => Ok(None),
+            _ => Err(e),
+        }
+    });
+    match r {
+        Ok(v) => Ok(Some(v)),
+        // The very first SEEK_DATA refused: the file system does not support it.
+        Err(e) if calls == 1 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The ranges of `f` that are not all zeros, in granules of [`ZERO_SCAN`] bytes.
@@ -797,8 +850,7 @@ pub fn stat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
         ));
         line(format!("  Size: {}   Blocks (512-byte): {}", a.size, a.blocks));
         if matches!(a.kind, FileType::CharDev | FileType::BlockDev) {
-            let major = (a.rdev & 0xfff00) >> 8;
-            let minor = (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00);
+            let (major, minor) = dev_numbers(a.rdev);
             line(format!("  Device: {major},{minor}"));
         }
         let names = inode_flag_names(a.flags);
