@@ -516,7 +516,10 @@ fn writes_are_refused_while_the_kernel_mounts_the_image() {
     // Reading commands see the kernel's live journal: they name the kernel, not recovery.
     fails(&["ls", s(&img), "/"], "in use by the kernel");
     let info = text(&ok(&["info", s(&img)]).stdout);
-    assert!(info.lines().any(|l| l.starts_with("State:") && l.contains("the kernel has it mounted")), "{info}");
+    assert!(
+        info.lines().any(|l| l.starts_with("State:") && l.contains("the kernel has it mounted")),
+        "{info}"
+    );
     if Path::new("/dev/fuse").exists() {
         let fm = dir.path().join("fmnt");
         std::fs::create_dir(&fm).expect("mkdir fmnt");
