@@ -56,8 +56,6 @@ pub use cjfs_fs::ondisk::superblock::probe_block_size;
 
 /// What [`probe`] found: a valid image, and whether its journal needs recovery.
 pub struct Probe {
-    /// The primary superblock.
-    pub sb: Superblock,
     /// The journal holds transactions or the superblock says recovery is needed.
     pub needs_recovery: bool,
 }
@@ -107,7 +105,7 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     let logs_dirty =
         cjfs_fs::fs::logs_need_recovery(dev, &jsb, &areas).map_err(|e| CliError::fs(image, e))?;
     let needs_recovery = logs_dirty || sb.has_incompat(INCOMPAT_RECOVER);
-    Ok(Probe { sb, needs_recovery })
+    Ok(Probe { needs_recovery })
 }
 
 /// Who else uses an image whose journal may be live.

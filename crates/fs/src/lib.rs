@@ -38,6 +38,7 @@ pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning}
 pub use ijournal::{Fallback, IjStats};
 pub use ijournal_replay::IjReplayReport;
 pub use mkfs::{MkfsOptions, mkfs};
+pub use orphan::{PendingOrphans, pending_orphans};
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;
 pub use types::*;

@@ -498,3 +498,93 @@ pub(crate) fn release_all(fs: &FsInner) -> FsResult<()> {
     }
     Ok(())
 }
+
+/// The orphans an image records on disk, read without mounting it: what the next
+/// read-write mount (or `cjfs recover`) would free.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingOrphans {
+    /// The classic list (`s_last_orphan`, then each orphan's `i_dtime`), head first.
+    pub list: Vec<Ino>,
+    /// The orphan file's entries, in file order (empty without `orphan_file`).
+    pub file: Vec<Ino>,
+    /// `RO_COMPAT_ORPHAN_PRESENT` is set (left by a mount that did not unmount cleanly,
+    /// with or without entries).
+    pub present_flag: bool,
+}
+
+impl PendingOrphans {
+    /// How many inodes are recorded, in the list and the file together.
+    pub fn count(&self) -> usize {
+        self.list.len() + self.file.len()
+    }
+
+    /// A read-write mount has something to do: inodes to free, or the `orphan_present`
+    /// flag to clear.
+    pub fn any(&self) -> bool {
+        self.count() > 0 || self.present_flag
+    }
+}
+
+/// Read the orphans recorded on the image on `dev` (reads only), validated as a mount
+/// validates them: a link out of range, a loop, a free inode or an inode in both the list
+/// and the file is [`FsError::Corrupt`]. On an image needing journal recovery this is what
+/// the disk holds before the replay, not what the mount after it will find.
+pub fn pending_orphans(dev: &Device) -> FsResult<PendingOrphans> {
+    let (sb, _) = crate::mkfs::read_layout(&**dev)?;
+    let (first, last) = (sb.first_ino(), sb.inodes_count);
+    let mut list = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut head = sb.last_orphan;
+    let mut from = "superblock s_last_orphan".to_string();
+    while head != 0 {
+        // The same checks as `load_orphan_chain`, on raw inodes (no mount to cache them).
+        if head < first || head > last {
+            return Err(FsError::Corrupt(format!(
+                "orphan list: {from} links to inode {head}, which is {} (orphans are inodes {first}..={last})",
+                if head < first { "reserved" } else { "past the inode table" },
+            )));
+        }
+        if !seen.insert(head) {
+            return Err(FsError::Corrupt(format!("orphan list: {from} links back to inode {head} (a loop)")));
+        }
+        list.push(head);
+        let raw = read_raw_inode(&**dev, &sb, head)?;
+        if raw.mode == 0 {
+            return Err(FsError::Corrupt(format!(
+                "orphan list: {from} links to inode {head}, which is free"
+            )));
+        }
+        from = format!("inode {head}'s i_dtime");
+        head = raw.dtime;
+    }
+    let cache = BufferCache::new(dev.clone(), 64);
+    let file = match OrphanFile::load(dev, &sb, &cache)? {
+        Some(of) => {
+            let entries = of.entries();
+            for &ino in &entries {
+                if ino < first || ino > last || ino == of.ino {
+                    return Err(FsError::Corrupt(format!(
+                        "orphan file inode {}: entry {ino} is not an orphan candidate (orphans are inodes \
+                         {first}..={last}, not the orphan file)",
+                        of.ino
+                    )));
+                }
+                if seen.contains(&ino) {
+                    return Err(FsError::Corrupt(format!(
+                        "orphan inode {ino} is both in the orphan file and on the orphan list"
+                    )));
+                }
+                if read_raw_inode(&**dev, &sb, ino)?.mode == 0 {
+                    return Err(FsError::Corrupt(format!(
+                        "orphan file inode {}: entry {ino} is a free inode",
+                        of.ino
+                    )));
+                }
+            }
+            entries
+        }
+        None => Vec::new(),
+    };
+    let present_flag = sb.feature_ro_compat & crate::ondisk::features::RO_COMPAT_ORPHAN_PRESENT != 0;
+    Ok(PendingOrphans { list, file, present_flag })
+}

@@ -9,6 +9,7 @@ use cjfs_blockdev::Device;
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
+use cjfs_fs::{FsResult, PendingOrphans};
 use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
 use cjfs_journal::superblock::{
     AreaKind, COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_IJOURNAL,
@@ -75,8 +76,15 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
 /// unmount) and the journal's logs holding transactions (the `needs recovery:` line of the
 /// journal section, per log). Both are what a running mount looks like too, so when the
 /// kernel has the image mounted or another process holds its writer lock (`user`) the state
-/// says that instead.
-fn state_string(sb: &Superblock, journal_dirty: Option<bool>, user: Option<User>) -> String {
+/// says that instead. Orphans recorded on disk (`orphans`: the classic list, the orphan
+/// file, or `orphan_present` alone) are work the next read-write mount or `cjfs recover`
+/// does, so an image holding them is never called "clean".
+fn state_string(
+    sb: &Superblock,
+    journal_dirty: Option<bool>,
+    user: Option<User>,
+    orphans: &FsResult<PendingOrphans>,
+) -> String {
     let mut parts: Vec<String> = Vec::new();
     let flag = sb.has_incompat(INCOMPAT_RECOVER);
     let logs = journal_dirty == Some(true);
@@ -101,10 +109,26 @@ fn state_string(sb: &Superblock, journal_dirty: Option<bool>, user: Option<User>
              nothing to replay (not unmounted cleanly); `cjfs recover` clears the flag"
                 .into(),
         );
-    } else if sb.state & STATE_VALID != 0 {
-        parts.push("clean".into());
-    } else {
-        parts.push("not clean".into());
+    }
+    // A running mount records orphans as it goes: only a stopped image's are pending.
+    let pending = match orphans {
+        _ if in_use => None,
+        Ok(o) if o.count() > 0 => {
+            Some(format!("orphans pending: {} inode(s); `cjfs recover` frees them", o.count()))
+        }
+        Ok(o) if o.present_flag => Some(
+            "orphans pending: the orphan_present flag is set (not unmounted cleanly); `cjfs recover` \
+             clears it"
+                .into(),
+        ),
+        Ok(_) => None,
+        Err(e) => Some(format!("orphan records unreadable: {e}")),
+    };
+    let recovering = !parts.is_empty();
+    if let Some(p) = pending {
+        parts.push(p);
+    } else if !recovering {
+        parts.push(if sb.state & STATE_VALID != 0 { "clean" } else { "not clean" }.into());
     }
     match &user {
         Some(User::Kernel(by)) if !(flag || logs) => parts.push(format!("in use by the kernel ({by})")),
@@ -139,7 +163,11 @@ fn print_superblock(
     );
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
     outln!("UUID:                  {}", uuid(&sb.uuid));
-    outln!("State:                 {}", state_string(sb, journal_dirty, crate::image::in_use(image)));
+    let orphans = cjfs_fs::pending_orphans(dev);
+    outln!(
+        "State:                 {}",
+        state_string(sb, journal_dirty, crate::image::in_use(image), &orphans)
+    );
     outln!("Features:              {}", features::feature_names(sb).join(" "));
     let bad = features::unsupported_features(sb);
     if !bad.is_empty() {
@@ -173,6 +201,11 @@ fn print_superblock(
     outln!("Last checked:          {}", sb_time(sb.lastcheck));
     if sb.last_orphan != 0 {
         outln!("Orphan list head:      inode {}", sb.last_orphan);
+    }
+    if let Ok(o) = &orphans
+        && !o.file.is_empty()
+    {
+        outln!("Orphan file entries:   {}", o.file.len());
     }
     if sb.error_count != 0 {
         outln!("Errors recorded:       {}", sb.error_count);

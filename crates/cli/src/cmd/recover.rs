@@ -1,9 +1,10 @@
-//! `cjfs recover`: replay the journal of an image and report what was replayed.
+//! `cjfs recover`: replay the journal of an image, free the orphans it records (the classic
+//! list and the orphan file, as a read-write mount does) and report what was done.
 
 use std::sync::Arc;
 
 use cjfs_blockdev::{Device, OverlayDevice};
-use cjfs_fs::{Fs, FsError, recover_device};
+use cjfs_fs::{Fs, FsError, PendingOrphans, pending_orphans, recover_device};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
 
@@ -15,11 +16,14 @@ use crate::out::outln;
 struct Outcome {
     replay: RecoveryReport,
     orphans: u32,
+    /// The orphans recorded on disk after the replay, before the mount freed them.
+    pending: PendingOrphans,
 }
 
-/// Replay the journal on `dev` and, if anything was replayed or orphans are listed, mount
-/// read-write once so the orphans are released.
-fn recover_on(image: &str, ctx: &Ctx, dev: Device, orphans_listed: bool) -> CliResult<Outcome> {
+/// Replay the journal on `dev` and, if anything was replayed or orphans are recorded (on
+/// the classic list, in the orphan file, or the `orphan_present` flag alone), mount
+/// read-write once so the orphans are released and the flag cleared.
+fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
     let replay = recover_device(&dev).map_err(|e| match e {
         FsError::Journal(JournalError::Damaged(why)) => CliError::Msg(format!(
             "{image}: the journal is damaged ({why}); nothing was replayed: `e2fsck -fy {image}` \
@@ -27,14 +31,17 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device, orphans_listed: bool) -> CliR
         )),
         e => CliError::fs(image, e),
     })?;
+    // Read after the replay: the log may carry the orphan records (superblock, orphan file
+    // blocks), and the orphan file is not in the superblock's `s_last_orphan`.
+    let pending = pending_orphans(&dev).map_err(|e| CliError::fs(image, e))?;
     let mut orphans = 0;
-    if orphans_listed || replay.needed {
+    if pending.any() || replay.needed {
         let opts = ctx.options.clone();
         let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         orphans = report.orphans_cleaned;
     }
-    Ok(Outcome { replay, orphans })
+    Ok(Outcome { replay, orphans, pending })
 }
 
 /// Run `cjfs recover`.
@@ -43,18 +50,24 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device, orphans_listed: bool) -> CliR
 /// and runs first on an overlay that keeps its writes to itself: a replay that would leave
 /// a file system the mount after it refuses (a damaged journal, logged metadata that
 /// decodes as corrupt, a bad orphan list) is refused with the image byte-identical.
+/// An image whose journal is clean but which still records orphans (a replay that only
+/// cleared the needs_recovery flag, or an older cjfs recover) has them freed too.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     let p = probe(image)?;
     if !p.needs_recovery {
-        outln!("{image}: the journal is clean; nothing to replay");
-        return Ok(());
+        let pending = pending_orphans(&open_device(image, true)?).map_err(|e| CliError::fs(image, e))?;
+        if !pending.any() {
+            outln!("{image}: the journal is clean; nothing to replay");
+            return Ok(());
+        }
     }
     let dev = open_device(image, false)?;
-    let orphans_listed = p.sb.last_orphan != 0;
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
-    recover_on(image, ctx, Arc::new(overlay), orphans_listed)?;
-    let Outcome { replay: r, orphans } = recover_on(image, ctx, dev, orphans_listed)?;
-    if r.needed {
+    recover_on(image, ctx, Arc::new(overlay))?;
+    let Outcome { replay: r, orphans, pending } = recover_on(image, ctx, dev)?;
+    if !p.needs_recovery {
+        outln!("{image}: the journal is clean; nothing to replay");
+    } else if r.needed {
         outln!(
             "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
              home, {} skipped as revoked ({} revoke record(s))",
@@ -78,6 +91,10 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     }
     if orphans > 0 {
         outln!("{image}: released {orphans} orphan inode(s)");
+    }
+    if pending.present_flag {
+        // Cleared by the unmount once the orphan file is empty, as the kernel does.
+        outln!("{image}: cleared the orphan_present flag");
     }
     Ok(())
 }
