@@ -154,8 +154,11 @@ fn namespace_and_attributes() {
         sv
     };
     assert_eq!(sv.f_bsize, 4096);
-    assert_eq!(sv.f_blocks, 65536);
+    // As ext4 reports: the total leaves out the metadata (inode tables, journal), and the
+    // blocks available to unprivileged callers are fewer than the free ones.
+    assert!(sv.f_blocks < 65536 && sv.f_blocks > 65536 * 8 / 10, "f_blocks {}", sv.f_blocks);
     assert!(sv.f_bfree > 0 && sv.f_bfree < sv.f_blocks && sv.f_namemax == 255);
+    assert!(sv.f_bavail < sv.f_bfree);
     m.unmount();
     e2fsck_clean(&s.image);
 }
