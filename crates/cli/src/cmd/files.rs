@@ -486,16 +486,7 @@ fn copy_ranges_in(
             if n == 0 {
                 return Err(CliError::Msg(format!("{local}: the file shrank while being copied")));
             }
-            let mut done = 0;
-            while done < n {
-                let w = fs
-                    .write(ino, off + done as u64, &buf[done..n])
-                    .map_err(|e| CliError::fs_path(image, &t.shown, e))?;
-                if w == 0 {
-                    return Err(CliError::fs_path(image, &t.shown, FsError::NoSpace("short write".into())));
-                }
-                done += w;
-            }
+            write_all_at(fs, image, t, ino, off, &buf[..n])?;
             off += n as u64;
         }
     }
@@ -520,6 +511,21 @@ fn read_full(r: &mut (impl Read + ?Sized), buf: &mut [u8]) -> std::io::Result<us
     Ok(got)
 }
 
+/// Write all of `data` to file `ino` at `off` (a short write is retried; none at all is ENOSPC).
+fn write_all_at(fs: &Fs, image: &str, t: &PutTarget, ino: Ino, off: u64, data: &[u8]) -> CliResult<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let w = fs
+            .write(ino, off + done as u64, &data[done..])
+            .map_err(|e| CliError::fs_path(image, &t.shown, e))?;
+        if w == 0 {
+            return Err(CliError::fs_path(image, &t.shown, FsError::NoSpace("short write".into())));
+        }
+        done += w;
+    }
+    Ok(())
+}
+
 /// Copy `src` into file `ino` from offset 0.
 fn copy_in(fs: &Fs, image: &str, t: &PutTarget, ino: Ino, src: &mut dyn Read, local: &str) -> CliResult<()> {
     let mut buf = vec![0u8; CHUNK];
@@ -529,16 +535,7 @@ fn copy_in(fs: &Fs, image: &str, t: &PutTarget, ino: Ino, src: &mut dyn Read, lo
         if n == 0 {
             return Ok(());
         }
-        let mut done = 0;
-        while done < n {
-            let w = fs
-                .write(ino, off + done as u64, &buf[done..n])
-                .map_err(|e| CliError::fs_path(image, &t.shown, e))?;
-            if w == 0 {
-                return Err(CliError::fs_path(image, &t.shown, FsError::NoSpace("short write".into())));
-            }
-            done += w;
-        }
+        write_all_at(fs, image, t, ino, off, &buf[..n])?;
         off += n as u64;
     }
 }
