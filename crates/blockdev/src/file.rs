@@ -342,14 +342,18 @@ impl FileDevice {
 pub fn kernel_holder(path: impl AsRef<Path>) -> Option<String> {
     let path = path.as_ref();
     if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device()) {
-        let busy = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_EXCL)
-            .open(path)
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY));
-        return busy.then(|| format!("{} is mounted or held exclusively", path.display()));
+        return held_exclusively(path).then(|| format!("{} is mounted or held exclusively", path.display()));
     }
     kernel_loop_holder(&File::open(path).ok()?)
+}
+
+/// Whether block device `dev` is mounted or held: an exclusive open of it then fails with EBUSY.
+fn held_exclusively(dev: &Path) -> bool {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(dev)
+        .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
 }
 
 /// The loop device that `file` backs, if the kernel uses it (mounted, or held exclusively):
@@ -371,13 +375,7 @@ fn kernel_loop_holder(file: &File) -> Option<String> {
             continue;
         }
         let dev = format!("/dev/{name}");
-        // An exclusive open of a block device fails with EBUSY while it is mounted or held.
-        let busy = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_EXCL)
-            .open(&dev)
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY));
-        if busy {
+        if held_exclusively(Path::new(&dev)) {
             return Some(format!("{dev} (backed by it) is mounted or held exclusively"));
         }
     }
