@@ -43,7 +43,12 @@
 //!   by them, as on a real drive;
 //! * an unqueued one (SATA's FLUSH CACHE is not an NCQ command, so the host drains the queue
 //!   before issuing it; eMMC serves one command at a time) first waits until every submitted
-//!   write's deadline has passed, then covers them all.
+//!   write's deadline has passed and the link has moved every submitted byte (plus a write's
+//!   latency), then covers them all. The second condition matters on a queued link: a
+//!   transfer that shares the link with a backlog finishes early without pushing back the
+//!   backlog's deadlines, already handed out, so a batch of small writes would otherwise all
+//!   be "complete" long before their bytes could have crossed the link, and a writer that
+//!   splits its data into many requests would beat one that sends a single large one.
 //!
 //! Flushes issued while another is in progress overlap (the drive has `channels` units to
 //! program in parallel), except that one never ends before an earlier one still in progress:
@@ -389,7 +394,12 @@ impl TimingState {
     /// back, so it never ends before that one: flushes overlap, but a later one that found
     /// nothing new to write does not overtake the one doing the work.
     fn flush_window(&mut self, now: Instant, p: &SsdPreset) -> (Instant, Instant) {
-        let start = if p.flush_queued { now } else { self.max_deadline.max(now) };
+        // An unqueued flush drains the queue: every submitted byte crosses the link and is
+        // programmed. A write that overtook the backlog on a queued link did not push the
+        // backlog's completion times back (they were handed out), so the last deadline alone
+        // would let a batch of writes beat the link's bandwidth; `link_free` does not.
+        let drained = self.link_free + Duration::from_micros(p.write_latency_us);
+        let start = if p.flush_queued { now } else { self.max_deadline.max(drained).max(now) };
         let dirty = self.take_dirty(now, p.flush_queued);
         let end = (start + p.flush_cost(dirty)).max(self.flush_until);
         self.flush_until = end;
@@ -1056,6 +1066,30 @@ mod tests {
         assert!(link_free >= t0 + total, "the link is busy for every byte submitted");
         let (a, b, c) = (a.deadline().unwrap(), b.deadline().unwrap(), c.deadline().unwrap());
         assert!(c < a && c < b, "the small write does not wait for the large ones");
+        Ok(())
+    }
+
+    #[test]
+    fn unqueued_flush_waits_for_every_byte_on_the_link() -> DevResult<()> {
+        // Sixteen 64 KiB writes at once on a 10 MB/s queued link with an unqueued flush (the
+        // SATA preset's interface): each overtakes part of the backlog, so the last deadline
+        // comes long before the 1 MiB could have crossed the link. The flush after them must
+        // not: one large request and sixteen small ones cost the same.
+        let p =
+            SsdPreset { write_latency_us: 0, bandwidth_mb_s: 10, flush_base_us: 0, ..SsdPreset::sata_ssd() };
+        assert!(!p.flush_queued && p.link_turn_kib > 0);
+        let dev = EmulatedSsd::new(p, 1024);
+        let t0 = Instant::now();
+        let mut last = t0;
+        for i in 0..16u64 {
+            let bufs: Vec<BlockBuf> = (0..16).map(|_| pattern(i as u8)).collect();
+            let t = dev.submit(WriteRequest { block: i * 16, bufs, tag: WriteTag::default(), fua: false })?;
+            last = last.max(t.deadline().unwrap());
+        }
+        let total = p.transfer(1 << 20);
+        assert!(last < t0 + total / 2, "the model lets small writes overtake the backlog");
+        let (start, _) = dev.timing.lock().flush_window(Instant::now(), &p);
+        assert!(start >= t0 + total, "the flush starts only once the link moved every byte");
         Ok(())
     }
 

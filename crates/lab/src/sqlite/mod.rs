@@ -269,6 +269,9 @@ pub struct RoundReport {
     pub switch_ms: f64,
     /// The syncs' device work per kind of file (empty for rounds outside cjfs).
     pub sync_work: std::collections::BTreeMap<vfs::FileKind, vfs::SyncWork>,
+    /// Blocks the journal's checkpoints wrote home during the round (data a file logged
+    /// and the metadata of every commit: device work that competes with the syncs).
+    pub checkpoint_blocks: u64,
 }
 
 /// Image size of the in-process rounds (a 32 MiB journal, as mkfs gives it).
@@ -310,6 +313,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
         switches: (a1.to_data - a0.to_data, a1.to_ordered - a0.to_ordered),
         switch_ms: (a1.flush_ns - a0.flush_ns) as f64 / 1e6,
         sync_work,
+        checkpoint_blocks: j1.checkpoint_blocks - j0.checkpoint_blocks,
     })
 }
 
@@ -482,6 +486,7 @@ pub fn run_dir_rounds(
                 switches: (0, 0),
                 switch_ms: 0.0,
                 sync_work: Default::default(),
+                checkpoint_blocks: 0,
             };
             push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);
         }

@@ -263,7 +263,16 @@ fn charts(dir: &Path, rows: &[Row]) -> Result<(), crate::charts::ChartError> {
 /// kind of file, averaged over the repetitions: where the flushes beyond `nojournal`'s are.
 pub fn sync_tables(rows: &[Row]) -> String {
     type Key = (String, JournalMode, usize, String);
-    let mut sums: BTreeMap<Key, (BTreeMap<FileKind, SyncWork>, usize)> = BTreeMap::new();
+    /// Per round summed over repetitions: the syncs per file, the repetitions, the
+    /// checkpoints' blocks and the transactions' time outside syncs (µs).
+    #[derive(Default)]
+    struct Sum {
+        work: BTreeMap<FileKind, SyncWork>,
+        reps: usize,
+        checkpoint_blocks: u64,
+        outside_us: f64,
+    }
+    let mut sums: BTreeMap<Key, Sum> = BTreeMap::new();
     let mut configs: Vec<String> = Vec::new();
     for r in rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase)) {
         if r.round.sync_work.is_empty() {
@@ -274,30 +283,34 @@ pub fn sync_tables(rows: &[Row]) -> String {
         }
         let e = sums.entry((r.device.clone(), r.mode, r.per_txn, r.config.clone())).or_default();
         for (k, w) in &r.round.sync_work {
-            e.0.entry(*k).or_default().add(w);
+            e.work.entry(*k).or_default().add(w);
         }
-        e.1 += 1;
+        e.reps += 1;
+        e.checkpoint_blocks += r.round.checkpoint_blocks;
+        let txn_us: f64 = r.round.phases.iter().map(|p| p.txns as f64 * p.mean_us).sum();
+        let sync_us: u64 = r.round.sync_work.values().map(|w| w.us).sum();
+        e.outside_us += txn_us - sync_us as f64;
     }
     if sums.is_empty() {
         return String::new();
     }
     let mut out = String::from(
-        "\n#### Syncs per round by file (mean over repetitions): syncs · device flushes · syncs with two or more flushes · ms in syncs\n",
+        "\n#### Syncs per round by file (mean over repetitions): syncs · device flushes · syncs with two or more flushes · ms in syncs; blocks the checkpoints wrote; the transactions' ms outside syncs\n",
     );
     let devices: BTreeSet<&str> = sums.keys().map(|k| k.0.as_str()).collect();
     for dev in devices {
         let _ = writeln!(
             out,
-            "\n{dev}\n\n| mode | op/txn | config | db | journal | wal |\n|---|---:|---|---|---|---|"
+            "\n{dev}\n\n| mode | op/txn | config | db | journal | wal | checkpoint blocks | ms outside syncs |\n|---|---:|---|---|---|---|---:|---:|"
         );
         let rounds: BTreeSet<(JournalMode, usize)> =
             sums.keys().filter(|k| k.0 == dev).map(|k| (k.1, k.2)).collect();
         for (mode, per_txn) in rounds {
             for c in &configs {
-                let Some((work, reps)) = sums.get(&(dev.to_string(), mode, per_txn, c.clone())) else {
+                let Some(sum) = sums.get(&(dev.to_string(), mode, per_txn, c.clone())) else {
                     continue;
                 };
-                let n = *reps as f64;
+                let (work, n) = (&sum.work, sum.reps as f64);
                 let _ = write!(out, "| {} | {per_txn} | {c} |", mode.name());
                 for kind in [FileKind::Db, FileKind::Journal, FileKind::Wal] {
                     match work.get(&kind) {
@@ -314,6 +327,12 @@ pub fn sync_tables(rows: &[Row]) -> String {
                         None => out.push_str(" - |"),
                     }
                 }
+                let _ = write!(
+                    out,
+                    " {:.0} | {:.1} |",
+                    sum.checkpoint_blocks as f64 / n,
+                    sum.outside_us / n / 1000.0
+                );
                 out.push('\n');
             }
         }
