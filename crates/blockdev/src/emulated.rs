@@ -13,8 +13,13 @@
 //!    where `R = link_free - now` is the backlog, then shares the link with the backlog:
 //!    `xfer_done = now + w + T + min(T, R - w)` (half the link until the shorter of the two
 //!    is done; the backlog is taken as one stream). Either way `link_free` grows by `T`, so
-//!    the aggregate bandwidth stays the preset's; the earlier requests' completion times,
-//!    already handed out, are not pushed back;
+//!    the aggregate bandwidth stays the preset's for whatever waits on `link_free` (the
+//!    next transfer, an unqueued flush); the earlier requests' completion times, already
+//!    handed out, are not pushed back, so a batch of small requests submitted together
+//!    completes, request by request, sooner than its bytes could cross the link (each
+//!    overtakes the ones before it). Only a flush that drains the queue is held to the
+//!    link's total (below); a FUA write or a queued flush after such a batch still gets the
+//!    discount, at most the batch's transfer time;
 //! 2. is assigned to the least busy channel and completes at
 //!    `deadline = max(xfer_done, channel_free) + write_latency` (+ the FUA cost below); the
 //!    channel is busy until `deadline`.
