@@ -17,9 +17,11 @@
 //!    next transfer, an unqueued flush); the earlier requests' completion times, already
 //!    handed out, are not pushed back, so a batch of small requests submitted together
 //!    completes, request by request, sooner than its bytes could cross the link (each
-//!    overtakes the ones before it). Only a flush that drains the queue is held to the
-//!    link's total (below); a FUA write or a queued flush after such a batch still gets the
-//!    discount, at most the batch's transfer time;
+//!    overtakes the ones before it). A flush is held to the link: a draining one waits for
+//!    every submitted byte, a queued one for the bytes of the writes it covers and of every
+//!    write submitted before them (below). A host that waits for such a batch's tickets
+//!    and then does something other than flush (a FUA write) still gets the discount, at
+//!    most the batch's transfer time;
 //! 2. is assigned to the least busy channel and completes at
 //!    `deadline = max(xfer_done, channel_free) + write_latency` (+ the FUA cost below); the
 //!    channel is busy until `deadline`.
@@ -44,6 +46,9 @@
 //! * a queued flush (NVMe: "the flush applies to all commands completed prior to the
 //!   submission of the Flush command") covers the writes whose deadline has passed when it
 //!   is issued and does not wait for the others; their data stays dirty for the next flush.
+//!   It starts writing back once the link has moved the bytes of the writes it covers and of
+//!   every write submitted before them (a covered write's deadline may have come early,
+//!   see above);
 //!   A journal that flushes while another log's commit writes are in flight is not held up
 //!   by them, as on a real drive;
 //! * an unqueued one (SATA's FLUSH CACHE is not an NCQ command, so the host drains the queue
@@ -362,9 +367,13 @@ struct TimingState {
     max_deadline: Instant,
     /// Bytes of completed non-FUA writes no flush has covered yet.
     dirty_bytes: u64,
-    /// Writes possibly still in flight: deadline and the dirty bytes they will add when they
-    /// complete (min-heap by deadline; completed ones are pruned into `dirty_bytes`).
-    inflight: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Writes possibly still in flight: deadline, the dirty bytes they will add when they
+    /// complete and when the link will have moved every byte submitted up to them (min-heap
+    /// by deadline; completed ones are pruned into `dirty_bytes` and `dirty_link`).
+    inflight: BinaryHeap<Reverse<(Instant, u64, Instant)>>,
+    /// The latest "link moved every byte up to it" instant among the writes whose bytes are
+    /// in `dirty_bytes`: a flush covering them cannot end its work before it.
+    dirty_link: Instant,
     /// When the latest flush issued so far ends.
     flush_until: Instant,
 }
@@ -372,26 +381,37 @@ struct TimingState {
 impl TimingState {
     /// Moves the writes completed by `now` out of the in-flight heap; the number left.
     fn prune(&mut self, now: Instant) -> u64 {
-        while let Some(&Reverse((t, bytes))) = self.inflight.peek() {
+        while let Some(&Reverse((t, bytes, link))) = self.inflight.peek() {
             if t > now {
                 break;
             }
             self.inflight.pop();
-            self.dirty_bytes += bytes;
+            self.add_dirty(bytes, link);
         }
         self.inflight.len() as u64
     }
 
+    /// Count a completed write's dirty bytes, whose link time is `link`.
+    fn add_dirty(&mut self, bytes: u64, link: Instant) {
+        if bytes > 0 {
+            self.dirty_bytes += bytes;
+            self.dirty_link = self.dirty_link.max(link);
+        }
+    }
+
     /// The dirty bytes a flush issued at `now` covers, taken (a queued flush: the completed
-    /// writes'; an unqueued one: every submitted write's, as it waits for them all).
-    fn take_dirty(&mut self, now: Instant, queued: bool) -> u64 {
+    /// writes'; an unqueued one: every submitted write's, as it waits for them all), and when
+    /// the link will have moved them all.
+    fn take_dirty(&mut self, now: Instant, queued: bool) -> (u64, Instant) {
         self.prune(now);
         if !queued && self.inflight.iter().any(|e| e.0.1 > 0) {
             let pending: Vec<_> = self.inflight.drain().collect();
-            self.dirty_bytes += pending.iter().map(|e| e.0.1).sum::<u64>();
-            self.inflight.extend(pending.into_iter().map(|e| Reverse((e.0.0, 0))));
+            for e in &pending {
+                self.add_dirty(e.0.1, e.0.2);
+            }
+            self.inflight.extend(pending.into_iter().map(|e| Reverse((e.0.0, 0, e.0.2))));
         }
-        std::mem::take(&mut self.dirty_bytes)
+        (std::mem::take(&mut self.dirty_bytes), self.dirty_link)
     }
 
     /// A flush issued at `now`: when it starts (an unqueued one after every submitted write)
@@ -404,8 +424,11 @@ impl TimingState {
         // backlog's completion times back (they were handed out), so the last deadline alone
         // would let a batch of writes beat the link's bandwidth; `link_free` does not.
         let drained = self.link_free + Duration::from_micros(p.write_latency_us);
-        let start = if p.flush_queued { now } else { self.max_deadline.max(drained).max(now) };
-        let dirty = self.take_dirty(now, p.flush_queued);
+        let (dirty, link) = self.take_dirty(now, p.flush_queued);
+        // A queued flush covers only completed writes, but those the link model let finish
+        // early (they overtook a backlog, or were overtaken without being pushed back) have
+        // bytes that cross the link only by `link`: it cannot write them back before.
+        let start = if p.flush_queued { now.max(link) } else { self.max_deadline.max(drained).max(now) };
         let end = (start + p.flush_cost(dirty)).max(self.flush_until);
         self.flush_until = end;
         (start, end)
@@ -488,6 +511,7 @@ impl EmulatedSsd {
                 max_deadline: now,
                 dirty_bytes: 0,
                 inflight: BinaryHeap::new(),
+                dirty_link: now,
                 flush_until: now,
             }),
             counters: Counters::new(),
@@ -705,7 +729,8 @@ impl BlockDevice for EmulatedSsd {
             t.max_deadline = t.max_deadline.max(deadline);
             let dirty = if !req.fua && failure.is_none() { bytes } else { 0 };
             t.prune(now);
-            t.inflight.push(Reverse((deadline, dirty)));
+            let link_after = t.link_free;
+            t.inflight.push(Reverse((deadline, dirty, link_after)));
             (deadline, t.inflight.len() as u64)
         };
         self.counters.record_write(count, bs, req.fua);
@@ -978,6 +1003,7 @@ mod tests {
             max_deadline,
             dirty_bytes,
             inflight: BinaryHeap::new(),
+            dirty_link: t0,
             flush_until: t0,
         }
     }
@@ -988,24 +1014,24 @@ mod tests {
         let ms = Duration::from_millis;
         let state = || {
             let mut t = idle_timing(t0, t0 + ms(10), 0);
-            t.inflight.push(Reverse((t0 + ms(1), 100)));
-            t.inflight.push(Reverse((t0 + ms(10), 20)));
-            t.inflight.push(Reverse((t0 + ms(2), 0))); // a FUA write: never dirty
+            t.inflight.push(Reverse((t0 + ms(1), 100, t0)));
+            t.inflight.push(Reverse((t0 + ms(10), 20, t0)));
+            t.inflight.push(Reverse((t0 + ms(2), 0, t0))); // a FUA write: never dirty
             t
         };
         // Queued: a flush at 5 ms covers the write completed at 1 ms; the one completing at
         // 10 ms is the next flush's.
         let mut q = state();
-        assert_eq!(q.take_dirty(t0 + ms(5), true), 100);
+        assert_eq!(q.take_dirty(t0 + ms(5), true).0, 100);
         assert_eq!(q.inflight.len(), 1);
-        assert_eq!(q.take_dirty(t0 + ms(6), true), 0);
-        assert_eq!(q.take_dirty(t0 + ms(11), true), 20);
-        assert_eq!(q.take_dirty(t0 + ms(12), true), 0);
+        assert_eq!(q.take_dirty(t0 + ms(6), true).0, 0);
+        assert_eq!(q.take_dirty(t0 + ms(11), true).0, 20);
+        assert_eq!(q.take_dirty(t0 + ms(12), true).0, 0);
         // Unqueued: the flush at 5 ms waits for both and covers both; neither comes back.
         let mut u = state();
-        assert_eq!(u.take_dirty(t0 + ms(5), false), 120);
+        assert_eq!(u.take_dirty(t0 + ms(5), false).0, 120);
         assert_eq!(u.prune(t0 + ms(5)), 1, "the write still in flight is still counted as such");
-        assert_eq!(u.take_dirty(t0 + ms(11), false), 0);
+        assert_eq!(u.take_dirty(t0 + ms(11), false).0, 0);
     }
 
     #[test]
@@ -1095,6 +1121,39 @@ mod tests {
         assert!(last < t0 + total / 2, "the model lets small writes overtake the backlog");
         let (start, _) = dev.timing.lock().flush_window(Instant::now(), &p);
         assert!(start >= t0 + total, "the flush starts only once the link moved every byte");
+        Ok(())
+    }
+
+    #[test]
+    fn queued_flush_waits_for_the_link_to_move_what_it_covers() -> DevResult<()> {
+        // The same sixteen writes on a queued link and a queued flush (NVMe's interface): the
+        // host waits for every ticket, which the model completes early, then flushes; the
+        // flush covers them all and cannot start writing them back before their bytes
+        // crossed the link.
+        let p = SsdPreset {
+            write_latency_us: 0,
+            bandwidth_mb_s: 10,
+            flush_base_us: 0,
+            ..SsdPreset::nvme_consumer()
+        };
+        assert!(p.flush_queued && p.link_turn_kib > 0);
+        let dev = EmulatedSsd::new(p, 1024);
+        let t0 = Instant::now();
+        let mut tickets = Vec::new();
+        for i in 0..16u64 {
+            let bufs: Vec<BlockBuf> = (0..16).map(|_| pattern(i as u8)).collect();
+            tickets.push(dev.submit(WriteRequest {
+                block: i * 16,
+                bufs,
+                tag: WriteTag::default(),
+                fua: false,
+            })?);
+        }
+        let last = tickets.iter().filter_map(IoTicket::deadline).max().unwrap();
+        let total = p.transfer(1 << 20);
+        assert!(last < t0 + total / 2, "the model lets small writes overtake the backlog");
+        let (start, _) = dev.timing.lock().flush_window(last + Duration::from_micros(1), &p);
+        assert!(start >= t0 + total, "the flush starts only once the link moved what it covers");
         Ok(())
     }
 
