@@ -140,6 +140,21 @@ fn small_block_images_read_and_change() {
     }
 }
 
+/// An image with `stable_inodes` (inode numbers never change) works as any other: cjfs
+/// never renumbers an inode, and the flag stays set.
+#[test]
+fn stable_inodes_images_read_and_change() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("stable.img");
+    if mke2fs(&img, 4096, "metadata_csum,stable_inodes", "64M").is_none() {
+        return;
+    }
+    populated_image_round_trip(&tmp, &img);
+    if let Some(out) = debugfs_r(&img, "features") {
+        assert!(out.contains("stable_inodes"), "the feature stays set: {out}");
+    }
+}
+
 /// debugfs fills `img`; cjfs reads, changes, and e2fsck and debugfs judge the result.
 fn populated_image_round_trip(tmp: &tempfile::TempDir, img: &Path) {
     let img = img.to_path_buf();

@@ -135,12 +135,15 @@ pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
 
 /// compat bits cjfs supports. `fast_commit` says the kernel may write fast commits to the
 /// journal; cjfs replays them after a crash (`crate::fast_commit`) and never writes any.
+/// `stable_inodes` promises that inode numbers never change (what file encryption's
+/// per-inode keys rely on; it forbids shrinking): cjfs never renumbers an inode.
 pub const SUPPORTED_COMPAT: u32 = COMPAT_HAS_JOURNAL
     | COMPAT_EXT_ATTR
     | COMPAT_DIR_INDEX
     | COMPAT_RESIZE_INODE
     | COMPAT_ORPHAN_FILE
-    | COMPAT_FAST_COMMIT;
+    | COMPAT_FAST_COMMIT
+    | COMPAT_STABLE_INODES;
 /// incompat bits cjfs supports.
 pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_EXTENTS
