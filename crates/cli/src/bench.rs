@@ -75,6 +75,10 @@ struct SqliteArgs {
     /// Write results.json, results.csv, tables.md and charts here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also record every sync of the in-process rounds (phase, transaction, file, device
+    /// writes, blocks, flushes, FUA writes, time) into `sync-trace.csv` in `--out`.
+    #[arg(long, requires = "out")]
+    trace_syncs: bool,
 }
 
 #[derive(Debug, Args)]
@@ -440,6 +444,7 @@ fn sqlite(a: SqliteArgs) -> CliResult<()> {
         records_large_txn: a.records_large,
         reps: a.reps,
         seed: a.seed,
+        trace_syncs: a.trace_syncs,
     };
     let workdir = a.fuse.clone().unwrap_or_else(std::env::temp_dir);
     let machine = cjfs_lab::machine::Machine::detect(&workdir);

@@ -3,7 +3,7 @@
 //! database is intact afterwards and the file system passes its own check.
 
 use cjfs_blockdev::SsdPreset;
-use cjfs_lab::sqlite::vfs::FileKind;
+use cjfs_lab::sqlite::vfs::{FileKind, SETUP_PHASE, SyncEvent};
 use cjfs_lab::sqlite::{Config, JournalMode, RoundParams, run_cjfs};
 
 #[test]
@@ -12,7 +12,7 @@ fn sqlite_runs_on_cjfs_in_every_mode_and_configuration() {
     for mode in [JournalMode::Delete, JournalMode::Truncate, JournalMode::Persist, JournalMode::Wal] {
         for cfg in Config::paper() {
             for per_txn in [1, 40] {
-                let p = RoundParams { records: 120, per_txn, mode, seed: 3 };
+                let p = RoundParams { records: 120, per_txn, mode, seed: 3, trace_syncs: true };
                 let r = run_cjfs(&dev, &cfg, &p).unwrap_or_else(|e| panic!("{} {mode:?}: {e}", cfg.label));
                 assert_eq!(r.phases.len(), 3);
                 let want = 120usize.div_ceil(per_txn);
@@ -23,6 +23,23 @@ fn sqlite_runs_on_cjfs_in_every_mode_and_configuration() {
                 let log = if mode == JournalMode::Wal { FileKind::Wal } else { FileKind::Journal };
                 assert!(r.sync_work.get(&log).is_some_and(|w| w.syncs > 0), "{mode:?}: {:?}", r.sync_work);
                 assert!(r.sync_work.contains_key(&FileKind::Db), "{mode:?}: {:?}", r.sync_work);
+                // The trace has every sync, in phase and transaction order, and adds up to
+                // the per-file figures.
+                assert_eq!(r.sync_trace.len() as u64, r.syncs, "{} {mode:?}: one event per sync", cfg.label);
+                // Set-up first (creating the table), then the phases in order.
+                let order = |e: &SyncEvent| (e.phase != SETUP_PHASE, e.phase, e.txn);
+                assert!(
+                    r.sync_trace.windows(2).all(|w| order(&w[0]) <= order(&w[1])),
+                    "events in round order"
+                );
+                assert!(
+                    r.sync_trace
+                        .iter()
+                        .all(|e| e.phase == SETUP_PHASE || (e.phase < 3 && (e.txn as usize) < want))
+                );
+                let traced_flushes: u64 = r.sync_trace.iter().map(|e| e.work.flushes).sum();
+                let filed_flushes: u64 = r.sync_work.values().map(|w| w.flushes).sum();
+                assert_eq!(traced_flushes, filed_flushes);
                 if cfg.label == "joj" {
                     assert!(r.single_io_commits > 0, "joj commits in one write");
                 }

@@ -106,6 +106,8 @@ pub struct RoundParams {
     pub mode: JournalMode,
     /// Seed of the update and delete orders.
     pub seed: u64,
+    /// Record every sync of the round ([`RoundReport::sync_trace`]; in-process rounds only).
+    pub trace_syncs: bool,
 }
 
 /// One phase's result.
@@ -165,17 +167,27 @@ fn configure(conn: &Connection, mode: JournalMode) -> Result<(), SqliteError> {
 
 /// Run one round on `conn` (an empty table is made if there is none).
 pub fn round(conn: &mut Connection, p: &RoundParams) -> Result<Vec<PhaseResult>, SqliteError> {
+    round_marked(conn, p, &mut |_, _| {})
+}
+
+/// [`round`], calling `at(phase index, transaction)` as each transaction starts.
+fn round_marked(
+    conn: &mut Connection,
+    p: &RoundParams,
+    at: &mut dyn FnMut(u8, u64),
+) -> Result<Vec<PhaseResult>, SqliteError> {
     configure(conn, p.mode)?;
     let mut rng = StdRng::seed_from_u64(p.seed);
     let mut keys: Vec<usize> = (0..p.records).collect();
     let mut out = Vec::with_capacity(3);
-    for phase in Phase::ALL {
+    for (pi, phase) in Phase::ALL.into_iter().enumerate() {
         if phase != Phase::Insert {
             keys.shuffle(&mut rng);
         }
         let mut txns = 0usize;
         let mut total = 0f64;
         for chunk in keys.chunks(p.per_txn.max(1)) {
+            at(pi as u8, txns as u64);
             let t0 = Instant::now();
             let tx = conn.transaction()?;
             {
@@ -272,6 +284,9 @@ pub struct RoundReport {
     /// Blocks the journal's checkpoints wrote home during the round (data a file logged
     /// and the metadata of every commit: device work that competes with the syncs).
     pub checkpoint_blocks: u64,
+    /// Every sync of the round in order, when traced (`sync-trace.csv`, not `results.json`).
+    #[serde(skip)]
+    pub sync_trace: Vec<vfs::SyncEvent>,
 }
 
 /// Image size of the in-process rounds (a 32 MiB journal, as mkfs gives it).
@@ -290,17 +305,24 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     fs.sync()?;
     let name = format!("cjfs-{}", VFS_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let v = vfs::CjfsVfs::register(&name, fs.clone())?;
+    if p.trace_syncs {
+        *v.counters().trace.lock() = Some(Vec::new());
+    }
+    // Syncs before the first transaction (creating the table) are the round's set-up.
+    v.counters().set_at(vfs::SETUP_PHASE, 0);
     let (j0, d0, a0) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let phases = {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
         let mut conn = Connection::open_with_flags_and_vfs("/bench/test.db", flags, v.name())?;
-        let r = round(&mut conn, p)?;
+        let counters = v.counters();
+        let r = round_marked(&mut conn, p, &mut |phase, txn| counters.set_at(phase, txn))?;
         conn.close().map_err(|(_, e)| e)?;
         r
     };
     let (j1, d1, a1) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let syncs = v.counters().syncs.load(std::sync::atomic::Ordering::Relaxed);
     let sync_work = v.counters().sync_work.lock().clone();
+    let sync_trace = v.counters().trace.lock().take().unwrap_or_default();
     drop(v);
     fs.unmount()?;
     Ok(RoundReport {
@@ -314,6 +336,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
         switch_ms: (a1.flush_ns - a0.flush_ns) as f64 / 1e6,
         sync_work,
         checkpoint_blocks: j1.checkpoint_blocks - j0.checkpoint_blocks,
+        sync_trace,
     })
 }
 
@@ -348,6 +371,8 @@ pub struct MatrixSpec {
     pub reps: usize,
     /// Seed.
     pub seed: u64,
+    /// Record every sync of the in-process rounds (`sync-trace.csv`).
+    pub trace_syncs: bool,
 }
 
 /// One measured cell of one repetition.
@@ -416,7 +441,13 @@ pub fn run_matrix(spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> Result<V
                             mode.name(),
                             cfg.label
                         ));
-                        let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64 };
+                        let p = RoundParams {
+                            records,
+                            per_txn,
+                            mode,
+                            seed: spec.seed + rep as u64,
+                            trace_syncs: spec.trace_syncs,
+                        };
                         let r = run_cjfs(&dev, cfg, &p)?;
                         push_rows(&mut rows, dname, &cfg.label, mode, per_txn, rep, &r);
                     }
@@ -474,7 +505,7 @@ pub fn run_dir_rounds(
                 cfg.label
             ));
             let records = if per_txn <= 1 { spec.records_small_txn } else { spec.records_large_txn };
-            let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64 };
+            let p = RoundParams { records, per_txn, mode, seed: spec.seed + rep as u64, trace_syncs: false };
             let phases = run_dir(dir, &p)?;
             let round = RoundReport {
                 phases,
@@ -487,6 +518,7 @@ pub fn run_dir_rounds(
                 switch_ms: 0.0,
                 sync_work: Default::default(),
                 checkpoint_blocks: 0,
+                sync_trace: Vec::new(),
             };
             push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);
         }

@@ -191,6 +191,9 @@ pub fn write(
         );
     }
     std::fs::write(dir.join("results.csv"), csv)?;
+    if rows.iter().any(|r| !r.round.sync_trace.is_empty()) {
+        std::fs::write(dir.join("sync-trace.csv"), sync_trace_csv(rows))?;
+    }
     let mut md = format!("{}\n\nSQLite {}\n", machine.line(), rusqlite::version());
     md.push_str(&tables(rows));
     md.push_str(&sync_tables(rows));
@@ -257,6 +260,35 @@ fn charts(dir: &Path, rows: &[Row]) -> Result<(), crate::charts::ChartError> {
         )?;
     }
     Ok(())
+}
+
+/// Every traced sync of every round, one line each (a round's rows share its trace: it is
+/// written once, with the round's first phase).
+pub fn sync_trace_csv(rows: &[Row]) -> String {
+    let mut out =
+        String::from("device,config,mode,per_txn,rep,phase,txn,file,writes,blocks,flushes,fua_writes,us\n");
+    for r in rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase)) {
+        for e in &r.round.sync_trace {
+            let phase = crate::sqlite::Phase::ALL.get(usize::from(e.phase)).map_or("setup", |p| p.name());
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{phase},{},{:?},{},{},{},{},{}",
+                r.device,
+                r.config,
+                r.mode.name(),
+                r.per_txn,
+                r.rep,
+                e.txn,
+                e.file,
+                e.work.writes,
+                e.blocks,
+                e.work.flushes,
+                e.fua_writes,
+                e.work.us
+            );
+        }
+    }
+    out
 }
 
 /// Per device and round (mode × operations per transaction), each configuration's syncs per

@@ -80,6 +80,28 @@ impl SyncWork {
     }
 }
 
+/// [`SyncEvent::phase`] of the syncs before the round's first transaction (its set-up).
+pub const SETUP_PHASE: u8 = u8::MAX;
+
+/// One `xSync` of a traced round (`cjfs bench sqlite --trace-syncs`): where in the round it
+/// came and the device work it took.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SyncEvent {
+    /// The round's phase, by its index in [`super::Phase::ALL`] ([`SETUP_PHASE`] before
+    /// the first transaction).
+    pub phase: u8,
+    /// The transaction within the phase (from 0).
+    pub txn: u64,
+    /// The file synced.
+    pub file: FileKind,
+    /// Its work, as counted for [`SyncWork`] (one sync).
+    pub work: SyncWork,
+    /// FUA write commands among the writes.
+    pub fua_writes: u64,
+    /// Blocks written.
+    pub blocks: u64,
+}
+
 /// What the VFS counted (relaxed atomics).
 #[derive(Debug, Default)]
 pub struct VfsCounters {
@@ -94,6 +116,19 @@ pub struct VfsCounters {
     /// Device work of the syncs, per kind of file. Lock: itself (taken once per sync,
     /// never with another lock held).
     pub sync_work: Mutex<BTreeMap<FileKind, SyncWork>>,
+    /// The round's phase (index in [`super::Phase::ALL`]) and transaction, set by the round
+    /// as each transaction starts.
+    pub at: AtomicU64,
+    /// Every sync in order when the round is traced (`None`: not traced). Lock: itself (a
+    /// leaf, taken once per sync).
+    pub trace: Mutex<Option<Vec<SyncEvent>>>,
+}
+
+impl VfsCounters {
+    /// Record that the round's transaction `txn` of phase `phase` (index) starts.
+    pub fn set_at(&self, phase: u8, txn: u64) {
+        self.at.store((u64::from(phase) << 56) | (txn & ((1 << 56) - 1)), Ordering::Relaxed);
+    }
 }
 
 /// What the VFS needs: the file system and the shared WAL-index regions by path.
@@ -452,13 +487,25 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
         }
         let s1 = d.fs.device().stats();
         let flushes = s1.flushes - s0.flushes;
-        d.counters.sync_work.lock().entry(st.kind).or_default().add(&SyncWork {
+        let work = SyncWork {
             syncs: 1,
             flushes,
             multi_flush: u64::from(flushes >= 2),
             writes: s1.writes - s0.writes,
             us: t0.elapsed().as_micros() as u64,
-        });
+        };
+        d.counters.sync_work.lock().entry(st.kind).or_default().add(&work);
+        if let Some(trace) = d.counters.trace.lock().as_mut() {
+            let at = d.counters.at.load(Ordering::Relaxed);
+            trace.push(SyncEvent {
+                phase: (at >> 56) as u8,
+                txn: at & ((1 << 56) - 1),
+                file: st.kind,
+                work,
+                fua_writes: s1.fua_writes - s0.fua_writes,
+                blocks: s1.blocks_written - s0.blocks_written,
+            });
+        }
         if std::mem::take(dirsync) && d.fs.fsync(*dir, false).is_err() {
             return ffi::SQLITE_IOERR_DIR_FSYNC;
         }
