@@ -384,34 +384,45 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
 /// At mount, before anything is written: read and validate the on-disk orphan list (reads
 /// only).
 pub(crate) fn load_orphan_chain(fs: &FsInner) -> FsResult<Vec<Ino>> {
-    let mut head = fs.sb.lock().last_orphan;
+    let head = fs.sb.lock().last_orphan;
+    walk_orphan_list(head, (fs.geo.first_ino, fs.geo.inodes_count), |ino| {
+        let node = fs.inodes.get(fs, ino)?;
+        let st = node.state.read();
+        Ok((st.d.mode, st.d.dtime))
+    })
+}
+
+/// The classic orphan list from `head` (`s_last_orphan`), each link read by `read` (the
+/// inode's mode and `i_dtime`, the next link), validated as the kernel's ext4_orphan_get
+/// does: a link to a reserved inode, past the table (`first..=last` are the candidates),
+/// back into the list or to a free inode is corruption, not an orphan to free.
+fn walk_orphan_list(
+    mut head: Ino,
+    (first, last): (Ino, Ino),
+    mut read: impl FnMut(Ino) -> FsResult<(u16, u32)>,
+) -> FsResult<Vec<Ino>> {
     let mut from = "superblock s_last_orphan".to_string();
     let mut chain = Vec::new();
     let mut seen = std::collections::HashSet::new();
     while head != 0 {
-        // As the kernel's ext4_orphan_get: a link to a reserved inode, past the table, or
-        // back into the list is corruption, not an orphan to free.
-        if head < fs.geo.first_ino || head > fs.geo.inodes_count {
+        if head < first || head > last {
             return Err(FsError::Corrupt(format!(
-                "orphan list: {from} links to inode {head}, which is {} (orphans are inodes {}..={})",
-                if head < fs.geo.first_ino { "reserved" } else { "past the inode table" },
-                fs.geo.first_ino,
-                fs.geo.inodes_count
+                "orphan list: {from} links to inode {head}, which is {} (orphans are inodes {first}..={last})",
+                if head < first { "reserved" } else { "past the inode table" },
             )));
         }
         if !seen.insert(head) {
             return Err(FsError::Corrupt(format!("orphan list: {from} links back to inode {head} (a loop)")));
         }
         chain.push(head);
-        let node = fs.inodes.get(fs, head)?;
-        let st = node.state.read();
-        if st.d.mode == 0 {
+        let (mode, dtime) = read(head)?;
+        if mode == 0 {
             return Err(FsError::Corrupt(format!(
                 "orphan list: {from} links to inode {head}, which is free"
             )));
         }
         from = format!("inode {head}'s i_dtime");
-        head = st.d.dtime;
+        head = dtime;
     }
     Ok(chain)
 }
@@ -424,14 +435,27 @@ pub(crate) fn load_orphan_file(fs: &FsInner, chain: &[Ino]) -> FsResult<Vec<Ino>
         return Ok(Vec::new());
     };
     let entries = of.entries();
-    for &ino in &entries {
-        if ino < fs.geo.first_ino || ino > fs.geo.inodes_count || ino == of.ino {
+    check_orphan_file(of.ino, &entries, (fs.geo.first_ino, fs.geo.inodes_count), chain, |ino| {
+        Ok(fs.inodes.get(fs, ino)?.state.read().d.mode == 0)
+    })?;
+    Ok(entries)
+}
+
+/// Validate the entries of orphan file `of_ino` against the candidates `first..=last` and
+/// the classic list `chain` (an inode in both is corruption); `is_free` reads whether an
+/// inode is free.
+fn check_orphan_file(
+    of_ino: Ino,
+    entries: &[Ino],
+    (first, last): (Ino, Ino),
+    chain: &[Ino],
+    mut is_free: impl FnMut(Ino) -> FsResult<bool>,
+) -> FsResult<()> {
+    for &ino in entries {
+        if ino < first || ino > last || ino == of_ino {
             return Err(FsError::Corrupt(format!(
-                "orphan file inode {}: entry {ino} is {} (orphans are inodes {}..={}, not the orphan file)",
-                of.ino,
-                if ino > fs.geo.inodes_count { "past the inode table" } else { "reserved" },
-                fs.geo.first_ino,
-                fs.geo.inodes_count
+                "orphan file inode {of_ino}: entry {ino} is {} (orphans are inodes {first}..={last}, not the orphan file)",
+                if ino > last { "past the inode table" } else { "reserved" },
             )));
         }
         if chain.contains(&ino) {
@@ -439,15 +463,11 @@ pub(crate) fn load_orphan_file(fs: &FsInner, chain: &[Ino]) -> FsResult<Vec<Ino>
                 "orphan inode {ino} is both in the orphan file and on the orphan list"
             )));
         }
-        let node = fs.inodes.get(fs, ino)?;
-        if node.state.read().d.mode == 0 {
-            return Err(FsError::Corrupt(format!(
-                "orphan file inode {}: entry {ino} is a free inode",
-                of.ino
-            )));
+        if is_free(ino)? {
+            return Err(FsError::Corrupt(format!("orphan file inode {of_ino}: entry {ino} is a free inode")));
         }
     }
-    Ok(entries)
+    Ok(())
 }
 
 /// At mount: free (or finish truncating) every inode of `chain`, the validated orphan list
@@ -531,56 +551,18 @@ impl PendingOrphans {
 /// the disk holds before the replay, not what the mount after it will find.
 pub fn pending_orphans(dev: &Device) -> FsResult<PendingOrphans> {
     let (sb, _) = crate::mkfs::read_layout(&**dev)?;
-    let (first, last) = (sb.first_ino(), sb.inodes_count);
-    let mut list = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut head = sb.last_orphan;
-    let mut from = "superblock s_last_orphan".to_string();
-    while head != 0 {
-        // The same checks as `load_orphan_chain`, on raw inodes (no mount to cache them).
-        if head < first || head > last {
-            return Err(FsError::Corrupt(format!(
-                "orphan list: {from} links to inode {head}, which is {} (orphans are inodes {first}..={last})",
-                if head < first { "reserved" } else { "past the inode table" },
-            )));
-        }
-        if !seen.insert(head) {
-            return Err(FsError::Corrupt(format!("orphan list: {from} links back to inode {head} (a loop)")));
-        }
-        list.push(head);
-        let raw = read_raw_inode(&**dev, &sb, head)?;
-        if raw.mode == 0 {
-            return Err(FsError::Corrupt(format!(
-                "orphan list: {from} links to inode {head}, which is free"
-            )));
-        }
-        from = format!("inode {head}'s i_dtime");
-        head = raw.dtime;
-    }
+    let range = (sb.first_ino(), sb.inodes_count);
+    let list = walk_orphan_list(sb.last_orphan, range, |ino| {
+        let raw = read_raw_inode(&**dev, &sb, ino)?;
+        Ok((raw.mode, raw.dtime))
+    })?;
     let cache = BufferCache::new(dev.clone(), 64);
     let file = match OrphanFile::load(dev, &sb, &cache)? {
         Some(of) => {
             let entries = of.entries();
-            for &ino in &entries {
-                if ino < first || ino > last || ino == of.ino {
-                    return Err(FsError::Corrupt(format!(
-                        "orphan file inode {}: entry {ino} is not an orphan candidate (orphans are inodes \
-                         {first}..={last}, not the orphan file)",
-                        of.ino
-                    )));
-                }
-                if seen.contains(&ino) {
-                    return Err(FsError::Corrupt(format!(
-                        "orphan inode {ino} is both in the orphan file and on the orphan list"
-                    )));
-                }
-                if read_raw_inode(&**dev, &sb, ino)?.mode == 0 {
-                    return Err(FsError::Corrupt(format!(
-                        "orphan file inode {}: entry {ino} is a free inode",
-                        of.ino
-                    )));
-                }
-            }
+            check_orphan_file(of.ino, &entries, range, &list, |ino| {
+                Ok(read_raw_inode(&**dev, &sb, ino)?.mode == 0)
+            })?;
             entries
         }
         None => Vec::new(),

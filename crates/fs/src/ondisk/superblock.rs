@@ -1038,8 +1038,7 @@ impl Superblock {
         if self.overhead_clusters != 0 {
             return u64::from(self.overhead_clusters);
         }
-        let itable = (u64::from(self.inodes_per_group) * self.inode_size() as u64)
-            .div_ceil(u64::from(self.block_size()));
+        let itable = u64::from(self.inode_table_blocks());
         let groups = self.group_count();
         let supers: u64 = (0..groups).map(|g| u64::from(self.group_super_overhead(g))).sum();
         u64::from(self.first_data_block) + supers + u64::from(groups) * (2 + itable) + journal_blocks
