@@ -284,9 +284,10 @@ pub struct RoundReport {
     /// Blocks the journal's checkpoints wrote home during the round (data a file logged
     /// and the metadata of every commit: device work that competes with the syncs).
     pub checkpoint_blocks: u64,
-    /// Every sync of the round in order, when traced (`sync-trace.csv`, not `results.json`).
+    /// Every sync of the round in order, when traced (`sync-trace.csv`, not `results.json`;
+    /// shared by the round's rows).
     #[serde(skip)]
-    pub sync_trace: Vec<vfs::SyncEvent>,
+    pub sync_trace: Arc<[vfs::SyncEvent]>,
 }
 
 /// Image size of the in-process rounds (a 32 MiB journal, as mkfs gives it).
@@ -306,10 +307,8 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     let name = format!("cjfs-{}", VFS_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let v = vfs::CjfsVfs::register(&name, fs.clone())?;
     if p.trace_syncs {
-        *v.counters().trace.lock() = Some(Vec::new());
+        v.counters().start_trace();
     }
-    // Syncs before the first transaction (creating the table) are the round's set-up.
-    v.counters().set_at(vfs::SETUP_PHASE, 0);
     let (j0, d0, a0) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let phases = {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
@@ -322,7 +321,8 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     let (j1, d1, a1) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let syncs = v.counters().syncs.load(std::sync::atomic::Ordering::Relaxed);
     let sync_work = v.counters().sync_work.lock().clone();
-    let sync_trace = v.counters().trace.lock().take().unwrap_or_default();
+    let sync_trace: Arc<[vfs::SyncEvent]> =
+        v.counters().trace.lock().take().map_or_else(Vec::new, |t| t.events).into();
     drop(v);
     fs.unmount()?;
     Ok(RoundReport {
@@ -518,7 +518,7 @@ pub fn run_dir_rounds(
                 switch_ms: 0.0,
                 sync_work: Default::default(),
                 checkpoint_blocks: 0,
-                sync_trace: Vec::new(),
+                sync_trace: Arc::new([]),
             };
             push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);
         }

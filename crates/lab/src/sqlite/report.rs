@@ -262,13 +262,17 @@ fn charts(dir: &Path, rows: &[Row]) -> Result<(), crate::charts::ChartError> {
     Ok(())
 }
 
-/// Every traced sync of every round, one line each (a round's rows share its trace: it is
-/// written once, with the round's first phase).
+/// One row per round (its first phase's): the rows of a round share its file-system view.
+fn round_rows(rows: &[Row]) -> impl Iterator<Item = &Row> {
+    rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase))
+}
+
+/// Every traced sync of every round, one line each.
 pub fn sync_trace_csv(rows: &[Row]) -> String {
     let mut out =
         String::from("device,config,mode,per_txn,rep,phase,txn,file,writes,blocks,flushes,fua_writes,us\n");
-    for r in rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase)) {
-        for e in &r.round.sync_trace {
+    for r in round_rows(rows) {
+        for e in r.round.sync_trace.iter() {
             let phase = crate::sqlite::Phase::ALL.get(usize::from(e.phase)).map_or("setup", |p| p.name());
             let _ = writeln!(
                 out,
@@ -306,7 +310,7 @@ pub fn sync_tables(rows: &[Row]) -> String {
     }
     let mut sums: BTreeMap<Key, Sum> = BTreeMap::new();
     let mut configs: Vec<String> = Vec::new();
-    for r in rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase)) {
+    for r in round_rows(rows) {
         if r.round.sync_work.is_empty() {
             continue;
         }

@@ -116,18 +116,34 @@ pub struct VfsCounters {
     /// Device work of the syncs, per kind of file. Lock: itself (taken once per sync,
     /// never with another lock held).
     pub sync_work: Mutex<BTreeMap<FileKind, SyncWork>>,
-    /// The round's phase (index in [`super::Phase::ALL`]) and transaction, set by the round
-    /// as each transaction starts.
-    pub at: AtomicU64,
-    /// Every sync in order when the round is traced (`None`: not traced). Lock: itself (a
-    /// leaf, taken once per sync).
-    pub trace: Mutex<Option<Vec<SyncEvent>>>,
+    /// The round's syncs when it is traced (`None`: not traced). Lock: itself (a leaf, taken
+    /// once per sync and once per transaction).
+    pub trace: Mutex<Option<SyncTrace>>,
+}
+
+/// A traced round so far: where it is and every sync in order.
+#[derive(Debug)]
+pub struct SyncTrace {
+    /// The phase running (index in [`super::Phase::ALL`], [`SETUP_PHASE`] before the first
+    /// transaction).
+    pub phase: u8,
+    /// The transaction running within the phase.
+    pub txn: u64,
+    /// The syncs so far.
+    pub events: Vec<SyncEvent>,
 }
 
 impl VfsCounters {
+    /// Start tracing the round's syncs, from its set-up.
+    pub fn start_trace(&self) {
+        *self.trace.lock() = Some(SyncTrace { phase: SETUP_PHASE, txn: 0, events: Vec::new() });
+    }
+
     /// Record that the round's transaction `txn` of phase `phase` (index) starts.
     pub fn set_at(&self, phase: u8, txn: u64) {
-        self.at.store((u64::from(phase) << 56) | (txn & ((1 << 56) - 1)), Ordering::Relaxed);
+        if let Some(t) = self.trace.lock().as_mut() {
+            (t.phase, t.txn) = (phase, txn);
+        }
     }
 }
 
@@ -495,11 +511,10 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
             us: t0.elapsed().as_micros() as u64,
         };
         d.counters.sync_work.lock().entry(st.kind).or_default().add(&work);
-        if let Some(trace) = d.counters.trace.lock().as_mut() {
-            let at = d.counters.at.load(Ordering::Relaxed);
-            trace.push(SyncEvent {
-                phase: (at >> 56) as u8,
-                txn: at & ((1 << 56) - 1),
+        if let Some(t) = d.counters.trace.lock().as_mut() {
+            t.events.push(SyncEvent {
+                phase: t.phase,
+                txn: t.txn,
                 file: st.kind,
                 work,
                 fua_writes: s1.fua_writes - s0.fua_writes,
