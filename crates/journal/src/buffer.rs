@@ -6,18 +6,22 @@
 //! of one buffer may be in flight is the journal's `max_versions` (1 = JBD2's single frozen
 //! copy; CJFS's multi-version shadow paging allows more).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cjfs_blockdev::{BlockBuf, Device, TxId, zeroed_block};
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use cjfs_blockdev::{BlockBuf, Device, TxId, zeroed_buf};
+use parking_lot::{MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::lock_stat::{WaitCv, WaitSite};
 
 use crate::lock_rank::{Rank, RankedGuard, RankedMutex};
 
 use crate::error::JResult;
+
+/// One shard of the cache: block number to buffer. The key is a block number, so the
+/// hasher need not resist chosen keys; SipHash's rounds were a measurable share of a
+/// streaming writer's CPU (every block written looks its buffer up).
+type ShardMap = std::collections::HashMap<u64, Arc<Buffer>, foldhash::fast::RandomState>;
 
 /// Transaction id within one log (JBD2's sequence number, not wrapped; the low 32 bits go on
 /// disk). A transaction's full identity is a [`TxId`] (log and id): the buffer cache is shared
@@ -88,8 +92,10 @@ impl JState {
 /// writing (the commit path takes `jstate` then `data` for reading).
 pub struct Buffer {
     blocknr: u64,
-    /// Live image. Lock: itself.
-    data: RwLock<Box<[u8]>>,
+    /// Live image, shared copy-on-write with the versions and writes taken of it: a
+    /// snapshot is a reference, and a writer copies only while one is still held. Lock:
+    /// itself.
+    data: RwLock<BlockBuf>,
     /// Journal bookkeeping. Lock: itself.
     jstate: RankedMutex<JState>,
     /// Signalled when `jstate.versions` drops (writers blocked on a conflict wait here)
@@ -114,7 +120,7 @@ impl Buffer {
     fn new(blocknr: u64, block_size: usize) -> Self {
         Buffer {
             blocknr,
-            data: RwLock::new(zeroed_block(block_size)),
+            data: RwLock::new(zeroed_buf(block_size)),
             jstate: RankedMutex::new(Rank::BufferJState, JState::default()),
             cv: WaitCv::new(WaitSite::Buffer),
             uptodate: AtomicBool::new(false),
@@ -129,19 +135,25 @@ impl Buffer {
     }
 
     /// Read access to the live image.
-    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
-        self.data.read()
+    pub fn read(&self) -> MappedRwLockReadGuard<'_, [u8]> {
+        RwLockReadGuard::map(self.data.read(), |d| &**d)
     }
 
     /// Write access to the live image. Metadata must be under a handle's write access first.
-    pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.data.write()
+    /// The image is copied first if a snapshot of it is still referenced (a version in a
+    /// log write or awaiting checkpoint, an ordered write in flight), so that snapshot
+    /// stays what it was.
+    pub fn write(&self) -> MappedRwLockWriteGuard<'_, [u8]> {
+        RwLockWriteGuard::map(self.data.write(), |d| Arc::make_mut(d))
     }
 
     /// A shared copy of the live image (a version).
     pub fn snapshot(&self) -> BlockBuf {
-        // One allocation and copy: this runs for every block of every commit.
-        BlockBuf::from(&self.data.read()[..])
+        // A reference, not a copy: this runs for every block of every commit and every
+        // ordered write, and the live image is copied only if written while it is held
+        // (`write`). The ordered data of a streaming writer was copied three times (write,
+        // snapshot, device); now twice.
+        self.data.read().clone()
     }
 
     /// Journal bookkeeping lock.
@@ -194,7 +206,7 @@ pub struct BufferCache {
     /// The device's block size, the length of every buffer (immutable).
     block_size: usize,
     /// block number -> buffer, per shard. Lock: the shard's Mutex.
-    shards: Vec<RankedMutex<HashMap<u64, Arc<Buffer>>>>,
+    shards: Vec<RankedMutex<ShardMap>>,
     /// Soft limit on cached buffers per shard.
     shard_cap: usize,
     /// Access clock for eviction. Relaxed.
@@ -209,7 +221,7 @@ impl BufferCache {
         BufferCache {
             block_size: dev.block_size(),
             dev,
-            shards: (0..SHARDS).map(|_| RankedMutex::new(Rank::CacheShard, HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| RankedMutex::new(Rank::CacheShard, ShardMap::default())).collect(),
             shard_cap: (capacity_blocks / SHARDS).max(64),
             tick: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -226,7 +238,7 @@ impl BufferCache {
         self.block_size
     }
 
-    fn shard(&self, blocknr: u64) -> &RankedMutex<HashMap<u64, Arc<Buffer>>> {
+    fn shard(&self, blocknr: u64) -> &RankedMutex<ShardMap> {
         // Fibonacci hashing spreads neighbouring blocks across shards.
         let h = blocknr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         &self.shards[h as usize % SHARDS]
@@ -258,7 +270,7 @@ impl BufferCache {
     pub fn read(&self, blocknr: u64) -> JResult<Arc<Buffer>> {
         let b = self.get(blocknr);
         if !b.is_uptodate() {
-            let mut g = b.data.write();
+            let mut g = b.write();
             if !b.is_uptodate() {
                 self.dev.read(blocknr, &mut g[..])?;
                 self.reads.fetch_add(1, Ordering::Relaxed);
@@ -282,7 +294,11 @@ impl BufferCache {
         b.jstate().checkpoint = None;
         {
             let mut g = b.data.write();
-            g.fill(0);
+            // A still-referenced old image is replaced, not copied and then zeroed.
+            match Arc::get_mut(&mut g) {
+                Some(d) => d.fill(0),
+                None => *g = zeroed_buf(self.block_size),
+            }
         }
         // Whatever was checked about the old contents says nothing about the new ones.
         b.verified.store(false, Ordering::Release);
@@ -343,7 +359,7 @@ impl BufferCache {
         }
     }
 
-    fn evict(shard: &mut HashMap<u64, Arc<Buffer>>, cap: usize) {
+    fn evict(shard: &mut ShardMap, cap: usize) {
         // Drop the older half of the evictable buffers: amortises the scan.
         let mut cands: Vec<(u64, u64)> = shard
             .iter()
