@@ -147,7 +147,13 @@ impl Buffer {
         RwLockWriteGuard::map(self.data.write(), |d| Arc::make_mut(d))
     }
 
-    /// A shared copy of the live image (a version).
+    /// A private copy of the live image: a journal version, whose copy is the commit's
+    /// work (counted in its statistics) rather than a later writer's.
+    pub fn copy(&self) -> BlockBuf {
+        BlockBuf::from(&self.data.read()[..])
+    }
+
+    /// A shared copy of the live image (an ordered write's data).
     pub fn snapshot(&self) -> BlockBuf {
         // A reference, not a copy: this runs for every block of every commit and every
         // ordered write, and the live image is copied only if written while it is held

@@ -47,9 +47,9 @@ impl ShadowPool {
                     self.reused.fetch_add(1, Ordering::Relaxed);
                     return p;
                 }
-                buf.snapshot()
+                buf.copy()
             }
-            None => buf.snapshot(),
+            None => buf.copy(),
         }
     }
 
