@@ -1,10 +1,15 @@
 //! Buffers and the sharded buffer cache (the "page cache" of cjfs).
 //!
 //! One [`Buffer`] per cached block holds the live image. A committing transaction never
-//! writes the live image: it writes a *version* (a copy taken when the transaction locks),
+//! logs the live image: it logs a *version* (a copy taken when the transaction locks),
 //! so writers of the next transaction may change the live image at once. How many versions
 //! of one buffer may be in flight is the journal's `max_versions` (1 = JBD2's single frozen
 //! copy; CJFS's multi-version shadow paging allows more).
+//!
+//! The live image is shared copy-on-write ([`Buffer::snapshot`], [`Buffer::write`]): an
+//! ordered-data write sends the image itself, and a writer that changes the block while that
+//! write still holds it copies first, as the kernel's JBD2 freezes a buffer only when it is
+//! written to during a commit. Versions stay copies taken by the commit ([`Buffer::copy`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -389,6 +394,28 @@ impl BufferCache {
 mod tests {
     use super::*;
     use cjfs_blockdev::EmulatedSsd;
+
+    #[test]
+    fn snapshots_share_the_image_until_it_is_written() {
+        let dev: Device = Arc::new(EmulatedSsd::ram(64));
+        let cache = BufferCache::new(dev, 64);
+        let b = cache.get_new(5);
+        b.write()[0] = 1;
+        let s1 = b.snapshot();
+        let s2 = b.snapshot();
+        assert!(Arc::ptr_eq(&s1, &s2), "a snapshot is a reference, not a copy");
+        b.write()[0] = 2;
+        assert_eq!((s1[0], b.read()[0]), (1, 2), "a write while a snapshot is held copies first");
+        drop((s1, s2));
+        let s3 = b.snapshot();
+        drop(s3);
+        let before = b.read().as_ptr();
+        b.write()[1] = 3;
+        assert_eq!(b.read().as_ptr(), before, "an unreferenced image is written in place");
+        let c = b.copy();
+        assert!(!std::ptr::eq(c.as_ptr(), b.read().as_ptr()), "a version is a copy");
+        assert_eq!(&c[..2], &[2, 3]);
+    }
 
     #[test]
     fn read_caches_and_evicts_clean_only() {

@@ -2,12 +2,15 @@
 """Summary tables of docs/results/ijournal from the results.json files `cjfs bench run` wrote.
 
     python3 docs/results/ijournal/tables.py [DIR]   # prints markdown (run.sh writes tables.md)
+    LOAD=alone python3 docs/results/ijournal/tables.py DIR   # a run that had the machine to itself
 """
 import json
 import os
 import sys
 
 base = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+# What else ran on the machine (LOAD=alone for a quiet run).
+LOAD = os.environ.get("LOAD", "shared: a niced crash suite running beside")
 
 
 def load(name):
@@ -28,8 +31,8 @@ def point(r, series, threads=None):
 
 def header(r):
     m = r["machine"]
-    return (f"machine: {m['cpu']} ×{m['cores']}, kernel {m['kernel']} (shared: a niced crash suite "
-            f"running beside) · seed {r['seed']} · {r['duration_secs']:.0f} s per run · "
+    return (f"machine: {m['cpu']} ×{m['cores']}, kernel {m['kernel']} ({LOAD}) · seed {r['seed']} · "
+            f"{r['duration_secs']:.0f} s per run · "
             f"{r['reps']} interleaved repetitions · command `{r['command'].split('release/')[-1]}`")
 
 
