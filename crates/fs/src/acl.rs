@@ -85,6 +85,47 @@ pub(crate) fn set(
     xattr::set_acl(fs, ino, st, ACCESS, disk.as_deref(), Some(mode))
 }
 
+/// What a new inode of `mode` made in directory `parent` (state `ps`) by a caller with
+/// `umask` gets (`posix_acl_create`): with a default ACL on the parent, the permission bits
+/// it allows and the attributes to store — an access ACL unless the mode says it all, and for
+/// a directory the default ACL itself; the umask is then ignored, as the kernel does. Without
+/// one, the umask applies and nothing is stored. Symbolic links get neither.
+pub(crate) fn inherit(
+    fs: &FsInner,
+    parent: Ino,
+    ps: &InodeState,
+    mode: u16,
+    umask: u16,
+) -> FsResult<(u16, crate::ondisk::xattr::XattrList)> {
+    const S_IFMT: u16 = 0o170000;
+    let kind = mode & S_IFMT;
+    if kind == 0o120000 {
+        return Ok((mode, Vec::new()));
+    }
+    let raw = match xattr::get(fs, ps, DEFAULT) {
+        Ok(v) => v,
+        Err(FsError::NoAttr(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let default = if raw.is_empty() { None } else { a::from_disk(&raw)? };
+    let Some(default) = default else {
+        return Ok((mode & !(umask & 0o777), Vec::new()));
+    };
+    let mut access = default.clone();
+    let (perm, stored) = a::create_masq(&mut access, mode & 0o777).map_err(|e| match e {
+        FsError::Invalid(m) => FsError::Corrupt(format!("default ACL of directory inode {parent}: {m}")),
+        e => e,
+    })?;
+    let mut list = Vec::new();
+    if stored {
+        list.push((ACCESS.to_vec(), a::to_disk(&access)));
+    }
+    if kind == 0o040000 {
+        list.push((DEFAULT.to_vec(), a::to_disk(&default)));
+    }
+    Ok(((mode & !0o777) | perm, list))
+}
+
 /// After a chmod to the inode's current mode: rewrite its stored access ACL to match
 /// (`posix_acl_chmod`). Nothing to do without one.
 pub(crate) fn chmod(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<()> {

@@ -66,11 +66,17 @@ fn new_disk_inode(fs: &FsInner, mode: u16, uid: u32, gid: u32) -> DiskInode {
 
 /// Make a new inode named `name` in `parent`. `init` fills type-specific parts inside the
 /// same transaction. Returns the new inode.
+///
+/// `umask` applies to the permission bits unless `parent` has a default POSIX ACL: then the
+/// new inode inherits it instead (`posix_acl_create`, in the same transaction as ext4's
+/// `ext4_init_acl`), symbolic links excepted.
+#[allow(clippy::too_many_arguments)]
 fn make_node(
     fs: &FsInner,
     parent: Ino,
     name: &[u8],
     mode: u16,
+    umask: u16,
     (uid, gid): (u32, u32),
     credits: u32,
     init: impl FnOnce(&mut Tx<'_>, Ino, &mut InodeState) -> FsResult<()>,
@@ -85,6 +91,9 @@ fn make_node(
     if is_dir && ps.d.links_count >= LINK_MAX && !fs.sb.lock().has_dir_nlink() {
         return Err(FsError::TooManyLinks(format!("directory inode {parent}")));
     }
+    let (mode, acls) = crate::acl::inherit(fs, parent, &ps, mode, umask)?;
+    // An inherited ACL may need an xattr block (and its bitmap and group descriptor).
+    let credits = credits + if acls.is_empty() { 0 } else { 4 };
     let mut tx = Tx::start(fs, credits)?;
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let mut d = new_disk_inode(fs, mode, uid, gid);
@@ -98,6 +107,9 @@ fn make_node(
     let mut st = node.state.write();
     let made = (|| {
         init(&mut tx, ino, &mut st)?;
+        if !acls.is_empty() {
+            crate::xattr::init_list(&mut tx, ino, &mut st, &acls)?;
+        }
         store_inode(&mut tx, ino, &mut st)?;
         dir::add_entry(&mut tx, parent, &mut ps, name, ino, file_type_from_mode(mode))
     })();
@@ -146,11 +158,13 @@ fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: 
 }
 
 /// Create a regular file, fifo, socket or device node.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn mknod(
     fs: &FsInner,
     parent: Ino,
     name: &[u8],
     mode: u32,
+    umask: u16,
     rdev: u32,
     uid: u32,
     gid: u32,
@@ -160,7 +174,7 @@ pub(crate) fn mknod(
     if matches!(kind, FileType::Directory | FileType::Symlink) {
         return Err(FsError::Invalid("mknod cannot make directories or symlinks".into()));
     }
-    make_node(fs, parent, name, mode as u16, (uid, gid), 24, |_, _, st| {
+    make_node(fs, parent, name, mode as u16, umask, (uid, gid), 24, |_, _, st| {
         st.d.links_count = 1;
         match kind {
             FileType::Regular => {
@@ -189,10 +203,12 @@ pub(crate) fn mkdir(
     parent: Ino,
     name: &[u8],
     mode: u32,
+    umask: u16,
     uid: u32,
     gid: u32,
 ) -> FsResult<Arc<Inode>> {
-    make_node(fs, parent, name, (mode as u16 & !S_IFMT) | S_IFDIR, (uid, gid), 32, |tx, ino, st| {
+    let mode = (mode as u16 & !S_IFMT) | S_IFDIR;
+    make_node(fs, parent, name, mode, umask, (uid, gid), 32, |tx, ino, st| {
         st.d.links_count = 2;
         dir::init_dir(tx, st, ino, parent)
     })
@@ -210,7 +226,7 @@ pub(crate) fn symlink(
     if target.is_empty() || target.len() >= fs.geo.block_size {
         return Err(FsError::NameTooLong(format!("symlink target of {} bytes", target.len())));
     }
-    make_node(fs, parent, name, S_IFLNK | 0o777, (uid, gid), 24, |tx, ino, st| {
+    make_node(fs, parent, name, S_IFLNK | 0o777, 0, (uid, gid), 24, |tx, ino, st| {
         st.d.links_count = 1;
         st.d.size = target.len() as u64;
         if target.len() < 60 {

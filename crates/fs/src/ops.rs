@@ -193,12 +193,27 @@ impl Fs {
         Ok(attr_of(&self.inner, ino, &st))
     }
 
-    /// Create a regular file.
+    /// Create a regular file with permission bits `mode` (no umask; a default POSIX ACL of
+    /// `parent` is inherited, see [`Fs::mknod_umask`]).
     pub fn create(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
-        self.mknod(parent, name, (mode & 0o7777) | 0o100000, 0, uid, gid)
+        self.create_umask(parent, name, mode, 0, uid, gid)
     }
 
-    /// Create a file of any non-directory, non-symlink type (fifo, socket, device, regular).
+    /// Create a regular file as a process with `umask` does (see [`Fs::mknod_umask`]).
+    pub fn create_umask(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
+        self.mknod_umask(parent, name, (mode & 0o7777) | 0o100000, umask, 0, uid, gid)
+    }
+
+    /// Create a file of any non-directory, non-symlink type (fifo, socket, device, regular)
+    /// with mode `mode` (no umask; see [`Fs::mknod_umask`]).
     pub fn mknod(
         &self,
         parent: Ino,
@@ -208,17 +223,51 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> FsResult<Attr> {
+        self.mknod_umask(parent, name, mode, 0, rdev, uid, gid)
+    }
+
+    /// [`Fs::mknod`] as a process with `umask` does it on ext4: the umask clears permission
+    /// bits unless `parent` has a default POSIX ACL, in which case the new inode inherits
+    /// that ACL (as its access ACL, masked by `mode`; the mode keeps what the ACL allows) and
+    /// the umask is ignored (`posix_acl_create`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_umask(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
         self.check_rw()?;
+        let um = (umask & 0o777) as u16;
         let node =
-            self.retry_nospc(|| crate::namei::mknod(&self.inner, parent, name, mode, rdev, uid, gid))?;
+            self.retry_nospc(|| crate::namei::mknod(&self.inner, parent, name, mode, um, rdev, uid, gid))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
 
-    /// Make a directory.
+    /// Make a directory with permission bits `mode` (no umask; see [`Fs::mkdir_umask`]).
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
+        self.mkdir_umask(parent, name, mode, 0, uid, gid)
+    }
+
+    /// Make a directory as a process with `umask` does (see [`Fs::mknod_umask`]); a default
+    /// ACL of `parent` also becomes the new directory's default ACL.
+    pub fn mkdir_umask(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
         self.check_rw()?;
-        let node = self.retry_nospc(|| crate::namei::mkdir(&self.inner, parent, name, mode, uid, gid))?;
+        let um = (umask & 0o777) as u16;
+        let node = self.retry_nospc(|| crate::namei::mkdir(&self.inner, parent, name, mode, um, uid, gid))?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }

@@ -179,6 +179,16 @@ fn commit(
     Ok(())
 }
 
+/// The first attributes of an inode made in `tx` (its inherited ACLs).
+pub(crate) fn init_list(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
+    write_all(tx, ino, st, list)?;
+    if st.d.file_acl != 0 {
+        let id = tx.h.tx_id();
+        crate::ijournal::note_unsafe(tx.fs, &st.ij, crate::ijournal::Fallback::XattrBlock, id);
+    }
+    Ok(())
+}
+
 fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
     let area_len = st.d.xattr_area().len();
     let bs = tx.fs.geo.block_size;

@@ -176,3 +176,76 @@ fn kernel_view(img: &Path) {
     assert_eq!(fs.getattr(kw).unwrap().perm, 0o664);
     fs.unmount().unwrap();
 }
+
+/// A new file or directory in a directory with a default ACL inherits it as ext4 does
+/// (`posix_acl_create`): the access ACL is the default masked by the create mode, the umask
+/// is ignored, a directory also takes the default ACL, a mode-equivalent result is not
+/// stored, symbolic links get nothing; without a default ACL the umask applies. Then the
+/// kernel's ext4, creating the same names with the same umask, must store the same.
+#[test]
+fn default_acls_are_inherited() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, dev) = fresh_image(dir.path(), "inherit.img", 32);
+    let fs = mount(dev);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.setxattr(d, DEFAULT, &to_xattr(&extended()), XattrFlags::Any).unwrap();
+    let e = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap().ino;
+    fs.setxattr(e, DEFAULT, &to_xattr(&base(7, 5, 0)), XattrFlags::Any).unwrap();
+
+    // 0666 with umask 022: the default's mask (rw) gives the group bits, not the umask.
+    let f = fs.create_umask(d, b"f", 0o666, 0o022, 0, 0).unwrap();
+    assert_eq!(f.perm, 0o660);
+    let mut want_f = extended();
+    want_f[0].perm = 6; // owner: rwx & rw-
+    want_f[5].perm = 0; // other: --x & rw-
+    assert_eq!(fs.getxattr(f.ino, ACCESS).unwrap(), to_xattr(&want_f));
+    assert!(matches!(fs.getxattr(f.ino, DEFAULT), Err(FsError::NoAttr(_))));
+
+    // A directory: access ACL from the default and the default itself; umask 077 ignored.
+    let sub = fs.mkdir_umask(d, b"sub", 0o777, 0o077, 0, 0).unwrap();
+    assert_eq!(sub.perm, 0o761);
+    assert_eq!(fs.getxattr(sub.ino, ACCESS).unwrap(), to_xattr(&extended()));
+    assert_eq!(fs.getxattr(sub.ino, DEFAULT).unwrap(), to_xattr(&extended()));
+    // ... which its own new files inherit in turn.
+    let g = fs.create_umask(sub.ino, b"g", 0o640, 0o777, 0, 0).unwrap();
+    assert_eq!(g.perm, 0o640);
+
+    // Three base entries: the mode says it all, nothing is stored.
+    let b = fs.create_umask(e, b"b", 0o666, 0o022, 0, 0).unwrap();
+    assert_eq!(b.perm, 0o640);
+    assert!(fs.listxattr(b.ino).unwrap().is_empty());
+    // No default ACL: the umask applies.
+    let r = fs.create_umask(ROOT_INO, b"r", 0o666, 0o027, 0, 0).unwrap();
+    assert_eq!(r.perm, 0o640);
+    assert!(fs.listxattr(r.ino).unwrap().is_empty());
+    // Symbolic links take nothing.
+    let l = fs.symlink(d, b"l", b"f", 0, 0).unwrap();
+    assert_eq!(l.perm, 0o777);
+    assert!(fs.listxattr(l.ino).unwrap().is_empty());
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+    assert_eq!(raw_xattrs(&img, f.ino), vec![(ACCESS.to_vec(), to_disk(&want_f))]);
+
+    if let Err(why) = kernel::need_tools(&["getfacl"]).and_then(|()| kernel::kernel_env()) {
+        println!("SKIP: default_acls_are_inherited kernel comparison: {why}");
+        return;
+    }
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let lo = kernel::LoopDev::attach(&img, false).unwrap();
+    let mut m = kernel::KMount::mount(&lo, &mnt, "").unwrap();
+    let sh = |cmd: &str| {
+        let o = kernel::run("sh", [OsStr::new("-c"), OsStr::new(cmd)]);
+        assert_eq!(o.code, 0, "{cmd}: {}", o.text());
+        o.stdout
+    };
+    let m_str = mnt.display();
+    sh(&format!(
+        "cd {m_str} && umask 022 && touch d/kf e/kb && umask 077 && mkdir d/ksub && umask 027 && touch kr"
+    ));
+    for (ours, theirs) in [("d/f", "d/kf"), ("d/sub", "d/ksub"), ("e/b", "e/kb"), ("r", "kr")] {
+        let show = |p: &str| sh(&format!("cd {m_str} && stat -c %a {p} && getfacl -n -p {p} | grep -v '^#'"));
+        assert_eq!(show(ours), show(theirs), "{ours} (cjfs) against {theirs} (the kernel's ext4)");
+    }
+    m.umount();
+}

@@ -348,7 +348,12 @@ impl Filesystem for CjfsFuse {
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // The kernel checks permissions against POSIX ACLs (read back through getxattr)
+            // and leaves the umask to the daemon, which ignores it where a default ACL is
+            // inherited instead, as ext4 does (`cjfs_fs::Fs::mknod_umask`).
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
         if self.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -487,21 +492,24 @@ impl Filesystem for CjfsFuse {
     ) {
         let parent = ino_or_reply!(parent, reply);
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
-        let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
+        let mode = (mode & 0o170000) | (mode & 0o7777);
         self.reply_new(
             reply,
-            self.retry_nospc(|| self.fs.mknod(parent, name_bytes(name), mode, rdev, uid, gid)),
+            self.retry_nospc(|| self.fs.mknod_umask(parent, name_bytes(name), mode, umask, rdev, uid, gid)),
         );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let parent = ino_or_reply!(parent, reply);
         let (uid, gid, sgid) = try_reply!(self.owner(req, parent), reply);
-        let mut perm = mode & 0o7777 & !umask;
+        let mut perm = mode & 0o7777;
         if sgid {
             perm |= 0o2000;
         }
-        self.reply_new(reply, self.retry_nospc(|| self.fs.mkdir(parent, name_bytes(name), perm, uid, gid)));
+        self.reply_new(
+            reply,
+            self.retry_nospc(|| self.fs.mkdir_umask(parent, name_bytes(name), perm, umask, uid, gid)),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -795,8 +803,8 @@ impl Filesystem for CjfsFuse {
             libc::XATTR_REPLACE => XattrFlags::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        // Without FUSE_POSIX_ACL the kernel leaves posix_acl_update_mode's set-group-ID rule
-        // to us: root stands in for CAP_FSETID.
+        // The kernel leaves posix_acl_update_mode's set-group-ID rule to the daemon (it
+        // flags it only with FUSE_SETXATTR_EXT): root stands in for CAP_FSETID.
         let clear_sgid = name == cjfs_fs::acl::ACCESS && req.uid() != 0 && {
             let a = try_reply!(self.fs.getattr(ino), reply);
             a.perm & 0o2000 != 0 && !caller_in_group(req, a.gid)
@@ -885,24 +893,25 @@ impl Filesystem for CjfsFuse {
         let parent = ino_or_reply!(parent, reply);
         let name = name_bytes(name);
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
-        let perm = mode & 0o7777 & !umask;
+        let perm = mode & 0o7777;
         let mut last = FsError::NotFound(String::from_utf8_lossy(name).into_owned());
         for _ in 0..LOOKUP_RETRIES {
-            let (held, fresh) = match self.retry_nospc(|| self.fs.create(parent, name, perm, uid, gid)) {
-                Ok(a) => (try_reply!(self.lookups.acquire(&self.fs, a), reply), true),
-                // The kernel thought the name free; without O_EXCL open what is there now.
-                Err(FsError::Exists(_)) if flags & libc::O_EXCL == 0 => {
-                    match self.lookup_acquire(parent, name) {
-                        Ok(a) => (a, false),
-                        Err(e @ FsError::NotFound(_)) => {
-                            last = e;
-                            continue;
+            let (held, fresh) =
+                match self.retry_nospc(|| self.fs.create_umask(parent, name, perm, umask, uid, gid)) {
+                    Ok(a) => (try_reply!(self.lookups.acquire(&self.fs, a), reply), true),
+                    // The kernel thought the name free; without O_EXCL open what is there now.
+                    Err(FsError::Exists(_)) if flags & libc::O_EXCL == 0 => {
+                        match self.lookup_acquire(parent, name) {
+                            Ok(a) => (a, false),
+                            Err(e @ FsError::NotFound(_)) => {
+                                last = e;
+                                continue;
+                            }
+                            Err(e) => return reply.error(errno(&e)),
                         }
-                        Err(e) => return reply.error(errno(&e)),
                     }
-                }
-                Err(e) => return reply.error(errno(&e)),
-            };
+                    Err(e) => return reply.error(errno(&e)),
+                };
             if held.kind == FileType::Directory {
                 self.lookups.forget(&self.fs, held.ino, 1);
                 return reply.error(Errno::EISDIR);

@@ -58,10 +58,12 @@
 //! 1–32 client threads.
 //!
 //! Permissions are checked by the kernel (`default_permissions`) from the attributes the
-//! daemon returns; `access` is still answered for completeness. POSIX ACLs are stored in
-//! ext4's format and kept consistent with the mode (`cjfs_fs::acl`), but without
-//! `FUSE_POSIX_ACL` the kernel neither enforces them nor applies default ACLs to new files:
-//! only the mode bits count here.
+//! daemon returns and, with `FUSE_POSIX_ACL`, from the POSIX ACLs it reads back through
+//! `getxattr`; `access` is still answered for completeness. ACLs are stored in ext4's format
+//! and kept consistent with the mode (`cjfs_fs::acl`). With `FUSE_DONT_MASK` the kernel
+//! passes the caller's umask instead of applying it, and a new file or directory in a
+//! directory with a default ACL inherits that ACL and ignores the umask, as on ext4
+//! (`cjfs_fs::Fs::mknod_umask`).
 //!
 //! # Per-file data journalling
 //!

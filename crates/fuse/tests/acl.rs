@@ -112,3 +112,65 @@ fn set_id_bits_cleared_by_another_users_write_show_at_once() {
     }
     m.unmount();
 }
+
+/// Through the mount a directory's default ACL is inherited by what is made in it and the
+/// umask is ignored there (the kernel passes it with FUSE_DONT_MASK), exactly as on the
+/// host's own file system doing the same steps beside it; and the kernel enforces an ACL
+/// entry the mode alone would refuse (FUSE_POSIX_ACL).
+#[test]
+fn default_acls_are_inherited_and_acls_enforced() {
+    if skip("default_acls_are_inherited_and_acls_enforced", &["getfacl", "setfacl", "setpriv", "stat"]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("allow_other");
+    let mnt = &s.mnt;
+    let steps = "mkdir -m 755 d && setfacl -d -m u:65534:rwx,g::r-x,g:100:rw,o::--x d && \
+                 umask 022 && touch d/f && umask 077 && mkdir d/sub && touch d/sub/g && \
+                 umask 027 && touch r && ln -s f d/l";
+    let show = |dir: &Path| {
+        sh(dir, "for p in d/f d/sub d/sub/g r; do stat -c '%n %a' $p; getfacl -n -p $p | grep -v '^#'; done")
+    };
+    sh(mnt, steps);
+    // 0666 & the default's entries: owner rw, mask rw (the umask's 022 ignored), other none.
+    assert_eq!(mode(&s.p("d/f")), 0o660);
+    assert_eq!(
+        getfacl(mnt, "d/f"),
+        "user::rw-\nuser:65534:rwx\t#effective:rw-\ngroup::r-x\t#effective:r--\ngroup:100:rw-\nmask::rw-\nother::---"
+    );
+    assert_eq!(mode(&s.p("d/sub")), 0o771, "umask 077 ignored under a default ACL");
+    assert!(getfacl(mnt, "d/sub").contains("default:user:65534:rwx"), "{}", getfacl(mnt, "d/sub"));
+    assert_eq!(mode(&s.p("r")), 0o640, "no default ACL: the umask applies");
+
+    // The same steps on the host's file system, where it keeps POSIX ACLs.
+    let host = s.dir.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    let ok = std::process::Command::new("sh").arg("-c").arg(steps).current_dir(&host).status().unwrap();
+    if ok.success() {
+        assert_eq!(show(mnt), show(&host), "cjfs through FUSE against the host's file system");
+    } else {
+        println!(
+            "note: the host's file system in {} keeps no default ACLs; comparison skipped",
+            host.display()
+        );
+    }
+
+    // Enforcement: 0600 root's file, readable by user 65534 through an ACL entry only.
+    std::fs::set_permissions(mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sh(mnt, "echo secret > p && chmod 600 p && setfacl -m u:65534:r,m::r p");
+    // From inside the mount: the scratch directory above it may be private.
+    let read_as_nobody = || {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat", "p"])
+            .current_dir(mnt)
+            .output()
+            .unwrap()
+    };
+    let o = read_as_nobody();
+    assert!(o.status.success(), "the ACL entry was not honoured: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"secret\n");
+    sh(mnt, "setfacl -x u:65534 p");
+    assert!(!read_as_nobody().status.success(), "read allowed after the ACL entry was removed");
+    m.unmount();
+    e2fsck_clean(&s.image);
+}

@@ -272,6 +272,42 @@ pub fn chmod(acl: &mut [AclEntry], mode: u16) -> FsResult<()> {
     Ok(())
 }
 
+/// Make `acl`, a directory's default ACL, the access ACL of a new inode created with
+/// permission bits `mode` (`posix_acl_create_masq`): the owner, other and mask (or owning
+/// group without a mask) entries keep only what `mode` allows, and `mode` keeps only what
+/// they allow. Returns the new mode's permission bits and whether the ACL says more than
+/// them (named entries or a mask: then it is stored, else the mode is all). [`FsError::Invalid`]
+/// for an ACL without a group entry.
+pub fn create_masq(acl: &mut [AclEntry], mode: u16) -> FsResult<(u16, bool)> {
+    let mut mode = mode & 0o777;
+    let mut group = None;
+    let mut mask = None;
+    let mut not_equiv = false;
+    for (i, e) in acl.iter_mut().enumerate() {
+        match e.tag {
+            ACL_USER_OBJ => {
+                e.perm &= (mode >> 6) & ACL_PERMS;
+                mode = (mode & !0o700) | ((mode & 0o700) & (e.perm << 6));
+            }
+            ACL_USER | ACL_GROUP => not_equiv = true,
+            ACL_GROUP_OBJ => group = Some(i),
+            ACL_OTHER => {
+                e.perm &= mode & ACL_PERMS;
+                mode = (mode & !0o007) | ((mode & 0o007) & e.perm);
+            }
+            ACL_MASK => {
+                mask = Some(i);
+                not_equiv = true;
+            }
+            _ => return Err(FsError::Invalid(format!("POSIX ACL entry with tag {:#x}", e.tag))),
+        }
+    }
+    let i = mask.or(group).ok_or_else(|| FsError::Invalid("POSIX ACL without a group entry".into()))?;
+    acl[i].perm &= (mode >> 3) & ACL_PERMS;
+    mode = (mode & !0o070) | ((mode & 0o070) & (acl[i].perm << 3));
+    Ok((mode, not_equiv))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +323,31 @@ mod tests {
     }
 
     const U: u32 = UNDEFINED_ID;
+
+    #[test]
+    fn create_masq_intersects_the_default_acl_with_the_mode() {
+        // A default ACL with a named user and a mask, a file created 0666.
+        let mut acl = vec![
+            AclEntry::base(ACL_USER_OBJ, 7),
+            AclEntry { tag: ACL_USER, perm: 6, id: 1000 },
+            AclEntry::base(ACL_GROUP_OBJ, 5),
+            AclEntry::base(ACL_MASK, 7),
+            AclEntry::base(ACL_OTHER, 5),
+        ];
+        let (mode, stored) = create_masq(&mut acl, 0o666).expect("masq");
+        // Owner rw (7 & 6), mask rw (7 & 6) as the group bits, other r (5 & 6).
+        assert_eq!((mode, stored), (0o664, true));
+        let perms: Vec<u16> = acl.iter().map(|e| e.perm).collect();
+        assert_eq!(perms, vec![6, 6, 5, 6, 4], "the named user keeps its bits; the mask limits them");
+        // Three base entries only: the mode says it all, nothing is stored.
+        let mut base = vec![
+            AclEntry::base(ACL_USER_OBJ, 7),
+            AclEntry::base(ACL_GROUP_OBJ, 5),
+            AclEntry::base(ACL_OTHER, 0),
+        ];
+        assert_eq!(create_masq(&mut base, 0o777).expect("masq"), (0o750, false));
+        assert!(create_masq(&mut [AclEntry::base(ACL_USER_OBJ, 7)], 0o777).is_err(), "no group entry");
+    }
 
     fn extended() -> Vec<AclEntry> {
         vec![
