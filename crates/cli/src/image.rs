@@ -210,12 +210,16 @@ fn note_recovery(ctx: &Ctx, image: &str, r: &MountReport) {
     }
 }
 
-/// Whether the first bytes of `path` (a file or block device) hold an ext2/3/4 superblock
-/// magic. Reads only; a file too short to hold one has none.
-pub fn has_ext_magic(path: &Path) -> std::io::Result<bool> {
+/// Bytes read from the start of a device to look for signatures (btrfs's is at 64 KiB).
+const SIGNATURE_BYTES: usize = 0x10040 + 8;
+
+/// What the first bytes of `path` (a file or block device) already hold, by the signature
+/// `blkid` would find first: a file system, swap, an encrypted volume or a partition table
+/// (`"an XFS file system"`, ...), or `None`. Reads only; a short file has what fits in it.
+pub fn existing_signature(path: &Path) -> std::io::Result<Option<&'static str>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
-    let mut buf = [0u8; 2048];
+    let mut buf = vec![0u8; SIGNATURE_BYTES];
     let mut got = 0;
     while got < buf.len() {
         let n = f.read(&mut buf[got..])?;
@@ -224,10 +228,39 @@ pub fn has_ext_magic(path: &Path) -> std::io::Result<bool> {
         }
         got += n;
     }
-    if got < 1024 + 0x3A {
-        return Ok(false);
+    buf.truncate(got);
+    Ok(signature_in(&buf))
+}
+
+/// The first known signature in `head`, the start of a device (see [`existing_signature`]).
+pub fn signature_in(head: &[u8]) -> Option<&'static str> {
+    let at = |off: usize, magic: &[u8]| head.get(off..off + magic.len()) == Some(magic);
+    // Offsets and magics as libblkid's probes (superblocks/*.c, partitions/*.c).
+    let table: [(usize, &[u8], &'static str); 10] = [
+        (1024 + 0x38, &[0x53, 0xEF], "an ext2/3/4 file system"),
+        (0, b"XFSB", "an XFS file system"),
+        (0x10040, b"_BHRfS_M", "a btrfs file system"),
+        (1024, &[0x10, 0x20, 0xF5, 0xF2], "an F2FS file system"),
+        (0, b"LUKS\xba\xbe", "a LUKS encrypted volume"),
+        (4096 - 10, b"SWAPSPACE2", "swap space"),
+        (4096 - 10, b"SWAP-SPACE", "swap space"),
+        (0, b"hsqs", "a squashfs image"),
+        (0x8001, b"CD001", "an ISO 9660 file system"),
+        (512, b"EFI PART", "a GPT partition table"),
+    ];
+    if let Some((_, _, what)) = table.iter().find(|(off, magic, _)| at(*off, magic)) {
+        return Some(what);
     }
-    Ok(u16::from_le_bytes([buf[1024 + 0x38], buf[1024 + 0x39]]) == 0xEF53)
+    if at(510, &[0x55, 0xAA]) {
+        if at(54, b"FAT") || at(82, b"FAT32") {
+            return Some("a FAT file system");
+        }
+        // A DOS partition table: some entry with a partition type.
+        if (0..4).any(|i| head.get(446 + 16 * i + 4).is_some_and(|&t| t != 0)) {
+            return Some("an MBR partition table");
+        }
+    }
+    None
 }
 
 /// Parse a size: a number of bytes with an optional binary suffix `K`, `M`, `G`, `T`, `P`
@@ -270,5 +303,33 @@ mod tests {
         assert!(parse_size("-1M").is_err());
         assert!(parse_size("99999999999999999999").is_err());
         assert!(parse_size("20000000P").is_err());
+    }
+
+    #[test]
+    fn signatures_are_named() {
+        let with = |off: usize, magic: &[u8]| {
+            let mut head = vec![0u8; SIGNATURE_BYTES];
+            head[off..off + magic.len()].copy_from_slice(magic);
+            head
+        };
+        assert_eq!(signature_in(&vec![0u8; SIGNATURE_BYTES]), None);
+        assert_eq!(signature_in(&[]), None);
+        assert_eq!(signature_in(&with(1024 + 0x38, &[0x53, 0xEF])), Some("an ext2/3/4 file system"));
+        assert_eq!(signature_in(&with(0, b"XFSB")), Some("an XFS file system"));
+        assert_eq!(signature_in(&with(0x10040, b"_BHRfS_M")), Some("a btrfs file system"));
+        assert_eq!(signature_in(&with(4086, b"SWAPSPACE2")), Some("swap space"));
+        assert_eq!(signature_in(&with(512, b"EFI PART")), Some("a GPT partition table"));
+        assert_eq!(signature_in(&with(0x8001, b"CD001")), Some("an ISO 9660 file system"));
+        // A boot signature alone is nothing; with a partition entry's type, a DOS table.
+        let mut mbr = with(510, &[0x55, 0xAA]);
+        assert_eq!(signature_in(&mbr), None);
+        mbr[446 + 16 + 4] = 0x83;
+        assert_eq!(signature_in(&mbr), Some("an MBR partition table"));
+        let mut fat = with(510, &[0x55, 0xAA]);
+        fat[82..87].copy_from_slice(b"FAT32");
+        assert_eq!(signature_in(&fat), Some("a FAT file system"));
+        // A short file holds only what fits in it.
+        assert_eq!(signature_in(&with(0, b"XFSB")[..100]), Some("an XFS file system"));
+        assert_eq!(signature_in(&with(0x10040, b"_BHRfS_M")[..4096]), None);
     }
 }

@@ -270,6 +270,35 @@ fn mkfs_refuses_existing_ext4_without_force() {
     assert_e2fsck_clean(&img);
 }
 
+/// Another file system (made by its own mkfs) or swap is named and left byte for byte
+/// unless `--force` is given, as `mkfs.ext4` asks first.
+#[test]
+fn mkfs_refuses_other_signatures_without_force() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut tried = 0;
+    for (tool_name, args, what) in
+        [("mkfs.xfs", &["-q", "-f"][..], "an XFS file system"), ("mkswap", &["-q"][..], "swap space")]
+    {
+        let Some(t) = tool(tool_name) else {
+            println!("SKIP: {tool_name} not installed");
+            continue;
+        };
+        let img = dir.path().join(format!("{tool_name}.img"));
+        std::fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
+        let o = Command::new(t).args(args).arg(&img).output().expect("run mkfs tool");
+        assert!(o.status.success(), "{tool_name}: {}", text(&o.stderr));
+        let before = hash_file(&img);
+        let e = fails(&["mkfs", s(&img)], "--force");
+        assert!(e.contains(what), "{tool_name}: {e}");
+        fails(&["mkfs", s(&img), "--size", "64M"], what);
+        assert_eq!(hash_file(&img), before, "{tool_name}'s image changed");
+        ok(&["mkfs", s(&img), "--force"]);
+        assert_e2fsck_clean(&img);
+        tried += 1;
+    }
+    println!("{tried} foreign signature(s) checked");
+}
+
 #[test]
 fn full_device() {
     let dir = tempfile::tempdir().expect("tmp");

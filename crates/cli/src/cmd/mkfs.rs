@@ -14,7 +14,7 @@ use cjfs_fs::{FsError, mkfs};
 
 use crate::error::{CliError, CliResult};
 use crate::fmt::{human_bytes, uuid};
-use crate::image::{has_ext_magic, open_device_with};
+use crate::image::{existing_signature, open_device_with};
 use crate::out::outln;
 
 /// What `cjfs mkfs` was asked to do.
@@ -263,15 +263,18 @@ fn open_or_remove(image: &str, created: bool, block_size: usize) -> CliResult<De
     })
 }
 
-/// Refuse to overwrite an ext2/3/4 file system without `--force` (reads only).
+/// Refuse to overwrite a file system, swap, an encrypted volume or a partition table
+/// without `--force`, as `mkfs.ext4` asks before it does (reads only).
 fn refuse_existing(image: &str, force: bool) -> CliResult<()> {
-    let has = has_ext_magic(Path::new(image)).map_err(|e| CliError::io(image, e))?;
-    if has && !force {
-        return Err(CliError::Msg(format!(
-            "{image}: already holds an ext2/3/4 file system; use --force to overwrite it"
-        )));
+    if force {
+        return Ok(());
     }
-    Ok(())
+    match existing_signature(Path::new(image)).map_err(|e| CliError::io(image, e))? {
+        Some(what) => {
+            Err(CliError::Msg(format!("{image}: already holds {what}; use --force to overwrite it")))
+        }
+        None => Ok(()),
+    }
 }
 
 fn print_summary(image: &str, r: &MkfsReport) -> CliResult<()> {
