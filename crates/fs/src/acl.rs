@@ -15,6 +15,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::FsInner;
 use crate::inode::InodeState;
 use crate::ondisk::acl::{self as a};
+use crate::ondisk::inode::{S_IFDIR, S_IFLNK, S_IFMT};
 use crate::types::Ino;
 use crate::xattr;
 
@@ -97,9 +98,8 @@ pub(crate) fn inherit(
     mode: u16,
     umask: u16,
 ) -> FsResult<(u16, crate::ondisk::xattr::XattrList)> {
-    const S_IFMT: u16 = 0o170000;
     let kind = mode & S_IFMT;
-    if kind == 0o120000 {
+    if kind == S_IFLNK {
         return Ok((mode, Vec::new()));
     }
     let raw = match xattr::get(fs, ps, DEFAULT) {
@@ -120,7 +120,7 @@ pub(crate) fn inherit(
     if stored {
         list.push((ACCESS.to_vec(), a::to_disk(&access)));
     }
-    if kind == 0o040000 {
+    if kind == S_IFDIR {
         list.push((DEFAULT.to_vec(), a::to_disk(&default)));
     }
     Ok(((mode & !0o777) | perm, list))

@@ -218,6 +218,17 @@ fn default_acls_are_inherited() {
     let r = fs.create_umask(ROOT_INO, b"r", 0o666, 0o027, 0, 0).unwrap();
     assert_eq!(r.perm, 0o640);
     assert!(fs.listxattr(r.ino).unwrap().is_empty());
+    // ACLs too large for the inode go to an xattr block, made in the same transaction.
+    let mut big = vec![AclEntry::base(ACL_USER_OBJ, 7)];
+    big.extend((0..40).map(|i| AclEntry { tag: ACL_USER, perm: 5, id: 2000 + i }));
+    big.extend([AclEntry::base(ACL_GROUP_OBJ, 5), AclEntry::base(ACL_MASK, 7), AclEntry::base(ACL_OTHER, 0)]);
+    let bigd = fs.mkdir(ROOT_INO, b"big", 0o755, 0, 0).unwrap().ino;
+    fs.setxattr(bigd, DEFAULT, &to_xattr(&big), XattrFlags::Any).unwrap();
+    let bd = fs.mkdir_umask(bigd, b"bd", 0o750, 0o022, 0, 0).unwrap();
+    assert_eq!(bd.perm, 0o750);
+    assert_eq!(fs.getxattr(bd.ino, DEFAULT).unwrap(), to_xattr(&big));
+    let bf = fs.create_umask(bd.ino, b"bf", 0o600, 0, 0, 0).unwrap();
+    assert_eq!(fs.getxattr(bf.ino, ACCESS).unwrap().len(), 4 + 8 * big.len());
     // Symbolic links take nothing.
     let l = fs.symlink(d, b"l", b"f", 0, 0).unwrap();
     assert_eq!(l.perm, 0o777);
@@ -225,6 +236,7 @@ fn default_acls_are_inherited() {
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
     assert_eq!(raw_xattrs(&img, f.ino), vec![(ACCESS.to_vec(), to_disk(&want_f))]);
+    assert_eq!(raw_xattrs(&img, bd.ino).len(), 2, "both ACLs of the big directory on disk");
 
     if let Err(why) = kernel::need_tools(&["getfacl"]).and_then(|()| kernel::kernel_env()) {
         println!("SKIP: default_acls_are_inherited kernel comparison: {why}");
