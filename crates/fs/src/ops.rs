@@ -241,10 +241,15 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> FsResult<Attr> {
-        self.check_rw()?;
         let um = (umask & 0o777) as u16;
-        let node =
-            self.retry_nospc(|| crate::namei::mknod(&self.inner, parent, name, mode, um, rdev, uid, gid))?;
+        self.make(|| crate::namei::mknod(&self.inner, parent, name, mode, um, rdev, uid, gid))
+    }
+
+    /// Make a new inode with `f` (on a writable mount, retried once space is freed) and
+    /// return its attributes.
+    fn make(&self, f: impl Fn() -> FsResult<Arc<crate::inode::Inode>>) -> FsResult<Attr> {
+        self.check_rw()?;
+        let node = self.retry_nospc(f)?;
         let st = node.state.read();
         Ok(attr_of(&self.inner, node.ino, &st))
     }
@@ -265,19 +270,13 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> FsResult<Attr> {
-        self.check_rw()?;
         let um = (umask & 0o777) as u16;
-        let node = self.retry_nospc(|| crate::namei::mkdir(&self.inner, parent, name, mode, um, uid, gid))?;
-        let st = node.state.read();
-        Ok(attr_of(&self.inner, node.ino, &st))
+        self.make(|| crate::namei::mkdir(&self.inner, parent, name, mode, um, uid, gid))
     }
 
     /// Make a symbolic link `parent/name` pointing at `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Attr> {
-        self.check_rw()?;
-        let node = self.retry_nospc(|| crate::namei::symlink(&self.inner, parent, name, target, uid, gid))?;
-        let st = node.state.read();
-        Ok(attr_of(&self.inner, node.ino, &st))
+        self.make(|| crate::namei::symlink(&self.inner, parent, name, target, uid, gid))
     }
 
     /// A symbolic link's target.
