@@ -54,7 +54,9 @@ pub struct JState {
     /// Latest committed version that still has to be written to its home location.
     pub checkpoint: Option<Committed>,
     /// The transaction that took the newest version of this buffer (per-core journaling
-    /// chains a later writer of another log to it while it is not yet valid).
+    /// chains a later writer of another log to it while it is not yet valid; a file leaving
+    /// data journaling writes in place a block whose version is still in the log only once
+    /// it revoked it, which clears this: `unjournal.rs`).
     pub last_version: Option<TxId>,
     /// Per-core journaling: durable versions of this block still in some log on disk, with
     /// their stamps. A log may not release a version while an older one is in another log:

@@ -26,6 +26,11 @@
 //! over (the sync that decides to go back to ordered makes the switch in the transaction
 //! holding the file's last window: those blocks leave its log for its ordered writes and are
 //! written home once instead of logged first; every older version must be durable by then).
+//! A handed-over block is revoked in `r`, so the file's later writes of it go in place (the
+//! file's syncs wait for `r`): its `last_version`, which would have it journaled again for
+//! an older copy still in the log, is cleared. (Until this was, a database sent back to
+//! ordered at its first update transaction logged its whole window again at each of the
+//! next transactions until the log filled and a checkpoint wrote them home.)
 //! Every other block keeps its image as checkpoint work: if the checkpoint writes it first,
 //! nothing more is needed (the logged copy replays the same contents). If the file writes
 //! such a block before that, the file system journals the write again (`cjfs_fs`'s
@@ -101,7 +106,15 @@ impl Handle {
         for b in bufs {
             let (image, logged_here) = {
                 let mut js = b.jstate();
-                (js.checkpoint.take(), js.running == Some(id))
+                let (image, here) = (js.checkpoint.take(), js.running == Some(id));
+                if image.is_some() || here {
+                    // Revoked here below: no older copy of it replays once this transaction
+                    // is durable, and the file's syncs wait for that (`leave_tx`), so its
+                    // next write may go in place, not be journaled again for a version in the
+                    // log (`cjfs_fs`'s `adaptive::before_in_place` reads this).
+                    js.last_version = None;
+                }
+                (image, here)
             };
             if let Some(c) = image {
                 oldest = Some(oldest.map_or(c.tx.tid, |o| o.min(c.tx.tid)));
