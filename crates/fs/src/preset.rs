@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, checkpoint=all|oldest, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -78,6 +78,10 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             Some(("adaptive", "off")) => adaptive = false,
             Some(("leave", "empty")) => leave = LeaveMode::Empty,
             Some(("leave", "revoke")) => leave = LeaveMode::Revoke,
+            Some(("checkpoint", "all")) => journal.checkpoint_scope = cjfs_journal::CheckpointScope::All,
+            Some(("checkpoint", "oldest")) => {
+                journal.checkpoint_scope = cjfs_journal::CheckpointScope::Oldest
+            }
             _ => return Err(bad(format!("unknown setting {setting:?} (settings: {SETTINGS})"))),
         }
         journal.name = spec.to_string();

@@ -10,6 +10,7 @@ use cjfs_blockdev::{BlockBuf, BlockKind, TxId, WriteTag};
 
 use crate::buffer::{Buffer, Tid};
 
+use crate::config::CheckpointScope;
 use crate::error::JResult;
 use crate::flush::flush;
 use crate::log_core::LogCore;
@@ -17,6 +18,7 @@ use crate::log_core::LogCore;
 /// Body of the background checkpoint thread: checkpoints when the log passes its high-water
 /// mark, and when the journal has been idle for a commit interval with work pending.
 pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
+    let mut for_space;
     loop {
         {
             let mut st = j.state.lock();
@@ -26,7 +28,9 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
             if !st.checkpoint_wanted {
                 st.wait_for(&j.checkpoint_cv, j.set.config.commit_interval.max(Duration::from_millis(50)));
             }
-            st.checkpoint_wanted = false;
+            // Asked for (the log passed its high-water mark): free space; else the interval
+            // passed: empty the log.
+            for_space = std::mem::take(&mut st.checkpoint_wanted);
             if st.shutdown || st.aborted.is_some() {
                 return;
             }
@@ -37,7 +41,7 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
         let pending = !j.checkpoint_list.lock().is_empty()
             || (j.set.multi_log() && j.log.lock().ring.durable_prefix().is_some())
             || crate::unjournal::holds_to_release(&j);
-        if pending && let Err(e) = checkpoint(&j) {
+        if pending && let Err(e) = run(&j, for_space) {
             j.abort(format!("checkpoint failed: {e}"));
             return;
         }
@@ -56,12 +60,49 @@ pub(crate) fn checkpoint_thread(j: Arc<LogCore>) {
 /// revoked blocks stays until the other logs have released what they held then
 /// (`hold_for_revoke`).
 pub(crate) fn checkpoint(j: &LogCore) -> JResult<()> {
+    run(j, false)
+}
+
+/// Checkpoint to free log space: with [`CheckpointScope::Oldest`] (one log) only the oldest
+/// durable transactions, until the log is filled to half the high-water mark; else as
+/// [`checkpoint`].
+pub(crate) fn checkpoint_for_space(j: &LogCore) -> JResult<()> {
+    run(j, true)
+}
+
+/// The newest transaction whose release, with every older one, brings the log down to half
+/// the high-water mark (at least the oldest durable one); `None` when nothing is durable.
+fn oldest_enough(j: &LogCore) -> Option<Tid> {
+    let l = j.log.lock();
+    let ring = &l.ring;
+    let target = (ring.capacity() as f64 * j.set.config.checkpoint_high_water / 2.0) as u64;
+    let mut used = ring.capacity() - ring.free();
+    let mut upto = None;
+    for s in ring.spans().iter().take_while(|s| s.durable) {
+        used = used.saturating_sub(ring.distance(s.start, s.end));
+        upto = Some(s.id);
+        if used <= target {
+            break;
+        }
+    }
+    upto
+}
+
+fn run(j: &LogCore, for_space: bool) -> JResult<()> {
     let _g = j.checkpoint_lock.lock();
     let multi = j.set.multi_log();
     let hold_cap = if multi { revoke_hold_cap(j) } else { None };
     let Some(mut upto) = j.log.lock().ring.durable_prefix() else {
         return Ok(());
     };
+    // One log only: with several, what may leave a log also depends on the other logs'.
+    if for_space
+        && !multi
+        && j.set.config.checkpoint_scope == CheckpointScope::Oldest
+        && let Some(o) = oldest_enough(j)
+    {
+        upto = upto.min(o);
+    }
     let bugs = crate::planted::bugs(&j.set.config);
     // A file that left data journaling still needs its older copies until its switch is
     // durable (`unjournal.rs`).
@@ -321,6 +362,60 @@ mod tests {
         super::checkpoint(j.log_for_test(1)).expect("checkpoint log 1");
         assert!(!j.in_log(u2));
         assert_eq!(after_crash(&ssd, &areas), 5);
+        j.shutdown().expect("shutdown");
+    }
+
+    /// A checkpoint for space with `CheckpointScope::Oldest` writes home only the oldest
+    /// transactions, until the log is down to half the high-water mark: the newest stay
+    /// logged (their blocks not written home) and recovery still brings them back; a full
+    /// checkpoint then empties the log.
+    #[test]
+    fn a_checkpoint_for_space_writes_only_the_oldest_transactions() {
+        let ssd = Arc::new(EmulatedSsd::ram(8192));
+        let dev: Device = ssd.clone();
+        let inode = JournalArea::contiguous(4096, 1024);
+        format_journal_areas(&*dev, &inode, [3; 16], true, 1024, &[]).expect("format");
+        let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
+        let mut cfg = JournalConfig::joj();
+        assert_eq!(cfg.checkpoint_scope, crate::CheckpointScope::Oldest);
+        cfg.commit_interval = Duration::from_secs(3600);
+        let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+        let j = Journal::open_logs(dev.clone(), areas.clone(), cache, cfg).expect("open");
+        let block = |i: u64, k: u64| BLK + i * 40 + k;
+        // Ten transactions of 40 blocks each: about 420 of the log's 1 023 blocks.
+        let txs: Vec<TxId> = (0..10u64)
+            .map(|i| {
+                let mut h = j.start(41).expect("start");
+                for k in 0..40 {
+                    let buf = j.cache().read(block(i, k)).expect("read");
+                    h.get_write_access(&buf).expect("access");
+                    buf.write().fill(i as u8 + 1);
+                    h.dirty_metadata(&buf).expect("dirty");
+                }
+                let tx = h.stop().expect("stop");
+                j.commit_wait(tx).expect("commit");
+                tx
+            })
+            .collect();
+        super::checkpoint_for_space(j.log_for_test(0)).expect("checkpoint for space");
+        let (in_log, home): (Vec<bool>, Vec<u8>) = (0..10)
+            .map(|i| (j.in_log(txs[i]), ssd.read_block(block(i as u64, 0)).expect("home")[100]))
+            .unzip();
+        // The log's 1 023 blocks down to at most 255: four of the ten transactions leave it.
+        assert_eq!(in_log, [false, false, false, false, true, true, true, true, true, true]);
+        assert_eq!(home, [1, 2, 3, 4, 0, 0, 0, 0, 0, 0], "only the released transactions went home");
+        let crash = EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes());
+        crate::order_graph::recover_logs(&crash, &areas, false, None).expect("recover");
+        for i in 0..10u64 {
+            assert_eq!(
+                crash.read_block(block(i, 39)).expect("read")[0],
+                i as u8 + 1,
+                "transaction {i} after a crash"
+            );
+        }
+        super::checkpoint(j.log_for_test(0)).expect("checkpoint");
+        assert!(txs.iter().all(|&t| !j.in_log(t)), "a full checkpoint empties the log");
+        assert_eq!(ssd.read_block(block(9, 0)).expect("home")[100], 10);
         j.shutdown().expect("shutdown");
     }
 }

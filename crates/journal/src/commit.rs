@@ -527,23 +527,28 @@ fn log_requests(
 /// Reserve `n` log blocks, checkpointing (and in dual-thread modes waiting for in-flight
 /// transactions to become durable) until they fit.
 pub(crate) fn reserve(j: &Arc<LogCore>, tid: Tid, n: u64) -> JResult<u64> {
+    let try_reserve = || {
+        let mut l = j.log.lock();
+        let s = l.reserve(tid, n)?;
+        j.note_free(&l);
+        j.unreserved.store(0, Ordering::Release);
+        Some(s)
+    };
+    let oldest_first = j.set.config.checkpoint_scope == crate::config::CheckpointScope::Oldest;
     loop {
-        {
-            let mut l = j.log.lock();
-            if let Some(s) = l.reserve(tid, n) {
-                j.note_free(&l);
-                j.unreserved.store(0, Ordering::Release);
+        if let Some(s) = try_reserve() {
+            return Ok(s);
+        }
+        // The oldest transactions first (`CheckpointScope::Oldest`), then all of them.
+        if oldest_first {
+            crate::checkpoint::checkpoint_for_space(j)?;
+            if let Some(s) = try_reserve() {
                 return Ok(s);
             }
         }
         crate::checkpoint::checkpoint(j)?;
-        {
-            let mut l = j.log.lock();
-            if let Some(s) = l.reserve(tid, n) {
-                j.note_free(&l);
-                j.unreserved.store(0, Ordering::Release);
-                return Ok(s);
-            }
+        if let Some(s) = try_reserve() {
+            return Ok(s);
         }
         // A file's switch out of data journaling may keep the tail until a commit that
         // could be this one: write its blocks home instead (`unjournal.rs`).

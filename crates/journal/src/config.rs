@@ -121,6 +121,30 @@ pub enum CommitMode {
     SingleIo,
 }
 
+/// What a checkpoint made for log space writes home (see `checkpoint.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointScope {
+    /// Every durable transaction: the log is emptied as far as it can be.
+    #[default]
+    All,
+    /// The oldest durable transactions only, until the log is filled to half the
+    /// high-water mark (JBD2's way: a checkpoint frees the space it is asked for). The
+    /// newest transactions stay in the log, so a block they hold that is revoked (a
+    /// short-lived file deleted) or journaled again soon is never written home. A checkpoint
+    /// asked for by the commit interval, an unmount or a caller still empties the log.
+    Oldest,
+}
+
+impl CheckpointScope {
+    /// The setting's name (`all`, `oldest`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointScope::All => "all",
+            CheckpointScope::Oldest => "oldest",
+        }
+    }
+}
+
 /// Every journal setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalConfig {
@@ -174,6 +198,9 @@ pub struct JournalConfig {
     pub ordered_window_blocks: u32,
     /// Start background checkpointing when the log is this full (0..1).
     pub checkpoint_high_water: f64,
+    /// What a checkpoint for log space writes home: every durable transaction, or only the
+    /// oldest (journaling of journal's presets; see [`CheckpointScope`]).
+    pub checkpoint_scope: CheckpointScope,
     /// Write csum-v3 tags and block checksums.
     pub csum_v3: bool,
     /// How a transaction is written: JBD2's two-step commit or one single I/O
@@ -237,6 +264,7 @@ impl JournalConfig {
             max_ordered_blocks: 16384,
             ordered_window_blocks: 1024,
             checkpoint_high_water: 0.5,
+            checkpoint_scope: CheckpointScope::All,
             csum_v3: true,
             commit: CommitMode::TwoStep,
             wait: crate::polling::WaitMode::Condvar,
@@ -321,7 +349,16 @@ impl JournalConfig {
     /// fsync; which files journal their data stays the mount's and the files' choice (the
     /// `adaptive` preset adds the file system's automatic per-file choice).
     pub fn joj() -> Self {
-        JournalConfig { name: "joj".into(), commit: CommitMode::SingleIo, ..Self::jbd2() }
+        // Checkpoints for space write only the oldest transactions: the paper's cost model
+        // (and `cjfs_fs`'s adaptive policy) takes a short-lived data-journaled file's blocks
+        // as revoked before any checkpoint writes them, which one that empties the whole log
+        // breaks for the newest (a rollback journal synced and not yet deleted).
+        JournalConfig {
+            name: "joj".into(),
+            commit: CommitMode::SingleIo,
+            checkpoint_scope: CheckpointScope::Oldest,
+            ..Self::jbd2()
+        }
     }
 
     /// Every preset, including the technique ablations; each is crash tested and may be

@@ -120,7 +120,7 @@ pub use area::{AreaExtent, JournalArea};
 pub use buffer::{Buffer, BufferCache, Committed, JState, Tid};
 pub use cjfs_blockdev::{LogId, TxId};
 pub use compound_flush::LogFlush;
-pub use config::{CommitMode, IAreas, IData, IForm, IJournal, JournalConfig, JournalKind};
+pub use config::{CheckpointScope, CommitMode, IAreas, IData, IForm, IJournal, JournalConfig, JournalKind};
 pub use error::{JResult, JournalError};
 pub use handle::Handle;
 pub use per_core::Logs;
