@@ -1,5 +1,10 @@
 //! Checkpointing: write committed blocks to their home locations, flush, then move the log
 //! tail forward and record it in the journal superblock.
+//!
+//! A checkpoint for log space (the log past its high-water mark, or a commit that found no
+//! room) writes every durable transaction home, or with `CheckpointScope::Oldest` only the
+//! oldest, as JBD2's `jbd2_log_do_checkpoint` does, leaving the newest in the log where a
+//! revoke or a newer copy can still make their home writes unnecessary.
 
 use std::collections::HashMap;
 use std::sync::Arc;
