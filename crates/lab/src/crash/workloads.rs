@@ -1181,6 +1181,11 @@ pub fn zjournal_cases(rounds: usize) -> Vec<Workload> {
 ///   created, written, fsynced, its header rewritten and fsynced, database pages rewritten
 ///   and fsynced, the journal deleted) and of a WAL (small appends, fdatasync each, then a
 ///   large run), which the `adaptive` preset switches between data modes.
+/// * `joj-ckpt`: that rollback-journal transaction `rounds` times with larger files (a
+///   journal of 33 blocks, database windows of 16): the crash image's 1 024-block log passes
+///   its high-water mark, so checkpoints for log space run while the newest journal file,
+///   data-journaled, is still in the log and about to be deleted (revoked); under
+///   `checkpoint=oldest` they release only the oldest transactions.
 pub fn joj_cases(rounds: usize) -> Vec<Workload> {
     let reuse = Workload::sequential(
         "joj-reuse",
@@ -1289,7 +1294,25 @@ pub fn joj_cases(rounds: usize) -> Vec<Workload> {
     ops.push(Op::Write { path: "db-wal".into(), off: 32, len: 4120, seed: 97 });
     ops.push(Op::Fdatasync { path: "db-wal".into() });
     let sqlite = Workload::sequential("joj-sqlite", vec![Op::Sync], ops);
-    vec![reuse, escape, switch, sqlite]
+    let mut ops =
+        vec![Op::Creat { path: "db".into() }, Op::Write { path: "db".into(), off: 0, len: 65536, seed: 100 }];
+    ops.push(Op::Fsync { path: "db".into() });
+    for i in 0..rounds as u32 {
+        ops.extend([
+            Op::Creat { path: "db-journal".into() },
+            Op::Write { path: "db-journal".into(), off: 0, len: 512, seed: 101 + i },
+            Op::Write { path: "db-journal".into(), off: 512, len: 131072, seed: 102 + i },
+            Op::Fsync { path: "db-journal".into() },
+            Op::Write { path: "db-journal".into(), off: 0, len: 28, seed: 103 + i },
+            Op::Fsync { path: "db-journal".into() },
+            Op::Write { path: "db".into(), off: 65536 * u64::from(i % 4), len: 65536, seed: 104 + i },
+            Op::Fdatasync { path: "db".into() },
+            Op::Unlink { path: "db-journal".into() },
+        ]);
+    }
+    ops.push(Op::Sync);
+    let ckpt = Workload::sequential("joj-ckpt", vec![Op::Sync], ops);
+    vec![reuse, escape, switch, sqlite, ckpt]
 }
 
 /// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
