@@ -281,6 +281,9 @@ pub struct RoundReport {
     pub switch_ms: f64,
     /// The syncs' device work per kind of file (empty for rounds outside cjfs).
     pub sync_work: std::collections::BTreeMap<vfs::FileKind, vfs::SyncWork>,
+    /// Of the syncs' time in `sync_work`, what the round's set-up took before its first
+    /// timed transaction (creating the database), µs.
+    pub setup_sync_us: u64,
     /// Blocks the journal's checkpoints wrote home during the round (data a file logged
     /// and the metadata of every commit: device work that competes with the syncs).
     pub checkpoint_blocks: u64,
@@ -321,6 +324,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     let (j1, d1, a1) = (fs.journal().stats(), dev.stats(), fs.adaptive_stats());
     let syncs = v.counters().syncs.load(std::sync::atomic::Ordering::Relaxed);
     let sync_work = v.counters().sync_work.lock().clone();
+    let setup_sync_us = v.counters().setup_sync_us.load(std::sync::atomic::Ordering::Relaxed);
     let sync_trace: Arc<[vfs::SyncEvent]> =
         v.counters().trace.lock().take().map_or_else(Vec::new, |t| t.events).into();
     drop(v);
@@ -335,6 +339,7 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
         switches: (a1.to_data - a0.to_data, a1.to_ordered - a0.to_ordered),
         switch_ms: (a1.flush_ns - a0.flush_ns) as f64 / 1e6,
         sync_work,
+        setup_sync_us,
         checkpoint_blocks: j1.checkpoint_blocks - j0.checkpoint_blocks,
         sync_trace,
     })
@@ -517,6 +522,7 @@ pub fn run_dir_rounds(
                 switches: (0, 0),
                 switch_ms: 0.0,
                 sync_work: Default::default(),
+                setup_sync_us: 0,
                 checkpoint_blocks: 0,
                 sync_trace: Arc::new([]),
             };

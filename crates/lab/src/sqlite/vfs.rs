@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cjfs_fs::{Fs, FsError, Ino, SetAttr};
 use parking_lot::Mutex;
@@ -119,6 +119,11 @@ pub struct VfsCounters {
     /// The round's syncs when it is traced (`None`: not traced). Lock: itself (a leaf, taken
     /// once per sync and once per transaction).
     pub trace: Mutex<Option<SyncTrace>>,
+    /// The round's first timed transaction has started (set by [`VfsCounters::set_at`]).
+    pub timed: AtomicBool,
+    /// Time in syncs before that (the round's set-up: creating the database), µs; also in
+    /// `sync_work`.
+    pub setup_sync_us: AtomicU64,
 }
 
 /// A traced round so far: where it is and every sync in order.
@@ -141,6 +146,7 @@ impl VfsCounters {
 
     /// Record that the round's transaction `txn` of phase `phase` (index) starts.
     pub fn set_at(&self, phase: u8, txn: u64) {
+        self.timed.store(true, Ordering::Relaxed);
         if let Some(t) = self.trace.lock().as_mut() {
             (t.phase, t.txn) = (phase, txn);
         }
@@ -511,6 +517,9 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_in
             us: t0.elapsed().as_micros() as u64,
         };
         d.counters.sync_work.lock().entry(st.kind).or_default().add(&work);
+        if !d.counters.timed.load(Ordering::Relaxed) {
+            d.counters.setup_sync_us.fetch_add(work.us, Ordering::Relaxed);
+        }
         if let Some(t) = d.counters.trace.lock().as_mut() {
             t.events.push(SyncEvent {
                 phase: t.phase,
