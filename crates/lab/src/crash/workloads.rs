@@ -1263,17 +1263,7 @@ pub fn joj_cases(rounds: usize) -> Vec<Workload> {
         vec![Op::Creat { path: "db".into() }, Op::Write { path: "db".into(), off: 0, len: 16384, seed: 80 }];
     ops.push(Op::Fsync { path: "db".into() });
     for i in 0..2u32 {
-        ops.extend([
-            Op::Creat { path: "db-journal".into() },
-            Op::Write { path: "db-journal".into(), off: 0, len: 512, seed: 81 + i },
-            Op::Write { path: "db-journal".into(), off: 512, len: 8200, seed: 82 + i },
-            Op::Fsync { path: "db-journal".into() },
-            Op::Write { path: "db-journal".into(), off: 0, len: 28, seed: 83 + i },
-            Op::Fsync { path: "db-journal".into() },
-            Op::Write { path: "db".into(), off: 4096 * u64::from(i), len: 8192, seed: 84 + i },
-            Op::Fdatasync { path: "db".into() },
-            Op::Unlink { path: "db-journal".into() },
-        ]);
+        ops.extend(rollback_txn(8200, 4096 * u64::from(i), 8192, 81 + i));
     }
     ops.push(Op::Creat { path: "db-wal".into() });
     for i in 0..4u64 {
@@ -1298,21 +1288,28 @@ pub fn joj_cases(rounds: usize) -> Vec<Workload> {
         vec![Op::Creat { path: "db".into() }, Op::Write { path: "db".into(), off: 0, len: 65536, seed: 100 }];
     ops.push(Op::Fsync { path: "db".into() });
     for i in 0..rounds as u32 {
-        ops.extend([
-            Op::Creat { path: "db-journal".into() },
-            Op::Write { path: "db-journal".into(), off: 0, len: 512, seed: 101 + i },
-            Op::Write { path: "db-journal".into(), off: 512, len: 131072, seed: 102 + i },
-            Op::Fsync { path: "db-journal".into() },
-            Op::Write { path: "db-journal".into(), off: 0, len: 28, seed: 103 + i },
-            Op::Fsync { path: "db-journal".into() },
-            Op::Write { path: "db".into(), off: 65536 * u64::from(i % 4), len: 65536, seed: 104 + i },
-            Op::Fdatasync { path: "db".into() },
-            Op::Unlink { path: "db-journal".into() },
-        ]);
+        ops.extend(rollback_txn(131072, 65536 * u64::from(i % 4), 65536, 101 + i));
     }
     ops.push(Op::Sync);
     let ckpt = Workload::sequential("joj-ckpt", vec![Op::Sync], ops);
     vec![reuse, escape, switch, sqlite, ckpt]
+}
+
+/// One SQLite rollback-journal transaction: the journal created, `journal_len` bytes of pages
+/// after its header written and fsynced, the header rewritten and fsynced, `db_len` bytes of
+/// the database at `db_off` rewritten and fdatasynced, the journal deleted (seeds from `seed`).
+fn rollback_txn(journal_len: u64, db_off: u64, db_len: u64, seed: u32) -> [Op; 9] {
+    [
+        Op::Creat { path: "db-journal".into() },
+        Op::Write { path: "db-journal".into(), off: 0, len: 512, seed },
+        Op::Write { path: "db-journal".into(), off: 512, len: journal_len, seed: seed + 1 },
+        Op::Fsync { path: "db-journal".into() },
+        Op::Write { path: "db-journal".into(), off: 0, len: 28, seed: seed + 2 },
+        Op::Fsync { path: "db-journal".into() },
+        Op::Write { path: "db".into(), off: db_off, len: db_len, seed: seed + 3 },
+        Op::Fdatasync { path: "db".into() },
+        Op::Unlink { path: "db-journal".into() },
+    ]
 }
 
 /// The classics and the four iJournaling scenarios at full size, plus `mt` seeded 8-thread
