@@ -4,11 +4,12 @@
 
 use cjfs_blockdev::SsdPreset;
 use cjfs_lab::sqlite::vfs::{FileKind, SETUP_PHASE, SyncEvent};
-use cjfs_lab::sqlite::{Config, JournalMode, RoundParams, run_cjfs};
+use cjfs_lab::sqlite::{Config, JournalMode, RoundParams, Row, run_cjfs};
 
 #[test]
 fn sqlite_runs_on_cjfs_in_every_mode_and_configuration() {
     let dev = SsdPreset::ramdisk();
+    let mut rows = Vec::new();
     for mode in [JournalMode::Delete, JournalMode::Truncate, JournalMode::Persist, JournalMode::Wal] {
         for cfg in Config::paper() {
             for per_txn in [1, 40] {
@@ -43,7 +44,46 @@ fn sqlite_runs_on_cjfs_in_every_mode_and_configuration() {
                 if cfg.label == "joj" {
                     assert!(r.single_io_commits > 0, "joj commits in one write");
                 }
+                // What the round leaves for write-back: nothing without a journal; the logged
+                // data of the last transactions under data journaling.
+                if cfg.label == "nojournal" {
+                    assert_eq!(r.writeback_blocks, 0, "{mode:?}: nothing logged without a journal");
+                }
+                if matches!(cfg.label.as_str(), "data" | "joj") {
+                    assert!(
+                        r.writeback_blocks > 0,
+                        "{} {mode:?}: logged data is left to write home",
+                        cfg.label
+                    );
+                }
+                if mode == JournalMode::Delete && per_txn == 40 {
+                    let row = |phase: cjfs_lab::sqlite::Phase| Row {
+                        device: dev.name.to_string(),
+                        config: cfg.label.clone(),
+                        mode,
+                        per_txn,
+                        phase,
+                        rep: 0,
+                        txns: want,
+                        mean_us: r.phases.iter().find(|p| p.phase == phase).map_or(0.0, |p| p.mean_us),
+                        round: r.clone(),
+                    };
+                    rows.extend(cjfs_lab::sqlite::Phase::ALL.map(row));
+                }
             }
         }
+    }
+    // One line per configuration in the write-back table, each with a ratio to nojournal's.
+    let t = cjfs_lab::sqlite::report::writeback_tables(&rows);
+    for cfg in Config::paper() {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("| delete | 40 | {} |", cfg.label)))
+            .unwrap_or_else(|| panic!("no write-back line for {}:\n{t}", cfg.label));
+        let ratio: f64 = line.trim_end_matches(" |").rsplit("| ").next().unwrap().parse().unwrap();
+        if cfg.label == "nojournal" {
+            assert_eq!(ratio, 1.0, "{line}");
+        }
+        assert!(ratio > 0.0, "{line}");
     }
 }

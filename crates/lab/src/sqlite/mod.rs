@@ -287,6 +287,12 @@ pub struct RoundReport {
     /// Blocks the journal's checkpoints wrote home during the round (data a file logged
     /// and the metadata of every commit: device work that competes with the syncs).
     pub checkpoint_blocks: u64,
+    /// Blocks the round left in the journal for write-back: what committing everything and
+    /// writing every logged block home wrote after the last transaction (work a longer run
+    /// pays in its checkpoints, and that the response times above leave out).
+    pub writeback_blocks: u64,
+    /// How long that write-back took (commit, checkpoint, their flushes), µs.
+    pub writeback_us: u64,
     /// Every sync of the round in order, when traced (`sync-trace.csv`, not `results.json`;
     /// shared by the round's rows).
     #[serde(skip)]
@@ -328,6 +334,11 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
     let sync_trace: Arc<[vfs::SyncEvent]> =
         v.counters().trace.lock().take().map_or_else(Vec::new, |t| t.events).into();
     drop(v);
+    let (wb0, t_wb) = (fs.journal().stats(), Instant::now());
+    fs.sync()?;
+    fs.journal().checkpoint().map_err(cjfs_fs::FsError::from)?;
+    let writeback_us = t_wb.elapsed().as_micros() as u64;
+    let writeback_blocks = fs.journal().stats().checkpoint_blocks - wb0.checkpoint_blocks;
     fs.unmount()?;
     Ok(RoundReport {
         phases,
@@ -341,6 +352,8 @@ pub fn run_cjfs(device: &SsdPreset, cfg: &Config, p: &RoundParams) -> Result<Rou
         sync_work,
         setup_sync_us,
         checkpoint_blocks: j1.checkpoint_blocks - j0.checkpoint_blocks,
+        writeback_blocks,
+        writeback_us,
         sync_trace,
     })
 }
@@ -524,6 +537,8 @@ pub fn run_dir_rounds(
                 sync_work: Default::default(),
                 setup_sync_us: 0,
                 checkpoint_blocks: 0,
+                writeback_blocks: 0,
+                writeback_us: 0,
                 sync_trace: Arc::new([]),
             };
             push_rows(&mut rows, label, &cfg.label, mode, per_txn, rep, &round);

@@ -166,12 +166,12 @@ pub fn write(
         serde_json::to_string_pretty(&res).map_err(std::io::Error::other)?,
     )?;
     let mut csv = String::from(
-        "device,config,mode,per_txn,phase,rep,txns,mean_us,flushes,single_io_commits,device_writes,device_bytes,syncs,to_data,to_ordered,switch_ms\n",
+        "device,config,mode,per_txn,phase,rep,txns,mean_us,flushes,single_io_commits,device_writes,device_bytes,syncs,to_data,to_ordered,switch_ms,writeback_blocks,writeback_us\n",
     );
     for r in rows {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{:.2}",
+            "{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{:.2},{},{}",
             r.device,
             r.config,
             r.mode.name(),
@@ -187,7 +187,9 @@ pub fn write(
             r.round.syncs,
             r.round.switches.0,
             r.round.switches.1,
-            r.round.switch_ms
+            r.round.switch_ms,
+            r.round.writeback_blocks,
+            r.round.writeback_us
         );
     }
     std::fs::write(dir.join("results.csv"), csv)?;
@@ -197,6 +199,7 @@ pub fn write(
     let mut md = format!("{}\n\nSQLite {}\n", machine.line(), rusqlite::version());
     md.push_str(&tables(rows));
     md.push_str(&sync_tables(rows));
+    md.push_str(&writeback_tables(rows));
     if let Some(a) = &acc {
         let _ = writeln!(
             md,
@@ -371,6 +374,80 @@ pub fn sync_tables(rows: &[Row]) -> String {
                     sum.outside_us / n / 1000.0
                 );
                 out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Per device and round (mode × operations per transaction), each configuration's timed
+/// transactions plus the write-back the round left in the journal (committing everything and
+/// writing every logged block home after its last transaction), medians over the
+/// repetitions, and that sum's ratio to `nojournal`'s: the response times leave that work
+/// out, and a configuration that logs data defers most of its home writes past a short round.
+/// The write-back's flushes are a fixed cost per round that a longer run would share among
+/// more transactions, so the ratio bounds the deferred cost from above.
+pub fn writeback_tables(rows: &[Row]) -> String {
+    type Key = (String, JournalMode, usize, String);
+    let mut by: BTreeMap<Key, Vec<(f64, f64, u64)>> = BTreeMap::new();
+    let mut configs: Vec<String> = Vec::new();
+    for r in round_rows(rows) {
+        if r.round.sync_work.is_empty() {
+            continue;
+        }
+        if !configs.contains(&r.config) {
+            configs.push(r.config.clone());
+        }
+        let txn_ms: f64 = r.round.phases.iter().map(|p| p.txns as f64 * p.mean_us).sum::<f64>() / 1000.0;
+        by.entry((r.device.clone(), r.mode, r.per_txn, r.config.clone())).or_default().push((
+            txn_ms,
+            r.round.writeback_us as f64 / 1000.0,
+            r.round.writeback_blocks,
+        ));
+    }
+    if by.is_empty() {
+        return String::new();
+    }
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    };
+    // Per key: median transactions ms, median write-back ms, median blocks, median sum.
+    let med: BTreeMap<&Key, (f64, f64, f64, f64)> = by
+        .iter()
+        .map(|(k, v)| {
+            let t = median(v.iter().map(|x| x.0).collect());
+            let w = median(v.iter().map(|x| x.1).collect());
+            let b = median(v.iter().map(|x| x.2 as f64).collect());
+            let s = median(v.iter().map(|x| x.0 + x.1).collect());
+            (k, (t, w, b, s))
+        })
+        .collect();
+    let mut out = String::from(
+        "\n#### Rounds with the write-back they left (medians over repetitions): the timed transactions' ms; blocks · ms to commit everything and write every logged block home after the last transaction; their sum and its ratio to nojournal's (an upper bound on the deferred cost: a longer run pays the same block writes but spreads a checkpoint's flushes over more transactions)\n",
+    );
+    let devices: BTreeSet<&str> = by.keys().map(|k| k.0.as_str()).collect();
+    for dev in devices {
+        let _ = writeln!(
+            out,
+            "\n{dev}\n\n| mode | op/txn | config | transactions ms | write-back | total ms | vs nojournal |\n|---|---:|---|---:|---:|---:|---:|"
+        );
+        let rounds: BTreeSet<(JournalMode, usize)> =
+            by.keys().filter(|k| k.0 == dev).map(|k| (k.1, k.2)).collect();
+        for (mode, per_txn) in rounds {
+            let key = |c: &str| (dev.to_string(), mode, per_txn, c.to_string());
+            let base = med.get(&key("nojournal")).map(|m| m.3);
+            for c in &configs {
+                let Some(&(t, w, b, s)) = med.get(&key(c)) else {
+                    continue;
+                };
+                let ratio = base.map_or("-".to_string(), |n| format!("{:.3}", s / n));
+                let _ = writeln!(
+                    out,
+                    "| {} | {per_txn} | {c} | {t:.1} | {b:.0} · {w:.1} | {s:.1} | {ratio} |",
+                    mode.name()
+                );
             }
         }
     }
