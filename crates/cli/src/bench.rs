@@ -72,6 +72,10 @@ struct SqliteArgs {
     /// in-process on emulated devices.
     #[arg(long)]
     fuse: Option<PathBuf>,
+    /// With `--fuse DIR`: serve each mount from this process on a fresh in-memory image on the
+    /// emulated `--device` presets (mount point in DIR) instead of image files on the host disk.
+    #[arg(long, requires = "fuse")]
+    fuse_emulated: bool,
     /// Write results.json, results.csv, tables.md and charts here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -436,7 +440,11 @@ fn sqlite(a: SqliteArgs) -> CliResult<()> {
         }
     }
     let spec = MatrixSpec {
-        devices: if a.fuse.is_some() { vec!["fuse-image-file".into()] } else { a.device.clone() },
+        devices: match (&a.fuse, a.fuse_emulated) {
+            (Some(_), false) => vec!["fuse-image-file".into()],
+            (Some(_), true) => a.device.iter().map(|d| format!("fuse-{d}")).collect(),
+            (None, _) => a.device.clone(),
+        },
         configs,
         modes,
         per_txn: a.per_txn.clone(),
@@ -462,6 +470,7 @@ fn sqlite(a: SqliteArgs) -> CliResult<()> {
         None => {
             cjfs_lab::sqlite::run_matrix(&spec, &mut progress).map_err(|e| CliError::Msg(e.to_string()))?
         }
+        Some(dir) if a.fuse_emulated => crate::sqlite_fuse::run_emulated(dir, &spec, &mut progress)?,
         Some(dir) => crate::sqlite_fuse::run(dir, &spec, &mut progress)?,
     };
     outln!("{}", cjfs_lab::sqlite::report::tables(&rows));

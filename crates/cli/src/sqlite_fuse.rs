@@ -2,13 +2,18 @@
 //! fresh image file is made, mounted by this program's `mount` command with the
 //! configuration's preset and data mode, the rounds run with SQLite's own unix VFS on the
 //! mount, and the image unmounted (its daemon gone before the next one).
+//!
+//! With emulated devices ([`run_emulated`]) this process serves each mount itself
+//! ([`cjfs_fuse::serve_in_process`]) from a fresh in-memory image on the device preset: the
+//! FUSE crossing and SQLite's own VFS stay, and the host disk's flush swings go, so the
+//! journal's effect through FUSE can be told from the noise.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
-use cjfs_fs::{DataMode, MkfsOptions, mkfs};
+use cjfs_blockdev::{Device, EmulatedSsd, FileDevice, FileDeviceOptions, SsdPreset};
+use cjfs_fs::{DataMode, Fs, MkfsOptions, MountOptions, mkfs, preset};
 use cjfs_lab::sqlite::{IMAGE_MIB, MatrixSpec, Row, run_dir_rounds};
 
 use crate::error::{CliError, CliResult};
@@ -59,6 +64,43 @@ pub fn run(dir: &Path, spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> Cli
         }
     }
     let _ = std::fs::remove_file(&img);
+    Ok(rows)
+}
+
+/// Run `spec`'s configurations through FUSE mounts that this process serves from fresh
+/// in-memory images on each of `spec.devices` (emulated presets), mounted in `dir`; rows are
+/// labelled `fuse-<preset>`.
+pub fn run_emulated(dir: &Path, spec: &MatrixSpec, progress: &mut dyn FnMut(&str)) -> CliResult<Vec<Row>> {
+    let mnt = dir.join("sqlite-fuse-mnt");
+    std::fs::create_dir_all(&mnt)
+        .map_err(|source| CliError::Io { path: mnt.display().to_string(), source })?;
+    let mut rows = Vec::new();
+    for name in &spec.devices {
+        let dev_preset = SsdPreset::by_name(name.trim_start_matches("fuse-"))
+            .ok_or_else(|| CliError::Msg(format!("unknown device preset {name:?}")))?;
+        let label = format!("fuse-{}", dev_preset.name);
+        for rep in 0..spec.reps {
+            for cfg in &spec.configs {
+                let ssd = Arc::new(EmulatedSsd::new(dev_preset, (IMAGE_MIB << 20) / 4096));
+                let fail = |e: &dyn std::fmt::Display| CliError::Msg(format!("{label} {}: {e}", cfg.label));
+                mkfs(&*ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() })
+                    .map_err(|e| fail(&e))?;
+                let opts =
+                    preset::apply(&cfg.preset, MountOptions { data: cfg.data, ..MountOptions::default() })
+                        .map_err(|e| fail(&e))?;
+                let dev: Device = ssd.clone();
+                let fs = Fs::open(dev, opts).map_err(|e| fail(&e))?;
+                // The kernel's writeback cache, as the image-file rounds mount.
+                let fuse_cfg = cjfs_fuse::MountConfig { writeback_cache: true, ..Default::default() };
+                let served =
+                    cjfs_fuse::serve_in_process(fs, &mnt, &fuse_cfg, &label, cjfs_fuse::default_threads())
+                        .map_err(|e| CliError::Msg(format!("serving {label} at {}: {e}", mnt.display())))?;
+                let r = run_dir_rounds(&mnt, spec, cfg, &label, rep, progress);
+                served.unmount().map_err(|e| CliError::Msg(format!("unmount {}: {e}", mnt.display())))?;
+                rows.extend(r.map_err(|e| CliError::Msg(e.to_string()))?);
+            }
+        }
+    }
     Ok(rows)
 }
 

@@ -115,3 +115,40 @@ fn umount_waits_until_the_image_is_clean_and_released() {
         println!("SKIP (part): e2fsck is not installed");
     }
 }
+
+/// `cjfs bench sqlite --fuse DIR --fuse-emulated`: every configuration's rounds through a
+/// FUSE mount this process serves from an emulated device; the tables name the device
+/// `fuse-<preset>`, every configuration has a figure, and no mount is left behind.
+#[test]
+fn sqlite_rounds_through_fuse_on_an_emulated_device() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: sqlite_rounds_through_fuse_on_an_emulated_device: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new(bin())
+        .args(["bench", "sqlite", "--fuse"])
+        .arg(dir.path())
+        .args(["--fuse-emulated", "--device", "ramdisk", "--modes", "delete,wal", "--per-txn", "1"])
+        .args(["--records-small", "30", "--reps", "1", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tables = std::fs::read_to_string(out_dir.join("tables.md")).unwrap();
+    assert!(tables.contains("#### fuse-ramdisk"), "{tables}");
+    for mode in ["delete", "wal"] {
+        for phase in ["insert", "update", "delete"] {
+            let line = tables
+                .lines()
+                .find(|l| l.starts_with(&format!("| {mode} | 1 | {phase} |")))
+                .unwrap_or_else(|| panic!("no {mode} {phase} line:\n{tables}"));
+            // nojournal, ordered, data, joj, adaptive: five figures, none missing.
+            assert_eq!(line.matches(" | ").count(), 7, "{line}");
+            assert!(!line.contains(" - "), "{line}");
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(dir.path().to_str().unwrap()), "no mount left behind");
+}

@@ -369,10 +369,9 @@ fn kernel_flag(flag: &str) -> Option<MountOption> {
     })
 }
 
-fn session_config(req: &MountRequest, image: &Path, threads: usize) -> Config {
-    let c = &req.config;
+fn session_config(c: &MountConfig, source: &str, threads: usize) -> Config {
     let mut opts = vec![
-        MountOption::FSName(c.fsname.clone().unwrap_or_else(|| image.display().to_string())),
+        MountOption::FSName(c.fsname.clone().unwrap_or_else(|| source.to_string())),
         MountOption::Subtype("cjfs".into()),
         // The library does not check permissions: the kernel does, from our attributes.
         MountOption::DefaultPermissions,
@@ -501,11 +500,74 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
     let fuse = CjfsFuse::new(fs, &req.config, outcome.clone());
     let kernel_mount = fuse.kernel_mount();
     let notifier = fuse.notifier();
-    let cfg = session_config(req, image, threads);
+    let cfg = session_config(&req.config, &image.display().to_string(), threads);
     // On failure fuser drops the file system, whose `destroy` unmounts the image cleanly.
     let mut session = Session::new(fuse, mountpoint, &cfg)
         .map_err(|source| MountError::Mount { path: mountpoint.to_path_buf(), source })?;
     *kernel_mount.lock() = Some(session.unmount_callable());
     *notifier.lock() = Some(session.notifier());
     Ok(Started { session, outcome, lock })
+}
+
+/// A file system served over FUSE by a thread of the calling process: no daemon, image lock or
+/// signal handling — for a file system that lives only in this process, such as one on an
+/// emulated device (the lab's SQLite rounds through FUSE on the paper's devices). Dropping it
+/// unmounts as [`InProcessMount::unmount`] does, without reporting.
+pub struct InProcessMount {
+    session: Option<fuser::BackgroundSession>,
+    outcome: crate::filesystem::UnmountOutcome,
+    mountpoint: PathBuf,
+}
+
+/// Serve `fs` at `mountpoint` (an existing directory) with `config`'s FUSE settings (cache
+/// mode, timeouts, kernel flags; the file system's own options were fixed when it was
+/// opened) and `threads` workers, named `source` in the mount table.
+pub fn serve_in_process(
+    fs: Fs,
+    mountpoint: &Path,
+    config: &MountConfig,
+    source: &str,
+    threads: usize,
+) -> MountResult<InProcessMount> {
+    if let Err(e) = std::fs::metadata(DEV_FUSE) {
+        return Err(MountError::NoFuse(e.to_string()));
+    }
+    let outcome: crate::filesystem::UnmountOutcome = Arc::new(Mutex::new(None));
+    let fuse = CjfsFuse::new(fs, config, outcome.clone());
+    let kernel_mount = fuse.kernel_mount();
+    let notifier = fuse.notifier();
+    let mount_err = |source| MountError::Mount { path: mountpoint.to_path_buf(), source };
+    let mut session =
+        Session::new(fuse, mountpoint, &session_config(config, source, threads)).map_err(mount_err)?;
+    *kernel_mount.lock() = Some(session.unmount_callable());
+    *notifier.lock() = Some(session.notifier());
+    let session = session.spawn().map_err(mount_err)?;
+    Ok(InProcessMount { session: Some(session), outcome, mountpoint: mountpoint.to_path_buf() })
+}
+
+impl InProcessMount {
+    /// Unmount, wait for the session to end, and return what unmounting the file system
+    /// (commit, checkpoint, marked clean) gave.
+    pub fn unmount(mut self) -> MountResult<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let path = self.mountpoint.clone();
+        session.umount_and_join().map_err(|source| MountError::Mount { path: path.clone(), source })?;
+        match self.outcome.lock().take() {
+            Some(r) => r.map_err(|source| MountError::Unmount { path, source }),
+            None => Err(MountError::Unmount {
+                path,
+                source: FsError::Invalid("the FUSE session ended without unmounting the file system".into()),
+            }),
+        }
+    }
+}
+
+impl Drop for InProcessMount {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let _ = session.umount_and_join();
+        }
+    }
 }

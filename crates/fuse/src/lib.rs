@@ -79,7 +79,10 @@ pub mod filesystem;
 mod lookups;
 pub mod options;
 
-pub use daemon::{MountRequest, default_threads, mount, mount_source, unmount_and_wait, unmount_dir};
+pub use daemon::{
+    InProcessMount, MountRequest, default_threads, mount, mount_source, serve_in_process, unmount_and_wait,
+    unmount_dir,
+};
 pub use error::{MountError, MountResult};
 pub use filesystem::{CjfsFuse, JOURNAL_XATTR, MAX_WRITE};
 pub use options::MountConfig;
