@@ -39,6 +39,11 @@ if [ -e /dev/fuse ]; then
     $cjfs bench sqlite --fuse /var/tmp/cjfs-joj-fuse --modes delete,wal --per-txn 1,1000 \
         --records-small 300 --records-large 3000 --reps 1 --seed 1 --out "$out/fuse" \
         | tee "$out/fuse.txt"
+    # The same through FUSE mounts this program serves from the emulated eMMC and SATA
+    # presets (no host disk under them).
+    $cjfs bench sqlite --fuse /var/tmp/cjfs-joj-fuse --fuse-emulated --device emmc,sata-ssd \
+        --modes delete,wal --per-txn 1,1000 --records-small 1000 --records-large 10000 \
+        --reps 3 --seed 1 --out "$out/fuse-emulated-$rev" | tee "$out/fuse-emulated-$rev.txt"
 else
     echo "SKIP: no /dev/fuse: the FUSE matrix is not run"
 fi
