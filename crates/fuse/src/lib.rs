@@ -9,6 +9,9 @@
 //!   kernel's inode references (the lookup/forget protocol, module `lookups`), so an unlinked file stays usable
 //!   while the kernel still holds it and sits on the on-disk orphan list meanwhile.
 //! * [`MountConfig`] parses `-o` options.
+//! * [`serve_in_process`] serves an already open [`cjfs_fs::Fs`] from a thread of the calling
+//!   process (no daemon, no image lock): the lab's SQLite rounds through FUSE on emulated
+//!   devices.
 //!
 //! The session is multithreaded: fuser's `n_threads` workers, each reading its own cloned
 //! `/dev/fuse` descriptor (`clone_fd`), by default four per core and at least 16 (a worker
