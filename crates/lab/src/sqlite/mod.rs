@@ -487,14 +487,17 @@ pub fn medians(rows: &[Row]) -> std::collections::BTreeMap<(CellKey, String), f6
             .or_default()
             .push(r.mean_us);
     }
-    by.into_iter()
-        .map(|(k, mut v)| {
-            v.sort_by(f64::total_cmp);
-            let m =
-                if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
-            (k, m)
-        })
-        .collect()
+    by.into_iter().map(|(k, v)| (k, median(v))).collect()
+}
+
+/// The median of `v` (the mean of the middle two for an even count; NaN when empty).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 /// The SQLite library's version.

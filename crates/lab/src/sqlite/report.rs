@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::vfs::{FileKind, SyncWork};
-use super::{JournalMode, MatrixSpec, Phase, Row, medians};
+use super::{JournalMode, MatrixSpec, Phase, Row, median, medians};
 use crate::machine::Machine;
 
 /// The paper's devices (the emulated presets standing for its Nexus 7 eMMC and Intel 311).
@@ -270,6 +270,31 @@ fn round_rows(rows: &[Row]) -> impl Iterator<Item = &Row> {
     rows.iter().filter(|r| r.round.phases.first().map(|p| p.phase) == Some(r.phase))
 }
 
+/// The in-process rounds (those with a file-system view) and their configurations in order of
+/// first appearance.
+fn in_process_rounds(rows: &[Row]) -> (Vec<&Row>, Vec<String>) {
+    let rounds: Vec<&Row> = round_rows(rows).filter(|r| !r.round.sync_work.is_empty()).collect();
+    let mut configs: Vec<String> = Vec::new();
+    for r in &rounds {
+        if !configs.contains(&r.config) {
+            configs.push(r.config.clone());
+        }
+    }
+    (rounds, configs)
+}
+
+/// A round's key with its configuration: device, mode, operations per transaction, config.
+type RoundKey = (String, JournalMode, usize, String);
+
+/// Per device, the rounds (mode × operations per transaction) that `m` has keys for.
+fn rounds_by_device<V>(m: &BTreeMap<RoundKey, V>) -> BTreeMap<&str, BTreeSet<(JournalMode, usize)>> {
+    let mut out: BTreeMap<&str, BTreeSet<(JournalMode, usize)>> = BTreeMap::new();
+    for k in m.keys() {
+        out.entry(k.0.as_str()).or_default().insert((k.1, k.2));
+    }
+    out
+}
+
 /// Every traced sync of every round, one line each.
 pub fn sync_trace_csv(rows: &[Row]) -> String {
     let mut out =
@@ -301,7 +326,6 @@ pub fn sync_trace_csv(rows: &[Row]) -> String {
 /// Per device and round (mode × operations per transaction), each configuration's syncs per
 /// kind of file, averaged over the repetitions: where the flushes beyond `nojournal`'s are.
 pub fn sync_tables(rows: &[Row]) -> String {
-    type Key = (String, JournalMode, usize, String);
     /// Per round summed over repetitions: the syncs per file, the repetitions, the
     /// checkpoints' blocks and the transactions' time outside syncs (µs).
     #[derive(Default)]
@@ -311,15 +335,9 @@ pub fn sync_tables(rows: &[Row]) -> String {
         checkpoint_blocks: u64,
         outside_us: f64,
     }
-    let mut sums: BTreeMap<Key, Sum> = BTreeMap::new();
-    let mut configs: Vec<String> = Vec::new();
-    for r in round_rows(rows) {
-        if r.round.sync_work.is_empty() {
-            continue;
-        }
-        if !configs.contains(&r.config) {
-            configs.push(r.config.clone());
-        }
+    let mut sums: BTreeMap<RoundKey, Sum> = BTreeMap::new();
+    let (rounds, configs) = in_process_rounds(rows);
+    for r in rounds {
         let e = sums.entry((r.device.clone(), r.mode, r.per_txn, r.config.clone())).or_default();
         for (k, w) in &r.round.sync_work {
             e.work.entry(*k).or_default().add(w);
@@ -337,14 +355,11 @@ pub fn sync_tables(rows: &[Row]) -> String {
     let mut out = String::from(
         "\n#### Syncs per round by file (mean over repetitions): syncs · device flushes · syncs with two or more flushes · ms in syncs; blocks the checkpoints wrote; the transactions' ms outside syncs\n",
     );
-    let devices: BTreeSet<&str> = sums.keys().map(|k| k.0.as_str()).collect();
-    for dev in devices {
+    for (dev, rounds) in rounds_by_device(&sums) {
         let _ = writeln!(
             out,
             "\n{dev}\n\n| mode | op/txn | config | db | journal | wal | checkpoint blocks | ms outside syncs |\n|---|---:|---|---|---|---|---:|---:|"
         );
-        let rounds: BTreeSet<(JournalMode, usize)> =
-            sums.keys().filter(|k| k.0 == dev).map(|k| (k.1, k.2)).collect();
         for (mode, per_txn) in rounds {
             for c in &configs {
                 let Some(sum) = sums.get(&(dev.to_string(), mode, per_txn, c.clone())) else {
@@ -388,16 +403,9 @@ pub fn sync_tables(rows: &[Row]) -> String {
 /// The write-back's flushes are a fixed cost per round that a longer run would share among
 /// more transactions, so the ratio bounds the deferred cost from above.
 pub fn writeback_tables(rows: &[Row]) -> String {
-    type Key = (String, JournalMode, usize, String);
-    let mut by: BTreeMap<Key, Vec<(f64, f64, u64)>> = BTreeMap::new();
-    let mut configs: Vec<String> = Vec::new();
-    for r in round_rows(rows) {
-        if r.round.sync_work.is_empty() {
-            continue;
-        }
-        if !configs.contains(&r.config) {
-            configs.push(r.config.clone());
-        }
+    let mut by: BTreeMap<RoundKey, Vec<(f64, f64, u64)>> = BTreeMap::new();
+    let (rounds, configs) = in_process_rounds(rows);
+    for r in rounds {
         let txn_ms: f64 = r.round.phases.iter().map(|p| p.txns as f64 * p.mean_us).sum::<f64>() / 1000.0;
         by.entry((r.device.clone(), r.mode, r.per_txn, r.config.clone())).or_default().push((
             txn_ms,
@@ -408,13 +416,8 @@ pub fn writeback_tables(rows: &[Row]) -> String {
     if by.is_empty() {
         return String::new();
     }
-    let median = |mut v: Vec<f64>| -> f64 {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-    };
     // Per key: median transactions ms, median write-back ms, median blocks, median sum.
-    let med: BTreeMap<&Key, (f64, f64, f64, f64)> = by
+    let med: BTreeMap<&RoundKey, (f64, f64, f64, f64)> = by
         .iter()
         .map(|(k, v)| {
             let t = median(v.iter().map(|x| x.0).collect());
@@ -427,14 +430,11 @@ pub fn writeback_tables(rows: &[Row]) -> String {
     let mut out = String::from(
         "\n#### Rounds with the write-back they left (medians over repetitions): the timed transactions' ms; blocks · ms to commit everything and write every logged block home after the last transaction; their sum and its ratio to nojournal's (an upper bound on the deferred cost: a longer run pays the same block writes but spreads a checkpoint's flushes over more transactions)\n",
     );
-    let devices: BTreeSet<&str> = by.keys().map(|k| k.0.as_str()).collect();
-    for dev in devices {
+    for (dev, rounds) in rounds_by_device(&by) {
         let _ = writeln!(
             out,
             "\n{dev}\n\n| mode | op/txn | config | transactions ms | write-back | total ms | vs nojournal |\n|---|---:|---|---:|---:|---:|---:|"
         );
-        let rounds: BTreeSet<(JournalMode, usize)> =
-            by.keys().filter(|k| k.0 == dev).map(|k| (k.1, k.2)).collect();
         for (mode, per_txn) in rounds {
             let key = |c: &str| (dev.to_string(), mode, per_txn, c.to_string());
             let base = med.get(&key("nojournal")).map(|m| m.3);
