@@ -120,11 +120,27 @@ impl log::Log for StderrLogger {
         m.level() <= log::max_level()
     }
     fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            eprintln!("cjfs-fuse: {}: {}", r.level().as_str().to_ascii_lowercase(), r.args());
+        if !self.enabled(r.metadata()) {
+            return;
+        }
+        let text = r.args().to_string();
+        let level =
+            if is_reply_to_forgotten_request(r.target(), &text) { log::Level::Debug } else { r.level() };
+        if level <= log::max_level() {
+            eprintln!("cjfs-fuse: {}: {text}", level.as_str().to_ascii_lowercase());
         }
     }
     fn flush(&self) {}
+}
+
+/// fuser logs an error when the kernel refuses a reply with ENOENT, which means the kernel no
+/// longer waits for that request: it was interrupted, or the connection was torn down by an
+/// unmount while a background request (a `release` after `close`) was still being served.
+/// libfuse ignores this case in `fuse_send_msg`; so do we, at debug level.
+fn is_reply_to_forgotten_request(target: &str, text: &str) -> bool {
+    target.starts_with("fuser")
+        && text.starts_with("Failed to send FUSE reply")
+        && text.ends_with("(os error 2)")
 }
 
 fn install_logger() {
@@ -569,5 +585,19 @@ impl Drop for InProcessMount {
         if let Some(session) = self.session.take() {
             let _ = session.umount_and_join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_reply_to_forgotten_request;
+
+    #[test]
+    fn only_enoent_replies_from_fuser_are_quietened() {
+        let enoent = "Failed to send FUSE reply: No such file or directory (os error 2)";
+        assert!(is_reply_to_forgotten_request("fuser::reply", enoent));
+        assert!(!is_reply_to_forgotten_request("cjfs_fuse::fs", enoent));
+        let enodev = "Failed to send FUSE reply: No such device (os error 19)";
+        assert!(!is_reply_to_forgotten_request("fuser::reply", enodev));
     }
 }
