@@ -49,6 +49,10 @@ pub enum DevError {
          writer lock"
     )]
     Busy(String),
+    /// The path is neither a regular file nor a block device (a FIFO, a socket, a character
+    /// device): opening some of them would block or read nothing.
+    #[error("{0}: not a regular file or block device")]
+    NotAnImage(String),
     /// The kernel uses the image: a block device mounted (or held exclusively), or an image
     /// file backing a loop device that is. Both writing would corrupt it.
     #[error("{what}: the image is in use by the kernel: {by}; unmount it first")]

@@ -203,6 +203,7 @@ impl FileDevice {
             return Err(DevError::BadBlockSize(opts.block_size));
         }
         let create_size = if opts.read_only { None } else { opts.create_size };
+        check_image_kind(path)?;
         let block_dev = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
         let mut oo = OpenOptions::new();
         oo.read(true).write(!opts.read_only).create(create_size.is_some());
@@ -345,6 +346,17 @@ pub fn kernel_holder(path: impl AsRef<Path>) -> Option<String> {
         return held_exclusively(path).then(|| format!("{} is mounted or held exclusively", path.display()));
     }
     kernel_loop_holder(&File::open(path).ok()?)
+}
+
+/// Refuse a path that exists and is neither a regular file nor a block device, before
+/// anything opens it (opening a FIFO for reading blocks until a writer comes).
+pub fn check_image_kind(path: &Path) -> DevResult<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.file_type().is_file() && !m.file_type().is_block_device() => {
+            Err(DevError::NotAnImage(path.display().to_string()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether block device `dev` is mounted or held: an exclusive open of it then fails with EBUSY.

@@ -39,7 +39,9 @@ use std::sync::Arc;
 pub use counters::{Counters, DeviceStats};
 pub use emulated::{EmulatedSsd, SsdPreset};
 pub use error::{DevError, DevResult};
-pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions, kernel_holder, writer_lock_held};
+pub use file::{
+    DIRECT_WORKERS, FileDevice, FileDeviceOptions, check_image_kind, kernel_holder, writer_lock_held,
+};
 pub use overlay::{MemOverlay, OverlayDevice};
 pub use recorder::{RecordedOp, Recorder, RecorderLog};
 pub use timing::{

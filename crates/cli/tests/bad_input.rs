@@ -582,3 +582,40 @@ fn info_explains_a_recovery_flag_with_an_empty_log() {
     let info = text(&ok(&["info", s(&copy)]).stdout);
     assert!(info.lines().any(|l| l == "State:                 clean"), "{info}");
 }
+
+/// A FIFO (or a character device) named as the image is refused before anything opens it:
+/// opening a FIFO for reading would block until a writer came.
+#[test]
+fn a_fifo_or_character_device_is_not_an_image() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fifo = dir.path().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    for path in [s(&fifo), "/dev/null"] {
+        for args in [vec!["info", path], vec!["ls", path, "/"], vec!["put", path, "/etc/hostname", "/x"]] {
+            let err = fails(&args, "not a regular file or block device");
+            assert!(err.contains(path), "{err}");
+        }
+    }
+    fails(&["mkfs", s(&fifo)], "not a regular file or block device");
+}
+
+/// An inode whose mode names no file type is corrupt, not a regular file: reading,
+/// removing and moving it are refused with the inode and its mode named, and the image
+/// stays byte-identical.
+#[test]
+fn an_inode_without_a_valid_file_type_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (img, _) = populated(dir.path());
+    let ino = ino_of(&img, "/a/x");
+    patch_inode(&img, ino, 0, &0o170644u16.to_le_bytes());
+    let before = hash_file(&img);
+    for args in
+        [vec!["cat", s(&img), "/a/x"], vec!["rm", s(&img), "/a/x"], vec!["mv", s(&img), "/a/x", "/b/y"]]
+    {
+        let err = fails(&args, "i_mode");
+        assert!(err.contains(&format!("inode {ino}")), "{err}");
+    }
+    assert_eq!(hash_file(&img), before, "a refused command changed the image");
+}

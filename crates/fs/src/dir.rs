@@ -373,13 +373,30 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
             let e = e?;
             best = best.max(e.free_len());
             if e.is_live() && e.name != b"." && e.name != b".." {
-                names.insert(e.name.into(), DirSlot { ino: e.inode, ftype: e.file_type, lblk });
+                let ftype = entry_ftype(fs, e.inode, e.file_type)?;
+                names.insert(e.name.into(), DirSlot { ino: e.inode, ftype, lblk });
             }
         }
         idx.free.push(best as u16);
     }
     st.set_index(idx, names);
     Ok(())
+}
+
+/// The type byte a new entry gets on disk: 0 without the `filetype` feature (e2fsck clears
+/// any other value there as corrupt).
+fn disk_ftype(fs: &FsInner, ftype: u8) -> u8 {
+    if fs.geo.filetype { ftype } else { 0 }
+}
+
+/// An entry's type: its own byte with the `filetype` feature, else from its inode's mode.
+fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> FsResult<u8> {
+    if fs.geo.filetype {
+        return Ok(byte);
+    }
+    let node = fs.inodes.get(fs, ino)?;
+    let mode = node.state.read().d.mode;
+    Ok(dirent::file_type_from_mode(mode))
 }
 
 /// Look `name` up.
@@ -408,7 +425,8 @@ fn drop_htree(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
                 let end = st.csum.block_size - TAIL_SIZE;
                 if kind == BlockKind::DxRoot {
                     let (dot, dotdot) = (get_u32(&w[..], 0), get_u32(&w[..], 12));
-                    dirent::init_block(&mut w[..end], &[(dot, b".", FT_DIR), (dotdot, b"..", FT_DIR)])?;
+                    let ft = disk_ftype(tx.fs, FT_DIR);
+                    dirent::init_block(&mut w[..end], &[(dot, b".", ft), (dotdot, b"..", ft)])?;
                 } else {
                     dirent::init_block(&mut w[..end], &[])?;
                 }
@@ -446,6 +464,7 @@ pub(crate) fn add_entry(
     check_name(name)?;
     ensure_index(tx.fs, st)?;
     let params = DirParams::get(tx.fs);
+    let on_disk = disk_ftype(tx.fs, ftype);
     if !params.dir_index {
         drop_htree(tx, st)?;
     }
@@ -457,7 +476,7 @@ pub(crate) fn add_entry(
     if params.indexed(st) {
         let placed = {
             let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
-            dx::insert(&mut store, &ctx, name, ino, ftype)
+            dx::insert(&mut store, &ctx, name, ino, on_disk)
         };
         return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
     }
@@ -477,7 +496,7 @@ pub(crate) fn add_entry(
                 tx.write_access(&buf)?;
                 let newfree = {
                     let mut w = buf.write();
-                    dirent::insert(&mut w[..end], off, ino, name, ftype)?;
+                    dirent::insert(&mut w[..end], off, ino, name, on_disk)?;
                     block_max_free(&w[..end])?
                 };
                 seal_leaf(st, &buf);
@@ -502,7 +521,7 @@ pub(crate) fn add_entry(
     if nblocks == 1 && params.dir_index && params.def_hash_version <= DX_HASH_TEA {
         let placed = {
             let mut store = TxDirStore { tx, dir_ino, st, block_size: params.block_size };
-            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, ftype)
+            dx::make_indexed(&mut store, &ctx, params.def_hash_version, name, ino, on_disk)
         };
         return finish_dx(tx, dir_ino, st, name, ino, ftype, placed);
     }
@@ -515,7 +534,7 @@ pub(crate) fn add_entry(
     let newfree = {
         let mut w = buf.write();
         dirent::init_block(&mut w[..end], &[])?;
-        dirent::insert(&mut w[..end], 0, ino, name, ftype)?;
+        dirent::insert(&mut w[..end], 0, ino, name, on_disk)?;
         block_max_free(&w[..end])?
     };
     seal_leaf(st, &buf);
@@ -591,7 +610,7 @@ pub(crate) fn set_entry(
     let pblk = map_block(st, tx, lblk)?;
     let (buf, end) = read_dir_block(tx.fs, st, lblk, pblk)?;
     tx.write_access(&buf)?;
-    let prev = dirent::set_inode(&mut buf.write()[..end], name, ino, ftype)?;
+    let prev = dirent::set_inode(&mut buf.write()[..end], name, ino, disk_ftype(tx.fs, ftype))?;
     // `..` of an indexed directory lives in the htree root
     let kind = block_kind(st, lblk, &buf.read()[..]);
     seal_as(st, kind, &buf);
@@ -626,7 +645,8 @@ pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, pare
     let buf = tx.fs.cache.get_new(pblk);
     tx.h.get_create_access(&buf)?;
     let end = entries_end(st, BlockKind::Leaf);
-    dirent::init_block(&mut buf.write()[..end], &[(self_ino, b".", FT_DIR), (parent, b"..", FT_DIR)])?;
+    let ft = disk_ftype(tx.fs, FT_DIR);
+    dirent::init_block(&mut buf.write()[..end], &[(self_ino, b".", ft), (parent, b"..", ft)])?;
     seal_leaf(st, &buf);
     st.d.size = st.csum.block_size as u64;
     crate::file::charge_blocks(tx.fs, st, 1)?;
@@ -795,6 +815,18 @@ fn readdir_hashed(
 /// directory read in hash order (indexed, or a single block that may become indexed),
 /// `block << 12 | byte offset` for a linear one.
 pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    let mut out = readdir_on_disk(fs, st, offset, max)?;
+    if !fs.geo.filetype {
+        // The entries carry no type: each one's inode says (`.` and `..` are this directory
+        // and its parent, whose locks the caller may hold).
+        for e in out.iter_mut().filter(|e| e.name != b"." && e.name != b"..") {
+            e.kind = FileType::from_dirent_code(entry_ftype(fs, e.ino, 0)?).unwrap_or(FileType::Regular);
+        }
+    }
+    Ok(out)
+}
+
+fn readdir_on_disk(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
     let params = DirParams::get(fs);
     if let Some(version) = hash_order_version(fs, st, &params)? {
         return readdir_hashed(fs, st, &params, version, offset, max);

@@ -73,6 +73,9 @@ pub struct Geometry {
     pub first_ino: u32,
     /// `huge_file` feature.
     pub huge_file: bool,
+    /// `filetype` feature: directory entries carry the file's type (without it the byte is
+    /// 0 on disk and the type comes from the inode).
+    pub filetype: bool,
     /// First block of the primary group descriptor table.
     pub gdt_start: u64,
 }
@@ -91,6 +94,7 @@ impl Geometry {
             inodes_count: sb.inodes_count,
             first_ino: sb.first_ino(),
             huge_file: sb.has_huge_file(),
+            filetype: sb.has_filetype(),
             gdt_start: u64::from(sb.first_data_block) + 1,
         }
     }

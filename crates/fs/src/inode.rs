@@ -277,7 +277,21 @@ pub(crate) fn load_inode(fs: &FsInner, ino: Ino) -> FsResult<DiskInode> {
     crate::ondisk::inode::verify_checksum(&fs.csum, ino, raw)?;
     let d = DiskInode::decode(raw).map_err(|e| in_inode(ino, e))?;
     check_size(ino, &d, fs.geo.block_size as u32)?;
+    check_type(ino, &d)?;
     Ok(d)
+}
+
+/// Refuse a mode whose file type is none of the seven (e2fsck: "has invalid mode"): treated
+/// as a regular file it would be read, written and freed as one.
+fn check_type(ino: Ino, d: &DiskInode) -> FsResult<()> {
+    if d.mode != 0 && crate::types::FileType::from_mode(u32::from(d.mode)).is_none() {
+        return Err(FsError::Corrupt(format!(
+            "inode {ino}: i_mode = {:#o} has no valid file type ({:#o})",
+            d.mode,
+            d.mode & 0o170000
+        )));
+    }
+    Ok(())
 }
 
 /// Put inode `ino`'s number into a decoding error, once ("inode 36: i_extra_isize ...").

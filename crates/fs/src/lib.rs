@@ -27,6 +27,7 @@ mod ops;
 mod orphan;
 mod planted;
 pub mod preset;
+pub mod protect;
 mod rebuild;
 mod tx;
 pub mod types;

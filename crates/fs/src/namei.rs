@@ -87,6 +87,7 @@ fn make_node(
     if dir::lookup(fs, &mut ps, name)?.is_some() {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
+    crate::protect::may_add_entry(parent, &ps)?;
     let is_dir = mode & S_IFMT == S_IFDIR;
     if is_dir && ps.d.links_count >= LINK_MAX && !fs.sb.lock().has_dir_nlink() {
         return Err(FsError::TooManyLinks(format!("directory inode {parent}")));
@@ -297,6 +298,8 @@ pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> Fs
     if dir::lookup(fs, &mut ps, newname)?.is_some() {
         return Err(FsError::Exists(String::from_utf8_lossy(newname).into_owned()));
     }
+    crate::protect::may_add_entry(newparent, &ps)?;
+    crate::protect::may_change(ino, &st, "hard link")?;
     let mut tx = Tx::start(fs, 16)?;
     dir::add_entry(&mut tx, newparent, &mut ps, newname, ino, file_type_from_mode(st.d.mode))?;
     crate::ijournal::note_hard_link(fs, &st.ij, tx.h.tx_id());
@@ -366,6 +369,7 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
             return Err(FsError::NotEmpty(String::from_utf8_lossy(name).into_owned()));
         }
     }
+    crate::protect::may_remove_entry(parent, &ps, slot.ino, &st)?;
     let mut tx = Tx::start(fs, 24)?;
     dir::remove_entry(&mut tx, &mut ps, name)?;
     crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id(), !is_dir);
@@ -546,6 +550,18 @@ pub(crate) fn rename(
                     return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
                 }
             }
+        }
+    }
+    {
+        use crate::protect::{may_add_entry, may_change_immutable, may_remove_entry};
+        may_remove_entry(parent, &g1, src.ino, &sg)?;
+        let new_dir = g2.as_deref().unwrap_or(&*g1);
+        match (dst, dg.as_deref()) {
+            (Some(d), Some(dgs)) => may_remove_entry(newparent, new_dir, d.ino, dgs)?,
+            _ => may_add_entry(newparent, new_dir)?,
+        }
+        if src_is_dir && !same {
+            may_change_immutable(src.ino, &sg, "moving a directory to another parent")?;
         }
     }
     let mut tx = Tx::start(fs, 48)?;

@@ -149,6 +149,15 @@ impl Fs {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
+        if set.size.is_some() {
+            crate::protect::may_change(ino, &st, "truncate")?;
+        }
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+            crate::protect::may_change(ino, &st, "chmod or chown")?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some() {
+            crate::protect::may_change_immutable(ino, &st, "setting times")?;
+        }
         if let Some(size) = set.size {
             if st.d.is_dir() {
                 return Err(FsError::IsDir(format!("inode {ino}")));
@@ -372,6 +381,7 @@ impl Fs {
         if !st.d.is_reg() {
             return Err(FsError::Invalid(format!("inode {ino} is not a regular file")));
         }
+        crate::protect::may_write(ino, &st, off, data.len() as u64)?;
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
         self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))
@@ -409,6 +419,7 @@ impl Fs {
         if !st.d.is_reg() {
             return Err(FsError::NotSupported("fallocate on a non-regular file".into()));
         }
+        crate::protect::may_fallocate(ino, &st, mode)?;
         self.retry_nospc(|| crate::file::fallocate(&self.inner, ino, &mut st, mode, off, len))
     }
 
@@ -573,6 +584,7 @@ impl Fs {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
+        crate::protect::may_change(ino, &st, "setting an extended attribute")?;
         if crate::acl::is_acl(name) {
             return self.retry_nospc(|| crate::acl::set(&self.inner, ino, &mut st, name, value, clear_sgid));
         }
@@ -585,10 +597,36 @@ impl Fs {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
+        crate::protect::may_change(ino, &st, "removing an extended attribute")?;
         if crate::acl::is_acl(name) {
             return crate::acl::set(&self.inner, ino, &mut st, name, &[], false);
         }
         xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)
+    }
+
+    /// Set the `chattr` flags in `mask` ([`crate::protect::CHATTR_FLAGS`] only) to their values in `flags`.
+    /// Changing the immutable or append-only flag needs `CAP_LINUX_IMMUTABLE`, which the
+    /// caller checks; data journalling changes through [`Fs::set_journal_data`].
+    pub fn set_flags(&self, ino: Ino, mask: u32, flags: u32) -> FsResult<Attr> {
+        use crate::protect::CHATTR_FLAGS;
+        if mask & !CHATTR_FLAGS != 0 {
+            return Err(FsError::NotSupported(format!(
+                "inode flags {:#x} cannot be changed (only immutable, append-only, no-dump, no-atime and data journalling)",
+                mask & !CHATTR_FLAGS
+            )));
+        }
+        self.check_rw()?;
+        let node = self.node(ino)?;
+        let mut st = self.write_state(&node)?;
+        let new = (st.d.flags & !mask) | (flags & mask);
+        if new != st.d.flags {
+            let mut tx = Tx::start(&self.inner, 4)?;
+            st.d.flags = new;
+            st.d.ctime = Timestamp::now();
+            store_inode(&mut tx, ino, &mut st)?;
+            tx.stop()?;
+        }
+        Ok(attr_of(&self.inner, ino, &st))
     }
 
     /// Turn data journalling for one file on or off (ext4's `chattr +j`). On a directory the

@@ -8,7 +8,7 @@
 mod common;
 use common::read_all;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -153,6 +153,29 @@ fn stable_inodes_images_read_and_change() {
     if let Some(out) = debugfs_r(&img, "features") {
         assert!(out.contains("stable_inodes"), "the feature stays set: {out}");
     }
+}
+
+/// Without the `filetype` feature directory entries carry type 0 (e2fsck clears any other
+/// value as corrupt): cjfs writes 0 and takes each entry's type from its inode, for renames
+/// of directories and for readdir.
+#[test]
+fn no_filetype_images_read_and_change() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("noft.img");
+    if mke2fs(&img, 4096, "^filetype", "64M").is_none() {
+        return;
+    }
+    populated_image_round_trip(&tmp, &img);
+    let fs = mount(&img);
+    let d = fs.mkdir(ROOT_INO, b"newdir", 0o755, 0, 0).expect("mkdir");
+    fs.symlink(d.ino, b"ln", b"x", 0, 0).expect("symlink");
+    fs.rename(ROOT_INO, b"dir1", d.ino, b"dir1", RenameFlags::default()).expect("rename a directory");
+    let kinds: BTreeMap<Vec<u8>, FileType> =
+        fs.readdir_all(d.ino).expect("readdir").into_iter().map(|e| (e.name, e.kind)).collect();
+    assert_eq!(kinds.get(&b"dir1"[..]), Some(&FileType::Directory), "{kinds:?}");
+    assert_eq!(kinds.get(&b"ln"[..]), Some(&FileType::Symlink), "{kinds:?}");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
 }
 
 /// debugfs fills `img`; cjfs reads, changes, and e2fsck and debugfs judge the result.

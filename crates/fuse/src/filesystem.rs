@@ -63,6 +63,10 @@ fn xflags_of(flags: u32) -> u32 {
     XFLAG_MAP.iter().filter(|(f, _)| flags & f != 0).fold(0, |x, (_, xf)| x | xf)
 }
 
+fn iflags_of(xflags: u32) -> u32 {
+    XFLAG_MAP.iter().filter(|(_, xf)| xflags & xf != 0).fold(0, |x, (f, _)| x | f)
+}
+
 /// Largest write (and read) request asked of the kernel.
 pub const MAX_WRITE: u32 = 1 << 20;
 
@@ -258,8 +262,16 @@ impl CjfsFuse {
 
     /// Open an inode the kernel already holds (a file handle's library open).
     fn open_handle(&self, ino: Ino, flags: i32) -> FsResult<Attr> {
-        let a = self.fs.open_file(ino)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let a = self.fs.getattr(ino)?;
+        cjfs_fs::protect::may_open(
+            ino,
+            a.flags,
+            writable,
+            flags & libc::O_APPEND != 0,
+            flags & libc::O_TRUNC != 0,
+        )?;
+        let a = self.fs.open_file(ino)?;
         if flags & libc::O_TRUNC != 0 && writable && a.kind == FileType::Regular && a.size > 0 {
             let set = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.fs.setattr(ino, &set) {
@@ -268,6 +280,33 @@ impl CjfsFuse {
             }
         }
         Ok(a)
+    }
+
+    /// `chattr`: move the inode flags from `old` to `new` (changes outside ext4's
+    /// user-modifiable set are ignored, as ext4 does). Immutable and append-only need root
+    /// (`CAP_LINUX_IMMUTABLE`); flags cjfs cannot honour are refused with EOPNOTSUPP.
+    fn change_flags(&self, req: &Request, ino: Ino, old: u32, new: u32) -> FsResult<()> {
+        use cjfs_fs::protect::{CHATTR_FLAGS, PROTECT_FLAGS};
+        let changed = (new ^ old) & FL_USER_MODIFIABLE;
+        if changed & !(JOURNAL_DATA_FL | CHATTR_FLAGS) != 0 {
+            return Err(FsError::NotSupported(format!(
+                "inode {ino}: flags {:#x} cannot be changed",
+                changed & !(JOURNAL_DATA_FL | CHATTR_FLAGS)
+            )));
+        }
+        if changed & PROTECT_FLAGS != 0 && req.uid() != 0 {
+            return Err(FsError::Perm(format!(
+                "inode {ino}: only root may change the immutable and append-only flags"
+            )));
+        }
+        if changed & JOURNAL_DATA_FL != 0 {
+            self.fs.set_journal_data(ino, new & JOURNAL_DATA_FL != 0)?;
+        }
+        if changed & CHATTR_FLAGS != 0 {
+            self.fs.set_flags(ino, changed & CHATTR_FLAGS, new)?;
+            self.invalidate_attrs(ino);
+        }
+        Ok(())
     }
 
     fn file_open_flags(&self) -> FopenFlags {
@@ -937,7 +976,7 @@ impl Filesystem for CjfsFuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -960,14 +999,7 @@ impl Filesystem for CjfsFuse {
                 };
                 let new = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
                 let a = try_reply!(self.fs.getattr(ino), reply);
-                let changed = (new ^ a.flags) & FL_USER_MODIFIABLE;
-                if changed & !JOURNAL_DATA_FL != 0 {
-                    // Only data journalling is implemented among the chattr flags.
-                    return reply.error(Errno::EOPNOTSUPP);
-                }
-                if changed & JOURNAL_DATA_FL != 0 {
-                    try_reply!(self.fs.set_journal_data(ino, new & JOURNAL_DATA_FL != 0), reply);
-                }
+                try_reply!(self.change_flags(req, ino, a.flags, new), reply);
                 reply.ioctl(0, &[]);
             }
             FS_IOC_FSGETXATTR => {
@@ -983,10 +1015,13 @@ impl Filesystem for CjfsFuse {
                 };
                 let a = try_reply!(self.fs.getattr(ino), reply);
                 let word = |i: usize| u32::from_ne_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
-                // Extent size hints and project ids are not supported; flags only as they are.
-                if word(0) != xflags_of(a.flags) || word(4) != 0 || word(12) != 0 {
+                // Extent size hints and project ids are not supported.
+                if word(4) != 0 || word(12) != 0 {
                     return reply.error(Errno::EOPNOTSUPP);
                 }
+                let mapped = XFLAG_MAP.iter().fold(0, |m, (f, _)| m | f);
+                let new = (a.flags & !mapped) | iflags_of(word(0));
+                try_reply!(self.change_flags(req, ino, a.flags, new), reply);
                 reply.ioctl(0, &[]);
             }
             _ => reply.error(Errno::ENOTTY),

@@ -267,6 +267,63 @@ fn per_file_data_journalling() {
     m.unmount();
 }
 
+/// `chattr +i` / `+a` through FS_IOC_SETFLAGS: the mount refuses what ext4 refuses (EPERM on
+/// writing opens, truncation, unlink, rename), appends pass, `-i` gives the file back, and a
+/// flag cjfs does not honour (`+S`) is refused rather than stored.
+#[test]
+fn immutable_and_append_only_through_chattr() {
+    if skip("immutable_and_append_only_through_chattr", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("");
+    let (imm, app) = (s.p("imm"), s.p("app"));
+    fs::write(&imm, b"fixed").unwrap();
+    fs::write(&app, b"one\n").unwrap();
+    let set = |p: &Path, on: libc::c_long, off: libc::c_long| -> Result<(), i32> {
+        let f = File::open(p).unwrap();
+        let mut flags: libc::c_long = 0;
+        // SAFETY: FS_IOC_GETFLAGS writes an int into `flags`.
+        assert_eq!(unsafe { libc::ioctl(f.as_raw_fd(), 0x8008_6601, &mut flags) }, 0);
+        flags = (flags | on) & !off;
+        // SAFETY: FS_IOC_SETFLAGS reads an int from `flags`.
+        if unsafe { libc::ioctl(f.as_raw_fd(), 0x4008_6602, &flags) } == 0 { Ok(()) } else { Err(errno()) }
+    };
+    set(&imm, 0x10, 0).unwrap();
+    set(&app, 0x20, 0).unwrap();
+    let eperm = |r: std::io::Result<()>, what: &str| {
+        assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EPERM)), "{what}");
+    };
+    eperm(OpenOptions::new().write(true).open(&imm).map(drop), "open +i for writing");
+    eperm(fs::remove_file(&imm), "unlink +i");
+    eperm(fs::rename(&imm, s.p("moved")), "rename +i");
+    eperm(fs::hard_link(&imm, s.p("l")), "link +i");
+    eperm(OpenOptions::new().write(true).open(&app).map(drop), "open +a without O_APPEND");
+    eperm(
+        OpenOptions::new().append(true).custom_flags(libc::O_TRUNC).open(&app).map(drop),
+        "open +a with O_TRUNC",
+    );
+    eperm(fs::remove_file(&app), "unlink +a");
+    let mut w = OpenOptions::new().append(true).open(&app).unwrap();
+    w.write_all(b"two\n").unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    assert_eq!(fs::read(&app).unwrap(), b"one\ntwo\n");
+    assert_eq!(fs::read(&imm).unwrap(), b"fixed");
+    assert_eq!(set(&imm, 0x8, 0), Err(libc::EOPNOTSUPP), "chattr +S");
+    set(&imm, 0, 0x10).unwrap();
+    set(&app, 0, 0x20).unwrap();
+    fs::write(&imm, b"free").unwrap();
+    fs::remove_file(&app).unwrap();
+    set(&imm, 0x10, 0).unwrap();
+    m.unmount();
+    e2fsck_clean(&s.image);
+    let m = s.mount("");
+    eperm(fs::remove_file(&imm), "unlink +i after a remount");
+    set(&imm, 0, 0x10).unwrap();
+    m.unmount();
+}
+
 #[test]
 fn fallocate_and_seek_data_hole() {
     if skip("fallocate_and_seek_data_hole", &[]) {
