@@ -84,11 +84,20 @@ pub struct UmountArgs {
     /// Seconds to wait for the daemon to write the image home and release it.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
+    /// Detach a busy mount at once (`umount -l`) and wait until its open files close;
+    /// without it a busy mount is an error and stays mounted.
+    #[arg(long, short = 'l')]
+    pub lazy: bool,
 }
 
 /// Run `cjfs umount`: unmount, then wait until the daemon released a clean image.
 pub fn umount(args: UmountArgs) -> CliResult<()> {
-    cjfs_fuse::unmount_and_wait(&args.dir, args.image.as_deref(), Duration::from_secs(args.timeout))
-        .map(|_| ())
-        .map_err(to_cli)
+    cjfs_fuse::unmount_and_wait(
+        &args.dir,
+        args.image.as_deref(),
+        Duration::from_secs(args.timeout),
+        args.lazy,
+    )
+    .map(|_| ())
+    .map_err(to_cli)
 }

@@ -106,7 +106,7 @@ pub fn run_emulated(dir: &Path, spec: &MatrixSpec, progress: &mut dyn FnMut(&str
 
 /// Unmount `mnt` and wait until the daemon released `img` clean.
 fn unmount_and_wait(mnt: &Path, img: &Path) -> CliResult<()> {
-    cjfs_fuse::unmount_and_wait(mnt, Some(img), Duration::from_secs(120))
+    cjfs_fuse::unmount_and_wait(mnt, Some(img), Duration::from_secs(120), true)
         .map(|_| ())
         .map_err(|e| CliError::Msg(format!("unmount {}: {e}", mnt.display())))
 }

@@ -116,6 +116,42 @@ fn umount_waits_until_the_image_is_clean_and_released() {
     }
 }
 
+/// A busy mount (a file open in it) stays mounted: `cjfs umount` says so in one line and
+/// fails, as `umount` does; `--lazy` detaches it and returns once the file closed and the
+/// image is clean.
+#[test]
+fn umount_of_a_busy_mount_fails_unless_lazy() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: umount_of_a_busy_mount_fails_unless_lazy: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("b.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(bin()).args(["mkfs", img.to_str().unwrap(), "--size", "64M"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin()).arg("mount").arg(&img).arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(mnt.join("f"), b"open").unwrap();
+    let held = std::fs::File::open(mnt.join("f")).unwrap();
+    let out = Command::new(bin()).arg("umount").arg(&mnt).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("target is busy") && err.lines().count() == 1, "{err}");
+    assert!(locked(&img), "the busy mount was let go");
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        drop(held);
+    });
+    let out = Command::new(bin()).args(["umount", "--lazy"]).arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    closer.join().unwrap();
+    assert!(!locked(&img), "the image is still locked after cjfs umount --lazy");
+    let out = Command::new(bin()).args(["cat", img.to_str().unwrap(), "/f"]).output().unwrap();
+    assert_eq!(out.stdout, b"open");
+}
+
 /// `cjfs bench sqlite --fuse DIR --fuse-emulated`: every configuration's rounds through a
 /// FUSE mount this process serves from an emulated device; the tables name the device
 /// `fuse-<preset>`, every configuration has a figure, and no mount is left behind.

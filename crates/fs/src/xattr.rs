@@ -91,7 +91,12 @@ pub(crate) fn set(
     if let Some(v) = value
         && v.len() > fs.geo.block_size - 64
     {
-        return Err(FsError::Range(format!("xattr value of {} bytes is too large", v.len())));
+        // ENOSPC as ext4 (no `ea_inode`): the value fits neither the inode nor one block.
+        return Err(FsError::NoSpace(format!(
+            "xattr value of {} bytes does not fit in one {}-byte xattr block",
+            v.len(),
+            fs.geo.block_size
+        )));
     }
     let mut list = list_all(fs, st)?;
     let pos = list.iter().position(|(n, _)| n == name);
@@ -127,7 +132,11 @@ pub(crate) fn set_acl(
     if let Some(v) = value
         && v.len() > fs.geo.block_size - 64
     {
-        return Err(FsError::Range(format!("POSIX ACL of {} bytes is too large", v.len())));
+        return Err(FsError::NoSpace(format!(
+            "POSIX ACL of {} bytes does not fit in one {}-byte xattr block",
+            v.len(),
+            fs.geo.block_size
+        )));
     }
     let mut list = list_all(fs, st)?;
     let pos = list.iter().position(|(n, _)| n == name);

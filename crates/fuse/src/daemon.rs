@@ -288,11 +288,14 @@ fn unescape_mountinfo(s: &str) -> String {
 /// Unmount the `cjfs mount` at `dir` and wait until its daemon has committed, checkpointed,
 /// marked the image clean and let go of it — which `fusermount3 -u` and `umount` do not wait
 /// for: the kernel ends the session first and the daemon writes home after. The image is
-/// the mount's source unless `image` names it. Returns the image.
+/// the mount's source unless `image` names it. A busy mount (files open in it) is
+/// [`MountError::Busy`], as `umount` answers, unless `lazy`: then it is detached at once and
+/// the wait lasts until its last open file closes. Returns the image.
 pub fn unmount_and_wait(
     dir: &Path,
     image: Option<&Path>,
     timeout: std::time::Duration,
+    lazy: bool,
 ) -> MountResult<PathBuf> {
     let bad_dir = |e: std::io::Error| MountError::Mountpoint { path: dir.to_path_buf(), why: e.to_string() };
     let dir = std::fs::canonicalize(dir).map_err(bad_dir)?;
@@ -303,7 +306,10 @@ pub fn unmount_and_wait(
         None if Path::new(&source).is_absolute() && Path::new(&source).exists() => PathBuf::from(&source),
         None => return Err(MountError::UnknownImage { path: dir, source_name: source }),
     };
-    unmount_dir(&dir).map_err(|source| MountError::Mount { path: dir.clone(), source })?;
+    unmount_dir_with(&dir, lazy).map_err(|source| match source.raw_os_error() {
+        Some(libc::EBUSY) => MountError::Busy { path: dir.clone() },
+        _ => MountError::Mount { path: dir.clone(), source },
+    })?;
     let t0 = std::time::Instant::now();
     while cjfs_blockdev::writer_lock_held(&image)
         .map_err(|source| MountError::Image { path: image.clone(), source })?
@@ -333,6 +339,11 @@ pub fn unmount_and_wait(
 
 /// Unmount `dir`: a plain unmount, lazily if busy, through `fusermount3` if we may not.
 pub fn unmount_dir(dir: &Path) -> std::io::Result<()> {
+    unmount_dir_with(dir, true)
+}
+
+/// [`unmount_dir`]; without `lazy` a busy mount is left mounted and the error is EBUSY.
+pub fn unmount_dir_with(dir: &Path, lazy: bool) -> std::io::Result<()> {
     let c = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: `c` is a valid NUL-terminated path.
     if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
@@ -340,15 +351,23 @@ pub fn unmount_dir(dir: &Path) -> std::io::Result<()> {
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
+        Some(libc::EBUSY) if !lazy => Err(e),
         // SAFETY: as above.
         Some(libc::EBUSY) if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 => Ok(()),
         Some(libc::EPERM) | Some(libc::EBUSY) => {
-            let st =
-                std::process::Command::new("fusermount3").arg("-u").arg("-z").arg("--").arg(dir).status()?;
-            if st.success() {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg("-u");
+            if lazy {
+                cmd.arg("-z");
+            }
+            let out = cmd.arg("--").arg(dir).stderr(std::process::Stdio::piped()).output()?;
+            let why = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() {
                 Ok(())
+            } else if !lazy && why.contains("busy") {
+                Err(std::io::Error::from_raw_os_error(libc::EBUSY))
             } else {
-                Err(std::io::Error::other(format!("fusermount3 -u -z failed: {st}")))
+                Err(std::io::Error::other(format!("fusermount3 -u failed: {}", why.trim())))
             }
         }
         _ => Err(e),

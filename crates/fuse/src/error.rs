@@ -101,6 +101,16 @@ pub enum MountError {
         /// The source shown in /proc/self/mountinfo.
         source_name: String,
     },
+    /// `cjfs umount`: files are open in the mount (or a process works in it), so it stays
+    /// mounted, as `umount` leaves it.
+    #[error(
+        "{path}: target is busy (a file in it is open or a process works in it); close them, or pass \
+         --lazy to detach it now and wait until they close"
+    )]
+    Busy {
+        /// The mount point.
+        path: PathBuf,
+    },
     /// `cjfs umount`: the daemon still held the image when the wait ran out.
     #[error("{path}: the cjfs mount daemon still holds the image after {secs} s (still writing it home?)")]
     StillHeld {

@@ -84,7 +84,7 @@ pub mod options;
 
 pub use daemon::{
     InProcessMount, MountRequest, default_threads, mount, mount_source, serve_in_process, unmount_and_wait,
-    unmount_dir,
+    unmount_dir, unmount_dir_with,
 };
 pub use error::{MountError, MountResult};
 pub use filesystem::{CjfsFuse, JOURNAL_XATTR, MAX_WRITE};

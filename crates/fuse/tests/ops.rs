@@ -209,6 +209,8 @@ fn xattrs_with_size_probing() {
     let big = vec![b'z'; 3000];
     setxattr(&f, "user.big", &big, 0).unwrap();
     assert_eq!(getxattr(&f, "user.big", 4096).unwrap().1, big);
+    // A value that fits no xattr block is ENOSPC, as ext4 without ea_inode answers.
+    assert_eq!(setxattr(&f, "user.huge", &vec![b'h'; 4500], 0), Err(libc::ENOSPC));
     let (n, _) = listxattr(&f, 0).unwrap();
     assert_eq!(n as usize, "user.k\0user.big\0".len());
     assert_eq!(listxattr(&f, 4), Err(libc::ERANGE));
