@@ -599,6 +599,9 @@ fn a_fifo_or_character_device_is_not_an_image() {
         }
     }
     fails(&["mkfs", s(&fifo)], "not a regular file or block device");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    fails(&["mount", s(&fifo), s(&mnt), "-o", "ro"], "not a regular file or block device");
 }
 
 /// An inode whose mode names no file type is corrupt, not a regular file: reading,

@@ -373,7 +373,7 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
             let e = e?;
             best = best.max(e.free_len());
             if e.is_live() && e.name != b"." && e.name != b".." {
-                let ftype = entry_ftype(fs, e.inode, e.file_type)?;
+                let ftype = entry_ftype(fs, e.inode, e.file_type);
                 names.insert(e.name.into(), DirSlot { ino: e.inode, ftype, lblk });
             }
         }
@@ -389,14 +389,15 @@ fn disk_ftype(fs: &FsInner, ftype: u8) -> u8 {
     if fs.geo.filetype { ftype } else { 0 }
 }
 
-/// An entry's type: its own byte with the `filetype` feature, else from its inode's mode.
-fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> FsResult<u8> {
+/// An entry's type: its own byte with the `filetype` feature, else from its inode's mode,
+/// read without the inode's lock (callers hold directory locks and may hold a handle) and
+/// 0 (unknown, as ext4's DT_UNKNOWN) when the inode cannot be read: one damaged child must
+/// not make its whole directory unusable.
+fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> u8 {
     if fs.geo.filetype {
-        return Ok(byte);
+        return byte;
     }
-    let node = fs.inodes.get(fs, ino)?;
-    let mode = node.state.read().d.mode;
-    Ok(dirent::file_type_from_mode(mode))
+    fs.inodes.get(fs, ino).map(|n| n.ftype).unwrap_or(0)
 }
 
 /// Look `name` up.
@@ -817,10 +818,13 @@ fn readdir_hashed(
 pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
     let mut out = readdir_on_disk(fs, st, offset, max)?;
     if !fs.geo.filetype {
-        // The entries carry no type: each one's inode says (`.` and `..` are this directory
-        // and its parent, whose locks the caller may hold).
-        for e in out.iter_mut().filter(|e| e.name != b"." && e.name != b"..") {
-            e.kind = FileType::from_dirent_code(entry_ftype(fs, e.ino, 0)?).unwrap_or(FileType::Regular);
+        // The entries carry no type: each one's inode says (`.` and `..` are directories).
+        for e in out.iter_mut() {
+            e.kind = if e.name == b"." || e.name == b".." {
+                FileType::Directory
+            } else {
+                FileType::from_dirent_code(entry_ftype(fs, e.ino, 0)).unwrap_or(FileType::Regular)
+            };
         }
     }
     Ok(out)

@@ -74,6 +74,10 @@ pub(crate) struct Inode {
     pub fsync_lock: RankedMutex<crate::ijournal::FsyncGroup>,
     /// Tickets of iJournaling fsyncs of this inode: the last one handed out.
     pub fsync_tickets: std::sync::atomic::AtomicU64,
+    /// The directory-entry type code of this inode's mode (0 for an unused inode), fixed
+    /// for the object's life (a reallocated number gets a new object): readable without
+    /// `state`, for entry types on images without the `filetype` feature.
+    pub ftype: u8,
 }
 
 impl Inode {
@@ -94,7 +98,9 @@ impl Inode {
     fn new(ino: Ino, st: InodeState) -> Self {
         let names = st.names.clone();
         let ij = st.ij.clone();
+        let ftype = if st.d.mode == 0 { 0 } else { crate::ondisk::dirent::file_type_from_mode(st.d.mode) };
         Inode {
+            ftype,
             ino,
             state: RankedRwLock::new(Rank::FsInode, st),
             names,

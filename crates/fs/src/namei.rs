@@ -563,6 +563,14 @@ pub(crate) fn rename(
         if src_is_dir && !same {
             may_change_immutable(src.ino, &sg, "moving a directory to another parent")?;
         }
+        // An exchange moves the target too.
+        if flags.exchange
+            && !same
+            && let (Some(d), Some(dgs)) = (dst, dg.as_deref())
+            && dgs.d.is_dir()
+        {
+            may_change_immutable(d.ino, dgs, "moving a directory to another parent")?;
+        }
     }
     let mut tx = Tx::start(fs, 48)?;
     let now = Timestamp::now();

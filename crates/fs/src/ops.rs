@@ -381,7 +381,9 @@ impl Fs {
         if !st.d.is_reg() {
             return Err(FsError::Invalid(format!("inode {ino} is not a regular file")));
         }
-        crate::protect::may_write(ino, &st, off, data.len() as u64)?;
+        if touch_times {
+            crate::protect::may_write(ino, &st, off)?;
+        }
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
         self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))

@@ -5,11 +5,12 @@
 //!
 //! Over FUSE the kernel never sees these flags in its inodes (FUSE does not carry
 //! `S_IMMUTABLE`/`S_APPEND`), so the file system is the only place they can hold. Two
-//! choices differ from the kernel, both for the FUSE writeback cache, which writes pages
-//! back whole and sets the times it kept with an explicit `setattr`: a write to an
-//! append-only file is refused only when it lies wholly inside the current size (a page
-//! rewritten with bytes appended behind it passes), and times may still be set on an
-//! append-only file (the kernel refuses explicit times there).
+//! choices differ from the kernel, both for the FUSE writeback cache (`-o writeback`),
+//! which writes pages back whole, in any order, after the program's write returned, and
+//! sets the times it kept with an explicit `setattr`: pages written back are not checked
+//! (the opens that made them were), and times may still be set on an append-only file
+//! (the kernel refuses explicit times there). With the writeback cache, dirty pages of a
+//! file made immutable before they went home still go home.
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeState;
@@ -68,9 +69,12 @@ pub(crate) fn may_change_immutable(ino: Ino, st: &InodeState, what: &str) -> FsR
     if immutable(st) { Err(refuse(ino, what, st)) } else { Ok(()) }
 }
 
-/// A write of `len` bytes at `off`.
-pub(crate) fn may_write(ino: Ino, st: &InodeState, off: u64, len: u64) -> FsResult<()> {
-    if immutable(st) || (append_only(st) && off.saturating_add(len) <= st.d.size) {
+/// A write at `off`: refused on an immutable file, and on an append-only one anywhere
+/// but at or past its end. Not asked for pages a writeback cache sends home (see the
+/// module's doc): the kernel accepted those writes already, and refusing them would lose
+/// the bytes.
+pub(crate) fn may_write(ino: Ino, st: &InodeState, off: u64) -> FsResult<()> {
+    if immutable(st) || (append_only(st) && off < st.d.size) {
         return Err(refuse(ino, "write", st));
     }
     Ok(())

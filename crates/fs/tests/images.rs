@@ -174,6 +174,7 @@ fn no_filetype_images_read_and_change() {
         fs.readdir_all(d.ino).expect("readdir").into_iter().map(|e| (e.name, e.kind)).collect();
     assert_eq!(kinds.get(&b"dir1"[..]), Some(&FileType::Directory), "{kinds:?}");
     assert_eq!(kinds.get(&b"ln"[..]), Some(&FileType::Symlink), "{kinds:?}");
+    assert_eq!(kinds.get(&b".."[..]), Some(&FileType::Directory), "{kinds:?}");
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
 }

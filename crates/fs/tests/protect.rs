@@ -48,6 +48,8 @@ fn immutable_and_append_only_refuse_what_ext4_refuses() {
     // Append-only: bytes past the end only; no truncate, punch, unlink, rename or xattr.
     assert_eq!(fs.write(a.ino, 4, b"two\n").expect("append"), 4);
     perm(fs.write(a.ino, 0, b"ONE"), "overwrite");
+    perm(fs.write(a.ino, 0, &[b'x'; 100]), "an overwrite that also extends");
+    assert_eq!(fs.write_keep_times(a.ino, 4, b"two\nthree\n").expect("writeback of a page"), 10);
     perm(fs.setattr(a.ino, &SetAttr { size: Some(2), ..Default::default() }), "truncate");
     perm(fs.fallocate(a.ino, FallocMode::PunchHole, 0, 4096), "punch");
     fs.fallocate(a.ino, FallocMode::KeepSize, 0, 8192).expect("plain fallocate passes");

@@ -87,6 +87,9 @@ pub fn mount(req: &MountRequest) -> MountResult<()> {
     install_logger();
     let image = std::fs::canonicalize(&req.image)
         .map_err(|source| MountError::Image { path: req.image.clone(), source })?;
+    // Before anything opens it (a FIFO would block the open).
+    cjfs_blockdev::check_image_kind(&image)
+        .map_err(|e| MountError::Fs { path: image.clone(), source: FsError::Device(e) })?;
     let bad_dir = |e: std::io::Error| {
         let why = if e.kind() == std::io::ErrorKind::NotFound {
             "does not exist".to_string()
@@ -360,7 +363,9 @@ pub fn unmount_dir_with(dir: &Path, lazy: bool) -> std::io::Result<()> {
             if lazy {
                 cmd.arg("-z");
             }
-            let out = cmd.arg("--").arg(dir).stderr(std::process::Stdio::piped()).output()?;
+            // Its message is matched below: in the C locale.
+            let out =
+                cmd.env("LC_ALL", "C").arg("--").arg(dir).stderr(std::process::Stdio::piped()).output()?;
             let why = String::from_utf8_lossy(&out.stderr);
             if out.status.success() {
                 Ok(())

@@ -299,6 +299,14 @@ impl CjfsFuse {
                 "inode {ino}: only root may change the immutable and append-only flags"
             )));
         }
+        // An immutable file's other flags change only together with clearing it
+        // (`ext4_ioctl_check_immutable`).
+        let imm = cjfs_fs::ondisk::inode::EXT4_IMMUTABLE_FL;
+        if old & new & imm != 0 && changed & !imm != 0 {
+            return Err(FsError::Perm(format!(
+                "inode {ino} is immutable (chattr +i): clear that first to change its other flags"
+            )));
+        }
         if changed & JOURNAL_DATA_FL != 0 {
             self.fs.set_journal_data(ino, new & JOURNAL_DATA_FL != 0)?;
         }
