@@ -146,13 +146,24 @@ impl Fs {
 
     /// Change attributes (chmod, chown, truncate, utimens).
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        self.setattr_checked(ino, set, true)
+    }
+
+    /// Set the permission bits to `mode` where a write or truncate by an unprivileged caller
+    /// clears set-user/group-ID (the kernel's `ATTR_KILL_SUID`): allowed on an append-only
+    /// file, where a chmod is refused.
+    pub fn kill_set_id(&self, ino: Ino, mode: u32) -> FsResult<Attr> {
+        self.setattr_checked(ino, &SetAttr { mode: Some(mode), ..SetAttr::default() }, false)
+    }
+
+    fn setattr_checked(&self, ino: Ino, set: &SetAttr, chmod_checked: bool) -> FsResult<Attr> {
         self.check_rw()?;
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
         if set.size.is_some() {
             crate::protect::may_change(ino, &st, "truncate")?;
         }
-        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+        if chmod_checked && (set.mode.is_some() || set.uid.is_some() || set.gid.is_some()) {
             crate::protect::may_change(ino, &st, "chmod or chown")?;
         }
         if set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some() {

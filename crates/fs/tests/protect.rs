@@ -56,6 +56,8 @@ fn immutable_and_append_only_refuse_what_ext4_refuses() {
     perm(fs.unlink(ROOT_INO, b"log"), "unlink");
     perm(fs.setxattr(a.ino, b"user.k", b"v", XattrFlags::Any), "setxattr");
     perm(fs.setattr(a.ino, &SetAttr { mode: Some(0o600), ..Default::default() }), "chmod");
+    // A write by an unprivileged caller clears set-user-ID even here (ATTR_KILL_SUID).
+    fs.kill_set_id(a.ino, 0o644).expect("clearing set-user-ID on an append-only file");
 
     // Directories: an immutable one takes no entry; an append-only one takes but keeps them.
     fs.set_flags(sub.ino, EXT4_APPEND_FL, EXT4_APPEND_FL).expect("chattr +a dir");

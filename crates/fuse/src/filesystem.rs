@@ -351,7 +351,7 @@ impl CjfsFuse {
             return Ok(false);
         }
         perm &= !clear;
-        self.fs.setattr(ino, &SetAttr { mode: Some(perm), ..SetAttr::default() })?;
+        self.fs.kill_set_id(ino, perm)?;
         Ok(true)
     }
 }
