@@ -35,7 +35,12 @@ fn append_only(st: &InodeState) -> bool {
 }
 
 fn refuse(ino: Ino, what: &str, st: &InodeState) -> FsError {
-    let why = if immutable(st) { "immutable (chattr +i)" } else { "append-only (chattr +a)" };
+    refuse_flags(ino, what, st.d.flags)
+}
+
+fn refuse_flags(ino: Ino, what: &str, flags: u32) -> FsError {
+    let why =
+        if flags & EXT4_IMMUTABLE_FL != 0 { "immutable (chattr +i)" } else { "append-only (chattr +a)" };
     FsError::Perm(format!("{what}: inode {ino} is {why}"))
 }
 
@@ -93,11 +98,10 @@ pub(crate) fn may_fallocate(ino: Ino, st: &InodeState, mode: FallocMode) -> FsRe
 /// Opening for writing (the FUSE `open`): refused on an immutable file; an append-only
 /// file opens for writing only with `O_APPEND` and never with `O_TRUNC` (`may_open`).
 pub fn may_open(ino: Ino, flags: u32, writable: bool, append: bool, trunc: bool) -> FsResult<()> {
-    let st_imm = flags & EXT4_IMMUTABLE_FL != 0;
-    let st_app = flags & EXT4_APPEND_FL != 0;
-    let why = if st_imm { "immutable (chattr +i)" } else { "append-only (chattr +a)" };
-    if (st_imm && (writable || trunc)) || (st_app && ((writable && !append) || trunc)) {
-        return Err(FsError::Perm(format!("open for writing: inode {ino} is {why}")));
+    let imm = flags & EXT4_IMMUTABLE_FL != 0;
+    let app = flags & EXT4_APPEND_FL != 0;
+    if (imm && (writable || trunc)) || (app && ((writable && !append) || trunc)) {
+        return Err(refuse_flags(ino, "open for writing", flags));
     }
     Ok(())
 }

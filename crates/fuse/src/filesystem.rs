@@ -263,15 +263,12 @@ impl CjfsFuse {
     /// Open an inode the kernel already holds (a file handle's library open).
     fn open_handle(&self, ino: Ino, flags: i32) -> FsResult<Attr> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let a = self.fs.getattr(ino)?;
-        cjfs_fs::protect::may_open(
-            ino,
-            a.flags,
-            writable,
-            flags & libc::O_APPEND != 0,
-            flags & libc::O_TRUNC != 0,
-        )?;
         let a = self.fs.open_file(ino)?;
+        let (append, trunc) = (flags & libc::O_APPEND != 0, flags & libc::O_TRUNC != 0);
+        if let Err(e) = cjfs_fs::protect::may_open(ino, a.flags, writable, append, trunc) {
+            let _ = self.fs.release(ino);
+            return Err(e);
+        }
         if flags & libc::O_TRUNC != 0 && writable && a.kind == FileType::Regular && a.size > 0 {
             let set = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.fs.setattr(ino, &set) {

@@ -28,12 +28,9 @@ pub fn block_size_in(head: &[u8]) -> Option<usize> {
 /// [`block_size_in`] for the image file or block device at `path` (reads 2048 bytes; `None`
 /// when it cannot be read or holds no usable superblock).
 pub fn probe_block_size(path: &std::path::Path) -> Option<usize> {
-    use std::os::unix::fs::{FileExt, FileTypeExt};
+    use std::os::unix::fs::FileExt;
     // Never open what is not an image (a FIFO would block the open).
-    let kind = std::fs::metadata(path).ok()?.file_type();
-    if !kind.is_file() && !kind.is_block_device() {
-        return None;
-    }
+    cjfs_blockdev::check_image_kind(path).ok()?;
     let f = std::fs::File::open(path).ok()?;
     let mut head = [0u8; SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE];
     f.read_exact_at(&mut head, 0).ok()?;
