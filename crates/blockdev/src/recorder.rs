@@ -10,9 +10,11 @@
 //! * [`RecordedOp::WriteDone`] when the write's ticket is waited for. A ticket dropped
 //!   without waiting logs no completion (the write may or may not have happened).
 //! * [`RecordedOp::FlushStart`] before calling the inner flush and [`RecordedOp::Flush`]
-//!   when it returns: a successful `Flush` is a completed persistence point for every write
-//!   whose `WriteDone` precedes the `FlushStart`.
-//! * [`RecordedOp::Barrier`] after a successful barrier (failed barriers are not logged).
+//!   (naming its start: flushes of different threads overlap) when it returns: a successful
+//!   `Flush` is a completed persistence point for every write whose `WriteDone` precedes
+//!   its `FlushStart`.
+//! * [`RecordedOp::Barrier`] after a successful barrier (failed barriers are not logged),
+//!   in submission order with the writes.
 //!
 //! Reads are forwarded and not logged. Logging a write does not copy its data: the log keeps
 //! the request's [`BlockBuf`]s, which are shared `Arc`s.
@@ -61,6 +63,9 @@ pub enum RecordedOp {
     Flush {
         /// Sequence number.
         seq: u64,
+        /// Sequence number of its [`RecordedOp::FlushStart`] (flushes of different threads
+        /// overlap); `None` in recordings made before it was logged.
+        start: Option<u64>,
         /// Whether it succeeded.
         ok: bool,
     },
@@ -103,8 +108,8 @@ impl fmt::Debug for RecordedOp {
                 .field("ok", ok)
                 .finish(),
             RecordedOp::FlushStart { seq } => f.debug_struct("FlushStart").field("seq", seq).finish(),
-            RecordedOp::Flush { seq, ok } => {
-                f.debug_struct("Flush").field("seq", seq).field("ok", ok).finish()
+            RecordedOp::Flush { seq, start, ok } => {
+                f.debug_struct("Flush").field("seq", seq).field("start", start).field("ok", ok).finish()
             }
             RecordedOp::Barrier { seq } => f.debug_struct("Barrier").field("seq", seq).finish(),
         }
@@ -270,14 +275,17 @@ impl BlockDevice for Recorder {
         if !self.is_enabled() {
             return self.inner.flush();
         }
-        self.shared.push(|seq| RecordedOp::FlushStart { seq });
+        let start = self.shared.push(|seq| RecordedOp::FlushStart { seq });
         let r = self.inner.flush();
         let ok = r.is_ok();
-        self.shared.push(|seq| RecordedOp::Flush { seq, ok });
+        self.shared.push(|seq| RecordedOp::Flush { seq, start: Some(start), ok });
         r
     }
 
     fn barrier(&self) -> DevResult<()> {
+        // Under the submission order, so every write logged before the barrier reached the
+        // inner device before it and every write logged after it, after.
+        let _order = self.submit_order.lock();
         let r = self.inner.barrier();
         if r.is_ok() && self.is_enabled() {
             self.shared.push(|seq| RecordedOp::Barrier { seq });
@@ -346,7 +354,7 @@ mod tests {
         assert!(matches!(ops[2], RecordedOp::WriteDone { seq: 2, write_seq: 0, ok: true }));
         assert!(matches!(ops[3], RecordedOp::WriteDone { seq: 3, write_seq: 1, ok: true }));
         assert!(matches!(ops[4], RecordedOp::FlushStart { seq: 4 }));
-        assert!(matches!(ops[5], RecordedOp::Flush { seq: 5, ok: true }));
+        assert!(matches!(ops[5], RecordedOp::Flush { seq: 5, start: Some(4), ok: true }));
         assert!(matches!(ops[6], RecordedOp::Barrier { seq: 6 }));
         // Sequence numbers continue after take_log.
         rec.flush()?;
@@ -382,7 +390,7 @@ mod tests {
                     RecordedOp::Write { seq: 1, block: 1, .. },
                     RecordedOp::WriteDone { seq: 2, write_seq: 1, ok: false },
                     RecordedOp::FlushStart { seq: 3 },
-                    RecordedOp::Flush { seq: 4, ok: false },
+                    RecordedOp::Flush { seq: 4, start: Some(3), ok: false },
                 ]
             ),
             "{ops:?}"

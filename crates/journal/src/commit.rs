@@ -223,19 +223,20 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         }
         let (head, rest) = ordered.split_at(window);
         let t0 = Instant::now();
-        let submitted = {
+        let (submitted, in_flight) = {
             let _hw = j.set.home_write_lock.lock();
-            let (data_reqs, _) = ordered_requests(&j.set, head, Some(tx.id()));
-            j.set.dev.submit_batch(data_reqs)?
+            let w = ordered_requests(&j.set, head, Some(tx.id()));
+            (j.set.dev.submit_batch(w.reqs)?, w.in_flight)
         };
         cjfs_blockdev::wait_all(submitted)?;
+        wait_in_flight(&j.set, &in_flight)?;
         j.set.ordered_window.store(next_window(window, t0.elapsed(), max_window), Ordering::Relaxed);
         ordered = rest;
     }
-    let (n_data, mut tickets) = {
+    let (n_data, mut tickets, data_in_flight) = {
         let _hw = j.set.home_write_lock.lock();
-        let (data_reqs, _) = ordered_requests(&j.set, ordered, Some(tx.id()));
-        (data_reqs.len(), j.set.dev.submit_batch(data_reqs.into_iter().chain(reqs).collect())?)
+        let w = ordered_requests(&j.set, ordered, Some(tx.id()));
+        (w.reqs.len(), j.set.dev.submit_batch(w.reqs.into_iter().chain(reqs).collect())?, w.in_flight)
     };
     let data_tickets: Vec<IoTicket> = tickets.drain(..n_data).collect();
     // Order-preserving dispatch (BarrierFS, CJFS): with a cache barrier the commit thread
@@ -264,6 +265,7 @@ fn commit_one(j: &Arc<LogCore>, tx: &Arc<Transaction>) -> JResult<()> {
         tx: tx.clone(),
         tickets,
         data_tickets,
+        data_in_flight,
         commit: if commit_ticket.is_some() { None } else { commit },
         commit_ticket,
         versions,
@@ -329,11 +331,11 @@ fn take_versions(
 pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
     let (submitted, written) = {
         let _hw = set.home_write_lock.lock();
-        let (reqs, written) = ordered_requests(set, bufs, None);
-        if reqs.is_empty() {
+        let w = ordered_requests(set, bufs, None);
+        if w.reqs.is_empty() {
             return Ok(());
         }
-        (set.dev.submit_batch(reqs), written)
+        (set.dev.submit_batch(w.reqs), w.written)
     };
     let r = submitted.and_then(cjfs_blockdev::wait_all);
     done_writing(&written, r.is_err());
@@ -375,17 +377,26 @@ pub(crate) fn wait_home_writes(
     js.write_errors != errors && js.dirty
 }
 
-/// The write requests for the dirty buffers among `bufs`, which are marked clean and
-/// returned (ordered data of transaction `tx`, or an fdatasync's own writes when `tx` is
-/// `None`, counted in `home_writes`). The caller holds `home_write_lock` until the requests
-/// are submitted.
-pub(crate) fn ordered_requests(
-    set: &Shared,
-    bufs: &[Arc<Buffer>],
-    tx: Option<TxId>,
-) -> (Vec<WriteRequest>, Vec<Arc<Buffer>>) {
+/// The home writes [`ordered_requests`] decided on.
+pub(crate) struct HomeWrites {
+    /// One request per device-contiguous run of the dirty buffers.
+    pub reqs: Vec<WriteRequest>,
+    /// An fdatasync's own writes: the buffers written, counted in `home_writes`.
+    pub written: Vec<Arc<Buffer>>,
+    /// A commit's: clean buffers whose fsync-path write is still in flight, with their
+    /// `write_errors` when seen. The commit record waits for those writes as for its own:
+    /// its size may expose those bytes, and the fsync that wrote them may not have flushed
+    /// yet (JBD2 waits for every page of the inode under writeback, whoever started it).
+    pub in_flight: Vec<(Arc<Buffer>, u32)>,
+}
+
+/// The write requests for the dirty buffers among `bufs`, which are marked clean (ordered
+/// data of transaction `tx`, or an fdatasync's own writes when `tx` is `None`, counted in
+/// `home_writes`). The caller holds `home_write_lock` until the requests are submitted.
+pub(crate) fn ordered_requests(set: &Shared, bufs: &[Arc<Buffer>], tx: Option<TxId>) -> HomeWrites {
     let mut writes = Vec::with_capacity(bufs.len());
     let mut written = Vec::new();
+    let mut in_flight = Vec::new();
     for b in bufs {
         let mut js = b.jstate();
         if tx.is_some() && js.ordered == tx {
@@ -401,6 +412,8 @@ pub(crate) fn ordered_requests(
             }
             drop(js);
             writes.push((b.blocknr(), b.snapshot()));
+        } else if tx.is_some() && js.home_writes > 0 {
+            in_flight.push((b.clone(), js.write_errors));
         }
     }
     set.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
@@ -408,7 +421,23 @@ pub(crate) fn ordered_requests(
         Some(id) => WriteTag::tx(BlockKind::Data, id),
         None => WriteTag::kind(BlockKind::Data),
     };
-    (run_requests(writes, tag), written)
+    HomeWrites { reqs: run_requests(writes, tag), written, in_flight }
+}
+
+/// Wait for the fsync-path writes a commit found in flight ([`HomeWrites::in_flight`]);
+/// one that failed left its buffer dirty, which the commit then writes itself.
+pub(crate) fn wait_in_flight(set: &Shared, bufs: &[(Arc<Buffer>, u32)]) -> JResult<()> {
+    let mut retry = Vec::new();
+    for (b, seen) in bufs {
+        let mut js = b.jstate();
+        if wait_home_writes(b, &mut js, *seen) {
+            retry.push(b.clone());
+        }
+    }
+    if !retry.is_empty() {
+        write_data(set, &retry)?;
+    }
+    Ok(())
 }
 
 /// How long one window of a commit's ordered data should keep the device busy: what an fsync

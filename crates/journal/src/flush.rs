@@ -27,6 +27,9 @@ pub(crate) struct FlushJob {
     pub tickets: Vec<IoTicket>,
     /// Ordered data writes in flight (must complete before the commit record).
     pub data_tickets: Vec<IoTicket>,
+    /// Ordered data another path's fsync is writing (must complete before the commit
+    /// record too; see [`crate::commit::HomeWrites::in_flight`]).
+    pub data_in_flight: Vec<(Arc<Buffer>, u32)>,
     /// Commit block and its log position, for the flush thread to write (JBD2 format with
     /// something logged, unless the commit thread already dispatched it).
     pub commit: Option<(u64, BlockBuf)>,
@@ -141,6 +144,7 @@ pub(crate) fn complete_group(j: &LogCore, mut jobs: Vec<FlushJob>) -> JResult<()
     let mut dispatched = false;
     for job in &mut jobs {
         cjfs_blockdev::wait_all(std::mem::take(&mut job.data_tickets))?;
+        crate::commit::wait_in_flight(&j.set, &std::mem::take(&mut job.data_in_flight))?;
         if let Some(t) = job.commit_ticket.take() {
             t.wait()?;
             dispatched = true;

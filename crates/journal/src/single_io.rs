@@ -126,22 +126,25 @@ pub(crate) fn commit(
     let bugs = crate::planted::bugs(&j.set.config);
     let barrier = j.set.config.dual_thread && j.set.config.use_barriers && j.set.dev.caps().barrier;
     // Ordered data goes home first; the log write may not persist before it does.
-    let data_tickets = {
+    let (data_tickets, in_flight) = {
         let _hw = j.set.home_write_lock.lock();
-        let (reqs, _) = crate::commit::ordered_requests(&j.set, ordered, Some(tx.id()));
-        j.set.dev.submit_batch(reqs)?
+        let w = crate::commit::ordered_requests(&j.set, ordered, Some(tx.id()));
+        (j.set.dev.submit_batch(w.reqs)?, w.in_flight)
     };
-    let had_data = !data_tickets.is_empty();
+    let had_data = !data_tickets.is_empty() || !in_flight.is_empty();
     let strict = tx.strict_ordered.load(Ordering::Relaxed) > 0;
     let (reqs, nblocks) = log_write(j, tx, &versions, revokes)?;
     j.unreserved.store(0, Ordering::Release);
     let mut unordered = Vec::new();
+    let mut unordered_in_flight = Vec::new();
     if had_data && !strict {
         // Overwrites only: waited for before the flush step's flush, not before the log write.
         unordered = data_tickets;
+        unordered_in_flight = in_flight;
         j.set.stats.single_io_unordered.fetch_add(1, Ordering::Relaxed);
     } else if had_data {
         cjfs_blockdev::wait_all(data_tickets)?;
+        crate::commit::wait_in_flight(&j.set, &in_flight)?;
         j.set.stats.single_io_preflushes.fetch_add(1, Ordering::Relaxed);
         if barrier {
             crate::flush::barrier(j)?;
@@ -163,6 +166,7 @@ pub(crate) fn commit(
         tx: tx.clone(),
         tickets,
         data_tickets: unordered,
+        data_in_flight: unordered_in_flight,
         commit: None,
         commit_ticket: None,
         versions,

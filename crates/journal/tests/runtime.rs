@@ -453,3 +453,123 @@ fn a_concurrent_fsyncs_failed_write_is_not_taken_for_durable() {
     assert_eq!(home(&*ssd, 500), 0x5A, "a successful fsync left the block unwritten");
     j.shutdown().expect("shutdown");
 }
+
+/// A device that holds the completion of data writes to one block until a commit record
+/// or a flush shows up (or half a second passes), and reports which of them came while the
+/// write was still in flight.
+struct HoldOne {
+    inner: Device,
+    block: u64,
+    /// Writes held, whether they were let go, what came while one was held.
+    state: parking_lot::Mutex<(usize, bool, Vec<String>)>,
+    cv: parking_lot::Condvar,
+}
+
+impl HoldOne {
+    fn release(&self, st: &mut (usize, bool, Vec<String>), why: &str) {
+        if st.0 > 0 && !st.1 {
+            st.2.push(why.to_string());
+            st.1 = true;
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// The device handle over a [`HoldOne`] (the test keeps the other).
+struct HoldDev(Arc<HoldOne>);
+
+impl BlockDevice for HoldDev {
+    fn block_size(&self) -> usize {
+        self.0.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.0.inner.num_blocks()
+    }
+    fn caps(&self) -> cjfs_blockdev::DeviceCaps {
+        // A cache, no barrier, no FUA: ordering only by waiting and flushing.
+        cjfs_blockdev::DeviceCaps { barrier: false, volatile_cache: true, fua: false, ..self.0.inner.caps() }
+    }
+    fn describe(&self) -> String {
+        "hold-one".into()
+    }
+    fn read(&self, block: u64, buf: &mut [u8]) -> cjfs_blockdev::DevResult<()> {
+        self.0.inner.read(block, buf)
+    }
+    fn submit(&self, req: cjfs_blockdev::WriteRequest) -> cjfs_blockdev::DevResult<cjfs_blockdev::IoTicket> {
+        let held = req.tag.kind == cjfs_blockdev::BlockKind::Data
+            && (req.block..req.block + req.bufs.len() as u64).contains(&self.0.block);
+        if req.tag.kind == cjfs_blockdev::BlockKind::JournalCommit {
+            self.0.release(
+                &mut self.0.state.lock(),
+                "commit record written while the data write was in flight",
+            );
+        }
+        let t = self.0.inner.submit(req)?;
+        if !held {
+            return Ok(t);
+        }
+        self.0.state.lock().0 += 1;
+        let c = Arc::new(cjfs_blockdev::Completion::default());
+        let (me, c2) = (self.0.clone(), c.clone());
+        std::thread::spawn(move || {
+            let mut st = me.state.lock();
+            if !st.1 {
+                me.cv.wait_for(&mut st, Duration::from_millis(500));
+            }
+            me.release(&mut st, "released after half a second");
+            drop(st);
+            c2.complete(t.wait());
+        });
+        Ok(cjfs_blockdev::IoTicket::pending(c))
+    }
+    fn flush(&self) -> cjfs_blockdev::DevResult<()> {
+        self.0.release(&mut self.0.state.lock(), "flush started while the data write was in flight");
+        self.0.inner.flush()
+    }
+    fn barrier(&self) -> cjfs_blockdev::DevResult<()> {
+        self.0.inner.barrier()
+    }
+    fn stats(&self) -> cjfs_blockdev::DeviceStats {
+        self.0.inner.stats()
+    }
+}
+
+/// An fsync served without a commit (iJournaling's data step) is writing a data block home
+/// when a commit takes the same block as ordered data and finds it clean. The commit's
+/// flush and commit record must wait for that write, as JBD2 waits for every page under
+/// writeback: the fsync has not flushed yet, and the commit's inode size may expose the
+/// bytes (found by the crash suite: a commit durable, the appended data not).
+#[test]
+fn a_commit_waits_for_an_fsyncs_write_of_its_ordered_data() {
+    for cfg in presets() {
+        let name = cfg.name.clone();
+        let cfg = JournalConfig { commit_interval: Duration::from_secs(3600), ..cfg };
+        let hold = Arc::new(HoldOne {
+            inner: Arc::new(EmulatedSsd::ram(DEV_BLOCKS)),
+            block: 300,
+            state: parking_lot::Mutex::new((0, false, Vec::new())),
+            cv: parking_lot::Condvar::new(),
+        });
+        let dev: Device = Arc::new(HoldDev(hold.clone()));
+        let area = JournalArea::contiguous(LOG_START, LOG_LEN);
+        format_journal(&*dev, &area, [3; 16], true).expect("format");
+        let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+        let j = Journal::open(dev, area, cache, cfg).expect("open");
+        let data = j.cache().read(300).expect("read");
+        let mut h = j.start(4).expect("start");
+        data.write().fill(7);
+        h.dirty_data(&data).expect("dirty data");
+        let tid = h.stop().expect("stop");
+        std::thread::scope(|s| {
+            let fsync = s.spawn(|| j.write_data_with(std::slice::from_ref(&data), Vec::new(), 0));
+            while hold.state.lock().0 == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            j.commit_wait(tid).expect("commit");
+            fsync.join().expect("fsync").expect("data write");
+        });
+        let why = hold.state.lock().2.clone();
+        assert_eq!(why, vec!["released after half a second".to_string()], "{name}");
+        j.shutdown().expect("shutdown");
+    }
+}

@@ -20,19 +20,21 @@
 //! * `data`: base64 of a deflate stream of the base image (as mounted) and the device log:
 //!
 //! ```text
-//! "CJFR" u32:2  u64:image blocks  u32:N  N distinct non-zero 4 KiB blocks
+//! "CJFR" u32:4  u64:image blocks  u32:block size  u32:N  N distinct non-zero blocks
 //! u32:count  count × (u64:block  u32:content)                    non-zero base blocks
 //! u32:count  count × event:
 //!   u8:0 u64:seq u64:block u8:kind u8:has_tx u16:log u64:tid u8:fua u32:n  n × u32:content  write
 //!   u8:1 u64:seq u64:write_seq u8:ok                                              write done
 //!   u8:2 u64:seq                                                                 flush start
-//!   u8:3 u64:seq u8:ok                                                                 flush
+//!   u8:3 u64:seq u8:ok                                         flush (start not recorded)
+//!   u8:5 u64:seq u64:start u8:ok                                   flush of the start `start`
 //!   u8:4 u64:seq                                                                     barrier
 //! ```
 //!
 //! little endian; `content` 0 is a zero block, `k` the `k`-th stored block. A write's
 //! transaction is its log and its id in that log; binary version 1 (no `u16:log`, every
-//! transaction in log 0) is still read.
+//! transaction in log 0) is still read. Versions before 4 have no tag 5: each flush there
+//! is paired with the latest flush start before it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -54,7 +56,7 @@ pub const FAILURE_VERSION: u32 = 2;
 
 /// Magic and version of the binary part of an [`EmbeddedRecording`].
 const BIN_MAGIC: &[u8; 4] = b"CJFR";
-const BIN_VERSION: u32 = 3;
+const BIN_VERSION: u32 = 4;
 /// Largest image an embedded recording may describe (blocks), and largest decoded size.
 const MAX_IMAGE_BLOCKS: u64 = 1 << 20;
 const MAX_DECODED: u64 = 1 << 30;
@@ -273,9 +275,15 @@ impl EmbeddedRecording {
                     body.push(2);
                     put64(&mut body, *seq);
                 }
-                RecordedOp::Flush { seq, ok } => {
+                RecordedOp::Flush { seq, start: None, ok } => {
                     body.push(3);
                     put64(&mut body, *seq);
+                    body.push(u8::from(*ok));
+                }
+                RecordedOp::Flush { seq, start: Some(start), ok } => {
+                    body.push(5);
+                    put64(&mut body, *seq);
+                    put64(&mut body, *start);
                     body.push(u8::from(*ok));
                 }
                 RecordedOp::Barrier { seq } => {
@@ -375,7 +383,8 @@ impl EmbeddedRecording {
                 }
                 1 => RecordedOp::WriteDone { seq: r.u64()?, write_seq: r.u64()?, ok: r.flag()? },
                 2 => RecordedOp::FlushStart { seq: r.u64()? },
-                3 => RecordedOp::Flush { seq: r.u64()?, ok: r.flag()? },
+                3 => RecordedOp::Flush { seq: r.u64()?, start: None, ok: r.flag()? },
+                5 => RecordedOp::Flush { seq: r.u64()?, start: Some(r.u64()?), ok: r.flag()? },
                 4 => RecordedOp::Barrier { seq: r.u64()? },
                 t => return Err(bad(format!("unknown event tag {t}"))),
             };
@@ -563,7 +572,11 @@ fn trace(rec: &Recording, upto: usize) -> Vec<String> {
                 format!("{x:5} #{seq} done #{write_seq}{}", if *ok { "" } else { " FAILED" })
             }
             R::FlushStart { seq } => format!("{x:5} #{seq} flush start"),
-            R::Flush { seq, ok } => format!("{x:5} #{seq} flush{}", if *ok { "" } else { " FAILED" }),
+            R::Flush { seq, start, ok } => format!(
+                "{x:5} #{seq} flush{}{}",
+                start.map_or(String::new(), |s| format!(" (of #{s})")),
+                if *ok { "" } else { " FAILED" }
+            ),
             R::Barrier { seq } => format!("{x:5} #{seq} barrier"),
         });
     }

@@ -66,6 +66,8 @@ pub struct LogWrite {
     pub fua: bool,
     /// Log position of its completion (if waited for).
     pub done: Option<usize>,
+    /// It completed with an error (never on the medium as far as the writer knows).
+    pub failed: bool,
     /// Log position of the event that made it durable (flush or its own completion).
     pub durable: Option<usize>,
     /// Content hash of each block.
@@ -116,7 +118,8 @@ impl ParsedLog {
     pub fn parse(log: &[RecordedOp]) -> ParsedLog {
         let mut p = ParsedLog { len: log.len(), ..ParsedLog::default() };
         let mut by_seq: HashMap<u64, usize> = HashMap::new();
-        let mut flush_start: Option<usize> = None;
+        // Flush starts not yet completed: sequence number → log position.
+        let mut starts: BTreeMap<u64, usize> = BTreeMap::new();
         for (pos, op) in log.iter().enumerate() {
             match op {
                 RecordedOp::Write { seq, block, bufs, tag, fua } => {
@@ -129,15 +132,18 @@ impl ParsedLog {
                         tx: tag.tx,
                         fua: *fua,
                         done: None,
+                        failed: false,
                         durable: None,
                         hashes: bufs.iter().map(|b| hash64(&b[..])).collect(),
                     });
                 }
                 RecordedOp::WriteDone { write_seq, ok, .. } => {
-                    if let Some(&i) = by_seq.get(write_seq)
-                        && *ok
-                    {
+                    if let Some(&i) = by_seq.get(write_seq) {
                         let w = &mut p.writes[i];
+                        if !*ok {
+                            w.failed = true;
+                            continue;
+                        }
                         w.done = Some(pos);
                         if w.fua {
                             w.durable = Some(pos);
@@ -145,9 +151,16 @@ impl ParsedLog {
                         }
                     }
                 }
-                RecordedOp::FlushStart { .. } => flush_start = Some(pos),
-                RecordedOp::Flush { ok, .. } => {
-                    if *ok && let Some(fs) = flush_start {
+                RecordedOp::FlushStart { seq } => {
+                    starts.insert(*seq, pos);
+                }
+                RecordedOp::Flush { ok, start, .. } => {
+                    // Its own start; a recording without it pairs it with the latest one.
+                    let fs = match start {
+                        Some(s) => starts.remove(s),
+                        None => starts.pop_last().map(|(_, p)| p),
+                    };
+                    if *ok && let Some(fs) = fs {
                         for w in &mut p.writes {
                             if w.durable.is_none() && w.done.is_some_and(|d| d < fs) {
                                 w.durable = Some(pos);
@@ -155,7 +168,6 @@ impl ParsedLog {
                         }
                         p.points.push(pos);
                     }
-                    flush_start = None;
                 }
                 RecordedOp::Barrier { .. } => p.barriers.push(pos),
             }
@@ -172,6 +184,11 @@ impl ParsedLog {
     }
 
     /// Writes durable before crash point `x`, and writes in flight (submitted, not durable).
+    ///
+    /// A barrier orders persistence, so a write durable at `x` that was submitted after a
+    /// barrier makes every write submitted before that barrier durable too (except failed
+    /// ones): without this, states no barrier device can produce (a commit block on the
+    /// medium, data submitted before its barrier not) would be checked.
     pub fn split(&self, x: usize) -> (Vec<usize>, Vec<usize>) {
         let mut durable = Vec::new();
         let mut pending = Vec::new();
@@ -184,6 +201,14 @@ impl ParsedLog {
             } else {
                 pending.push(i);
             }
+        }
+        let last = durable.last().map(|&i| self.writes[i].pos);
+        if let Some(b) = last.and_then(|l| self.barriers.iter().rev().find(|&&b| b < l).copied()) {
+            let (before, after): (Vec<usize>, Vec<usize>) =
+                pending.into_iter().partition(|&i| self.writes[i].pos < b && !self.writes[i].failed);
+            pending = after;
+            durable.extend(before);
+            durable.sort_unstable();
         }
         (durable, pending)
     }
@@ -653,7 +678,7 @@ mod tests {
             w(2, 2, false),
             RecordedOp::FlushStart { seq: 3 },
             done(4, 2),
-            RecordedOp::Flush { seq: 5, ok: true },
+            RecordedOp::Flush { seq: 5, start: Some(3), ok: true },
             w(6, 3, true),
             done(7, 6),
         ];
@@ -665,6 +690,51 @@ mod tests {
         // Just before the flush completes nothing is durable; after it, W0 is.
         assert_eq!(p.split(5), (vec![], vec![0, 1]));
         assert_eq!(p.split(8), (vec![0, 2], vec![1]));
+    }
+
+    #[test]
+    fn overlapping_flushes_each_cover_what_completed_before_their_own_start() {
+        // F1 starts, W1 completes, F2 starts, F1 returns, F2 returns: F1 makes only W0
+        // durable (W1 completed after it started); F2 makes W1 durable.
+        let log = vec![
+            w(0, 1, false),
+            done(1, 0),
+            w(2, 2, false),
+            RecordedOp::FlushStart { seq: 3 },
+            done(4, 2),
+            RecordedOp::FlushStart { seq: 5 },
+            RecordedOp::Flush { seq: 6, start: Some(3), ok: true },
+            RecordedOp::Flush { seq: 7, start: Some(5), ok: true },
+        ];
+        let p = ParsedLog::parse(&log);
+        assert_eq!(p.writes[0].durable, Some(6));
+        assert_eq!(p.writes[1].durable, Some(7));
+        assert_eq!(p.points, vec![6, 7, 8]);
+        // An old recording (no start named) pairs each flush with the latest start.
+        let mut old = log.clone();
+        old[6] = RecordedOp::Flush { seq: 6, start: None, ok: true };
+        old[7] = RecordedOp::Flush { seq: 7, start: None, ok: true };
+        let p = ParsedLog::parse(&old);
+        assert_eq!((p.writes[0].durable, p.writes[1].durable), (Some(6), Some(6)));
+    }
+
+    #[test]
+    fn a_durable_write_after_a_barrier_makes_every_write_before_it_durable() {
+        // W0 (never waited for), barrier, W1 (FUA, durable on completion): at any crash
+        // after W1 completed, W0 is on the medium too; the failed W2 is not forced.
+        let log = vec![
+            w(0, 1, false),
+            w(1, 4, false),
+            done(2, 1),
+            RecordedOp::WriteDone { seq: 3, write_seq: 1, ok: false },
+            RecordedOp::Barrier { seq: 4 },
+            w(5, 2, true),
+            done(6, 5),
+            w(7, 3, false),
+        ];
+        let p = ParsedLog::parse(&log);
+        assert_eq!(p.split(6), (vec![], vec![0, 1, 2]), "before W1 completes nothing is forced");
+        assert_eq!(p.split(8), (vec![0, 2], vec![1, 3]));
     }
 
     #[test]
