@@ -4,7 +4,7 @@
 # cjfs with its JBD2 baseline and with the kernel's ext4 (loop mount, as root), and run the
 # crash harness' fast subset on the baseline and one preset per technique family; per-core
 # journaling (Z-Journal), journaling of journal (SQLite) and iJournaling (fsync tester)
-# against JBD2. A few minutes after the build.
+# against JBD2, polling waits against condvar waits. A few minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +50,13 @@ echo
 echo "== iJournaling against JBD2: fsync tester (80 KiB write, 0.1 s pause, fsync) beside a background writer at 30 % of the emulated SATA SSD's bandwidth =="
 $cjfs bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 --bg-share 30 \
   --target sata=cjfs:sata-ssd --mode jbd2 --mode ijournal --duration 5 --reps 3 --seed 1 --quiet
+echo
+echo "== polling waits (XFS journaling paper) against condvar waits: emulated Optane-like SSD, varmail-split, 32 threads (wait-lock ms: time spent waiting for the journal's shared wait locks) =="
+$cjfs bench run --target cjfs:optane --mode cjfs --mode cjfs+wait=spin_park --workload varmail-split \
+  --threads 32 --duration 2 --reps 3 --seed 1 --out "$work/waits" --quiet \
+  --compare docs/results/waits/amd-244fc59/optane-32/results.json
+echo "where the threads waited (median run of each series, from the run's lock-wait tables):"
+grep '^#### ' "$work/waits/README.md" | sed 's/^#### /  /'
 echo
 echo "== cjfs against the kernel's ext4 on this disk: varmail-shared, 32 threads =="
 WORKDIR="$work/file" IMAGE_SIZE_MB=1024 THREADS=32 REPS=5 CI_PCT=5 MAX_REPS=8 MODES="jbd2 cjfs" OUT="$work/file-out" \
