@@ -18,6 +18,8 @@ mod mount;
 mod out;
 mod sqlite_fuse;
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use cjfs_fs::{DataMode, MountOptions};
@@ -80,7 +82,7 @@ enum Command {
         image: String,
         /// Path inside the image.
         #[arg(default_value = "/")]
-        path: String,
+        path: OsString,
         /// Long listing: type and mode, links, uid, gid, size, inode, name.
         #[arg(short = 'l')]
         long: bool,
@@ -93,32 +95,32 @@ enum Command {
         /// Image file or block device.
         image: String,
         /// Path inside the image (symbolic links are followed).
-        path: String,
+        path: OsString,
     },
     /// Copy a local file into the image, creating or truncating the target.
     Put {
         /// Image file or block device.
         image: String,
         /// Local file to copy, or `-` for stdin.
-        local: String,
+        local: OsString,
         /// Target path inside the image; an existing directory receives the local file's name.
-        path: String,
+        path: OsString,
     },
     /// Copy a file out of the image.
     Get {
         /// Image file or block device.
         image: String,
         /// Path inside the image (symbolic links are followed).
-        path: String,
+        path: OsString,
         /// Local file to write (created or truncated), or `-` for stdout.
-        local: String,
+        local: OsString,
     },
     /// Make a directory inside the image.
     Mkdir {
         /// Image file or block device.
         image: String,
         /// Directory to make.
-        path: String,
+        path: OsString,
         /// Make missing parents too; an existing directory is not an error.
         #[arg(short = 'p')]
         parents: bool,
@@ -128,7 +130,7 @@ enum Command {
         /// Image file or block device.
         image: String,
         /// Path to remove.
-        path: String,
+        path: OsString,
         /// Remove directories and their contents recursively.
         #[arg(short = 'r')]
         recursive: bool,
@@ -138,18 +140,18 @@ enum Command {
         /// Image file or block device.
         image: String,
         /// Existing path.
-        from: String,
+        from: OsString,
         /// New path; an existing directory receives the entry under its current name.
-        to: String,
+        to: OsString,
     },
     /// Make a hard link (or with -s a symbolic link) inside the image.
     Ln {
         /// Image file or block device.
         image: String,
         /// Existing path (hard link) or link target text (symbolic link).
-        target: String,
+        target: OsString,
         /// The new link; an existing directory receives it under the target's name.
-        link: String,
+        link: OsString,
         /// Make a symbolic link.
         #[arg(short = 's')]
         symbolic: bool,
@@ -159,7 +161,7 @@ enum Command {
         /// Image file or block device.
         image: String,
         /// Path inside the image (a final symbolic link is not followed).
-        path: String,
+        path: OsString,
     },
     /// Replay the image's journal and report what was replayed.
     Recover {
@@ -280,17 +282,17 @@ fn run(cli: Cli) -> CliResult<()> {
             metadata_csum: !a.no_metadata_csum,
         }),
         Command::Info { image } => cmd::info::run(&image, &ctx.options.journal),
-        Command::Ls { image, path, long, all } => cmd::files::ls(&image, &ctx, &path, long, all),
-        Command::Cat { image, path } => cmd::files::cat(&image, &ctx, &path),
-        Command::Put { image, local, path } => cmd::files::put(&image, &ctx, &local, &path),
-        Command::Get { image, path, local } => cmd::files::get(&image, &ctx, &path, &local),
-        Command::Mkdir { image, path, parents } => cmd::files::mkdir(&image, &ctx, &path, parents),
-        Command::Rm { image, path, recursive } => cmd::files::rm(&image, &ctx, &path, recursive),
-        Command::Mv { image, from, to } => cmd::files::mv(&image, &ctx, &from, &to),
+        Command::Ls { image, path, long, all } => cmd::files::ls(&image, &ctx, path.as_bytes(), long, all),
+        Command::Cat { image, path } => cmd::files::cat(&image, &ctx, path.as_bytes()),
+        Command::Put { image, local, path } => cmd::files::put(&image, &ctx, &local, path.as_bytes()),
+        Command::Get { image, path, local } => cmd::files::get(&image, &ctx, path.as_bytes(), &local),
+        Command::Mkdir { image, path, parents } => cmd::files::mkdir(&image, &ctx, path.as_bytes(), parents),
+        Command::Rm { image, path, recursive } => cmd::files::rm(&image, &ctx, path.as_bytes(), recursive),
+        Command::Mv { image, from, to } => cmd::files::mv(&image, &ctx, from.as_bytes(), to.as_bytes()),
         Command::Ln { image, target, link, symbolic } => {
-            cmd::files::ln(&image, &ctx, &target, &link, symbolic)
+            cmd::files::ln(&image, &ctx, target.as_bytes(), link.as_bytes(), symbolic)
         }
-        Command::Stat { image, path } => cmd::files::stat(&image, &ctx, &path),
+        Command::Stat { image, path } => cmd::files::stat(&image, &ctx, path.as_bytes()),
         Command::Recover { image } => cmd::recover::run(&image, &ctx),
         Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
         Command::Bench(a) => bench::run(a),

@@ -148,6 +148,54 @@ fn ls_stat_mv_rm_ln() {
     ok(&["check", s(&img)]);
 }
 
+/// Names inside the image are bytes, as in the kernel: every file command takes a path that
+/// is not UTF-8 (a Latin-1 name here), `ls` prints it as stored, a symbolic link may hold
+/// such a target, and messages show it lossily.
+#[test]
+fn names_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = make_image(dir.path(), "a.img", "64M");
+    let local = dir.path().join("f");
+    std::fs::write(&local, b"caf\xe9 au lait").expect("write");
+    let run = |args: &[&[u8]]| -> std::process::Output {
+        let o =
+            Command::new(bin()).args(args.iter().map(|a| OsStr::from_bytes(a))).output().expect("spawn cjfs");
+        assert!(
+            o.status.success(),
+            "cjfs {:?}: {}",
+            args.iter().map(|a| text(a)).collect::<Vec<_>>(),
+            text(&o.stderr)
+        );
+        o
+    };
+    let im = img.as_os_str().as_bytes();
+    run(&[b"mkdir", im, b"/d\xff/sub", b"-p"]);
+    run(&[b"put", im, local.as_os_str().as_bytes(), b"/d\xff/caf\xe9"]);
+    assert_eq!(run(&[b"ls", im, b"/d\xff"]).stdout, b"caf\xe9\nsub\n");
+    assert_eq!(run(&[b"cat", im, b"/d\xff/caf\xe9"]).stdout, b"caf\xe9 au lait");
+    let st = text(&run(&[b"stat", im, b"/d\xff/caf\xe9"]).stdout);
+    assert!(st.contains("File: /d\u{fffd}/caf\u{fffd}"), "{st}");
+    run(&[b"mv", im, b"/d\xff/caf\xe9", b"/d\xff/sub/th\xe9"]);
+    run(&[b"ln", im, b"-s", b"sub/th\xe9", b"/d\xff/lien\xe0"]);
+    assert_eq!(run(&[b"cat", im, b"/d\xff/lien\xe0"]).stdout, b"caf\xe9 au lait");
+    let out = dir.path().join("out");
+    run(&[b"get", im, b"/d\xff/sub/th\xe9", out.as_os_str().as_bytes()]);
+    assert_eq!(std::fs::read(&out).expect("read"), b"caf\xe9 au lait");
+    let o = Command::new(bin())
+        .arg("cat")
+        .arg(&img)
+        .arg(OsStr::from_bytes(b"/d\xff/nope\xe9"))
+        .output()
+        .expect("cjfs");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("/d\u{fffd}/nope\u{fffd}"), "{}", text(&o.stderr));
+    run(&[b"rm", im, b"/d\xff", b"-r"]);
+    assert_eq!(text(&ok(&["ls", s(&img)]).stdout), "lost+found\n");
+    assert_e2fsck_clean(&img);
+}
+
 /// Every refused image: one clean error line and not a byte changed, for every command.
 fn refused_everywhere(img: &Path, needle: &str) {
     let before = hash_file(img);

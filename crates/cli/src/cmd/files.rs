@@ -1,10 +1,13 @@
 //! The debugfs-like file commands: `ls`, `cat`, `get`, `stat` (read-only mounts) and
 //! `put`, `mkdir`, `rm`, `mv`, `ln` (read-write mounts, unmounted cleanly at the end).
 //!
-//! Paths inside the image are absolute or relative to the root. Intermediate symbolic
-//! links are followed; the last component is followed by `cat`, `get` and `put` only.
+//! Paths inside the image are absolute or relative to the root, and are bytes (a name need
+//! not be UTF-8; messages show it lossily). Intermediate symbolic links are followed; the
+//! last component is followed by `cat`, `get` and `put` only.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 
@@ -28,8 +31,8 @@ fn owner() -> (u32, u32) {
 
 /// Resolve `path`, following symbolic links in intermediate components, and in the last
 /// one when `follow_last`.
-pub fn walk(fs: &Fs, path: &str, follow_last: bool) -> FsResult<Ino> {
-    let mut stack: Vec<Vec<u8>> = components(path.as_bytes());
+pub fn walk(fs: &Fs, path: &[u8], follow_last: bool) -> FsResult<Ino> {
+    let mut stack: Vec<Vec<u8>> = components(path);
     let mut cur = ROOT_INO;
     let mut hops = 0;
     while let Some(c) = stack.pop() {
@@ -37,7 +40,7 @@ pub fn walk(fs: &Fs, path: &str, follow_last: bool) -> FsResult<Ino> {
         if a.kind == FileType::Symlink && (!stack.is_empty() || follow_last) {
             hops += 1;
             if hops > MAX_SYMLINKS {
-                return Err(FsError::Invalid(format!("{path}: too many levels of symbolic links")));
+                return Err(FsError::Invalid(format!("{}: too many levels of symbolic links", lossy(path))));
             }
             let target = fs.readlink(a.ino)?;
             if target.first() == Some(&b'/') {
@@ -59,32 +62,39 @@ fn components(p: &[u8]) -> Vec<Vec<u8>> {
     p.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").rev().map(<[u8]>::to_vec).collect()
 }
 
+/// `p` without trailing slashes.
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let end = p.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    &p[..end]
+}
+
 /// Split `path` into its parent directory path and final name (which must be a real name).
-fn split_parent(path: &str) -> Result<(&str, &str), FsError> {
-    let t = path.trim_end_matches('/');
-    let (dir, name) = match t.rfind('/') {
+fn split_parent(path: &[u8]) -> Result<(&[u8], &[u8]), FsError> {
+    let t = trim_slashes(path);
+    let (dir, name) = match t.iter().rposition(|&b| b == b'/') {
         Some(i) => (&t[..i], &t[i + 1..]),
-        None => ("", t),
+        None => (&t[..0], t),
     };
-    if name.is_empty() || name == "." || name == ".." {
-        return Err(FsError::Invalid(format!("{path:?} does not end in a file name")));
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(FsError::Invalid(format!("{:?} does not end in a file name", lossy(path))));
     }
     Ok((dir, name))
 }
 
 /// The parent directory inode and final name of `path`.
-fn parent_of<'p>(fs: &Fs, path: &'p str) -> FsResult<(Ino, &'p str)> {
+fn parent_of<'p>(fs: &Fs, path: &'p [u8]) -> FsResult<(Ino, &'p [u8])> {
     let (dir, name) = split_parent(path)?;
     let d = walk(fs, dir, true)?;
     if fs.getattr(d)?.kind != FileType::Directory {
-        return Err(FsError::NotDir(dir.to_string()));
+        return Err(FsError::NotDir(lossy(dir)));
     }
     Ok((d, name))
 }
 
 /// The last component of a local or image path.
-fn basename(p: &str) -> &str {
-    p.trim_end_matches('/').rsplit('/').next().unwrap_or(p)
+fn basename(p: &[u8]) -> &[u8] {
+    let t = trim_slashes(p);
+    t.rsplit(|&b| b == b'/').next().unwrap_or(t)
 }
 
 /// The size column of `ls -l`: `major, minor` for a device, as `ls -l` shows it.
@@ -119,14 +129,15 @@ fn ls_line(fs: &Fs, a: &Attr, name: &[u8]) -> FsResult<Vec<u8>> {
 }
 
 /// `cjfs ls IMG [PATH] [-l] [-a]`.
-pub fn ls(image: &str, ctx: &Ctx, path: &str, long: bool, all: bool) -> CliResult<()> {
+pub fn ls(image: &str, ctx: &Ctx, path: &[u8], long: bool, all: bool) -> CliResult<()> {
+    let shown = lossy(path);
     with_ro(image, ctx, |fs| {
-        let err = |e| CliError::fs_path(image, path, e);
+        let err = |e| CliError::fs_path(image, &shown, e);
         let ino = walk(fs, path, false).map_err(err)?;
         let attr = fs.getattr(ino).map_err(err)?;
         let mut out = Out::new();
         if attr.kind != FileType::Directory {
-            let name = path.as_bytes();
+            let name = path;
             if long {
                 out.write(&ls_line(fs, &attr, name).map_err(err)?)?;
             } else {
@@ -152,14 +163,15 @@ pub fn ls(image: &str, ctx: &Ctx, path: &str, long: bool, all: bool) -> CliResul
 }
 
 /// Resolve `path` to a regular file (following symbolic links).
-fn regular_file(fs: &Fs, image: &str, path: &str) -> CliResult<Attr> {
-    let err = |e| CliError::fs_path(image, path, e);
+fn regular_file(fs: &Fs, image: &str, path: &[u8]) -> CliResult<Attr> {
+    let shown = lossy(path);
+    let err = |e| CliError::fs_path(image, &shown, e);
     let ino = walk(fs, path, true).map_err(err)?;
     let a = fs.getattr(ino).map_err(err)?;
     match a.kind {
         FileType::Regular => Ok(a),
-        FileType::Directory => Err(err(FsError::IsDir(path.to_string()))),
-        k => Err(CliError::Msg(format!("{image}: {path}: is a {}, not a regular file", k.name()))),
+        FileType::Directory => Err(err(FsError::IsDir(shown.clone()))),
+        k => Err(CliError::Msg(format!("{image}: {shown}: is a {}, not a regular file", k.name()))),
     }
 }
 
@@ -199,11 +211,12 @@ fn copy_range_out(
 }
 
 /// `cjfs cat IMG PATH`.
-pub fn cat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
+pub fn cat(image: &str, ctx: &Ctx, path: &[u8]) -> CliResult<()> {
+    let shown = lossy(path);
     with_ro(image, ctx, |fs| {
         let a = regular_file(fs, image, path)?;
         let mut out = Out::new();
-        copy_out(fs, image, path, &a, |b| out.write(b))?;
+        copy_out(fs, image, &shown, &a, |b| out.write(b))?;
         out.finish()
     })
 }
@@ -215,31 +228,33 @@ pub fn cat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
 /// local file's length is set to the size, so holes stay holes. Unwritten (preallocated)
 /// extents read as zeros and are holes here too. To stdout or any other kind of local file
 /// (a pipe, a device) every byte is written in order, holes as zeros.
-pub fn get(image: &str, ctx: &Ctx, path: &str, local: &str) -> CliResult<()> {
+pub fn get(image: &str, ctx: &Ctx, path: &[u8], local: &OsStr) -> CliResult<()> {
+    let (shown, path_shown) = (lossy(path), std::path::Path::new(local).display().to_string());
+    let local_shown = path_shown.as_str();
     with_ro(image, ctx, |fs| {
         let a = regular_file(fs, image, path)?;
         if local == "-" {
             let mut out = Out::new();
-            copy_out(fs, image, path, &a, |b| out.write(b))?;
+            copy_out(fs, image, &shown, &a, |b| out.write(b))?;
             return out.finish();
         }
-        let f = std::fs::File::create(local).map_err(|e| CliError::io(local, e))?;
-        let is_file = f.metadata().map_err(|e| CliError::io(local, e))?.is_file();
+        let f = std::fs::File::create(local).map_err(|e| CliError::io(local_shown, e))?;
+        let is_file = f.metadata().map_err(|e| CliError::io(local_shown, e))?.is_file();
         if is_file {
             let data = seek_ranges(a.size, |off, data| fs.seek_data_hole(a.ino, off, data))
-                .map_err(|e| CliError::fs_path(image, path, e))?;
+                .map_err(|e| CliError::fs_path(image, &shown, e))?;
             for &r in &data {
-                copy_range_out(fs, image, path, a.ino, r, |off, b| {
-                    f.write_all_at(b, off).map_err(|e| CliError::io(local, e))
+                copy_range_out(fs, image, &shown, a.ino, r, |off, b| {
+                    f.write_all_at(b, off).map_err(|e| CliError::io(local_shown, e))
                 })?;
             }
-            f.set_len(a.size).map_err(|e| CliError::io(local, e))?;
-            return f.sync_all().map_err(|e| CliError::io(local, e));
+            f.set_len(a.size).map_err(|e| CliError::io(local_shown, e))?;
+            return f.sync_all().map_err(|e| CliError::io(local_shown, e));
         }
         let mut w = std::io::BufWriter::new(f);
-        copy_out(fs, image, path, &a, |b| w.write_all(b).map_err(|e| CliError::io(local, e)))?;
-        let f = w.into_inner().map_err(|e| CliError::io(local, e.into_error()))?;
-        f.sync_all().map_err(|e| CliError::io(local, e))
+        copy_out(fs, image, &shown, &a, |b| w.write_all(b).map_err(|e| CliError::io(local_shown, e)))?;
+        let f = w.into_inner().map_err(|e| CliError::io(local_shown, e.into_error()))?;
+        f.sync_all().map_err(|e| CliError::io(local_shown, e))
     })
 }
 
@@ -247,7 +262,7 @@ pub fn get(image: &str, ctx: &Ctx, path: &str, local: &str) -> CliResult<()> {
 struct PutTarget {
     /// Parent directory and name (used to create the file, or to remove it after a failure).
     parent: Ino,
-    name: String,
+    name: Vec<u8>,
     /// The existing regular file, if any.
     existing: Option<Attr>,
     /// Path shown in messages.
@@ -258,28 +273,30 @@ struct PutTarget {
 fn plan_put(
     fs: &Fs,
     image: &str,
-    path: &str,
-    local_name: Option<&str>,
+    path: &[u8],
+    local_name: Option<&[u8]>,
     data: Option<&[Range]>,
 ) -> CliResult<PutTarget> {
-    let err = |e| CliError::fs_path(image, path, e);
-    let (parent, name, shown) = match walk(fs, path, true) {
+    let shown_path = lossy(path);
+    let err = |e| CliError::fs_path(image, &shown_path, e);
+    let (parent, name, full) = match walk(fs, path, true) {
         Ok(ino) if fs.getattr(ino).map_err(err)?.kind == FileType::Directory => match local_name {
-            Some(n) => (ino, n.to_string(), format!("{}/{n}", path.trim_end_matches('/'))),
-            None => return Err(err(FsError::IsDir(path.to_string()))),
+            Some(n) => (ino, n.to_vec(), [trim_slashes(path), b"/", n].concat()),
+            None => return Err(err(FsError::IsDir(shown_path.clone()))),
         },
         // A trailing slash names a directory (as for cp): it must exist.
-        Ok(_) if path.ends_with('/') => return Err(err(FsError::NotDir(path.to_string()))),
-        Err(FsError::NotFound(_)) if path.ends_with('/') => {
-            return Err(err(FsError::NotFound(format!("{path} (a trailing slash names a directory)"))));
+        Ok(_) if path.ends_with(b"/") => return Err(err(FsError::NotDir(shown_path.clone()))),
+        Err(FsError::NotFound(_)) if path.ends_with(b"/") => {
+            return Err(err(FsError::NotFound(format!("{shown_path} (a trailing slash names a directory)"))));
         }
         Ok(_) | Err(FsError::NotFound(_)) => {
             let (p, n) = parent_of(fs, path).map_err(err)?;
-            (p, n.to_string(), path.to_string())
+            (p, n.to_vec(), path.to_vec())
         }
         Err(e) => return Err(err(e)),
     };
-    let existing = match fs.lookup(parent, name.as_bytes()) {
+    let shown = lossy(&full);
+    let existing = match fs.lookup(parent, &name) {
         Ok(a) => match a.kind {
             FileType::Regular => Some(a),
             FileType::Directory => {
@@ -287,7 +304,7 @@ fn plan_put(
             }
             FileType::Symlink => {
                 // A symbolic link to a regular file is written through.
-                let t = walk(fs, &shown, true).and_then(|i| fs.getattr(i)).map_err(err)?;
+                let t = walk(fs, &full, true).and_then(|i| fs.getattr(i)).map_err(err)?;
                 if t.kind != FileType::Regular {
                     return Err(CliError::Msg(format!(
                         "{image}: {shown}: is a symbolic link to a {}",
@@ -545,7 +562,7 @@ enum Source {
     /// A local regular file, or standard input spooled to an unlinked temporary file.
     File(LocalFile),
     /// Another local file (a pipe, a device), opened anew and read in order for each run.
-    Stream(String),
+    Stream(std::path::PathBuf),
 }
 
 /// Copy standard input into an unlinked file in the temporary directory.
@@ -567,28 +584,29 @@ fn spool_stdin() -> CliResult<(std::fs::File, u64)> {
 /// A regular file's holes (`SEEK_DATA`/`SEEK_HOLE`, as `cp --sparse=auto` finds them) stay
 /// holes in the image; the free space check counts only the blocks its data needs (plus an
 /// estimate of its extent tree).
-pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
+pub fn put(image: &str, ctx: &Ctx, local: &OsStr, path: &[u8]) -> CliResult<()> {
+    let local_shown = std::path::Path::new(local).display().to_string();
     let (src, meta) = if local == "-" {
         let (file, size) = spool_stdin()?;
         let data = if size > 0 { vec![(0, size)] } else { Vec::new() };
         (Source::File(LocalFile { file, size, data }), None)
     } else {
-        let m = std::fs::metadata(local).map_err(|e| CliError::io(local, e))?;
+        let m = std::fs::metadata(local).map_err(|e| CliError::io(&local_shown, e))?;
         if m.is_dir() {
-            return Err(CliError::Msg(format!("{local}: is a directory (put copies one file)")));
+            return Err(CliError::Msg(format!("{local_shown}: is a directory (put copies one file)")));
         }
         // Only a regular file's size and holes are known in advance (not a pipe's or a device's).
         if m.is_file() {
-            let file = std::fs::File::open(local).map_err(|e| CliError::io(local, e))?;
+            let file = std::fs::File::open(local).map_err(|e| CliError::io(&local_shown, e))?;
             let size = m.len();
             let data = data_ranges(&file, size, m.blocks().saturating_mul(512))
-                .map_err(|e| CliError::io(local, e))?;
+                .map_err(|e| CliError::io(&local_shown, e))?;
             (Source::File(LocalFile { file, size, data }), Some(m))
         } else {
-            (Source::Stream(local.to_string()), Some(m))
+            (Source::Stream(local.into()), Some(m))
         }
     };
-    let local_name = (local != "-").then(|| basename(local));
+    let local_name = (local != "-").then(|| basename(local.as_bytes()));
     let data = match &src {
         Source::File(f) => Some(f.data.as_slice()),
         Source::Stream(_) => None,
@@ -606,21 +624,21 @@ pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
                     fs.setattr(a.ino, &SetAttr { size: Some(0), ..Default::default() }).map_err(err)?;
                     a.ino
                 }
-                None => fs.create(t.parent, t.name.as_bytes(), mode, uid, gid).map_err(err)?.ino,
+                None => fs.create(t.parent, &t.name, mode, uid, gid).map_err(err)?.ino,
             };
             let copied = match &src {
                 Source::File(f) => {
-                    let shown = if local == "-" { "stdin (spooled)" } else { local };
+                    let shown = if local == "-" { "stdin (spooled)" } else { &local_shown };
                     copy_ranges_in(fs, image, &t, ino, f, shown)
                 }
                 Source::Stream(p) => std::fs::File::open(p)
-                    .map_err(|e| CliError::io(p, e))
-                    .and_then(|mut f| copy_in(fs, image, &t, ino, &mut f, local)),
+                    .map_err(|e| CliError::io(p.display(), e))
+                    .and_then(|mut f| copy_in(fs, image, &t, ino, &mut f, &local_shown)),
             };
             if let Err(e) = copied {
                 // Give the space back: remove what we created, empty what we truncated.
                 if t.existing.is_none() {
-                    let _ = fs.unlink(t.parent, t.name.as_bytes());
+                    let _ = fs.unlink(t.parent, &t.name);
                 } else {
                     let _ = fs.setattr(ino, &SetAttr { size: Some(0), ..Default::default() });
                 }
@@ -636,8 +654,9 @@ pub fn put(image: &str, ctx: &Ctx, local: &str, path: &str) -> CliResult<()> {
 }
 
 /// `cjfs mkdir IMG PATH [-p]`.
-pub fn mkdir(image: &str, ctx: &Ctx, path: &str, parents: bool) -> CliResult<()> {
-    let err = |e| CliError::fs_path(image, path, e);
+pub fn mkdir(image: &str, ctx: &Ctx, path: &[u8], parents: bool) -> CliResult<()> {
+    let shown = lossy(path);
+    let err = |e| CliError::fs_path(image, &shown, e);
     if parents {
         // Nothing to check up front beyond the path being walkable; done in `op`.
         return with_rw(
@@ -647,7 +666,7 @@ pub fn mkdir(image: &str, ctx: &Ctx, path: &str, parents: bool) -> CliResult<()>
             |fs, ()| {
                 let (uid, gid) = owner();
                 let mut cur = ROOT_INO;
-                let mut comps = components(path.as_bytes());
+                let mut comps = components(path);
                 while let Some(c) = comps.pop() {
                     if c == b".." {
                         cur = fs.lookup(cur, b"..").map_err(err)?.ino;
@@ -659,7 +678,7 @@ pub fn mkdir(image: &str, ctx: &Ctx, path: &str, parents: bool) -> CliResult<()>
                             let so_far = walk_prefix(path, &comps);
                             let ino = walk(fs, &so_far, true).map_err(err)?;
                             if fs.getattr(ino).map_err(err)?.kind != FileType::Directory {
-                                return Err(err(FsError::NotDir(so_far)));
+                                return Err(err(FsError::NotDir(lossy(&so_far))));
                             }
                             ino
                         }
@@ -677,8 +696,8 @@ pub fn mkdir(image: &str, ctx: &Ctx, path: &str, parents: bool) -> CliResult<()>
         ctx,
         |fs| {
             let (p, name) = parent_of(fs, path).map_err(err)?;
-            match fs.lookup(p, name.as_bytes()) {
-                Ok(_) => Err(err(FsError::Exists(path.to_string()))),
+            match fs.lookup(p, name) {
+                Ok(_) => Err(err(FsError::Exists(shown.clone()))),
                 Err(FsError::NotFound(_)) => Ok(()),
                 Err(e) => Err(err(e)),
             }
@@ -686,18 +705,21 @@ pub fn mkdir(image: &str, ctx: &Ctx, path: &str, parents: bool) -> CliResult<()>
         |fs, ()| {
             let (uid, gid) = owner();
             let (p, name) = parent_of(fs, path).map_err(err)?;
-            fs.mkdir(p, name.as_bytes(), 0o755, uid, gid).map_err(err)?;
+            fs.mkdir(p, name, 0o755, uid, gid).map_err(err)?;
             Ok(())
         },
     )
 }
 
 /// The prefix of `path` that has been consumed when `rest` (reversed) remains.
-fn walk_prefix(path: &str, rest: &[Vec<u8>]) -> String {
-    let all = components(path.as_bytes());
+fn walk_prefix(path: &[u8], rest: &[Vec<u8>]) -> Vec<u8> {
+    let all = components(path);
     let taken = all.len() - rest.len();
-    let parts: Vec<String> = all.iter().rev().take(taken).map(|c| lossy(c)).collect();
-    format!("/{}", parts.join("/"))
+    let mut out: Vec<u8> = all.iter().rev().take(taken).flat_map(|c| [&b"/"[..], c].concat()).collect();
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
 }
 
 /// Remove everything inside directory `dir`.
@@ -717,102 +739,104 @@ fn remove_tree(fs: &Fs, dir: Ino) -> FsResult<()> {
 }
 
 /// `cjfs rm IMG PATH [-r]`.
-pub fn rm(image: &str, ctx: &Ctx, path: &str, recursive: bool) -> CliResult<()> {
-    let err = |e| CliError::fs_path(image, path, e);
-    let check = |fs: &Fs| -> CliResult<(Ino, String, Attr)> {
-        if components(path.as_bytes()).is_empty() {
+pub fn rm(image: &str, ctx: &Ctx, path: &[u8], recursive: bool) -> CliResult<()> {
+    let shown = lossy(path);
+    let err = |e| CliError::fs_path(image, &shown, e);
+    let check = |fs: &Fs| -> CliResult<(Ino, Vec<u8>, Attr)> {
+        if components(path).is_empty() {
             return Err(CliError::Msg(format!("{image}: refusing to remove the root directory")));
         }
         let (p, name) = parent_of(fs, path).map_err(err)?;
-        let a = fs.lookup(p, name.as_bytes()).map_err(err)?;
+        let a = fs.lookup(p, name).map_err(err)?;
         if a.kind == FileType::Directory && !recursive {
             let n = fs.readdir_all(a.ino).map_err(err)?.len();
             if n > 2 {
-                return Err(err(FsError::NotEmpty(format!("{path} (use -r to remove its contents)"))));
+                return Err(err(FsError::NotEmpty(format!("{shown} (use -r to remove its contents)"))));
             }
         }
-        Ok((p, name.to_string(), a))
+        Ok((p, name.to_vec(), a))
     };
     with_rw(image, ctx, check, |fs, (p, name, a)| {
         if a.kind == FileType::Directory {
             if recursive {
                 remove_tree(fs, a.ino).map_err(err)?;
             }
-            fs.rmdir(p, name.as_bytes()).map_err(err)
+            fs.rmdir(p, &name).map_err(err)
         } else {
-            fs.unlink(p, name.as_bytes()).map_err(err)
+            fs.unlink(p, &name).map_err(err)
         }
     })
 }
 
 /// `cjfs mv IMG FROM TO`.
-pub fn mv(image: &str, ctx: &Ctx, from: &str, to: &str) -> CliResult<()> {
-    let plan = |fs: &Fs| -> CliResult<(Ino, String, Ino, String)> {
-        let (fp, fname) = parent_of(fs, from).map_err(|e| CliError::fs_path(image, from, e))?;
-        fs.lookup(fp, fname.as_bytes()).map_err(|e| CliError::fs_path(image, from, e))?;
-        let terr = |e| CliError::fs_path(image, to, e);
+pub fn mv(image: &str, ctx: &Ctx, from: &[u8], to: &[u8]) -> CliResult<()> {
+    let (from_shown, to_shown) = (lossy(from), lossy(to));
+    let ferr = |e| CliError::fs_path(image, &from_shown, e);
+    let plan = |fs: &Fs| -> CliResult<(Ino, Vec<u8>, Ino, Vec<u8>)> {
+        let (fp, fname) = parent_of(fs, from).map_err(ferr)?;
+        fs.lookup(fp, fname).map_err(ferr)?;
+        let terr = |e| CliError::fs_path(image, &to_shown, e);
         let (tp, tname) = match walk(fs, to, true) {
-            Ok(ino) if fs.getattr(ino).map_err(terr)?.kind == FileType::Directory => (ino, fname.to_string()),
+            Ok(ino) if fs.getattr(ino).map_err(terr)?.kind == FileType::Directory => (ino, fname.to_vec()),
             Ok(_) | Err(FsError::NotFound(_)) => {
                 let (p, n) = parent_of(fs, to).map_err(terr)?;
-                (p, n.to_string())
+                (p, n.to_vec())
             }
             Err(e) => return Err(terr(e)),
         };
-        Ok((fp, fname.to_string(), tp, tname))
+        Ok((fp, fname.to_vec(), tp, tname))
     };
     with_rw(image, ctx, plan, |fs, (fp, fname, tp, tname)| {
-        fs.rename(fp, fname.as_bytes(), tp, tname.as_bytes(), RenameFlags::default())
-            .map_err(|e| CliError::fs_path(image, from, e))
+        fs.rename(fp, &fname, tp, &tname, RenameFlags::default()).map_err(ferr)
     })
 }
 
 /// `cjfs ln IMG TARGET LINK [-s]`.
-pub fn ln(image: &str, ctx: &Ctx, target: &str, link: &str, symbolic: bool) -> CliResult<()> {
-    let plan = |fs: &Fs| -> CliResult<(Option<Ino>, Ino, String)> {
-        let lerr = |e| CliError::fs_path(image, link, e);
+pub fn ln(image: &str, ctx: &Ctx, target: &[u8], link: &[u8], symbolic: bool) -> CliResult<()> {
+    let (target_shown, link_shown) = (lossy(target), lossy(link));
+    let lerr = |e| CliError::fs_path(image, &link_shown, e);
+    let plan = |fs: &Fs| -> CliResult<(Option<Ino>, Ino, Vec<u8>)> {
         let src = if symbolic {
             if target.is_empty() {
                 return Err(CliError::Usage("a symbolic link target cannot be empty".into()));
             }
             None
         } else {
-            let ino = walk(fs, target, false).map_err(|e| CliError::fs_path(image, target, e))?;
+            let ino = walk(fs, target, false).map_err(|e| CliError::fs_path(image, &target_shown, e))?;
             if fs.getattr(ino).map_err(lerr)?.kind == FileType::Directory {
                 return Err(CliError::Msg(format!(
-                    "{image}: {target}: hard links to directories are not allowed"
+                    "{image}: {target_shown}: hard links to directories are not allowed"
                 )));
             }
             Some(ino)
         };
         let (p, name) = match walk(fs, link, true) {
             Ok(ino) if fs.getattr(ino).map_err(lerr)?.kind == FileType::Directory => {
-                (ino, basename(target).to_string())
+                (ino, basename(target).to_vec())
             }
-            Ok(_) => return Err(lerr(FsError::Exists(link.to_string()))),
+            Ok(_) => return Err(lerr(FsError::Exists(link_shown.clone()))),
             Err(FsError::NotFound(_)) => {
                 let (p, n) = parent_of(fs, link).map_err(lerr)?;
-                (p, n.to_string())
+                (p, n.to_vec())
             }
             Err(e) => return Err(lerr(e)),
         };
-        if name.is_empty() || name == "." || name == ".." {
-            return Err(lerr(FsError::Invalid(format!("no file name for the link in {link:?}"))));
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(lerr(FsError::Invalid(format!("no file name for the link in {link_shown:?}"))));
         }
-        match fs.lookup(p, name.as_bytes()) {
-            Ok(_) => return Err(lerr(FsError::Exists(name))),
+        match fs.lookup(p, &name) {
+            Ok(_) => return Err(lerr(FsError::Exists(lossy(&name)))),
             Err(FsError::NotFound(_)) => {}
             Err(e) => return Err(lerr(e)),
         }
         Ok((src, p, name))
     };
     with_rw(image, ctx, plan, |fs, (src, p, name)| {
-        let lerr = |e| CliError::fs_path(image, link, e);
         match src {
-            Some(ino) => fs.link(ino, p, name.as_bytes()).map_err(lerr)?,
+            Some(ino) => fs.link(ino, p, &name).map_err(lerr)?,
             None => {
                 let (uid, gid) = owner();
-                fs.symlink(p, name.as_bytes(), target.as_bytes(), uid, gid).map_err(lerr)?
+                fs.symlink(p, &name, target, uid, gid).map_err(lerr)?
             }
         };
         Ok(())
@@ -820,9 +844,10 @@ pub fn ln(image: &str, ctx: &Ctx, target: &str, link: &str, symbolic: bool) -> C
 }
 
 /// `cjfs stat IMG PATH`.
-pub fn stat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
+pub fn stat(image: &str, ctx: &Ctx, path: &[u8]) -> CliResult<()> {
+    let shown = lossy(path);
     with_ro(image, ctx, |fs| {
-        let err = |e| CliError::fs_path(image, path, e);
+        let err = |e| CliError::fs_path(image, &shown, e);
         let ino = walk(fs, path, false).map_err(err)?;
         let a = fs.getattr(ino).map_err(err)?;
         let mut s = String::new();
@@ -831,9 +856,9 @@ pub fn stat(image: &str, ctx: &Ctx, path: &str) -> CliResult<()> {
             s.push('\n');
         };
         if a.kind == FileType::Symlink {
-            line(format!("  File: {path} -> {}", lossy(&fs.readlink(ino).map_err(err)?)));
+            line(format!("  File: {shown} -> {}", lossy(&fs.readlink(ino).map_err(err)?)));
         } else {
-            line(format!("  File: {path}"));
+            line(format!("  File: {shown}"));
         }
         line(format!("  Inode: {}   Type: {}   Generation: {}", a.ino, a.kind.name(), a.generation));
         line(format!(
