@@ -144,6 +144,30 @@ impl Fs {
         Ok(attr_of(&self.inner, ino, &st))
     }
 
+    /// An access (a read, a directory listing) of `ino` under the mount's rule `how`: moves
+    /// the access time to now where the rule asks (see [`crate::atime`]), in a transaction of
+    /// its own, without touching ctime. Returns whether it did. Nothing on a read-only mount.
+    pub fn touch_atime(&self, ino: Ino, how: crate::AtimeUpdate) -> FsResult<bool> {
+        if how == crate::AtimeUpdate::Never || self.inner.opts.read_only {
+            return Ok(false);
+        }
+        let node = self.node(ino)?;
+        let now = Timestamp::now();
+        // Checked under the read lock first: under relatime nearly every access needs nothing.
+        if !crate::atime::needs_update(how, &*self.read_state(&node)?, now) {
+            return Ok(false);
+        }
+        let mut st = self.write_state(&node)?;
+        if !crate::atime::needs_update(how, &st, now) {
+            return Ok(false);
+        }
+        let mut tx = Tx::start(&self.inner, 2)?;
+        st.d.atime = now;
+        store_inode(&mut tx, ino, &mut st)?;
+        tx.stop()?;
+        Ok(true)
+    }
+
     /// Change attributes (chmod, chown, truncate, utimens).
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
         self.setattr_checked(ino, set, true)

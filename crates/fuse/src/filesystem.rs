@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use cjfs_fs::{Attr, FallocMode, FileType, Fs, FsError, FsResult, Ino, RenameFlags, SetAttr, XattrFlags};
+use cjfs_fs::{
+    AtimeUpdate, Attr, FallocMode, FileType, Fs, FsError, FsResult, Ino, RenameFlags, SetAttr, XattrFlags,
+};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -92,6 +94,8 @@ pub struct CjfsFuse {
     attr_ttl: Duration,
     entry_ttl: Duration,
     writeback_cache: bool,
+    /// How an access that reaches the daemon moves access times: files, directories.
+    atime: (AtimeUpdate, AtimeUpdate),
     outcome: UnmountOutcome,
     kernel_mount: KernelMount,
     /// For invalidating the kernel's cached attributes after a change it cannot foresee.
@@ -152,6 +156,7 @@ impl CjfsFuse {
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
             writeback_cache: cfg.writeback_cache && !cfg.read_only,
+            atime: cfg.atime(),
             outcome,
             kernel_mount: Arc::new(Mutex::new(None)),
             notifier: Arc::new(Mutex::new(None)),
@@ -312,6 +317,16 @@ impl CjfsFuse {
             self.invalidate_attrs(ino);
         }
         Ok(())
+    }
+
+    /// An access the kernel leaves to the daemon (FUSE inodes are `S_NOATIME` in the
+    /// kernel): move the access time as the mount's rule asks. Reads the kernel serves from
+    /// its page cache never get here, as for every FUSE file system. A failure costs only the
+    /// update; the access itself succeeded.
+    fn accessed(&self, ino: Ino, how: AtimeUpdate) {
+        if let Err(e) = self.fs.touch_atime(ino, how) {
+            log::debug!("access time of inode {ino} not updated: {e}");
+        }
     }
 
     fn file_open_flags(&self) -> FopenFlags {
@@ -637,7 +652,7 @@ impl Filesystem for CjfsFuse {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
@@ -645,6 +660,9 @@ impl Filesystem for CjfsFuse {
         let mut buf = vec![0u8; size as usize];
         let n = try_reply!(self.fs.read(ino, offset, &mut buf), reply);
         reply.data(&buf[..n]);
+        if flags.0 & libc::O_NOATIME == 0 {
+            self.accessed(ino, self.atime.0);
+        }
     }
 
     fn write(
@@ -727,6 +745,7 @@ impl Filesystem for CjfsFuse {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let ino = ino_or_reply!(ino, reply);
+        self.accessed(ino, self.atime.1);
         let mut off = offset;
         loop {
             let ents = try_reply!(self.fs.readdir(ino, off, READDIR_BATCH), reply);
@@ -754,6 +773,7 @@ impl Filesystem for CjfsFuse {
         mut reply: ReplyDirectoryPlus,
     ) {
         let dir = ino_or_reply!(ino, reply);
+        self.accessed(dir, self.atime.1);
         let mut off = offset;
         loop {
             let ents = try_reply!(self.fs.readdir(dir, off, READDIR_BATCH), reply);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cjfs_fs::{DataMode, MountOptions, preset};
+use cjfs_fs::{AtimeUpdate, DataMode, MountOptions, preset};
 
 use crate::error::{MountError, MountResult};
 
@@ -171,6 +171,25 @@ impl MountConfig {
         Ok(())
     }
 
+    /// How reads and directory listings that reach the daemon move access times: for files
+    /// and for directories, from the generic flags in the order given (`noatime`,
+    /// `strictatime`/`norelatime`, `relatime`/`atime`, `nodiratime`/`diratime`; relatime by
+    /// default, as the kernel mounts).
+    pub fn atime(&self) -> (AtimeUpdate, AtimeUpdate) {
+        let (mut files, mut dirs_never) = (AtimeUpdate::Relative, false);
+        for f in &self.kernel_flags {
+            match f.as_str() {
+                "noatime" => files = AtimeUpdate::Never,
+                "strictatime" | "norelatime" => files = AtimeUpdate::Always,
+                "relatime" | "atime" => files = AtimeUpdate::Relative,
+                "nodiratime" => dirs_never = true,
+                "diratime" => dirs_never = false,
+                _ => {}
+            }
+        }
+        (files, if dirs_never { AtimeUpdate::Never } else { files })
+    }
+
     /// Parse one comma-separated option list.
     pub fn parse(list: &str) -> MountResult<MountConfig> {
         let mut c = MountConfig::default();
@@ -224,6 +243,18 @@ mod tests {
         let c =
             MountConfig::parse("defaults,noauto,user,x-systemd.automount,noatime,nosuid,_netdev").unwrap();
         assert_eq!(c.kernel_flags, vec!["noatime".to_string(), "nosuid".to_string()]);
+    }
+
+    #[test]
+    fn atime_flags_in_the_order_given() {
+        use AtimeUpdate::*;
+        let a = |list: &str| MountConfig::parse(list).unwrap().atime();
+        assert_eq!(a(""), (Relative, Relative));
+        assert_eq!(a("noatime"), (Never, Never));
+        assert_eq!(a("strictatime"), (Always, Always));
+        assert_eq!(a("noatime,relatime"), (Relative, Relative));
+        assert_eq!(a("strictatime,nodiratime"), (Always, Never));
+        assert_eq!(a("nodiratime,diratime"), (Relative, Relative));
     }
 
     #[test]

@@ -184,3 +184,44 @@ fn times_on_128_byte_inodes_are_whole_seconds_while_mounted() {
         e2fsck_clean(&s.image);
     }
 }
+
+/// The kernel leaves a FUSE file system's access times to the daemon: a read or a listing
+/// that reaches it (a fresh mount: nothing cached) moves the access time under relatime, the
+/// default, once after a change; ctime and mtime stay; under `noatime` nothing moves.
+#[test]
+fn reads_that_reach_the_daemon_move_the_access_time() {
+    if skip("reads_that_reach_the_daemon_move_the_access_time", &[]) {
+        return;
+    }
+    const Y2K: i64 = 946_684_800;
+    let s = Scratch::new(64 << 20);
+    let set_old = |opts: &str| {
+        let m = s.mount(opts);
+        if !s.p("f").exists() {
+            std::fs::write(s.p("f"), b"data").unwrap();
+            std::fs::create_dir(s.p("d")).unwrap();
+        }
+        utimens(&s.p("f"), (Y2K, 0), (Y2K, 0));
+        utimens(&s.p("d"), (Y2K, 0), (Y2K, 0));
+        m.unmount();
+        stored(&s.image, &["f", "d"])
+    };
+    let read_both = |opts: &str| {
+        let m = s.mount(opts);
+        assert_eq!(std::fs::read(s.p("f")).unwrap(), b"data");
+        assert_eq!(std::fs::read_dir(s.p("d")).unwrap().count(), 0);
+        m.unmount();
+        stored(&s.image, &["f", "d"])
+    };
+    let before = set_old("");
+    let after = read_both("");
+    for (i, name) in ["f", "d"].iter().enumerate() {
+        assert!(after[i][0] >= before[i][2], "{name}: atime {:?} not moved to the access", after[i][0]);
+        assert_eq!(after[i][1], Timestamp::new(Y2K, 0), "{name}: mtime moved");
+        assert_eq!(after[i][2], before[i][2], "{name}: ctime moved by an access");
+    }
+    let before = set_old("");
+    let after = read_both("noatime");
+    assert_eq!(after, before, "noatime: an access moved a time");
+    e2fsck_clean(&s.image);
+}
