@@ -14,12 +14,26 @@ const LOG_LEN: u64 = 1024;
 
 fn setup(config: JournalConfig) -> (Arc<EmulatedSsd>, Journal) {
     let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
-    let dev: Device = ssd.clone();
+    let j = open_on(ssd.clone(), config);
+    (ssd, j)
+}
+
+/// Format a journal on `dev` and open it.
+fn open_on(dev: Device, config: JournalConfig) -> Journal {
     let area = JournalArea::contiguous(LOG_START, LOG_LEN);
     format_journal(&*dev, &area, [3; 16], true).expect("format");
     let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-    let j = Journal::open(dev, area, cache, config).expect("open");
-    (ssd, j)
+    Journal::open(dev, area, cache, config).expect("open")
+}
+
+/// Data block 300 filled with 7s as ordered data of a handle; its buffer and transaction.
+fn dirty_data_block(j: &Journal) -> (Arc<cjfs_journal::Buffer>, TxId) {
+    let data = j.cache().read(300).expect("read");
+    let mut h = j.start(4).expect("start");
+    data.write().fill(7);
+    h.dirty_data(&data).expect("dirty data");
+    let tid = h.stop().expect("stop");
+    (data, tid)
 }
 
 fn write_pattern(j: &Journal, blk: u64, byte: u8) -> TxId {
@@ -209,16 +223,8 @@ fn sync_data_waits_for_the_commit_that_wrote_a_clean_buffer() {
             volatile_cache: true,
             ..cjfs_blockdev::SsdPreset::ramdisk()
         };
-        let dev: Device = Arc::new(EmulatedSsd::new(preset, DEV_BLOCKS));
-        let area = JournalArea::contiguous(LOG_START, LOG_LEN);
-        format_journal(&*dev, &area, [3; 16], true).expect("format");
-        let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-        let j = Journal::open(dev, area, cache, cfg).expect("open");
-        let data = j.cache().read(300).expect("read");
-        let mut h = j.start(4).expect("start");
-        data.write().fill(7);
-        h.dirty_data(&data).expect("dirty data");
-        let tid = h.stop().expect("stop");
+        let j = open_on(Arc::new(EmulatedSsd::new(preset, DEV_BLOCKS)), cfg);
+        let (data, tid) = dirty_data_block(&j);
         std::thread::scope(|s| {
             // Another thread's fsync commits the transaction that carries the data.
             let committer = s.spawn(|| j.commit_wait(tid));
@@ -550,16 +556,8 @@ fn a_commit_waits_for_an_fsyncs_write_of_its_ordered_data() {
             state: parking_lot::Mutex::new((0, false, Vec::new())),
             cv: parking_lot::Condvar::new(),
         });
-        let dev: Device = Arc::new(HoldDev(hold.clone()));
-        let area = JournalArea::contiguous(LOG_START, LOG_LEN);
-        format_journal(&*dev, &area, [3; 16], true).expect("format");
-        let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-        let j = Journal::open(dev, area, cache, cfg).expect("open");
-        let data = j.cache().read(300).expect("read");
-        let mut h = j.start(4).expect("start");
-        data.write().fill(7);
-        h.dirty_data(&data).expect("dirty data");
-        let tid = h.stop().expect("stop");
+        let j = open_on(Arc::new(HoldDev(hold.clone())), cfg);
+        let (data, tid) = dirty_data_block(&j);
         std::thread::scope(|s| {
             let fsync = s.spawn(|| j.write_data_with(std::slice::from_ref(&data), Vec::new(), 0));
             while hold.state.lock().0 == 0 {

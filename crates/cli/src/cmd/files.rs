@@ -229,8 +229,9 @@ pub fn cat(image: &str, ctx: &Ctx, path: &[u8]) -> CliResult<()> {
 /// extents read as zeros and are holes here too. To stdout or any other kind of local file
 /// (a pipe, a device) every byte is written in order, holes as zeros.
 pub fn get(image: &str, ctx: &Ctx, path: &[u8], local: &OsStr) -> CliResult<()> {
-    let (shown, path_shown) = (lossy(path), std::path::Path::new(local).display().to_string());
-    let local_shown = path_shown.as_str();
+    let shown = lossy(path);
+    let local_shown = std::path::Path::new(local).display().to_string();
+    let local_shown = local_shown.as_str();
     with_ro(image, ctx, |fs| {
         let a = regular_file(fs, image, path)?;
         if local == "-" {
