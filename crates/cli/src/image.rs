@@ -58,6 +58,8 @@ pub use cjfs_fs::ondisk::superblock::probe_block_size;
 pub struct Probe {
     /// The journal holds transactions or the superblock says recovery is needed.
     pub needs_recovery: bool,
+    /// The file system has a journal (`has_journal`).
+    pub journal: bool,
 }
 
 /// Read the primary superblock of `dev`, reporting an image too small to hold one or
@@ -99,13 +101,18 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     cjfs_fs::ondisk::features::check_supported(&sb0).map_err(|e| CliError::fs(image, e))?;
     check_not_truncated(image, dev, &sb0)?;
     let (sb, _descs) = read_layout(&**dev).map_err(|e| CliError::fs(image, e))?;
+    if !sb.has_journal() {
+        // Nothing to replay; a file system that was not cleanly unmounted is refused for
+        // writing when it is opened.
+        return Ok(Probe { needs_recovery: false, journal: false });
+    }
     let area = cjfs_fs::fs::journal_area(dev, &sb).map_err(|e| CliError::fs(image, e))?;
     let jerr = |e| CliError::Journal { image: image.to_string(), source: e };
     let (jsb, areas) = read_log_areas(&**dev, &area).map_err(jerr)?;
     let logs_dirty =
         cjfs_fs::fs::logs_need_recovery(dev, &jsb, &areas).map_err(|e| CliError::fs(image, e))?;
     let needs_recovery = logs_dirty || sb.has_incompat(INCOMPAT_RECOVER);
-    Ok(Probe { needs_recovery })
+    Ok(Probe { needs_recovery, journal: true })
 }
 
 /// Who else uses an image whose journal may be live.

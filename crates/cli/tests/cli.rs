@@ -692,6 +692,87 @@ fn an_external_journal_device_is_named() {
     refused_everywhere(&img, "external journal device (journal_dev feature)");
 }
 
+/// A file system without a journal (`mkfs.ext4 -O ^has_journal`) is read and written as ext4
+/// writes one: metadata in place, the superblock's clean state cleared while it is open and
+/// set again on a clean close; a preset that journals, data=journal and an image not cleanly
+/// unmounted are refused for writing with the image byte-identical, and read-only commands
+/// still read the last.
+#[test]
+fn a_file_system_without_a_journal_is_written_in_place() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("nojournal.img");
+    if !mkfs_ext4(&img, &["-O", "^has_journal"], "64M") {
+        return;
+    }
+    let i = s(&img);
+    let local = dir.path().join("data");
+    let data = random_bytes(300_000, 7);
+    std::fs::write(&local, &data).expect("write local");
+    ok(&["mkdir", i, "/d/e", "-p"]);
+    ok(&["put", i, s(&local), "/d/e/f"]);
+    ok(&["put", i, s(&local), "/g"]);
+    ok(&["mv", i, "/g", "/d/h"]);
+    ok(&["rm", i, "/d/e/f"]);
+    ok(&["ln", i, "-s", "e", "/d/l"]);
+    assert_eq!(ok(&["cat", i, "/d/h"]).stdout, data);
+    assert_e2fsck_clean(&img);
+    let info = text(&ok(&["info", i]).stdout);
+    for want in ["State:                 clean", "Journal:               none (has_journal is off)"] {
+        assert!(info.contains(want), "info lacks {want:?}:\n{info}");
+    }
+    let o = ok(&["recover", i]);
+    assert!(
+        text(&o.stdout).contains("no journal (has_journal is off); nothing to replay"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let before = hash_file(&img);
+    for (args, needle) in [
+        (
+            vec!["put", i, s(&local), "/x", "--journal", "jbd2"],
+            "has no journal (has_journal is off) and journal preset jbd2 needs one",
+        ),
+        (vec!["put", i, s(&local), "/x", "--data", "journal"], "data=journal needs one"),
+    ] {
+        fails(&args, needle);
+        assert_eq!(hash_file(&img), before, "cjfs {args:?} changed the refused image");
+    }
+
+    // Not cleanly unmounted (what a crash while open leaves): read, but not written.
+    let Some(debugfs) = tool("debugfs") else {
+        println!("SKIP: debugfs not installed");
+        return;
+    };
+    let o = Command::new(debugfs).args(["-w", "-R", "ssv state 0"]).arg(&img).output().expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let before = hash_file(&img);
+    assert_eq!(ok(&["cat", i, "/d/h"]).stdout, data);
+    for args in [vec!["put", i, s(&local), "/x"], vec!["mkdir", i, "/y"]] {
+        fails(&args, "has no journal and was not cleanly unmounted (s_state)");
+        assert_eq!(hash_file(&img), before, "cjfs {args:?} changed the refused image");
+    }
+}
+
+/// An ext2 file system (no journal, no `extent` feature: every file block-mapped) is refused
+/// by every command that reads files, naming the missing feature.
+#[test]
+fn an_ext2_file_system_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("ext2.img");
+    if !mkfs_ext4(&img, &["-O", "^has_journal,^extent,^64bit,^flex_bg,^metadata_csum"], "32M") {
+        return;
+    }
+    let before = hash_file(&img);
+    let local = dir.path().join("x");
+    std::fs::write(&local, b"x").expect("write local");
+    let (i, l) = (s(&img), s(&local));
+    for c in [vec!["ls", i], vec!["cat", i, "/x"], vec!["put", i, l, "/x"], vec!["mkdir", i, "/d"]] {
+        fails(&c, "no `extent` feature");
+        assert_eq!(hash_file(&img), before, "cjfs {c:?} changed the refused image");
+    }
+}
+
 /// A file system whose journal is on another device (`mkfs.ext4 -J device=...`: no
 /// journal inode, a journal UUID and device number) is refused as unsupported by every
 /// command. Made with debugfs (mke2fs needs a real block device for the journal).

@@ -541,6 +541,9 @@ pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
 /// checks that with the order reversed.
 pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResult<RecoveryReport> {
     let (sb, _) = read_layout(&**dev)?;
+    if !sb.has_journal() {
+        return Ok(RecoveryReport::nothing(0));
+    }
     let (_, areas, iareas) = journal_areas(dev, &sb)?;
     let (report, _) = recover_all(dev, &areas, &iareas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
@@ -565,6 +568,32 @@ pub(crate) fn write_sb_direct(dev: &Device, sb: &Superblock) -> FsResult<()> {
     Ok(())
 }
 
+/// Refuse to write a file system without a journal (`has_journal` off) when the mount asks
+/// for what only a journal gives, or when it was not cleanly unmounted. Such a file system is
+/// written as ext4 writes one: metadata in place at each commit, no crash consistency.
+fn refuse_without_journal(sb: &Superblock, opts: &MountOptions) -> FsResult<()> {
+    if opts.journal.kind != JournalKind::None && !opts.journal.per_device {
+        return Err(FsError::Incompatible(format!(
+            "file system has no journal (has_journal is off) and journal preset {} needs one: \
+             open it with the `nojournal` preset (or `auto`), or add a journal with `tune2fs -j`",
+            opts.journal.name
+        )));
+    }
+    if opts.data == crate::types::DataMode::Journal {
+        return Err(FsError::Incompatible(
+            "file system has no journal (has_journal is off): data=journal needs one".into(),
+        ));
+    }
+    if sb.state & STATE_VALID == 0 {
+        return Err(FsError::Corrupt(
+            "file system has no journal and was not cleanly unmounted (s_state); check it with \
+             e2fsck -f before writing to it"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Fs {
     /// Mount the ext4 image on `dev`: check its features, replay the journal if needed,
     /// clean up orphans and start the journal.
@@ -584,12 +613,28 @@ impl Fs {
                     .into(),
             ));
         }
-        let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
+        if !sb0.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
+            // Without the feature every file is block-mapped (ext2, ext3), which cjfs does
+            // not read: refused here, not at the first file.
+            return Err(FsError::Incompatible(
+                "no `extent` feature: an ext2/ext3 file system, whose files are block-mapped".into(),
+            ));
+        }
+        let has_log = sb0.has_journal();
+        if !has_log && !opts.read_only {
+            refuse_without_journal(&sb0, &opts)?;
+        }
+        let (areas, iareas, needs_recovery) = if has_log {
+            let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
+            let needed = logs_need_recovery(&dev, &jsb, &areas)?
+                || sb0.has_incompat(INCOMPAT_RECOVER)
+                || sb0.state & STATE_FC_REPLAY != 0;
+            (areas, iareas, needed)
+        } else {
+            (Vec::new(), Vec::new(), false)
+        };
         let mut report = MountReport::default();
-        if logs_need_recovery(&dev, &jsb, &areas)?
-            || sb0.has_incompat(INCOMPAT_RECOVER)
-            || sb0.state & STATE_FC_REPLAY != 0
-        {
+        if needs_recovery {
             if opts.read_only {
                 return Err(FsError::Invalid(
                     "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"
@@ -616,7 +661,12 @@ impl Fs {
             )));
         }
         let ofile = crate::orphan::OrphanFile::load(&dev, &sb, &cache)?;
-        if !opts.read_only {
+        if !opts.read_only && !has_log {
+            // As the kernel without a journal: not clean while mounted, so a crash leaves an
+            // image e2fsck checks (and this library refuses to write) until it is repaired.
+            sb.state &= !STATE_VALID;
+        }
+        if !opts.read_only && has_log {
             sb.feature_incompat |= INCOMPAT_RECOVER;
             if ofile.is_some() {
                 // As the kernel: entries may be live from now until a clean unmount.
@@ -628,7 +678,7 @@ impl Fs {
             sb.free_inodes_count = free_inodes as u32;
         }
         let mut jcfg = opts.journal.clone();
-        if opts.read_only {
+        if opts.read_only || !has_log {
             jcfg.kind = JournalKind::None;
         }
         let journal = Journal::open_logs(dev.clone(), areas, cache.clone(), jcfg)?;

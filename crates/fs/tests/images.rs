@@ -179,6 +179,43 @@ fn no_filetype_images_read_and_change() {
     assert_fsck_clean(&img);
 }
 
+/// Without a journal (`mke2fs -O ^has_journal`): the same round trip, written in place; the
+/// superblock is not clean while the file system is open (as the kernel leaves it, so that
+/// e2fsck checks it after a crash) and clean again after the unmount, and a journal that
+/// would need one is refused.
+#[test]
+fn no_journal_images_read_and_change() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("nojournal.img");
+    if mke2fs(&img, 4096, "^has_journal", "64M").is_none() {
+        return;
+    }
+    populated_image_round_trip(&tmp, &img);
+    let state = |img: &Path| {
+        let raw = std::fs::read(img).expect("read image");
+        let sb = cjfs_fs::ondisk::superblock::Superblock::decode(&raw[1024..2048]).expect("superblock");
+        sb.state & cjfs_fs::ondisk::superblock::STATE_VALID
+    };
+    assert_ne!(state(&img), 0, "clean after the round trip");
+    let fs = mount(&img);
+    assert_eq!(fs.journal().config().kind, cjfs_journal::JournalKind::None);
+    assert_eq!(state(&img), 0, "open: not clean");
+    let f = fs.create(ROOT_INO, b"in-place", 0o644, 0, 0).expect("create");
+    fs.write(f.ino, 0, &content(10_000, 9)).expect("write");
+    fs.fsync(f.ino, false).expect("fsync");
+    fs.unmount().expect("unmount");
+    assert_ne!(state(&img), 0, "clean after the unmount");
+    assert_fsck_clean(&img);
+    let fs = mount(&img);
+    assert_eq!(read_all(&fs, fs.lookup(ROOT_INO, b"in-place").expect("lookup").ino), content(10_000, 9));
+    fs.unmount().expect("unmount");
+    let named = cjfs_fs::preset::resolve("cjfs").expect("preset");
+    match Fs::open(open(&img), named) {
+        Err(FsError::Incompatible(why)) => assert!(why.contains("has no journal"), "{why}"),
+        other => panic!("a journaling preset on an image without a journal: {other:?}"),
+    }
+}
+
 /// debugfs fills `img`; cjfs reads, changes, and e2fsck and debugfs judge the result.
 fn populated_image_round_trip(tmp: &tempfile::TempDir, img: &Path) {
     let img = img.to_path_buf();

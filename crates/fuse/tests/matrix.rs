@@ -1,6 +1,7 @@
 //! The acceptance matrix for "open the ext4 that people have": images made by `mkfs.ext4`
 //! (defaults at 32 MiB, 256 MiB, 1 GiB and 8 GiB; `-I 128`; `-b 2048`;
-//! `-O metadata_csum_seed`; `-O orphan_file`; `-O large_dir`; `-O ^64bit`), each
+//! `-O metadata_csum_seed`; `-O orphan_file`; `-O large_dir`; `-O ^64bit`; `-O ^has_journal`,
+//! written without a journal as ext4 writes one), each
 //!
 //! 1. filled by the kernel (a seeded tree: nested directories, files of many sizes, sparse
 //!    files and files of many extents, short and long symbolic links, hard links, a fifo and a
@@ -71,6 +72,7 @@ const CONFIGS: &[Config] = &[
     Config { name: "orphan-file", size: "1G", opts: &["-O", "orphan_file"] },
     Config { name: "large-dir", size: "1G", opts: &["-O", "large_dir"] },
     Config { name: "no-64bit", size: "1G", opts: &["-O", "^64bit"] },
+    Config { name: "no-journal", size: "256M", opts: &["-O", "^has_journal"] },
 ];
 
 /// The configurations cjfs refuses today and what the refusal must name (a feature). Emptied

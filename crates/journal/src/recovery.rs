@@ -670,7 +670,7 @@ pub struct RecoveryReport {
 
 impl RecoveryReport {
     /// A report of no recovery for a log starting at `start_tid` (nothing replayed yet).
-    pub(crate) fn nothing(start_tid: u32) -> Self {
+    pub fn nothing(start_tid: u32) -> Self {
         RecoveryReport {
             needed: false,
             start_tid,

@@ -166,13 +166,20 @@ impl Journal {
     /// log areas its superblock lists; every one recovered) and start their threads. Nothing
     /// is written until the first handle starts; with extra logs, that first start marks the
     /// primary journal with the private `cjfs_logs` bit, which a clean shutdown clears.
+    /// No areas at all is a file system without a journal, for a configuration of kind
+    /// [`JournalKind::None`] only.
     pub fn open_logs(
         dev: Device,
         areas: Vec<JournalArea>,
         cache: Arc<BufferCache>,
         config: JournalConfig,
     ) -> JResult<Journal> {
-        if areas.is_empty() || areas.len() > usize::from(u16::MAX) {
+        // A file system without a journal (`has_journal` off) runs a journal of kind `None`,
+        // which writes metadata home at commit and never touches a log: it gets an empty area
+        // (any log write would fail to map, not land on the file system) and a log state that
+        // exists only in memory.
+        let no_log = areas.is_empty() && config.kind == JournalKind::None;
+        if (areas.is_empty() && !no_log) || areas.len() > usize::from(u16::MAX) {
             return Err(JournalError::Corrupt(format!("a journal of {} logs", areas.len())));
         }
         // Run as many logs as the configuration wants and the image has; the others stay
@@ -188,7 +195,12 @@ impl Journal {
         }
         areas.truncate(wanted.max(1));
         let mut states = Vec::with_capacity(areas.len());
-        for (i, area) in areas.iter().enumerate() {
+        if no_log {
+            areas.push(JournalArea::new([]));
+            let maxlen = 1024;
+            states.push(LogState::new(crate::superblock::JournalSuperblock::new_v2(maxlen, [0; 16], false))?);
+        }
+        for (i, area) in areas.iter().enumerate().skip(states.len()) {
             let raw = dev.read_block(area.map(0)?)?;
             let sb = JournalSuperblock::decode(&raw[..], area.len())?;
             if sb.s_start != 0 && config.kind == JournalKind::Jbd2 {

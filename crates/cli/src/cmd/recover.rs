@@ -54,10 +54,15 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
 /// cleared the needs_recovery flag, or an older cjfs recover) has them freed too.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     let p = probe(image)?;
+    let clean = if p.journal {
+        "the journal is clean; nothing to replay"
+    } else {
+        "no journal (has_journal is off); nothing to replay"
+    };
     if !p.needs_recovery {
         let pending = pending_orphans(&open_device(image, true)?).map_err(|e| CliError::fs(image, e))?;
         if !pending.any() {
-            outln!("{image}: the journal is clean; nothing to replay");
+            outln!("{image}: {clean}");
             return Ok(());
         }
     }
@@ -66,7 +71,7 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     recover_on(image, ctx, Arc::new(overlay))?;
     let Outcome { replay: r, orphans, pending } = recover_on(image, ctx, dev)?;
     if !p.needs_recovery {
-        outln!("{image}: the journal is clean; nothing to replay");
+        outln!("{image}: {clean}");
     } else if r.needed {
         outln!(
             "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
