@@ -678,7 +678,10 @@ impl Fs {
             sb.free_inodes_count = free_inodes as u32;
         }
         let mut jcfg = opts.journal.clone();
-        if opts.read_only || !has_log {
+        if !has_log {
+            // Not `auto`'s choice for the device, whose name would claim a journal.
+            jcfg = cjfs_journal::JournalConfig::nojournal();
+        } else if opts.read_only {
             jcfg.kind = JournalKind::None;
         }
         let journal = Journal::open_logs(dev.clone(), areas, cache.clone(), jcfg)?;

@@ -199,6 +199,7 @@ fn no_journal_images_read_and_change() {
     assert_ne!(state(&img), 0, "clean after the round trip");
     let fs = mount(&img);
     assert_eq!(fs.journal().config().kind, cjfs_journal::JournalKind::None);
+    assert_eq!(fs.journal().config().name, "nojournal");
     assert_eq!(state(&img), 0, "open: not clean");
     let f = fs.create(ROOT_INO, b"in-place", 0o644, 0, 0).expect("create");
     fs.write(f.ino, 0, &content(10_000, 9)).expect("write");
