@@ -197,6 +197,13 @@ fn names_that_are_not_utf8() {
 }
 
 /// Every refused image: one clean error line and not a byte changed, for every command.
+/// [`fails`], and the image is byte-identical afterwards.
+fn fails_unchanged(img: &Path, args: &[&str], needle: &str) {
+    let before = hash_file(img);
+    fails(args, needle);
+    assert_eq!(hash_file(img), before, "cjfs {args:?} changed the refused image");
+}
+
 fn refused_everywhere(img: &Path, needle: &str) {
     let before = hash_file(img);
     let local = img.with_extension("local");
@@ -727,7 +734,6 @@ fn a_file_system_without_a_journal_is_written_in_place() {
         text(&o.stdout)
     );
 
-    let before = hash_file(&img);
     for (args, needle) in [
         (
             vec!["put", i, s(&local), "/x", "--journal", "jbd2"],
@@ -735,8 +741,7 @@ fn a_file_system_without_a_journal_is_written_in_place() {
         ),
         (vec!["put", i, s(&local), "/x", "--data", "journal"], "data=journal needs one"),
     ] {
-        fails(&args, needle);
-        assert_eq!(hash_file(&img), before, "cjfs {args:?} changed the refused image");
+        fails_unchanged(&img, &args, needle);
     }
 
     // Not cleanly unmounted (what a crash while open leaves): read, but not written.
@@ -746,11 +751,9 @@ fn a_file_system_without_a_journal_is_written_in_place() {
     };
     let o = Command::new(debugfs).args(["-w", "-R", "ssv state 0"]).arg(&img).output().expect("debugfs");
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let before = hash_file(&img);
     assert_eq!(ok(&["cat", i, "/d/h"]).stdout, data);
     for args in [vec!["put", i, s(&local), "/x"], vec!["mkdir", i, "/y"]] {
-        fails(&args, "has no journal and was not cleanly unmounted (s_state)");
-        assert_eq!(hash_file(&img), before, "cjfs {args:?} changed the refused image");
+        fails_unchanged(&img, &args, "has no journal and was not cleanly unmounted (s_state)");
     }
 }
 
@@ -763,13 +766,11 @@ fn an_ext2_file_system_is_refused() {
     if !mkfs_ext4(&img, &["-O", "^has_journal,^extent,^64bit,^flex_bg,^metadata_csum"], "32M") {
         return;
     }
-    let before = hash_file(&img);
     let local = dir.path().join("x");
     std::fs::write(&local, b"x").expect("write local");
     let (i, l) = (s(&img), s(&local));
     for c in [vec!["ls", i], vec!["cat", i, "/x"], vec!["put", i, l, "/x"], vec!["mkdir", i, "/d"]] {
-        fails(&c, "no `extent` feature");
-        assert_eq!(hash_file(&img), before, "cjfs {c:?} changed the refused image");
+        fails_unchanged(&img, &c, "no `extent` feature");
     }
 }
 
