@@ -37,8 +37,13 @@ pub(crate) fn needs_update(how: AtimeUpdate, st: &InodeState, now: Timestamp) ->
     match how {
         AtimeUpdate::Never => false,
         AtimeUpdate::Always => st.d.atime != now,
+        // An access time already at `now` stays (the kernel's `atime_needs_update`): with
+        // the coarse clock a change and two reads often share one tick.
         AtimeUpdate::Relative => {
-            st.d.mtime >= st.d.atime || st.d.ctime >= st.d.atime || now.sec - st.d.atime.sec >= RELATIME_SECS
+            (st.d.mtime >= st.d.atime
+                || st.d.ctime >= st.d.atime
+                || now.sec - st.d.atime.sec >= RELATIME_SECS)
+                && st.d.atime != now
         }
     }
 }

@@ -107,6 +107,44 @@ fn fsync_of_a_data_journaled_file_is_one_write_and_one_flush() {
     }
 }
 
+/// An overwrite inside the size that leaves every field of the inode as it was (the coarse
+/// clock did not tick since the last write) keeps the inode out of the transaction, as ext4's
+/// `file_update_time` does: its fsync writes the data home and flushes, and commits nothing.
+/// A write that moves the mtime does log the inode.
+#[test]
+fn an_overwrite_within_one_clock_tick_leaves_the_inode_out() {
+    let r = rig("jbd2", DataMode::Ordered, None);
+    let f = r.fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    r.fs.write(f, 0, &pattern(1, 8192)).expect("write");
+    r.fs.fsync(f, false).expect("fsync");
+    // A moved mtime is a change: the fsync commits the inode.
+    let old = cjfs_fs::Timestamp::new(1, 0);
+    r.fs.setattr(f, &cjfs_fs::SetAttr { mtime: Some(old), ..Default::default() }).expect("utimes");
+    r.fs.fsync(f, false).expect("fsync");
+    r.fs.write(f, 0, &pattern(2, 100)).expect("overwrite");
+    assert_ne!(r.fs.getattr(f).expect("getattr").mtime, old);
+    let s = r.seen(|fs| fs.fsync(f, false).expect("fsync"));
+    assert!(s.writes.iter().any(|(k, _)| *k == BlockKind::JournalCommit), "{s:?}");
+    // Back-to-back overwrites nearly always share a tick; retried when the clock moved.
+    for attempt in 0..100 {
+        let before = r.fs.getattr(f).expect("getattr");
+        r.fs.write(f, 10, &pattern(3 + attempt as u8, 100)).expect("overwrite");
+        let after = r.fs.getattr(f).expect("getattr");
+        let s = r.seen(|fs| fs.fsync(f, false).expect("fsync"));
+        if (after.mtime, after.ctime) != (before.mtime, before.ctime) {
+            continue;
+        }
+        assert_eq!(s.writes, vec![(BlockKind::Data, 1)], "only the data block goes out: {s:?}");
+        assert_eq!(s.flushes, 1, "{s:?}");
+        let mut back = vec![0u8; 100];
+        r.fs.read(f, 10, &mut back).expect("read");
+        assert_eq!(back, pattern(3 + attempt as u8, 100));
+        r.fs.unmount().expect("unmount");
+        return;
+    }
+    panic!("the coarse clock ticked between every pair of calls in 100 attempts");
+}
+
 #[test]
 fn jbd2_data_journaling_pays_two_writes_and_two_flushes() {
     let r = rig("jbd2", DataMode::Journal, None);
@@ -121,13 +159,18 @@ fn jbd2_data_journaling_pays_two_writes_and_two_flushes() {
 
 #[test]
 fn a_wrapping_log_takes_two_write_commands() {
-    // A small journal (1024 blocks) and transactions of 6 blocks: the head passes the end
-    // of the log within 200 fsyncs; the log is checkpointed now and then so no fsync waits
-    // for space (that would put home writes on its path).
+    // A small journal (1024 blocks) and transactions of 6 blocks (three data blocks, the
+    // inode-table block, a descriptor and a commit block): the head passes the end of the
+    // log within 200 fsyncs; the log is checkpointed now and then so no fsync waits for space
+    // (that would put home writes on its path). Each write sets another old mtime first:
+    // writes inside one tick of the coarse clock would leave the inode out, and transactions
+    // of 5 or 6 blocks by the clock's whim could end exactly at the log's end.
     let r = rig("joj", DataMode::Journal, Some(1024));
     let f = r.fs.create(ROOT_INO, b"wal", 0o644, 0, 0).expect("create");
     let mut wraps = 0;
     for i in 0..400u32 {
+        let old = cjfs_fs::Timestamp::new(i64::from(i) + 1, 0);
+        r.fs.setattr(f.ino, &cjfs_fs::SetAttr { mtime: Some(old), ..Default::default() }).expect("utimes");
         r.fs.write(f.ino, 0, &pattern(i as u8, 3 * 4096)).expect("write");
         let s = r.seen(|fs| fs.fsync(f.ino, true).expect("fsync"));
         assert!(matches!(s.writes.len(), 1 | 2), "fsync {i}: {s:?}");
@@ -495,6 +538,11 @@ fn nine_small_writes_cost_twelve_journal_blocks() {
     let r = rig("joj", DataMode::Ordered, None);
     let ino = data_journaled_file(&r.fs, b"db-journal");
     r.fs.write(ino, 0, &pattern(1, 9 * 4096)).expect("preallocate");
+    r.fs.fsync(ino, false).expect("fsync");
+    // An old mtime, so the first small write changes the inode whatever the clock's tick
+    // (writes inside one tick of the coarse clock leave it out of the transaction).
+    let old = cjfs_fs::Timestamp::new(1, 0);
+    r.fs.setattr(ino, &cjfs_fs::SetAttr { mtime: Some(old), ..Default::default() }).expect("utimes");
     r.fs.fsync(ino, false).expect("fsync");
     let sizes = [512u64, 100, 300, 200, 264, 300, 300, 300, 300];
     assert_eq!(sizes.iter().sum::<u64>(), 2576);
