@@ -245,6 +245,9 @@ pub(crate) fn write(
             buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
             if logged {
                 tx.h.dirty_metadata(&buf)?;
+                // The block is in the log, not on the fsync list: an fsync commits this
+                // transaction even when the inode stays out of it (below).
+                st.meta_tx = tx.h.tx_id();
                 if jdata {
                     st.datasync_tx = tx.h.tx_id();
                 }
