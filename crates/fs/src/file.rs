@@ -287,6 +287,10 @@ pub(crate) fn write(
         } else if fields != stored || !tx.tree.is_empty() {
             store_inode(&mut tx, ino, st)?;
             stored = fields;
+        } else if st.datasync_tx == tx.h.tx_id() {
+            // A change the data needs besides the inode (an extent block converted from
+            // unwritten, a logged block): fsync commits this transaction too.
+            st.meta_tx = tx.h.tx_id();
         }
         // Else an overwrite inside the size within one tick of the clock: no field of the
         // inode moved, so, as ext4's `file_update_time` finding the times unchanged, the inode

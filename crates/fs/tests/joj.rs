@@ -145,6 +145,39 @@ fn an_overwrite_within_one_clock_tick_leaves_the_inode_out() {
     panic!("the coarse clock ticked between every pair of calls in 100 attempts");
 }
 
+/// A write into a preallocated (unwritten) range of a file whose extent tree has a leaf
+/// block below the inode: the conversion changes that block and no field of the inode, and
+/// fsync must still commit it (else the data reads back as zeros after a crash).
+#[test]
+fn a_write_into_preallocated_blocks_within_one_tick_is_committed_by_fsync() {
+    let r = rig("jbd2", DataMode::Ordered, None);
+    let f = r.fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    // Eight separate unwritten extents: more than the inode's root holds, so a leaf block.
+    for i in 0..8u64 {
+        r.fs.fallocate(f, cjfs_fs::FallocMode::Allocate, i * 8 * 4096, 4 * 4096).expect("fallocate");
+    }
+    r.fs.fsync(f, false).expect("fsync");
+    let mut checked = false;
+    for attempt in 0..100u64 {
+        let before = r.fs.getattr(f).expect("getattr");
+        // A block not written before, inside the size and inside an unwritten extent.
+        let off = (attempt % 8) * 8 * 4096 + (attempt / 8 % 4) * 4096;
+        r.fs.write(f, off, &pattern(attempt as u8, 4096)).expect("write");
+        let after = r.fs.getattr(f).expect("getattr");
+        let s = r.seen(|fs| fs.fsync(f, false).expect("fsync"));
+        assert!(
+            s.writes.iter().any(|(k, _)| *k == BlockKind::JournalCommit),
+            "attempt {attempt}: the extent conversion is committed: {s:?}"
+        );
+        if (after.mtime, after.ctime, after.blocks) == (before.mtime, before.ctime, before.blocks) {
+            checked = true;
+            break;
+        }
+    }
+    assert!(checked, "the coarse clock ticked between every pair of calls in 100 attempts");
+    r.fs.unmount().expect("unmount");
+}
+
 /// The same overwrite of a data-journaled file: the block is in the log, not on the fsync
 /// list, so its fsync (and fdatasync) commits the transaction although the inode stayed out.
 #[test]
