@@ -678,6 +678,26 @@ pub fn classic_block_reuse() -> Workload {
     Workload::sequential("classic-block-reuse", vec![], ops)
 }
 
+/// Writes into preallocated (unwritten) blocks of a file whose extent tree has a leaf block
+/// (eight separate fallocated ranges, more than the inode's four root entries), each fsynced,
+/// then an overwrite of written data, fsynced: a write in the same clock tick as the last one
+/// converts the extent in the leaf and changes no field of the inode, and its fsync must
+/// still commit the conversion (else the data reads back as zeros).
+pub fn classic_prealloc_writes() -> Workload {
+    let mut ops = vec![Op::Creat { path: "p".into() }];
+    for i in 0..8u64 {
+        ops.push(Op::Fallocate { path: "p".into(), mode: "alloc".into(), off: i * 32768, len: 16384 });
+    }
+    ops.push(Op::Fsync { path: "p".into() });
+    for (i, off) in [4096u64, 32768 + 8192, 3 * 32768].into_iter().enumerate() {
+        ops.push(Op::Write { path: "p".into(), off, len: 4096, seed: 60 + i as u32 });
+        ops.push(Op::Fsync { path: "p".into() });
+    }
+    ops.push(Op::Write { path: "p".into(), off: 4096 + 100, len: 200, seed: 63 });
+    ops.push(Op::Fsync { path: "p".into() });
+    Workload::sequential("classic-prealloc-writes", vec![], ops)
+}
+
 /// iJournaling 1: `n` creates (each with 4 KiB written), only the odd ones fsynced.
 pub fn ij_creates(n: usize) -> Workload {
     let mut ops = vec![Op::Mkdir { path: "d".into() }];
@@ -1319,6 +1339,7 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
         classic_rename(),
         classic_ten_files(),
         classic_block_reuse(),
+        classic_prealloc_writes(),
         ij_creates(1000),
         ij_extent_tree(10),
         ij_deep_fsync(5),
@@ -1346,6 +1367,7 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
         classic_rename(),
         classic_ten_files(),
         classic_block_reuse(),
+        classic_prealloc_writes(),
         ij_creates(40),
         ij_extent_tree(8),
         ij_deep_fsync(4),
