@@ -145,6 +145,27 @@ fn an_overwrite_within_one_clock_tick_leaves_the_inode_out() {
     panic!("the coarse clock ticked between every pair of calls in 100 attempts");
 }
 
+/// Up to 100 times: `write` (given the attempt number), then an fsync (`datasync`) that must
+/// commit a transaction (`what` names the change it carries), until a write changed no field
+/// of the inode — it fell in the same tick of the coarse clock as the last change, as
+/// back-to-back calls nearly always do — which must happen.
+fn each_fsync_commits(r: &Rig, f: Ino, datasync: bool, what: &str, mut write: impl FnMut(&Fs, u64)) {
+    for attempt in 0..100u64 {
+        let before = r.fs.getattr(f).expect("getattr");
+        write(&r.fs, attempt);
+        let after = r.fs.getattr(f).expect("getattr");
+        let s = r.seen(|fs| fs.fsync(f, datasync).expect("fsync"));
+        assert!(
+            s.writes.iter().any(|(k, _)| *k == BlockKind::JournalCommit),
+            "datasync={datasync} attempt {attempt}: {what} is committed: {s:?}"
+        );
+        if (after.mtime, after.ctime, after.blocks) == (before.mtime, before.ctime, before.blocks) {
+            return;
+        }
+    }
+    panic!("the coarse clock ticked between every pair of calls in 100 attempts");
+}
+
 /// A write into a preallocated (unwritten) range of a file whose extent tree has a leaf
 /// block below the inode: the conversion changes that block and no field of the inode, and
 /// fsync must still commit it (else the data reads back as zeros after a crash).
@@ -157,24 +178,11 @@ fn a_write_into_preallocated_blocks_within_one_tick_is_committed_by_fsync() {
         r.fs.fallocate(f, cjfs_fs::FallocMode::Allocate, i * 8 * 4096, 4 * 4096).expect("fallocate");
     }
     r.fs.fsync(f, false).expect("fsync");
-    let mut checked = false;
-    for attempt in 0..100u64 {
-        let before = r.fs.getattr(f).expect("getattr");
+    each_fsync_commits(&r, f, false, "the extent conversion", |fs, attempt| {
         // A block not written before, inside the size and inside an unwritten extent.
         let off = (attempt % 8) * 8 * 4096 + (attempt / 8 % 4) * 4096;
-        r.fs.write(f, off, &pattern(attempt as u8, 4096)).expect("write");
-        let after = r.fs.getattr(f).expect("getattr");
-        let s = r.seen(|fs| fs.fsync(f, false).expect("fsync"));
-        assert!(
-            s.writes.iter().any(|(k, _)| *k == BlockKind::JournalCommit),
-            "attempt {attempt}: the extent conversion is committed: {s:?}"
-        );
-        if (after.mtime, after.ctime, after.blocks) == (before.mtime, before.ctime, before.blocks) {
-            checked = true;
-            break;
-        }
-    }
-    assert!(checked, "the coarse clock ticked between every pair of calls in 100 attempts");
+        fs.write(f, off, &pattern(attempt as u8, 4096)).expect("write");
+    });
     r.fs.unmount().expect("unmount");
 }
 
@@ -192,22 +200,9 @@ fn an_overwrite_of_a_data_journaled_file_within_one_tick_still_commits() {
         }
         r.fs.write(f, 0, &pattern(1, 8192)).expect("write");
         r.fs.fsync(f, false).expect("fsync");
-        let mut checked = false;
-        for attempt in 0..100u8 {
-            let before = r.fs.getattr(f).expect("getattr");
-            r.fs.write(f, 10, &pattern(3 + attempt, 100)).expect("overwrite");
-            let after = r.fs.getattr(f).expect("getattr");
-            let s = r.seen(|fs| fs.fsync(f, datasync).expect("fsync"));
-            assert!(
-                s.writes.iter().any(|(k, _)| *k == BlockKind::JournalCommit),
-                "{data:?} datasync={datasync} attempt {attempt}: the logged block is committed: {s:?}"
-            );
-            if (after.mtime, after.ctime) == (before.mtime, before.ctime) {
-                checked = true;
-                break;
-            }
-        }
-        assert!(checked, "the coarse clock ticked between every pair of calls in 100 attempts");
+        each_fsync_commits(&r, f, datasync, &format!("{data:?}: the logged block"), |fs, attempt| {
+            fs.write(f, 10, &pattern(3 + attempt as u8, 100)).expect("overwrite");
+        });
         r.fs.unmount().expect("unmount");
     }
 }
