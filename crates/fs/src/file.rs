@@ -212,6 +212,7 @@ pub(crate) fn write(
         let mut tx = Tx::start(fs, credits)?;
         st.window.wrote(((last + 1) * bs).min(end) - pos);
         let mut cur = None;
+        let mut log_needed = false;
         let mut lblk = first;
         // A mapping failure (ENOSPC) ends the write short: the blocks mapped before it are
         // written and in the in-memory extent tree, so the inode must still be stored
@@ -245,9 +246,8 @@ pub(crate) fn write(
             buf.write()[boff..boff + take].copy_from_slice(&data[done..done + take]);
             if logged {
                 tx.h.dirty_metadata(&buf)?;
-                // The block is in the log, not on the fsync list: an fsync commits this
-                // transaction even when the inode stays out of it (below).
-                st.meta_tx = tx.h.tx_id();
+                // In the log, not on the fsync list: the fsync must commit this transaction.
+                log_needed = true;
                 if jdata {
                     st.datasync_tx = tx.h.tx_id();
                 }
@@ -287,9 +287,9 @@ pub(crate) fn write(
         } else if fields != stored || !tx.tree.is_empty() {
             store_inode(&mut tx, ino, st)?;
             stored = fields;
-        } else if st.datasync_tx == tx.h.tx_id() {
-            // A change the data needs besides the inode (an extent block converted from
-            // unwritten, a logged block): fsync commits this transaction too.
+        } else if log_needed || st.datasync_tx == tx.h.tx_id() {
+            // A change the data needs besides the inode (a logged block, an extent block
+            // converted from unwritten): fsync commits this transaction too.
             st.meta_tx = tx.h.tx_id();
         }
         // Else an overwrite inside the size within one tick of the clock: no field of the
