@@ -665,7 +665,7 @@ fn fsync_one(fs: &FsInner, ij: &IJournal, node: &Arc<Inode>, datasync: bool) -> 
     let tx = if datasync { st.datasync_tx } else { st.meta_tx };
     let bufs = std::mem::take(&mut st.dirty_data);
     drop(st);
-    let r = if j.is_durable(tx) { Ok(()) } else { j.commit_wait(tx) }.and_then(|()| j.sync_data(&bufs));
+    let r = j.fsync(tx, &bufs);
     node.keep_dirty(bufs, r.map_err(FsError::from))
 }
 

@@ -471,6 +471,7 @@ impl Fs {
     /// Make `ino` durable: with `datasync`, only what is needed to read its data back.
     pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         let node = self.node(ino)?;
+        self.inner.journal.count_fsync();
         // iJournaling: an i-transaction when the file allows one (else it counts why not).
         if crate::ijournal::fsync(&self.inner, &node, datasync)? {
             return Ok(());
@@ -509,7 +510,7 @@ impl Fs {
         };
         // A data-journaled file's data is in the log: the commit is all (its committed pages
         // not yet checkpointed stay checkpoint work, never written home on this path).
-        let r = if j.is_durable(tx) { Ok(()) } else { j.commit_wait(tx) }.and_then(|()| j.sync_data(&bufs));
+        let r = j.fsync(tx, &bufs);
         node.keep_dirty(bufs, r.map_err(FsError::from))?;
         if back {
             crate::adaptive::timed(&self.inner, || self.change_journal_data(ino, false, false))?;

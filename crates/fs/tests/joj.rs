@@ -130,12 +130,17 @@ fn an_overwrite_within_one_clock_tick_leaves_the_inode_out() {
         let before = r.fs.getattr(f).expect("getattr");
         r.fs.write(f, 10, &pattern(3 + attempt as u8, 100)).expect("overwrite");
         let after = r.fs.getattr(f).expect("getattr");
+        let j0 = r.fs.journal().stats();
         let s = r.seen(|fs| fs.fsync(f, false).expect("fsync"));
         if (after.mtime, after.ctime) != (before.mtime, before.ctime) {
             continue;
         }
         assert_eq!(s.writes, vec![(BlockKind::Data, 1)], "only the data block goes out: {s:?}");
         assert_eq!(s.flushes, 1, "{s:?}");
+        // Counted as an fsync with its one flush, though it waited for no commit.
+        let j = r.fs.journal().stats().delta(&j0);
+        assert_eq!((j.fsyncs, j.fsync_waits, j.flushes), (1, 0, 1), "{j:?}");
+        assert_eq!(j.flushes_per_fsync(), 1.0);
         let mut back = vec![0u8; 100];
         r.fs.read(f, 10, &mut back).expect("read");
         assert_eq!(back, pattern(3 + attempt as u8, 100));

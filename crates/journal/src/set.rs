@@ -646,6 +646,21 @@ impl Journal {
         Ok(())
     }
 
+    /// Count one fsync or fdatasync call of the file system on top, however it is served
+    /// (the denominator of [`crate::StatsSnapshot::flushes_per_fsync`]).
+    pub fn count_fsync(&self) {
+        self.shared.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The journal's part of an fsync through a commit: commit transaction `tx` and wait for
+    /// it unless it is already durable, then make the data buffers `bufs` durable.
+    pub fn fsync(&self, tx: TxId, bufs: &[Arc<Buffer>]) -> JResult<()> {
+        if !self.is_durable(tx) {
+            self.commit_wait(tx)?;
+        }
+        self.sync_data(bufs)
+    }
+
     /// Make the data buffers `bufs` durable (the data part of fsync/fdatasync, once the
     /// metadata they need is durable): write the dirty ones home, wait for the writes other
     /// paths made of the rest — a commit's ordered-data write is durable with its

@@ -16,6 +16,7 @@ pub struct JournalStats {
     pub(crate) flushes: AtomicU64,
     pub(crate) barriers: AtomicU64,
     pub(crate) fsync_waits: AtomicU64,
+    pub(crate) fsyncs: AtomicU64,
     pub(crate) shadow_copies: AtomicU64,
     pub(crate) bytes_copied: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
@@ -75,6 +76,9 @@ pub struct StatsSnapshot {
     pub barriers: u64,
     /// Callers that waited for a transaction to be durable (fsync and friends).
     pub fsync_waits: u64,
+    /// fsync and fdatasync calls the file system made (including those served without a
+    /// wait: transaction already durable, an i-transaction, a grouped caller).
+    pub fsyncs: u64,
     /// Buffer versions (shadow copies) made.
     pub shadow_copies: u64,
     /// Bytes copied into versions.
@@ -157,6 +161,7 @@ impl JournalStats {
             flushes: self.flushes.load(Relaxed),
             barriers: self.barriers.load(Relaxed),
             fsync_waits: self.fsync_waits.load(Relaxed),
+            fsyncs: self.fsyncs.load(Relaxed),
             shadow_copies: self.shadow_copies.load(Relaxed),
             bytes_copied: self.bytes_copied.load(Relaxed),
             checkpoints: self.checkpoints.load(Relaxed),
@@ -206,6 +211,7 @@ impl StatsSnapshot {
             flushes: self.flushes - earlier.flushes,
             barriers: self.barriers - earlier.barriers,
             fsync_waits: self.fsync_waits - earlier.fsync_waits,
+            fsyncs: self.fsyncs - earlier.fsyncs,
             shadow_copies: self.shadow_copies - earlier.shadow_copies,
             bytes_copied: self.bytes_copied - earlier.bytes_copied,
             checkpoints: self.checkpoints - earlier.checkpoints,
@@ -266,9 +272,11 @@ impl StatsSnapshot {
     pub fn commit_us_per_tx(&self) -> f64 {
         self.per_tx(self.commit_ns) / 1000.0
     }
-    /// Flushes per waiting caller (fsync).
+    /// Device flushes per fsync call. Without a file system on top (nothing counted in
+    /// `fsyncs`), per caller that waited for a commit.
     pub fn flushes_per_fsync(&self) -> f64 {
-        if self.fsync_waits == 0 { 0.0 } else { self.flushes as f64 / self.fsync_waits as f64 }
+        let n = if self.fsyncs == 0 { self.fsync_waits } else { self.fsyncs };
+        if n == 0 { 0.0 } else { self.flushes as f64 / n as f64 }
     }
     /// Transactions made durable per flush-group.
     pub fn tx_per_flush_group(&self) -> f64 {

@@ -54,7 +54,9 @@ pub struct JournalSummary {
     pub barriers: u64,
     /// Callers that waited for durability (fsync and friends).
     pub fsync_waits: u64,
-    /// Flushes per waiting caller.
+    /// fsync and fdatasync calls, however served.
+    pub fsyncs: u64,
+    /// Device flushes per fsync call.
     pub flushes_per_fsync: f64,
     /// Mean transactions committing at once when a commit started.
     pub mean_in_flight: f64,
@@ -119,6 +121,7 @@ impl From<&StatsSnapshot> for JournalSummary {
             flushes: j.flushes,
             barriers: j.barriers,
             fsync_waits: j.fsync_waits,
+            fsyncs: j.fsyncs,
             flushes_per_fsync: j.flushes_per_fsync(),
             mean_in_flight: j.mean_in_flight(),
             max_in_flight: j.max_in_flight,
