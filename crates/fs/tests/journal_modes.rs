@@ -299,8 +299,9 @@ fn commit_timer_commits_without_fsync() {
     unmount_and_fsck(fs, &copy, tmp.path());
 }
 
-/// Depth of `ino`'s extent tree, read from the raw inode on the device.
-fn extent_depth(dev: &dyn BlockDevice, ino: Ino) -> u16 {
+/// Entries in the root of `ino`'s extent tree and the tree's depth, read from the raw inode
+/// on the device.
+fn extent_root(dev: &dyn BlockDevice, ino: Ino) -> (u16, u16) {
     let (sb, descs): (_, Vec<GroupDesc>) = read_layout(dev).expect("read layout");
     let ipg = sb.inodes_per_group;
     let g = ((ino - 1) / ipg) as usize;
@@ -310,7 +311,32 @@ fn extent_depth(dev: &dyn BlockDevice, ino: Ino) -> u16 {
     let off = (byte % 4096) as usize;
     let d = DiskInode::decode(&raw[off..off + sb.inode_size()]).expect("decode inode");
     assert_eq!(u16::from_le_bytes([d.block[0], d.block[1]]), 0xF30A, "extent header magic");
-    u16::from_le_bytes([d.block[6], d.block[7]])
+    (u16::from_le_bytes([d.block[2], d.block[3]]), u16::from_le_bytes([d.block[6], d.block[7]]))
+}
+
+#[test]
+fn core_aware_allocation_keeps_concurrent_appends_contiguous() {
+    // One thread (one log's groups) appends to two files in two directories in turn, as
+    // threads sharing a core do: each file must stay one extent, not one per block.
+    let ssd = ram_image(1024);
+    let opts = cjfs_fs::preset::apply("zjournal+logs=2", MountOptions::default()).expect("preset");
+    assert!(opts.core_groups);
+    let fs = Fs::open(dev_of(&ssd), opts).expect("mount");
+    let files: Vec<Ino> = (0..2u8)
+        .map(|i| {
+            let d = fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, 0, 0).expect("mkdir").ino;
+            fs.create(d, b"f", 0o644, 0, 0).expect("create").ino
+        })
+        .collect();
+    for k in 0..64u64 {
+        for (i, &f) in files.iter().enumerate() {
+            fs.write(f, k * 4096, &content(4096, k as u8 ^ i as u8)).expect("append");
+        }
+    }
+    fs.unmount().expect("unmount");
+    for &f in &files {
+        assert_eq!(extent_root(&*ssd, f), (1, 0), "inode {f}: (root entries, depth)");
+    }
 }
 
 #[test]
@@ -331,7 +357,7 @@ fn deep_extent_tree_survives_remount() {
     let size = fs.getattr(f).expect("getattr").size;
     assert_eq!(size, ((N - 1) * STRIDE + 1) * 4096);
     fs.unmount().expect("unmount");
-    let depth = extent_depth(&*open_file_dev(&path), f);
+    let (_, depth) = extent_root(&*open_file_dev(&path), f);
     assert!(depth >= 2, "{N} extents should need a depth-2 tree, got depth {depth}");
     assert_fsck_clean(&path);
 
