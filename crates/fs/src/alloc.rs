@@ -175,15 +175,13 @@ pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u
     let goal =
         if goal < geo.first_data_block || goal >= geo.blocks_count { geo.first_data_block } else { goal };
     let range = core_range(fs);
-    let (g0, goal) = match range {
-        // Outside the core's own range: the same place in the group it folds into.
-        Some((s, e)) if !(s..e).contains(&geo.group_of(goal)) => {
-            let gg = geo.group_of(goal);
-            let g = fold_into((s, e), gg);
-            let off = (goal - geo.group_start(gg)).min(u64::from(geo.group_len(g)) - 1);
-            (g, geo.group_start(g) + off)
-        }
-        _ => (geo.group_of(goal), goal),
+    let gg = geo.group_of(goal);
+    let g0 = range.map_or(gg, |r| fold_into(r, gg));
+    // Folded out of another core's range: the same place in the group it folds into.
+    let goal = if g0 == gg {
+        goal
+    } else {
+        geo.group_start(g0) + (goal - geo.group_start(gg)).min(u64::from(geo.group_len(g0)) - 1)
     };
     // Two passes: first only groups that can satisfy the whole request from the goal, then
     // anything that has a free block.
