@@ -265,7 +265,9 @@ pub(crate) fn write(
         }
         let new_end = off + done as u64;
         let old_size = st.d.size;
-        if new_end > st.d.size {
+        // `done > 0`: a write refused at its first byte past EOF accepted nothing, so it must
+        // not move the size to its offset (a hole of zeros nobody wrote).
+        if done > 0 && new_end > st.d.size {
             st.d.size = new_end;
             st.datasync_tx = tx.h.tx_id();
         }

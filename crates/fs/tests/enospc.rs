@@ -87,6 +87,37 @@ fn writes_past_free_space_fail_at_write_and_accepted_data_is_kept() {
     assert_fsck_clean(&path);
 }
 
+/// A refused write past EOF leaves the size alone: a page cache writing back in order
+/// (FUSE's writeback cache) sends every later chunk after the first refusal, and each used
+/// to move the size to its own offset, leaving a hole of zeros the writer never wrote.
+#[test]
+fn a_write_refused_past_eof_does_not_move_the_size() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "eof.img", 16);
+    let fs = mount(dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+    let accepted = fill(&fs, f.ino, 3, 1 << 20);
+    let (size0, blocks0) = {
+        let a = fs.getattr(f.ino).expect("getattr");
+        (a.size, a.blocks)
+    };
+    assert_eq!(size0, accepted);
+    for k in 1..4u64 {
+        let off = accepted + k * (1 << 20);
+        let e = fs.write(f.ino, off, &chunk(3, off, 1 << 20)).expect_err("a write with nothing free");
+        assert!(matches!(e, FsError::NoSpace(_)), "{e}");
+        let a = fs.getattr(f.ino).expect("getattr");
+        assert_eq!((a.size, a.blocks), (size0, blocks0), "after a refused write at {off}");
+    }
+    fs.fsync(f.ino, false).expect("fsync");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+    let fs = mount(open_image(&path));
+    let f = fs.lookup(ROOT_INO, b"f").expect("lookup");
+    check_content(&fs, f.ino, 3, accepted);
+    fs.unmount().expect("unmount");
+}
+
 #[test]
 fn small_writes_fill_to_the_last_block_and_truncate_gives_it_back() {
     let dir = tempfile::tempdir().expect("tmp");
