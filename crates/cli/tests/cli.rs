@@ -774,6 +774,34 @@ fn an_ext2_file_system_is_refused() {
     }
 }
 
+/// An ext3 file system (a journal, but no `extent` feature) is refused by every command
+/// naming the missing feature, not a symptom such as the journal inode's block map.
+#[test]
+fn an_ext3_file_system_is_refused_naming_the_feature() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("ext3.img");
+    if !mkfs_ext4(&img, &["-O", "^extent,^64bit,^flex_bg,^metadata_csum"], "32M") {
+        return;
+    }
+    refused_everywhere(&img, "no `extent` feature");
+}
+
+/// bigalloc with 1 KiB blocks: its descriptors do not checksum the way the ones cjfs reads
+/// do, and `check` and `info` used to report that mismatch instead of the feature.
+#[test]
+fn bigalloc_is_refused_by_name_before_any_layout_check() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("bigalloc.img");
+    if !mkfs_ext4(&img, &["-b", "1024", "-O", "bigalloc"], "64M") {
+        return;
+    }
+    refused_everywhere(&img, "unsupported ext4 feature(s): bigalloc");
+    let o = cjfs(&["info", s(&img)]);
+    let out = text(&o.stdout);
+    assert!(!out.contains("checksum") && !out.contains("orphan records unreadable"), "{out}");
+    assert!(out.contains("Unsupported features:  bigalloc"), "{out}");
+}
+
 /// A file system whose journal is on another device (`mkfs.ext4 -J device=...`: no
 /// journal inode, a journal UUID and device number) is refused as unsupported by every
 /// command. Made with debugfs (mke2fs needs a real block device for the journal).

@@ -613,13 +613,6 @@ impl Fs {
                     .into(),
             ));
         }
-        if !sb0.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
-            // Without the feature every file is block-mapped (ext2, ext3), which cjfs does
-            // not read: refused here, not at the first file.
-            return Err(FsError::Incompatible(
-                "no `extent` feature: an ext2/ext3 file system, whose files are block-mapped".into(),
-            ));
-        }
         let has_log = sb0.has_journal();
         if !has_log && !opts.read_only {
             refuse_without_journal(&sb0, &opts)?;

@@ -861,7 +861,8 @@ pub fn read_primary_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
     let nblocks = (SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE).div_ceil(bs);
     if dev.num_blocks() < nblocks as u64 {
         return Err(FsError::Corrupt(format!(
-            "superblock: the device holds {} blocks of {bs} bytes, too few for a superblock",
+            "not an ext2/3/4 file system: the device holds {} whole block(s) of {bs} bytes, too \
+             few for the superblock at bytes 1024..2048",
             dev.num_blocks()
         )));
     }
@@ -888,7 +889,8 @@ pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc
     features::check_supported(&sb)?;
     if sb.block_count() > dev.num_blocks() {
         return Err(FsError::Corrupt(format!(
-            "superblock: s_blocks_count = {} but the device has only {} blocks",
+            "image is truncated: the superblock says {} blocks (s_blocks_count) but the device has \
+             only {}",
             sb.block_count(),
             dev.num_blocks()
         )));

@@ -186,7 +186,7 @@ impl Journal {
         // as they are (empty: every log was recovered before opening).
         let mut areas = areas;
         let wanted = if config.kind == JournalKind::Jbd2 { config.logs.wanted() } else { 1 };
-        if wanted > areas.len() {
+        if wanted > areas.len() && !no_log {
             log::warn!(
                 "journal {}: {wanted} logs wanted, the image has {} (make more with `cjfs mkfs --log-area`)",
                 config.name,

@@ -99,6 +99,12 @@ fn run_e2fsck(tool: &Path, image: &str) -> CliResult<bool> {
 /// the first mismatch). Prints each mismatch; returns how many.
 fn layout_checksums(image: &str) -> CliResult<usize> {
     let dev = crate::image::open_device(image, true)?;
+    // A refused feature first: its layout (bigalloc's clusters, say) is not what the
+    // descriptor checks below assume, so their mismatches would only hide the cause.
+    // (A superblock that does not even read is reported below, as a checksum mismatch.)
+    if let Ok(sb) = crate::image::read_primary_superblock(image, &dev) {
+        cjfs_fs::ondisk::features::check_supported(&sb).map_err(|e| CliError::fs(image, e))?;
+    }
     // An image this cannot even read is reported by the mount below, in its words.
     let Ok(errs) = layout_checksum_errors(&*dev) else { return Ok(0) };
     for m in &errs {

@@ -885,7 +885,12 @@ pub fn stat(image: &str, ctx: &Ctx, path: &[u8]) -> CliResult<()> {
         line(format!("  Access: {}", timestamp(a.atime)));
         line(format!("  Modify: {}", timestamp(a.mtime)));
         line(format!("  Change: {}", timestamp(a.ctime)));
-        line(format!("  Birth:  {}", timestamp(a.crtime)));
+        if fs.geometry().inode_size <= 128 {
+            // 128-byte inodes have no room for a creation time (as `stat`, a dash).
+            line("  Birth:  -".to_string());
+        } else {
+            line(format!("  Birth:  {}", timestamp(a.crtime)));
+        }
         match fs.check_inode(ino) {
             Ok(c) => {
                 if !c.extents.is_empty() || !c.tree_blocks.is_empty() {

@@ -33,6 +33,7 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
             problem = Some(e);
         }
     };
+    let supported = features::check_supported(&sb).is_ok();
     if let Err(e) = features::check_supported(&sb) {
         note(CliError::fs(image, e));
     }
@@ -58,9 +59,15 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
             (_, Some(why)) => outln!("  preset (auto):       {why}"),
             (c, None) => outln!("  preset:              {}", c.name),
         }
-        if let Err(e) = print_journal(image, &dev, &sb) {
-            outln!("  error:               {e}");
-            note(e);
+        match print_journal(image, &dev, &sb) {
+            Ok(()) => {}
+            Err(e) if supported => {
+                outln!("  error:               {e}");
+                note(e);
+            }
+            // A refused feature's layout may not be what the journal's lookup assumes: the
+            // feature is the error, not this symptom of it.
+            Err(_) => outln!("  not read:            the file system is refused (below)"),
         }
     } else {
         outln!("Journal:               none (has_journal is off)");
@@ -83,7 +90,7 @@ fn state_string(
     sb: &Superblock,
     journal_dirty: Option<bool>,
     user: Option<User>,
-    orphans: &FsResult<PendingOrphans>,
+    orphans: Option<&FsResult<PendingOrphans>>,
 ) -> String {
     let mut parts: Vec<String> = Vec::new();
     let flag = sb.has_incompat(INCOMPAT_RECOVER);
@@ -113,16 +120,17 @@ fn state_string(
     // A running mount records orphans as it goes: only a stopped image's are pending.
     let pending = match orphans {
         _ if in_use => None,
-        Ok(o) if o.count() > 0 => {
+        None => None,
+        Some(Ok(o)) if o.count() > 0 => {
             Some(format!("orphans pending: {} inode(s); `cjfs recover` frees them", o.count()))
         }
-        Ok(o) if o.present_flag => Some(
+        Some(Ok(o)) if o.present_flag => Some(
             "orphans pending: the orphan_present flag is set (not unmounted cleanly); `cjfs recover` \
              clears it"
                 .into(),
         ),
-        Ok(_) => None,
-        Err(e) => Some(format!("orphan records unreadable: {e}")),
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some(format!("orphan records unreadable: {e}")),
     };
     let recovering = !parts.is_empty();
     if let Some(p) = pending {
@@ -163,10 +171,14 @@ fn print_superblock(
     );
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
     outln!("UUID:                  {}", uuid(&sb.uuid));
-    let orphans = cjfs_fs::pending_orphans(dev);
+    // Orphan records of a refused image are not read: its error names the feature instead.
+    let orphans = match features::check_supported(sb) {
+        Ok(()) => Some(cjfs_fs::pending_orphans(dev)),
+        Err(_) => None,
+    };
     outln!(
         "State:                 {}",
-        state_string(sb, journal_dirty, crate::image::in_use(image), &orphans)
+        state_string(sb, journal_dirty, crate::image::in_use(image), orphans.as_ref())
     );
     outln!("Features:              {}", features::feature_names(sb).join(" "));
     let bad = features::unsupported_features(sb);
@@ -202,7 +214,7 @@ fn print_superblock(
     if sb.last_orphan != 0 {
         outln!("Orphan list head:      inode {}", sb.last_orphan);
     }
-    if let Ok(o) = &orphans
+    if let Some(Ok(o)) = &orphans
         && !o.file.is_empty()
     {
         outln!("Orphan file entries:   {}", o.file.len());

@@ -78,7 +78,9 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
              home, {} skipped as revoked ({} revoke record(s))",
             r.transactions,
             r.start_tid,
-            r.end_tid.wrapping_sub(1),
+            // The last replayed, as `info` names it: `end_tid` is one past the scan's end
+            // (JBD2 skips the id a torn commit may have used).
+            r.start_tid.wrapping_add(r.transactions.max(1) - 1),
             r.blocks_replayed,
             r.blocks_written,
             r.blocks_revoked,

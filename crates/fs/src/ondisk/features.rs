@@ -279,8 +279,8 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
 
 /// Refuse a file system cjfs cannot read and write: an external journal device
 /// ([`FsError::JournalDevice`]), a journal on another device, unsupported features (all
-/// named in one message), a block size other than 1, 2 or 4 KiB, a revision level above 1
-/// (dynamic).
+/// named in one message), a file system without extents (ext2, ext3), a block size other
+/// than 1, 2 or 4 KiB, a revision level above 1 (dynamic).
 pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     if sb.feature_incompat & INCOMPAT_JOURNAL_DEV != 0 {
         return Err(FsError::JournalDevice);
@@ -297,6 +297,13 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     let bad = unsupported_features(sb);
     if !bad.is_empty() {
         return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
+    }
+    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
+        // Without it every file is block-mapped (ext2, ext3, ext4 made with `^extent`); said
+        // here, before any structure is read, so no command reports a later symptom instead.
+        return Err(FsError::Incompatible(
+            "no `extent` feature: an ext2/ext3 file system, whose files are block-mapped".into(),
+        ));
     }
     if sb.has_metadata_csum() && sb.checksum_type != 1 {
         return Err(FsError::Incompatible(format!(

@@ -181,7 +181,17 @@ impl Mount {
 
     /// `fusermount3 -u` and the daemon's exit status.
     pub fn unmount_status(&mut self) -> ExitStatus {
-        let out = Command::new("fusermount3").arg("-u").arg(&self.dir).output().unwrap();
+        // Another process's `df` or `stat` passing through the mount holds it for a moment
+        // (EBUSY); only a mount still busy after that is a failure of the test.
+        let mut tries = 0;
+        let out = loop {
+            let out = Command::new("fusermount3").arg("-u").arg(&self.dir).output().unwrap();
+            tries += 1;
+            if out.status.success() || tries == 50 || !String::from_utf8_lossy(&out.stderr).contains("busy") {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert!(out.status.success(), "fusermount3 -u: {}", String::from_utf8_lossy(&out.stderr));
         self.wait(Duration::from_secs(120))
     }
