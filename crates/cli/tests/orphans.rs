@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
+use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
 use cjfs_fs::{Fs, MountOptions, ROOT_INO};
 use common::*;
 
@@ -161,4 +162,87 @@ fn info_says_the_orphan_list_is_pending_until_recover() {
     let dir = tempfile::tempdir().expect("tmp");
     let img = make_image(dir.path(), "a.img", "64M");
     pending_until_recover(&img, &dir.path().join("crash.img"), true);
+}
+
+/// Rewrite the primary superblock of `img` with `edit` applied (checksum recomputed).
+fn edit_superblock(img: &Path, edit: impl FnOnce(&mut cjfs_fs::ondisk::superblock::Superblock)) {
+    use cjfs_fs::ondisk::superblock::{SUPERBLOCK_SIZE, Superblock};
+    let mut bytes = std::fs::read(img).expect("read image");
+    let raw = &mut bytes[1024..1024 + SUPERBLOCK_SIZE];
+    let mut sb = Superblock::decode_unverified(raw).expect("superblock");
+    edit(&mut sb);
+    sb.encode_into(raw);
+    std::fs::write(img, &bytes).expect("write image");
+}
+
+/// e2fsck, finding a journal it will not replay, marks the file system as having errors;
+/// the replay of our log (whose superblock copy predates that) must not erase the mark or
+/// the error record, as the kernel keeps them (`ext4_load_journal`). `recover` replays,
+/// then says e2fsck's turn has come instead of mounting on top of the errors, and e2fsck
+/// can then finish.
+#[test]
+fn recover_keeps_the_errors_marked_before_it() {
+    use cjfs_fs::ondisk::superblock::STATE_ERROR;
+    let dir = tempfile::tempdir().expect("tmp");
+    let Some(img) = mkfs_ext4_orphan_file(dir.path(), "err.img") else {
+        return;
+    };
+    let copy = dir.path().join("crash.img");
+    crash_with_open_unlinked(&img, &copy, false);
+    edit_superblock(&copy, |sb| {
+        sb.state |= STATE_ERROR;
+        sb.error_count = 3;
+    });
+    let err = fails(&["recover", s(&copy)], "having errors");
+    assert!(err.contains("e2fsck -f"), "{err}");
+    let sb = cjfs_fs::mkfs::read_layout(&*open(&copy)).expect("layout").0;
+    assert_ne!(sb.state & STATE_ERROR, 0, "the errors flag survived the replay");
+    assert_eq!(sb.error_count, 3, "the error record survived the replay");
+    assert!(!features(&copy).contains("needs_recovery"), "the log was replayed: {}", features(&copy));
+    let Some(e2fsck) = tool("e2fsck") else {
+        println!("SKIP: e2fsck not installed");
+        return;
+    };
+    let o = Command::new(e2fsck).arg("-fy").arg(&copy).output().expect("e2fsck -fy");
+    assert!(o.status.code().is_some_and(|c| c <= 1), "e2fsck -fy: {}", text(&o.stdout));
+    assert_e2fsck_clean(&copy);
+    ok(&["ls", s(&copy)]);
+}
+
+/// A crash of a mount that wrote metadata in place (`nojournal` on an image with a
+/// journal) leaves an empty log, the needs_recovery flag and the superblock's free counts
+/// behind the groups'; recover used to clear only the flag (e2fsck -fn: "Free blocks count
+/// wrong"). The counts are set stale by hand: when the crash catches them so depends on
+/// when the superblock was last written.
+#[test]
+fn recover_after_a_nojournal_crash_stores_the_free_counts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // Without the orphan file: its orphan_present flag would have had recover mount anyway.
+    let img = make_image(dir.path(), "nj.img", "64M");
+    let copy = dir.path().join("crash.img");
+    let opts = MountOptions { journal: cjfs_journal::JournalConfig::nojournal(), ..MountOptions::default() };
+    let fs = Fs::open(open(&img), opts).expect("mount nojournal");
+    for k in 0..200 {
+        let f = fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).expect("create").ino;
+        fs.write(f, 0, &random_bytes(64 << 10, k)).expect("write");
+    }
+    fs.journal().force().expect("commit");
+    std::fs::copy(&img, &copy).expect("copy while mounted");
+    fs.unmount().expect("unmount");
+    // The counts as a crash leaves them when the superblock was last written before the
+    // files came (at the mount: a kill -9 through FUSE a few seconds in did that).
+    edit_superblock(&copy, |sb| {
+        assert_ne!(sb.feature_incompat & INCOMPAT_RECOVER, 0, "the mount set needs_recovery");
+        sb.free_blocks_count += 3000;
+        sb.free_inodes_count = sb.inodes_count;
+    });
+    let out = text(&ok(&["recover", s(&copy)]).stdout);
+    assert!(out.contains("the journal log was empty"), "{out}");
+    let Some(e2fsck) = tool("e2fsck") else {
+        println!("SKIP: e2fsck not installed");
+        return;
+    };
+    let o = Command::new(e2fsck).arg("-fn").arg(&copy).output().expect("e2fsck -fn");
+    let all = text(&o.stdout) + &text(&o.stderr);
+    assert!(o.status.success() && !all.contains("count wrong"), "e2fsck -fn after recover:\n{all}");
 }

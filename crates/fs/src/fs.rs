@@ -540,22 +540,53 @@ pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
 /// log numbers; `None`: table order). The result must not depend on it: the crash harness
 /// checks that with the order reversed.
 pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResult<RecoveryReport> {
-    let (sb, _) = read_layout(&**dev)?;
-    if !sb.has_journal() {
+    let (before, _) = read_layout(&**dev)?;
+    if !before.has_journal() {
         return Ok(RecoveryReport::nothing(0));
     }
-    let (_, areas, iareas) = journal_areas(dev, &sb)?;
+    let (_, areas, iareas) = journal_areas(dev, &before)?;
     let (report, _) = recover_all(dev, &areas, &iareas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
     // block 0 than recovering once).
     let (mut sb, _) = read_layout(&**dev)?;
+    let mut changed = keep_error_record(&before, &mut sb)?;
     if sb.has_incompat(INCOMPAT_RECOVER) {
         sb.feature_incompat &= !INCOMPAT_RECOVER;
+        changed = true;
+    }
+    if changed {
         write_sb_direct(dev, &sb)?;
     }
     Ok(report)
+}
+
+/// After a replay, put back what the log must not undo, as the kernel's `ext4_load_journal`
+/// does: the error state (`EXT4_ERROR_FS` in `s_state`) and the error record (`s_error_count`
+/// to `s_mount_opts`, and the times' high bytes) of `before`, the superblock as it was before
+/// the replay. A logged superblock predates them: e2fsck, finding a journal it cannot replay,
+/// marks errors that replaying our own copy would otherwise erase. Returns whether `sb`
+/// changed.
+fn keep_error_record(before: &Superblock, sb: &mut Superblock) -> FsResult<bool> {
+    use crate::ondisk::superblock::{
+        S_ERROR_COUNT, S_FIRST_ERROR_TIME_HI, S_LAST_ERROR_TIME_HI, S_MOUNT_OPTS,
+    };
+    let (mut old, mut new) = ([0u8; SUPERBLOCK_SIZE], [0u8; SUPERBLOCK_SIZE]);
+    before.encode_into(&mut old);
+    sb.encode_into(&mut new);
+    let mut patched = new;
+    patched[S_ERROR_COUNT..S_MOUNT_OPTS].copy_from_slice(&old[S_ERROR_COUNT..S_MOUNT_OPTS]);
+    for at in [S_FIRST_ERROR_TIME_HI, S_LAST_ERROR_TIME_HI] {
+        patched[at] = old[at];
+    }
+    let state = sb.state | (before.state & STATE_ERROR);
+    if patched == new && state == sb.state {
+        return Ok(false);
+    }
+    *sb = Superblock::decode_unverified(&patched)?;
+    sb.state = state;
+    Ok(true)
 }
 
 /// Write the superblock straight to its block (outside any transaction) and flush.

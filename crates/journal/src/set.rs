@@ -188,8 +188,9 @@ impl Journal {
         let wanted = if config.kind == JournalKind::Jbd2 { config.logs.wanted() } else { 1 };
         if wanted > areas.len() && !no_log {
             log::warn!(
-                "journal {}: {wanted} logs wanted, the image has {} (make more with `cjfs mkfs --log-area`)",
+                "journal {}: {wanted} logs wanted, the image has {}: running {} (make more with `cjfs mkfs --log-area`)",
                 config.name,
+                areas.len(),
                 areas.len()
             );
         }

@@ -8,6 +8,9 @@ use cjfs_fs::{Fs, FsError, PendingOrphans, pending_orphans, recover_device};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
 
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::superblock::STATE_ERROR;
+
 use crate::error::{CliError, CliResult};
 use crate::image::{Ctx, open_device, probe};
 use crate::out::outln;
@@ -15,6 +18,8 @@ use crate::out::outln;
 /// What a recovery did: the journal replay and the orphans the mount after it released.
 struct Outcome {
     replay: RecoveryReport,
+    /// The superblock marks errors (kept through the replay): no mount was made after it.
+    errors: bool,
     orphans: u32,
     /// The orphans recorded on disk after the replay, before the mount freed them.
     pending: PendingOrphans,
@@ -34,14 +39,21 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
     // Read after the replay: the log may carry the orphan records (superblock, orphan file
     // blocks), and the orphan file is not in the superblock's `s_last_orphan`.
     let pending = pending_orphans(&dev).map_err(|e| CliError::fs(image, e))?;
+    let (sb, _) = read_layout(&*dev).map_err(|e| CliError::fs(image, e))?;
+    // A mount refuses to write on top of recorded errors: e2fsck's turn, which the replay
+    // has just made possible (the log is plain and empty now).
+    let errors = sb.state & STATE_ERROR != 0;
     let mut orphans = 0;
-    if pending.any() || replay.needed {
+    if !errors {
+        // Also when nothing was replayed: a crash of a mount that wrote metadata in place
+        // (`nojournal`) leaves the superblock's free counts behind the groups', and the
+        // unmount stores them from the groups, as the kernel's mount does.
         let opts = ctx.options.clone();
         let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         orphans = report.orphans_cleaned;
     }
-    Ok(Outcome { replay, orphans, pending })
+    Ok(Outcome { replay, errors, orphans, pending })
 }
 
 /// Run `cjfs recover`.
@@ -69,7 +81,7 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     let dev = open_device(image, false)?;
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     recover_on(image, ctx, Arc::new(overlay))?;
-    let Outcome { replay: r, orphans, pending } = recover_on(image, ctx, dev)?;
+    let Outcome { replay: r, errors, orphans, pending } = recover_on(image, ctx, dev)?;
     if !p.needs_recovery {
         outln!("{image}: {clean}");
     } else if r.needed {
@@ -98,6 +110,13 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     }
     if orphans > 0 {
         outln!("{image}: released {orphans} orphan inode(s)");
+    }
+    if errors {
+        return Err(CliError::Msg(format!(
+            "{image}: the superblock marks the file system as having errors (s_state, set before \
+             this recovery and kept through it, as the kernel keeps it); orphans were not released: \
+             run `e2fsck -f {image}`, which can read the journal now"
+        )));
     }
     if pending.present_flag {
         // Cleared by the unmount once the orphan file is empty, as the kernel does.
