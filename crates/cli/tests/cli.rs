@@ -444,6 +444,12 @@ fn recover_an_image_copied_while_mounted() {
     assert!(info.contains("transaction(s) to replay"), "{info}");
     let out = text(&ok(&["recover", s(&copy)]).stdout);
     assert!(out.contains("replayed"), "{out}");
+    // Both name the same transactions (recover used to print one past the last).
+    let tids = |t: &str, end: &str| {
+        let at = t.find("tids ").expect("a tid range");
+        t[at..].split(end).next().expect("range").to_string()
+    };
+    assert_eq!(tids(&out, ")"), tids(&info, " (end"), "info:\n{info}\nrecover:\n{out}");
     assert!(ok(&["cat", s(&copy), "/dir/file"]).stdout == payload, "recovered data differs");
     assert!(text(&ok(&["recover", s(&copy)]).stdout).contains("clean"));
     assert_e2fsck_clean(&copy);

@@ -337,6 +337,22 @@ mod tests {
         crash.read_block(BLK).expect("read")[100]
     }
 
+    /// The report counts the logs that held transactions (`cjfs recover` names them instead
+    /// of a tid range, which would mix two logs' unrelated tids).
+    #[test]
+    fn recovery_reports_how_many_logs_it_replayed() {
+        let (ssd, areas, j) = two_logs();
+        write_in(&j, 0, 1);
+        let crash = EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes());
+        let r = crate::order_graph::recover_logs(&crash, &areas, false, None).expect("recover");
+        assert_eq!((r.transactions, r.logs_replayed), (1, 1));
+        write_in(&j, 1, 2);
+        let crash = EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes());
+        let r = crate::order_graph::recover_logs(&crash, &areas, false, None).expect("recover");
+        assert_eq!((r.transactions, r.logs_replayed), (2, 2));
+        j.shutdown().expect("shutdown");
+    }
+
     /// A version leaves its log past an older copy in another log when a newer valid version
     /// stays logged (recovery replays that one last), so logs sharing a block release it in
     /// one checkpoint each, not in turns; the newest valid version still waits for every

@@ -263,6 +263,7 @@ pub fn recover_logs(
         }
         report.discarded += (l.chains.len() - l.valid) as u32;
         report.transactions += l.valid as u32;
+        report.logs_replayed += u32::from(l.scan.needed);
     }
     dev.flush()?;
 

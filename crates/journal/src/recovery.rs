@@ -666,6 +666,9 @@ pub struct RecoveryReport {
     /// With several logs: committed transactions not replayed because they are chained to
     /// a transaction that did not commit (see `order_graph.rs`).
     pub discarded: u32,
+    /// Logs that held transactions to replay (`start_tid` and `end_tid` are log 0's: a
+    /// range of tids means one log only when this is at most 1).
+    pub logs_replayed: u32,
 }
 
 impl RecoveryReport {
@@ -685,6 +688,7 @@ impl RecoveryReport {
             bad_blocks: Vec::new(),
             stop: ScanStop::Clean,
             discarded: 0,
+            logs_replayed: 0,
         }
     }
 
@@ -861,6 +865,7 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
         bad_blocks: d.bad_blocks,
         stop: scan.stop,
         discarded: 0,
+        logs_replayed: 1,
     })
 }
 

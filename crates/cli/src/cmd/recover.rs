@@ -85,14 +85,18 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     if !p.needs_recovery {
         outln!("{image}: {clean}");
     } else if r.needed {
-        outln!(
-            "{image}: replayed {} transaction(s) (tids {}..{}), {} logged block(s): {} block(s) written \
-             home, {} skipped as revoked ({} revoke record(s))",
-            r.transactions,
-            r.start_tid,
+        // A tid range names one log's transactions; several logs' tids are unrelated.
+        let which = if r.logs_replayed > 1 {
+            format!("from {} logs", r.logs_replayed)
+        } else {
             // The last replayed, as `info` names it: `end_tid` is one past the scan's end
             // (JBD2 skips the id a torn commit may have used).
-            r.start_tid.wrapping_add(r.transactions.max(1) - 1),
+            format!("tids {}..{}", r.start_tid, r.start_tid.wrapping_add(r.transactions.max(1) - 1))
+        };
+        outln!(
+            "{image}: replayed {} transaction(s) ({which}), {} logged block(s): {} block(s) written \
+             home, {} skipped as revoked ({} revoke record(s))",
+            r.transactions,
             r.blocks_replayed,
             r.blocks_written,
             r.blocks_revoked,
