@@ -33,10 +33,13 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
             problem = Some(e);
         }
     };
-    let supported = features::check_supported(&sb).is_ok();
-    if let Err(e) = features::check_supported(&sb) {
-        note(CliError::fs(image, e));
-    }
+    let supported = match features::check_supported(&sb) {
+        Ok(()) => true,
+        Err(e) => {
+            note(CliError::fs(image, e));
+            false
+        }
+    };
     if let Err(e) = check_not_truncated(image, &dev, &sb) {
         note(e);
     }
@@ -50,7 +53,7 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
             None
         }
     };
-    print_superblock(image, &dev, &sb, desc_free)?;
+    print_superblock(image, &dev, &sb, desc_free, supported)?;
     if sb.has_journal() {
         outln!("Journal:");
         // What a mount of this image would run: the preset named, or the one `auto` picks
@@ -159,6 +162,7 @@ fn print_superblock(
     dev: &Device,
     sb: &Superblock,
     desc_free: Option<(u64, u64)>,
+    supported: bool,
 ) -> CliResult<()> {
     let bs = u64::from(sb.block_size());
     let journal_dirty = cjfs_fs::fs::journal_logs(dev, sb)
@@ -172,10 +176,7 @@ fn print_superblock(
     outln!("Label:                 {}", if label.is_empty() { "<none>" } else { &label });
     outln!("UUID:                  {}", uuid(&sb.uuid));
     // Orphan records of a refused image are not read: its error names the feature instead.
-    let orphans = match features::check_supported(sb) {
-        Ok(()) => Some(cjfs_fs::pending_orphans(dev)),
-        Err(_) => None,
-    };
+    let orphans = supported.then(|| cjfs_fs::pending_orphans(dev));
     outln!(
         "State:                 {}",
         state_string(sb, journal_dirty, crate::image::in_use(image), orphans.as_ref())

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use cjfs_blockdev::{Device, OverlayDevice};
+use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::ondisk::superblock::STATE_ERROR;
 use cjfs_fs::{Fs, FsError, PendingOrphans, pending_orphans, recover_device};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
-
-use cjfs_fs::mkfs::read_layout;
-use cjfs_fs::ondisk::superblock::STATE_ERROR;
 
 use crate::error::{CliError, CliResult};
 use crate::image::{Ctx, open_device, probe};
