@@ -204,17 +204,41 @@ impl Handle {
     /// The buffer's pending checkpoint copy is dropped when this transaction becomes durable
     /// (see `flush::mark_durable`), so stale metadata never overwrites the block's next
     /// owner; until then a crash may still need that copy written home.
+    ///
+    /// With several logs a revoke is chained like a write: recovery applies a revoke to the
+    /// copies stamped at or before it, so another log's running transaction that still holds
+    /// the block (and would be stamped later) is pinned and loses the block, both marked;
+    /// another log's version not yet valid gets a uni-directional mark.
     pub fn revoke(&mut self, blocknr: u64) -> JResult<()> {
         let tx = self.tx()?.clone();
+        let multi_log = self.j.set.multi_log();
         if let Some(buf) = self.j.set.cache.peek(blocknr) {
             let mut js = buf.jstate();
             // The block leaves whichever transaction would log it: this one, or another log's
-            // this handle pinned (chained both ways, so the two are replayed together or not
-            // at all, and the revoke here cannot be ordered before that log's copy).
-            let holder = if js.running == Some(tx.id()) {
-                Some(tx.clone())
-            } else {
-                self.pinned.iter().find(|(_, t)| js.running == Some(t.id())).map(|(_, t)| t.clone())
+            // (pinned, so the two are replayed together or not at all and that log's copy can
+            // never be stamped after this revoke).
+            let holder = loop {
+                if js.running == Some(tx.id()) {
+                    break Some(tx.clone());
+                }
+                if let Some((_, t)) = self.pinned.iter().find(|(_, t)| js.running == Some(t.id())) {
+                    break Some(t.clone());
+                }
+                if multi_log && let Some(owner) = js.running.filter(|o| o.log != tx.log) {
+                    if let Some(pin) = crate::per_core::chain_to_owner(&self.j.set, &tx, owner) {
+                        let t = pin.1.clone();
+                        self.pinned.push(pin);
+                        break Some(t);
+                    }
+                    // That transaction is taking its versions (stamped already): wait for it
+                    // to take this block's, then the revoke orders after it.
+                    buf.wait_jstate(&mut js);
+                    continue;
+                }
+                if multi_log && let Some(v) = js.last_version {
+                    crate::per_core::chain_to_version(&self.j.set, &tx, v);
+                }
+                break None;
             };
             if let Some(h) = holder {
                 js.running = None;

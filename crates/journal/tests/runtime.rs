@@ -432,6 +432,48 @@ fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
 /// Two fsyncs of one data buffer: the first one's write is in flight when the second finds
 /// the buffer clean and waits for that write; the write fails. The second must not call the
 /// data durable: it writes the buffer itself (the failed write left it dirty again).
+/// A block that log 0's running transaction holds is freed and revoked through log 1 (a
+/// directory emptied in one log, removed in the other), then reused as data written in
+/// place. Recovery applies a revoke to the copies stamped at or before it, so log 0 must not
+/// commit its copy after the revoke: the revoke pins log 0's transaction and takes the
+/// block out of it. Log 1 commits first here, as it may; a copy of the block stamped after
+/// the revoke would be replayed over the data.
+#[test]
+fn a_revoke_takes_the_block_from_another_logs_running_transaction() {
+    use cjfs_journal::superblock::{format_journal_areas, read_log_areas};
+    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
+    let dev: Device = ssd.clone();
+    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
+    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
+    let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
+    let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
+    cfg.commit_interval = Duration::from_secs(60);
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let j = Journal::open_logs(dev.clone(), areas.clone(), cache, cfg).expect("open");
+    let buf = j.cache().read(300).expect("read");
+    let mut h = j.start_in(0, 2).expect("start");
+    h.get_write_access(&buf).expect("access");
+    buf.write().fill(0x11);
+    h.dirty_metadata(&buf).expect("dirty");
+    let t0 = h.stop().expect("stop");
+    let mut h = j.start_in(1, 2).expect("start");
+    h.revoke(300).expect("revoke");
+    let t1 = h.stop().expect("stop");
+    assert_eq!((t0.log, t1.log), (0, 1));
+    j.commit_wait(t1).expect("commit the revoke");
+    j.commit_wait(t0).expect("commit the other log");
+    let data = cjfs_blockdev::BlockBuf::from(vec![0xD5; 4096]);
+    ssd.write_block(300, data, cjfs_blockdev::WriteTag::kind(cjfs_blockdev::BlockKind::Data))
+        .expect("in place");
+    ssd.flush().expect("flush");
+    let crash = EmulatedSsd::from_image(cjfs_blockdev::SsdPreset::ramdisk(), &ssd.image_bytes());
+    cjfs_journal::order_graph::recover_logs(&crash, &areas, false, None).expect("recover");
+    assert_eq!(home(&crash, 300), 0xD5, "a logged copy of the revoked block was replayed over its new data");
+    let stats = j.stats();
+    assert!(stats.marks_bi >= 1, "the revoke chains both ways: {stats:?}");
+    j.shutdown().expect("shutdown");
+}
+
 #[test]
 fn a_concurrent_fsyncs_failed_write_is_not_taken_for_durable() {
     let slow = cjfs_blockdev::SsdPreset { write_latency_us: 150_000, ..cjfs_blockdev::SsdPreset::ramdisk() };

@@ -1112,6 +1112,14 @@ fn random_thread_op(rng: &mut StdRng, m: &Model, t: usize, s: u32) -> Op {
 ///   other's version already valid), where the later stamp must win.
 /// * `zj-free-reuse`: one thread drops a file's external attribute block (a freed metadata
 ///   block, revoked) while the other allocates and writes file data, which may reuse it.
+/// * `zj-dir-revoke`: thread 0 empties a directory (its block in log 0's running
+///   transaction), thread 1 removes it (the block freed and revoked in log 1) and then
+///   writes and fsyncs a file that may reuse the block: log 0 must not commit its copy of
+///   the block after the revoke, or recovery replays it over the data. Whether log 0 holds
+///   the block unpinned at the rmdir depends on the clock tick (an unlink in the tick of the
+///   directory's last stored times leaves its inode alone), so this workload does not catch
+///   that on every run; `a_revoke_takes_the_block_from_another_logs_running_transaction`
+///   in the journal's tests does.
 /// * `zj-starve`: eight threads fill the (smallest allowed) logs with creates carrying
 ///   attribute blocks in one shared directory: checkpoints under pressure and writers that
 ///   must force the commit of ancestors in other logs; it must finish.
@@ -1160,6 +1168,45 @@ pub fn zjournal_cases(rounds: usize) -> Vec<Workload> {
         ],
         free_running: false,
     };
+    // Thread 0's fsync of the directory commits its inode; a second unlink in the same
+    // clock tick leaves the inode alone, so log 0's running transaction holds the directory
+    // block and nothing else thread 1's rmdir writes.
+    let dir_revoke = Workload {
+        name: "zj-dir-revoke".into(),
+        setup: vec![
+            Op::Mkdir { path: "D".into() },
+            Op::Creat { path: "D/x".into() },
+            Op::Creat { path: "D/y".into() },
+            Op::Creat { path: "g0".into() },
+            Op::Creat { path: "g1".into() },
+            Op::Sync,
+        ],
+        rounds: vec![
+            vec![
+                Op::Unlink { path: "D/x".into() },
+                Op::Write { path: "g1".into(), off: 0, len: 100, seed: 11 },
+            ],
+            vec![
+                Op::Fsync { path: "D".into() },
+                Op::Write { path: "g1".into(), off: 100, len: 100, seed: 12 },
+            ],
+            vec![
+                Op::Unlink { path: "D/y".into() },
+                Op::Write { path: "g1".into(), off: 200, len: 100, seed: 13 },
+            ],
+            vec![Op::Write { path: "g0".into(), off: 0, len: 100, seed: 14 }, Op::Rmdir { path: "D".into() }],
+            vec![
+                Op::Write { path: "g0".into(), off: 100, len: 100, seed: 15 },
+                Op::Fsync { path: "g1".into() },
+            ],
+            vec![
+                Op::Write { path: "g0".into(), off: 200, len: 100, seed: 16 },
+                Op::Write { path: "g1".into(), off: 0, len: 65536, seed: 17 },
+            ],
+            vec![Op::Fsync { path: "g0".into() }, Op::Fsync { path: "g1".into() }],
+        ],
+        free_running: false,
+    };
     let starve = Workload {
         name: "zj-starve".into(),
         setup: vec![Op::Mkdir { path: "S".into() }, Op::Sync],
@@ -1181,7 +1228,7 @@ pub fn zjournal_cases(rounds: usize) -> Vec<Workload> {
             .collect(),
         free_running: true,
     };
-    vec![shared, overwrite, reuse, starve]
+    vec![shared, overwrite, reuse, dir_revoke, starve]
 }
 
 /// Journaling of journal's cases (FAST'14; the crash cases of its issue), meaningful for
