@@ -250,8 +250,8 @@ impl JournalFeatures {
     }
 }
 
-/// Names of the set incompat bits (unknown bits in hex), for error messages.
-fn incompat_names(bits: u32) -> String {
+/// Names of the set journal incompat bits, the unknown ones together in hex (`0x...`) last.
+pub fn incompat_feature_names(bits: u32) -> Vec<String> {
     let names = [
         (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
         (INCOMPAT_CJFS_IJOURNAL, "cjfs_ijournal"),
@@ -273,7 +273,7 @@ fn incompat_names(bits: u32) -> String {
     if rest != 0 {
         out.push(format!("0x{rest:x}"));
     }
-    out.join(",")
+    out
 }
 
 /// What an extra area of the journal inode holds.
@@ -636,7 +636,7 @@ impl JournalSuperblock {
         if unknown != 0 {
             return Err(incompatible(format!(
                 "unknown incompat features {} (s_feature_incompat 0x{:x})",
-                incompat_names(unknown),
+                incompat_feature_names(unknown).join(","),
                 f.incompat
             )));
         }
@@ -656,6 +656,7 @@ impl JournalSuperblock {
         }
         if f.incompat & INCOMPAT_CJFS_IJOURNAL != 0
             && !sb.log_areas.iter().any(|a| a.kind == AreaKind::IJournal)
+            && buf.len() >= AREA_TABLE_MIN_BLOCK
         {
             return Err(corrupt("incompat cjfs_ijournal is set but the journal has no ijournal area".into()));
         }
@@ -808,6 +809,13 @@ pub fn read_journal_areas(
     {
         return Err(JournalError::Corrupt("incompat cjfs_logs is set but there is no log-area table".into()));
     }
+    if sb.s_feature_incompat & INCOMPAT_CJFS_IJOURNAL != 0
+        && !sb.log_areas.iter().any(|a| a.kind == AreaKind::IJournal)
+    {
+        return Err(JournalError::Corrupt(
+            "incompat cjfs_ijournal is set but the journal has no ijournal area".into(),
+        ));
+    }
     let mut logs = vec![inode_area.slice(0, maxlen)?];
     let mut ijournal = Vec::new();
     for (i, a) in sb.log_areas.iter().enumerate() {
@@ -954,6 +962,16 @@ mod tests {
         let (_, logs, ij) = read_journal_areas(&dev, &area).expect("areas");
         assert_eq!((logs.len(), ij.len()), (2, 1));
         assert_eq!(ij[0].map(0).ok(), Some(100 + 2049 + 1024));
+        // The ijournal bit set (live i-transactions) reads like the logs' bit: the table is in
+        // its own block, so the superblock alone is no proof that an area is missing.
+        let mut with_bit = sb.clone();
+        with_bit.s_feature_incompat |= INCOMPAT_CJFS_IJOURNAL;
+        write_superblock(&dev, &area, &with_bit, false).unwrap();
+        let (_, _, ij) = read_journal_areas(&dev, &area).expect("ijournal bit on 1 KiB blocks");
+        assert_eq!(ij.len(), 1);
+        dev.write_block(100 + 2048, zeroed_buf(1024), WriteTag::kind(BlockKind::JournalSuper)).unwrap();
+        let e = read_journal_areas(&dev, &area).unwrap_err().to_string();
+        assert!(e.contains("cjfs_ijournal is set but the journal has no ijournal area"), "{e}");
         // A 2 KiB block holds the table.
         let dev = EmulatedSsd::with_block_size(SsdPreset::ramdisk(), 8192, 2048);
         let sb = format_journal_areas(&dev, &area, [1; 16], true, 2048, &[2048]).expect("two logs");

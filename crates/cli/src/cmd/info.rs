@@ -12,9 +12,8 @@ use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superb
 use cjfs_fs::{FsResult, PendingOrphans};
 use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
 use cjfs_journal::superblock::{
-    AreaKind, COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CJFS_IJOURNAL,
-    INCOMPAT_CJFS_LOGS, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_FAST_COMMIT, INCOMPAT_REVOKE,
-    JournalSuperblock, read_log_areas, read_superblock,
+    AreaKind, COMPAT_CHECKSUM, INCOMPAT_CJFS_IJOURNAL, INCOMPAT_CJFS_LOGS, JournalSuperblock,
+    incompat_feature_names, read_log_areas, read_superblock,
 };
 use cjfs_journal::{JournalArea, JournalError};
 
@@ -232,28 +231,9 @@ fn journal_feature_names(j: &JournalSuperblock) -> String {
     if f.compat & COMPAT_CHECKSUM != 0 {
         v.push("checksum".to_string());
     }
-    for (bit, name) in [
-        (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
-        (INCOMPAT_REVOKE, "revoke"),
-        (INCOMPAT_64BIT, "64bit"),
-        (INCOMPAT_ASYNC_COMMIT, "async_commit"),
-        (INCOMPAT_CSUM_V2, "csum_v2"),
-        (INCOMPAT_CSUM_V3, "csum_v3"),
-        (INCOMPAT_FAST_COMMIT, "fast_commit"),
-    ] {
-        if f.incompat & bit != 0 {
-            v.push(name.to_string());
-        }
-    }
-    let known = INCOMPAT_CJFS_LOGS
-        | INCOMPAT_REVOKE
-        | INCOMPAT_64BIT
-        | INCOMPAT_ASYNC_COMMIT
-        | INCOMPAT_CSUM_V2
-        | INCOMPAT_CSUM_V3
-        | INCOMPAT_FAST_COMMIT;
-    if f.incompat & !known != 0 {
-        v.push(format!("incompat:0x{:x}", f.incompat & !known));
+    for name in incompat_feature_names(f.incompat) {
+        // Unknown bits come last, together, in hex.
+        v.push(if name.starts_with("0x") { format!("incompat:{name}") } else { name });
     }
     if f.compat & !COMPAT_CHECKSUM != 0 {
         v.push(format!("compat:0x{:x}", f.compat & !COMPAT_CHECKSUM));
