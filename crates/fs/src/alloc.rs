@@ -11,7 +11,14 @@
 //! checksum in the descriptor, and every descriptor write carries its own checksum
 //! ([`GroupDesc::encode_into`]); a bitmap read from disk is checked against the descriptor
 //! once, when it enters the cache.
+//!
+//! Free blocks are held back as ext4 holds them (`ext4_has_free_clusters`): the metadata
+//! reserve from everyone's file data and directories (extent-tree blocks may use it), and the
+//! root reserve (`s_r_blocks_count`) from callers other than root, `s_def_resuid` and
+//! `s_def_resgid`. The caller is the thread's [`act_as`] (the FUSE front end sets it per
+//! request); without one the caller is privileged (the library, the command line).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -166,9 +173,59 @@ fn prune_busy(fs: &FsInner, gs: &mut GroupState) {
     gs.busy.prune(|tx| fs.journal.is_durable(tx));
 }
 
-/// Allocate up to `want` contiguous blocks, as near `goal` as possible. Returns the first
-/// block and how many were allocated (at least 1).
+thread_local! {
+    /// The credentials (uid, gid) of the operation this thread runs, if any was given.
+    static CALLER: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+}
+
+/// Run this thread's file-system operations as `uid`/`gid` until the guard drops: blocks
+/// reserved for root stay out of reach unless the caller is root, `s_def_resuid` or in
+/// `s_def_resgid`.
+pub fn act_as(uid: u32, gid: u32) -> CallerGuard {
+    CallerGuard(CALLER.replace(Some((uid, gid))))
+}
+
+/// Restores the thread's previous caller when dropped (see [`act_as`]).
+#[must_use = "the caller is reset when the guard drops"]
+pub struct CallerGuard(Option<(u32, u32)>);
+
+impl Drop for CallerGuard {
+    fn drop(&mut self) {
+        CALLER.set(self.0);
+    }
+}
+
+/// How many of `want` blocks this thread's caller may take for file data or a directory, or
+/// `NoSpace` naming the reserve that stops it.
+fn within_reserve(fs: &FsInner, want: u32) -> FsResult<u32> {
+    let geo = &fs.geo;
+    let root = CALLER
+        .get()
+        .is_none_or(|(uid, gid)| uid == 0 || uid == geo.res_uid || (geo.res_gid != 0 && gid == geo.res_gid));
+    let held = geo.metadata_reserve + if root { 0 } else { geo.reserved_blocks };
+    let free = fs.free_blocks.load(Ordering::Relaxed).max(0) as u64;
+    match free.saturating_sub(held) {
+        0 if free > 0 => Err(FsError::NoSpace(format!(
+            "the {free} free blocks are held back ({} reserved for root{}, {} for metadata)",
+            geo.reserved_blocks,
+            if root { ", usable by this caller" } else { "" },
+            geo.metadata_reserve
+        ))),
+        avail => Ok(want.min(avail.min(u64::from(u32::MAX)) as u32).max(1)),
+    }
+}
+
+/// Allocate up to `want` contiguous blocks for file data or a directory, as near `goal` as
+/// possible, leaving the reserves the caller may not use. Returns the first block and how
+/// many were allocated (at least 1).
 pub(crate) fn alloc_blocks(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u64, u32)> {
+    let want = within_reserve(tx.fs, want.max(1))?;
+    alloc_blocks_any(tx, goal, want)
+}
+
+/// Allocate as [`alloc_blocks`] for metadata that completes an operation already under way
+/// (an extent-tree block): the reserves do not apply (ext4's `EXT4_MB_USE_RESERVED`).
+pub(crate) fn alloc_blocks_any(tx: &mut Tx<'_>, goal: u64, want: u32) -> FsResult<(u64, u32)> {
     let fs = tx.fs;
     let geo = &fs.geo;
     let want = want.clamp(1, 32768);

@@ -632,25 +632,12 @@ pub(crate) fn set_entry(
 
 /// Write the first block of a new directory (`.` and `..`) and map it.
 pub(crate) fn init_dir(tx: &mut Tx<'_>, st: &mut InodeState, self_ino: Ino, parent: Ino) -> FsResult<()> {
-    extent_tree::init_root(&mut st.d.block);
-    st.d.flags |= EXT4_EXTENTS_FL;
-    let goal = crate::alloc::inode_goal(tx.fs, self_ino);
-    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-    extent_tree::insert(
-        &mut st.d.block,
-        tx,
-        st.csum,
-        Mapping { lblk: 0, pblk, len: 1, unwritten: false },
-        goal,
-    )?;
-    let buf = tx.fs.cache.get_new(pblk);
-    tx.h.get_create_access(&buf)?;
+    let buf = crate::file::map_first_block(tx, st, self_ino)?;
     let end = entries_end(st, BlockKind::Leaf);
     let ft = disk_ftype(tx.fs, FT_DIR);
     dirent::init_block(&mut buf.write()[..end], &[(self_ino, b".", ft), (parent, b"..", ft)])?;
     seal_leaf(st, &buf);
     st.d.size = st.csum.block_size as u64;
-    crate::file::charge_blocks(tx.fs, st, 1)?;
     let mut idx = DirIndex::default();
     idx.free.push(block_max_free(&buf.read()[..end])?);
     st.set_index(idx, HashMap::new());

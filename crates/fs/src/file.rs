@@ -32,6 +32,27 @@ pub(crate) fn charge_blocks(fs: &FsInner, st: &mut InodeState, nblocks: i64) -> 
     st.d.set_blocks_512(new, fs.geo.huge_file, bs as u32)
 }
 
+/// Give an inode with no blocks yet an extent root mapping one new block at logical 0
+/// (a new directory's first block, a slow symlink's target), charged to the inode; the
+/// block comes back uninitialised and already in the transaction.
+pub(crate) fn map_first_block(tx: &mut Tx<'_>, st: &mut InodeState, ino: Ino) -> FsResult<Arc<Buffer>> {
+    extent_tree::init_root(&mut st.d.block);
+    st.d.flags |= EXT4_EXTENTS_FL;
+    let goal = crate::alloc::inode_goal(tx.fs, ino);
+    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
+    let d = extent_tree::insert(
+        &mut st.d.block,
+        tx,
+        st.csum,
+        Mapping { lblk: 0, pblk, len: 1, unwritten: false },
+        goal,
+    )?;
+    let buf = tx.fs.cache.get_new(pblk);
+    tx.h.get_create_access(&buf)?;
+    charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))?;
+    Ok(buf)
+}
+
 /// Whether this file's data is journalled.
 pub(crate) fn journals_data(fs: &FsInner, st: &InodeState) -> bool {
     fs.opts.data == DataMode::Journal || st.d.flags & EXT4_JOURNAL_DATA_FL != 0
@@ -418,7 +439,19 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     check_extents(st)?;
     let jdata = journals_data(fs, st);
     let now = Timestamp::now();
-    if new_size >= st.d.size {
+    let keep = new_size.div_ceil(bs);
+    // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
+    let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
+        let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
+        extent_tree::extent_at_or_before(&st.d.block, &mut store, st.csum, u32::MAX - 1)?
+            .map(|m| m.end())
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    // A truncation to the current size still drops blocks mapped past it, as ext4's
+    // (`ext4_setattr` calls `ext4_truncate` whenever the size does not grow).
+    if new_size > st.d.size || (new_size == st.d.size && last_end <= keep) {
         let mut tx = Tx::start(fs, 8)?;
         // Only a size change is needed to read the data back: a truncation to the same size
         // (SQLite's after every WAL checkpoint) changes times, which fdatasync need not
@@ -433,19 +466,9 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         tx.stop()?;
         return Ok(());
     }
-    if new_size == 0 {
+    if new_size == 0 && st.d.size > 0 {
         crate::adaptive::note_truncated_to_zero(fs, st);
     }
-    let keep = new_size.div_ceil(bs);
-    // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
-    let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
-        let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-        extent_tree::extent_at_or_before(&st.d.block, &mut store, st.csum, u32::MAX - 1)?
-            .map(|m| m.end())
-            .unwrap_or(0)
-    } else {
-        0
-    };
     let mut end = last_end.max(keep);
     loop {
         let step_start = if end - keep > TRUNCATE_STEP { end - TRUNCATE_STEP } else { keep };

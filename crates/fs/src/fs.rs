@@ -78,6 +78,16 @@ pub struct Geometry {
     pub filetype: bool,
     /// First block of the primary group descriptor table.
     pub gdt_start: u64,
+    /// `s_r_blocks_count`: free blocks only root, `s_def_resuid` and `s_def_resgid` may take.
+    pub reserved_blocks: u64,
+    /// Free blocks nobody takes for file data or directories, as ext4's `s_resv_clusters`
+    /// (2 % of the blocks, at most 4096, with extents): room for extent-tree blocks when the
+    /// file system is otherwise full.
+    pub metadata_reserve: u64,
+    /// `s_def_resuid`.
+    pub res_uid: u32,
+    /// `s_def_resgid`.
+    pub res_gid: u32,
 }
 
 impl Geometry {
@@ -96,6 +106,14 @@ impl Geometry {
             huge_file: sb.has_huge_file(),
             filetype: sb.has_filetype(),
             gdt_start: u64::from(sb.first_data_block) + 1,
+            reserved_blocks: sb.r_blocks_count,
+            metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
+                (sb.block_count() / 50).min(4096)
+            } else {
+                0
+            },
+            res_uid: u32::from(sb.def_resuid),
+            res_gid: u32::from(sb.def_resgid),
         }
     }
 

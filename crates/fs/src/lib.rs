@@ -35,6 +35,7 @@ pub mod types;
 pub mod xattr;
 
 pub use adaptive::{AdaptiveStats, DEBT_BLOCKS, LARGE_BLOCKS, switch_cost_blocks};
+pub use alloc::{CallerGuard, act_as};
 pub use atime::AtimeUpdate;
 pub use error::{CsumStructure, FsError, FsResult};
 pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning};

@@ -10,7 +10,7 @@ use cjfs_journal::lock_rank::RankedWrite;
 
 use crate::dir;
 use crate::error::{FsError, FsResult};
-use crate::extent_tree::{self, Mapping};
+use crate::extent_tree;
 use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::dirent::file_type_from_mode;
@@ -237,21 +237,9 @@ pub(crate) fn symlink(
             st.d.block[..target.len()].copy_from_slice(target);
             return Ok(());
         }
-        st.d.flags |= EXT4_EXTENTS_FL;
-        extent_tree::init_root(&mut st.d.block);
-        let goal = crate::alloc::inode_goal(tx.fs, ino);
-        let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-        let d = extent_tree::insert(
-            &mut st.d.block,
-            tx,
-            st.csum,
-            Mapping { lblk: 0, pblk, len: 1, unwritten: false },
-            goal,
-        )?;
-        let buf = tx.fs.cache.get_new(pblk);
-        tx.h.get_create_access(&buf)?;
+        let buf = crate::file::map_first_block(tx, st, ino)?;
         buf.write()[..target.len()].copy_from_slice(target);
-        crate::file::charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))
+        Ok(())
     })
 }
 

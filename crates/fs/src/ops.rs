@@ -421,7 +421,28 @@ impl Fs {
         }
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
-        self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))
+        let done =
+            self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))?;
+        if done == 0 || done == data.len() || !self.frees_pending() {
+            return Ok(done);
+        }
+        // Cut short where only blocks freed by a transaction not yet durable were left: the
+        // rest once they are, so a short count still means the file system is full.
+        self.inner.journal.force()?;
+        match crate::file::write(&self.inner, ino, &mut st, off + done as u64, &data[done..], touch_times) {
+            Ok(n) => Ok(done + n),
+            Err(FsError::NoSpace(_)) => Ok(done),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether blocks or inodes were freed by transactions that are not yet durable (the
+    /// allocator may not reuse them before then).
+    fn frees_pending(&self) -> bool {
+        self.inner.groups.iter().any(|g| {
+            let g = g.lock();
+            !g.busy.is_empty() || !g.busy_inodes.is_empty()
+        })
     }
 
     /// Run an allocating operation; on ENOSPC while blocks freed by transactions that are
@@ -434,11 +455,7 @@ impl Fs {
     fn retry_nospc<T>(&self, mut op: impl FnMut() -> FsResult<T>) -> FsResult<T> {
         match op() {
             Err(FsError::NoSpace(m)) => {
-                let busy = self.inner.groups.iter().any(|g| {
-                    let g = g.lock();
-                    !g.busy.is_empty() || !g.busy_inodes.is_empty()
-                });
-                if !busy {
+                if !self.frees_pending() {
                     return Err(FsError::NoSpace(m));
                 }
                 self.inner.journal.force()?;
@@ -536,21 +553,15 @@ impl Fs {
             let journal = crate::fs::journal_area(&self.inner.dev, &sb).map_or(0, |a| a.len());
             sb.overhead_blocks(journal)
         });
-        let sb = self.inner.sb.lock();
+        let geo = &self.inner.geo;
         let bfree = self.inner.free_blocks.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
-        // As ext4 reports (`ext4_statfs`, `ext4_calculate_resv_clusters`): the total without
-        // the metadata, and 2 % of the blocks (at most 4096) held back from unprivileged
-        // callers beside the root reserve.
-        let resv = if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
-            (self.inner.geo.blocks_count / 50).min(4096)
-        } else {
-            0
-        };
+        // As ext4 reports (`ext4_statfs`): the total without the metadata, and what an
+        // unprivileged caller may not take held back (`crate::alloc` enforces the same).
         StatFs {
-            bsize: self.inner.geo.block_size as u32,
-            blocks: self.inner.geo.blocks_count.saturating_sub(overhead),
+            bsize: geo.block_size as u32,
+            blocks: geo.blocks_count.saturating_sub(overhead),
             bfree,
-            bavail: bfree.saturating_sub(sb.r_blocks_count + resv),
+            bavail: bfree.saturating_sub(geo.reserved_blocks + geo.metadata_reserve),
             files: u64::from(self.inner.geo.inodes_count),
             ffree: self.inner.free_inodes.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64,
             namelen: crate::types::NAME_MAX as u32,

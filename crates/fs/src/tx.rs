@@ -51,7 +51,8 @@ impl MetaStore for Tx<'_> {
     }
 
     fn new_block(&mut self, goal: u64) -> FsResult<Arc<Buffer>> {
-        let (blk, _) = crate::alloc::alloc_blocks(self, goal, 1)?;
+        // Tree blocks complete a mapping already allocated: they may use the reserves.
+        let (blk, _) = crate::alloc::alloc_blocks_any(self, goal, 1)?;
         let buf = self.fs.cache.get_new(blk);
         self.h.get_create_access(&buf)?;
         if self.fs.ij.get().is_some() {

@@ -61,9 +61,14 @@ fn writes_past_free_space_fail_at_write_and_accepted_data_is_kept() {
     assert!(accepted > 16 << 20 && accepted < 32 << 20, "accepted {accepted}");
     assert_eq!(fs.getattr(f.ino).expect("getattr").size, accepted, "size covers only accepted bytes");
     fs.fsync(f.ino, false).expect("fsync of accepted data");
-    // Almost nothing is left (a few blocks at most: the last write may have stopped for want
-    // of an extent-tree block).
-    assert!(fs.statfs().bfree < 8, "free blocks after filling: {}", fs.statfs().bfree);
+    // Almost nothing is left beside the metadata reserve (a few blocks at most: the last
+    // write may have stopped for want of an extent-tree block).
+    let reserve = fs.geometry().metadata_reserve;
+    assert!(
+        reserve > 0 && fs.statfs().bfree < reserve + 8,
+        "free blocks after filling: {}",
+        fs.statfs().bfree
+    );
     // Another file gets nothing; a small overwrite inside the file still works.
     let g = fs.create(ROOT_INO, b"more", 0o644, 0, 0).expect("create a second file");
     match fs.write(g.ino, 0, &vec![1u8; 64 << 10]) {
@@ -119,7 +124,7 @@ fn a_write_refused_past_eof_does_not_move_the_size() {
 }
 
 #[test]
-fn small_writes_fill_to_the_last_block_and_truncate_gives_it_back() {
+fn small_writes_fill_to_the_reserve_and_truncate_gives_it_back() {
     let dir = tempfile::tempdir().expect("tmp");
     let (path, dev) = fresh_image(dir.path(), "small.img", 16);
     let fs = mount(dev);
@@ -160,6 +165,73 @@ fn small_writes_fill_to_the_last_block_and_truncate_gives_it_back() {
     }
     fs.sync().expect("sync");
     assert_eq!(fs.statfs().bfree, free0);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
+
+/// The reserves ext4 keeps (`ext4_has_free_clusters`): a caller other than root stops at
+/// the root reserve plus the metadata reserve, and gets ENOSPC naming them; root goes on
+/// to the metadata reserve; `statfs`'s available count is what the other caller could take.
+#[test]
+fn the_root_reserve_is_kept_from_other_users() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "resv.img", 32);
+    let fs = mount(dev);
+    let geo = fs.geometry().clone();
+    assert!(geo.reserved_blocks > 0 && geo.metadata_reserve > 0, "{geo:?}");
+    let bs = u64::from(fs.statfs().bsize);
+    let avail0 = fs.statfs().bavail;
+    let f = fs.create(ROOT_INO, b"user", 0o644, 1000, 1000).expect("create");
+    let user = {
+        let _caller = cjfs_fs::act_as(1000, 1000);
+        let n = fill(&fs, f.ino, 21, 1 << 20);
+        let e = fs.write(f.ino, n, &chunk(21, n, 4096)).expect_err("past the reserve");
+        assert!(e.to_string().contains("reserved for root"), "{e}");
+        n
+    };
+    let s = fs.statfs();
+    assert!(s.bfree >= geo.reserved_blocks + geo.metadata_reserve, "the user took reserved blocks: {s:?}");
+    assert!(s.bavail < 8 && user.div_ceil(bs) + 8 >= avail0, "user stopped early: {user} bytes, {s:?}");
+    // Root (and a caller that set none, the library's default) takes the root reserve.
+    let r = fs.create(ROOT_INO, b"root", 0o644, 0, 0).expect("create");
+    let root = {
+        let _caller = cjfs_fs::act_as(0, 0);
+        fill(&fs, r.ino, 22, 1 << 20)
+    };
+    assert!(root.div_ceil(bs) + 8 >= geo.reserved_blocks, "root got only {root} bytes");
+    assert!(fs.statfs().bfree < geo.metadata_reserve + 8, "{:?}", fs.statfs());
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+    let fs = mount(open_image(&path));
+    check_content(&fs, fs.lookup(ROOT_INO, b"user").expect("lookup").ino, 21, user);
+    check_content(&fs, fs.lookup(ROOT_INO, b"root").expect("lookup").ino, 22, root);
+    fs.unmount().expect("unmount");
+}
+
+/// A truncation to the file's own size drops blocks fallocated past it (ext4 truncates
+/// whenever the size does not grow); growing the size keeps them.
+#[test]
+fn truncating_to_the_same_size_frees_blocks_past_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "keep.img", 32);
+    let fs = mount(dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+    fs.write(f.ino, 0, &chunk(5, 0, 100)).expect("write");
+    let free0 = fs.statfs().bfree;
+    let blocks0 = fs.getattr(f.ino).expect("getattr").blocks;
+    fs.fallocate(f.ino, FallocMode::KeepSize, 0, 8 << 20).expect("fallocate");
+    let size = |s: u64| SetAttr { size: Some(s), ..Default::default() };
+    fs.setattr(f.ino, &size(200)).expect("grow");
+    let a = fs.getattr(f.ino).expect("getattr");
+    assert!(a.blocks >= (8 << 20) / 512, "growing the size dropped the preallocation: {a:?}");
+    fs.setattr(f.ino, &size(200)).expect("truncate to the same size");
+    let a = fs.getattr(f.ino).expect("getattr");
+    assert_eq!((a.size, a.blocks), (200, blocks0), "blocks past the size are gone");
+    fs.sync().expect("sync");
+    assert_eq!(fs.statfs().bfree, free0, "their space is free again");
+    let mut expect = chunk(5, 0, 100);
+    expect.resize(200, 0);
+    assert!(read_all(&fs, f.ino) == expect);
     fs.unmount().expect("unmount");
     assert_fsck_clean(&path);
 }

@@ -274,7 +274,9 @@ impl CjfsFuse {
             let _ = self.fs.release(ino);
             return Err(e);
         }
-        if flags & libc::O_TRUNC != 0 && writable && a.kind == FileType::Regular && a.size > 0 {
+        // Also read-only: Linux truncates on O_RDONLY|O_TRUNC (the kernel has checked write
+        // permission, `default_permissions`).
+        if trunc && a.kind == FileType::Regular && a.size > 0 {
             let set = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.fs.setattr(ino, &set) {
                 let _ = self.fs.release(ino);
@@ -509,6 +511,8 @@ impl Filesystem for CjfsFuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // Reserved blocks are kept from the caller as ext4 keeps them (`cjfs_fs::act_as`).
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing set-user/group-ID to us (fuser
         // does not pass FATTR_KILL_SUIDGID): chown always clears them on non-directories, a
@@ -549,6 +553,7 @@ impl Filesystem for CjfsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
         let mode = (mode & 0o170000) | (mode & 0o7777);
@@ -559,6 +564,7 @@ impl Filesystem for CjfsFuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let (uid, gid, sgid) = try_reply!(self.owner(req, parent), reply);
         let mut perm = mode & 0o7777;
@@ -586,6 +592,7 @@ impl Filesystem for CjfsFuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
         let target = target.as_os_str().as_bytes();
@@ -595,7 +602,7 @@ impl Filesystem for CjfsFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -603,6 +610,7 @@ impl Filesystem for CjfsFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let newparent = ino_or_reply!(newparent, reply);
         if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
@@ -620,7 +628,8 @@ impl Filesystem for CjfsFuse {
         reply.ok();
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let newparent = ino_or_reply!(newparent, reply);
         self.reply_new(reply, self.retry_nospc(|| self.fs.link(ino, newparent, name_bytes(newname))));
@@ -667,7 +676,7 @@ impl Filesystem for CjfsFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -677,6 +686,7 @@ impl Filesystem for CjfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let killed = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             && try_reply!(self.kill_suid_sgid(ino), reply);
@@ -855,6 +865,7 @@ impl Filesystem for CjfsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let name = name_bytes(name);
         if name == JOURNAL_XATTR {
@@ -954,6 +965,7 @@ impl Filesystem for CjfsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let name = name_bytes(name);
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
@@ -1055,7 +1067,7 @@ impl Filesystem for CjfsFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1063,6 +1075,7 @@ impl Filesystem for CjfsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let m = match mode & !libc::FALLOC_FL_KEEP_SIZE {

@@ -370,7 +370,15 @@ fn fallocate_and_seek_data_hole() {
     f.seek(SeekFrom::Start(1 << 20)).unwrap();
     f.read_exact(&mut buf).unwrap();
     assert!(buf.iter().all(|&b| b == 0), "punched range reads zeros");
+    // A truncation to the same size drops the blocks fallocated past it, as on ext4.
+    use std::os::unix::fs::MetadataExt;
+    let blocks = f.metadata().unwrap().blocks();
+    f.set_len(3 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().blocks(), blocks - (1 << 20) / 512, "keep-size blocks past EOF");
     drop(f);
+    // O_RDONLY|O_TRUNC truncates, as Linux does.
+    drop(OpenOptions::new().read(true).custom_flags(libc::O_TRUNC).open(s.p("sparse")).unwrap());
+    assert_eq!(fs::metadata(s.p("sparse")).unwrap().len(), 0, "O_RDONLY|O_TRUNC");
     m.unmount();
     e2fsck_clean(&s.image);
 }
