@@ -15,7 +15,8 @@ use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::dirent::file_type_from_mode;
 use crate::ondisk::inode::{
-    EXT4_EXTENTS_FL, EXT4_JOURNAL_DATA_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_JOURNAL_DATA_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT,
+    S_IFREG,
 };
 use crate::tx::Tx;
 use crate::types::{FileType, Ino, RenameFlags, Timestamp};
@@ -23,10 +24,29 @@ use crate::types::{FileType, Ino, RenameFlags, Timestamp};
 /// ext4's link limit; with dir_nlink a directory past it counts 1.
 pub(crate) const LINK_MAX: u16 = 65000;
 
-/// A directory's link count after it gains a subdirectory: ext4's `dir_nlink` rule (past
-/// the limit, or once already 1, the count is 1: "too many to count").
-pub(crate) fn subdir_added(links: u16) -> u16 {
-    if links >= LINK_MAX - 1 || links == 1 { 1 } else { links + 1 }
+/// A directory's link count after it gains a subdirectory: ext4's `ext4_inc_count` (an
+/// indexed directory past the limit, or already at 1, counts 1: "too many to count").
+pub(crate) fn subdir_added(dir: &InodeState) -> u16 {
+    links_after_subdir(dir.d.links_count, dir.d.flags & EXT4_INDEX_FL != 0)
+}
+
+fn links_after_subdir(links: u16, indexed: bool) -> u16 {
+    if indexed && (links >= LINK_MAX || links == 1) { 1 } else { links + 1 }
+}
+
+/// A directory's link count after it loses a subdirectory: ext4's `ext4_dec_count` (1, "too
+/// many to count", and the 2 of an empty directory stay).
+pub(crate) fn subdir_removed(links: u16) -> u16 {
+    if links > 2 { links - 1 } else { links }
+}
+
+/// `EMLINK` when directory `dir` cannot take another subdirectory: at the limit unless
+/// `dir_nlink` lets an indexed directory count 1 (ext4's `EXT4_DIR_LINK_MAX`).
+fn check_subdir_room(fs: &FsInner, ino: Ino, dir: &InodeState) -> FsResult<()> {
+    if dir.d.links_count >= LINK_MAX && !(dir.d.flags & EXT4_INDEX_FL != 0 && fs.sb.lock().has_dir_nlink()) {
+        return Err(FsError::TooManyLinks(format!("directory inode {ino}")));
+    }
+    Ok(())
 }
 
 /// Whether a symlink keeps its target inside the inode.
@@ -89,8 +109,8 @@ fn make_node(
     }
     crate::protect::may_add_entry(parent, &ps)?;
     let is_dir = mode & S_IFMT == S_IFDIR;
-    if is_dir && ps.d.links_count >= LINK_MAX && !fs.sb.lock().has_dir_nlink() {
-        return Err(FsError::TooManyLinks(format!("directory inode {parent}")));
+    if is_dir {
+        check_subdir_room(fs, parent, &ps)?;
     }
     let (mode, acls) = crate::acl::inherit(fs, parent, &ps, mode, umask)?;
     // An inherited ACL may need an xattr block (and its bitmap and group descriptor).
@@ -130,7 +150,7 @@ fn make_node(
         return Err(e);
     }
     if is_dir {
-        ps.d.links_count = subdir_added(ps.d.links_count);
+        ps.d.links_count = subdir_added(&ps);
     }
     let now = Timestamp::now();
     ps.d.mtime = now;
@@ -366,7 +386,7 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
         crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::Rename, tx.h.tx_id());
     }
     if is_dir && ps.d.links_count > 2 {
-        ps.d.links_count -= 1;
+        ps.d.links_count = subdir_removed(ps.d.links_count);
     }
     let now = Timestamp::now();
     ps.d.mtime = now;
@@ -550,6 +570,10 @@ pub(crate) fn rename(
         }
         if src_is_dir && !same {
             may_change_immutable(src.ino, &sg, "moving a directory to another parent")?;
+            // It adds a subdirectory to the new parent unless it replaces one.
+            if !dg.as_deref().is_some_and(|d| d.d.is_dir()) {
+                check_subdir_room(fs, newparent, new_dir)?;
+            }
         }
         // An exchange moves the target too.
         if flags.exchange
@@ -605,11 +629,11 @@ pub(crate) fn rename(
                 && src_is_dir != d_is_dir
             {
                 if src_is_dir {
-                    g.d.links_count += 1;
-                    g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
+                    g.d.links_count = subdir_added(g);
+                    g1.d.links_count = subdir_removed(g1.d.links_count);
                 } else {
-                    g1.d.links_count += 1;
-                    g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
+                    g1.d.links_count = subdir_added(&g1);
+                    g.d.links_count = subdir_removed(g.d.links_count);
                 }
             }
         }
@@ -626,7 +650,7 @@ pub(crate) fn rename(
             if d_is_dir {
                 // The victim directory's '..' link to the new parent disappears.
                 let g = g2.as_mut().unwrap_or(&mut g1);
-                g.d.links_count = g.d.links_count.saturating_sub(1).max(2);
+                g.d.links_count = subdir_removed(g.d.links_count);
             }
             let dnode = dn.as_ref().ok_or_else(|| FsError::NotFound("rename target".into()))?;
             evict = drop_link(&mut tx, dnode, dgs, d_is_dir)?;
@@ -639,9 +663,9 @@ pub(crate) fn rename(
         dir::remove_entry(&mut tx, &mut g1, name)?;
         if src_is_dir && !same {
             dir::set_entry(&mut tx, &mut sg, b"..", newparent, crate::ondisk::dirent::FT_DIR)?;
-            g1.d.links_count = g1.d.links_count.saturating_sub(1).max(2);
+            g1.d.links_count = subdir_removed(g1.d.links_count);
             if let Some(g) = g2.as_mut() {
-                g.d.links_count += 1;
+                g.d.links_count = subdir_added(g);
             }
         }
         sg.d.ctime = now;
@@ -671,4 +695,23 @@ pub(crate) fn rename(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_link_counts_follow_ext4() {
+        // 64 998 subdirectories: 65 000 links, still counted; one more and an indexed
+        // directory counts 1, for good (`ext4_inc_count`).
+        assert_eq!(links_after_subdir(64_999, true), 65_000);
+        assert_eq!(links_after_subdir(65_000, true), 1);
+        assert_eq!(links_after_subdir(1, true), 1);
+        // A directory without an index counts on (EMLINK stops it at the limit first).
+        assert_eq!(links_after_subdir(64_999, false), 65_000);
+        assert_eq!(links_after_subdir(2, false), 3);
+        // Removing: 1 ("too many") and an empty directory's 2 stay (`ext4_dec_count`).
+        assert_eq!((subdir_removed(1), subdir_removed(2), subdir_removed(3)), (1, 2, 2));
+    }
 }

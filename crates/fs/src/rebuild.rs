@@ -495,7 +495,7 @@ fn add_counted_entry(
 ) -> FsResult<()> {
     crate::dir::add_entry(tx, parent, ps, name, ino, ftype)?;
     if ftype == FT_DIR {
-        ps.d.links_count = crate::namei::subdir_added(ps.d.links_count);
+        ps.d.links_count = crate::namei::subdir_added(ps);
     }
     store_inode(tx, parent, ps)
 }

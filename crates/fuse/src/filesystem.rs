@@ -351,14 +351,15 @@ impl CjfsFuse {
         }
     }
 
-    /// Clear set-user-ID (and set-group-ID with group execute) after a write by another
-    /// user; whether a bit was cleared.
-    fn kill_suid_sgid(&self, ino: Ino) -> FsResult<bool> {
+    /// Clear set-user-ID and set-group-ID after a write or truncation by a caller without
+    /// `CAP_FSETID`; whether a bit was cleared.
+    fn kill_suid_sgid(&self, req: &Request, ino: Ino) -> FsResult<bool> {
         let a = self.fs.getattr(ino)?;
         let mut perm = u32::from(a.perm);
         let mut clear = 0o4000;
-        // As the kernel does: setgid without group execute means mandatory locking, kept.
-        if perm & 0o2010 == 0o2010 {
+        // As the kernel's `setattr_should_drop_sgid`: setgid goes with group execute, and
+        // without it too unless the caller is in the file's group (or root).
+        if perm & 0o2000 != 0 && (perm & 0o010 != 0 || !(req.uid() == 0 || caller_in_group(req, a.gid))) {
             clear |= 0o2000;
         }
         if perm & clear == 0 {
@@ -520,7 +521,7 @@ impl Filesystem for CjfsFuse {
         if mode.is_none() && (uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0)) {
             let a = try_reply!(self.fs.getattr(ino), reply);
             if a.kind != FileType::Directory {
-                try_reply!(self.kill_suid_sgid(ino), reply);
+                try_reply!(self.kill_suid_sgid(req, ino), reply);
             }
         }
         let set = SetAttr {
@@ -640,7 +641,7 @@ impl Filesystem for CjfsFuse {
         let a = try_reply!(self.open_handle(ino, flags.0), reply);
         let mut killed = false;
         if flags.0 & libc::O_TRUNC != 0 && req.uid() != 0 && a.kind == FileType::Regular {
-            match self.kill_suid_sgid(ino) {
+            match self.kill_suid_sgid(req, ino) {
                 Ok(k) => killed = k,
                 Err(e) => {
                     let _ = self.fs.release(ino);
@@ -689,7 +690,7 @@ impl Filesystem for CjfsFuse {
         let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let killed = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            && try_reply!(self.kill_suid_sgid(ino), reply);
+            && try_reply!(self.kill_suid_sgid(req, ino), reply);
         // With the writeback cache the kernel keeps mtime and ctime of what it caches and sends
         // them with SETATTR, possibly before the pages: a writeback must not move them on.
         let n = if self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {

@@ -110,6 +110,18 @@ fn set_id_bits_cleared_by_another_users_write_show_at_once() {
         );
         assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["6777", "777"], "{name}: {out}");
     }
+    // Set-group-ID without group execute goes too when the writer is not in the file's
+    // group (the kernel's `setattr_should_drop_sgid`), and stays for a member.
+    for (name, gid, want) in [("g", 0, "2666"), ("n", 65534, "666")] {
+        let out = sh(
+            &s.mnt,
+            &format!(
+                "printf x > {name} && chmod 2666 {name} && \
+                 setpriv --reuid=65534 --regid={gid} --clear-groups sh -c 'echo y >> {name}' && stat -c %a {name}"
+            ),
+        );
+        assert_eq!(out.trim(), want, "{name}: writer gid {gid}, file gid 0: {out}");
+    }
     m.unmount();
 }
 
