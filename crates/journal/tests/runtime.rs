@@ -358,6 +358,22 @@ fn an_empty_transaction_does_not_end_the_log() {
     }
 }
 
+/// A `zjournal` journal of two logs (the primary and one extra area) on a RAM device; the
+/// device, the logs' areas and the journal.
+fn two_logs(commit_interval: Duration) -> (Arc<EmulatedSsd>, Vec<JournalArea>, Journal) {
+    use cjfs_journal::superblock::{format_journal_areas, read_log_areas};
+    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
+    let dev: Device = ssd.clone();
+    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
+    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
+    let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
+    let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
+    cfg.commit_interval = commit_interval;
+    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
+    let j = Journal::open_logs(dev, areas.clone(), cache, cfg).expect("open");
+    (ssd, areas, j)
+}
+
 /// `Journal::empty` with two logs while another thread keeps updating a block both logs
 /// hold: every log is emptied, so a block written in place afterwards (a file leaving data
 /// journaling) is not overwritten at recovery by a journaled copy from before. Without new
@@ -365,17 +381,9 @@ fn an_empty_transaction_does_not_end_the_log() {
 /// newest version is in a running transaction.
 #[test]
 fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
-    use cjfs_journal::superblock::{format_journal_areas, read_log_areas};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
-    let dev: Device = ssd.clone();
-    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
-    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
-    let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
-    let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
-    cfg.commit_interval = Duration::from_millis(5);
-    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-    let j = Arc::new(Journal::open_logs(dev.clone(), areas.clone(), cache, cfg).expect("open"));
+    let (ssd, areas, j) = two_logs(Duration::from_millis(5));
+    let j = Arc::new(j);
     let in_log = |log: usize, blk: u64, byte: u8| -> TxId {
         let buf = j.cache().read(blk).expect("read");
         let mut h = j.start_in(log, 2).expect("start");
@@ -440,16 +448,7 @@ fn empty_frees_every_log_while_a_shared_block_keeps_changing() {
 /// the revoke would be replayed over the data.
 #[test]
 fn a_revoke_takes_the_block_from_another_logs_running_transaction() {
-    use cjfs_journal::superblock::{format_journal_areas, read_log_areas};
-    let ssd = Arc::new(EmulatedSsd::ram(DEV_BLOCKS));
-    let dev: Device = ssd.clone();
-    let inode = JournalArea::contiguous(LOG_START, 2 * LOG_LEN);
-    format_journal_areas(&*dev, &inode, [3; 16], true, LOG_LEN, &[LOG_LEN]).expect("format");
-    let (_, areas) = read_log_areas(&*dev, &inode).expect("areas");
-    let mut cfg = JournalConfig { logs: cjfs_journal::Logs::Count(2), ..JournalConfig::zjournal() };
-    cfg.commit_interval = Duration::from_secs(60);
-    let cache = Arc::new(BufferCache::new(dev.clone(), 4096));
-    let j = Journal::open_logs(dev.clone(), areas.clone(), cache, cfg).expect("open");
+    let (ssd, areas, j) = two_logs(Duration::from_secs(60));
     let buf = j.cache().read(300).expect("read");
     let mut h = j.start_in(0, 2).expect("start");
     h.get_write_access(&buf).expect("access");
