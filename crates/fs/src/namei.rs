@@ -31,7 +31,7 @@ pub(crate) fn subdir_added(dir: &InodeState) -> u16 {
 }
 
 fn links_after_subdir(links: u16, indexed: bool) -> u16 {
-    if indexed && (links >= LINK_MAX || links == 1) { 1 } else { links + 1 }
+    if indexed && (links >= LINK_MAX || links == 1) { 1 } else { links.saturating_add(1) }
 }
 
 /// A directory's link count after it loses a subdirectory: ext4's `ext4_dec_count` (1, "too
@@ -574,6 +574,11 @@ pub(crate) fn rename(
             if !dg.as_deref().is_some_and(|d| d.d.is_dir()) {
                 check_subdir_room(fs, newparent, new_dir)?;
             }
+        }
+        // An exchange that sends a directory the other way adds one to the old parent
+        // (ext4_cross_rename checks both).
+        if flags.exchange && !same && !src_is_dir && dg.as_deref().is_some_and(|d| d.d.is_dir()) {
+            check_subdir_room(fs, parent, &g1)?;
         }
         // An exchange moves the target too.
         if flags.exchange

@@ -428,12 +428,14 @@ impl Fs {
         }
         // Cut short where only blocks freed by a transaction not yet durable were left: the
         // rest once they are, so a short count still means the file system is full.
-        self.inner.journal.force()?;
-        match crate::file::write(&self.inner, ino, &mut st, off + done as u64, &data[done..], touch_times) {
-            Ok(n) => Ok(done + n),
-            Err(FsError::NoSpace(_)) => Ok(done),
-            Err(e) => Err(e),
+        // Bytes already in the file are reported as written whatever happens next (as the
+        // kernel answers a partial write); a lasting error shows at the next write or fsync.
+        if self.inner.journal.force().is_err() {
+            return Ok(done);
         }
+        Ok(done
+            + crate::file::write(&self.inner, ino, &mut st, off + done as u64, &data[done..], touch_times)
+                .unwrap_or(0))
     }
 
     /// Whether blocks or inodes were freed by transactions that are not yet durable (the

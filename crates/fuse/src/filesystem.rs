@@ -276,7 +276,7 @@ impl CjfsFuse {
         }
         // Also read-only: Linux truncates on O_RDONLY|O_TRUNC (the kernel has checked write
         // permission, `default_permissions`).
-        if trunc && a.kind == FileType::Regular && a.size > 0 {
+        if trunc && a.kind == FileType::Regular && (a.size > 0 || a.blocks > 0) {
             let set = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.fs.setattr(ino, &set) {
                 let _ = self.fs.release(ino);

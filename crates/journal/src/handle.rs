@@ -218,6 +218,9 @@ impl Handle {
             // (pinned, so the two are replayed together or not at all and that log's copy can
             // never be stamped after this revoke).
             let holder = loop {
+                if let Some(a) = self.j.aborted() {
+                    return Err(JournalError::Aborted(a));
+                }
                 if js.running == Some(tx.id()) {
                     break Some(tx.clone());
                 }
@@ -241,9 +244,10 @@ impl Handle {
                 break None;
             };
             if let Some(h) = holder {
-                js.running = None;
-                drop(js);
+                // Off the list before `running` clears (lists rank below jstate), so no
+                // other handle can file the block again in between and lose it.
                 h.lists.lock().buffers.retain(|b| b.blocknr() != blocknr);
+                js.running = None;
             }
         }
         if self.j.set.config.kind == JournalKind::Jbd2 {
