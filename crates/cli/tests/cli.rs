@@ -459,6 +459,36 @@ fn recover_an_image_copied_while_mounted() {
 }
 
 #[test]
+fn recover_reports_the_i_transactions_it_applied() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("ij.img");
+    ok(&["mkfs", s(&img), "--size", "64M", "--ijournal-area", "256"]);
+    let copy = dir.path().join("copy.img");
+    let first = random_bytes(5000, 3);
+    let second = random_bytes(3000, 4);
+    {
+        let dev = FileDevice::open(&img, FileDeviceOptions::default()).expect("open");
+        let opts = cjfs_fs::preset::apply("ijournal", MountOptions::default()).expect("preset");
+        let fs = Fs::open(Arc::new(dev), opts).expect("mount");
+        let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+        fs.journal().force().expect("force");
+        // Served by i-transactions: the file's transaction is already durable.
+        assert_eq!(fs.write(f.ino, 0, &first).expect("write"), first.len());
+        fs.fsync(f.ino, false).expect("fsync");
+        assert_eq!(fs.write(f.ino, first.len() as u64, &second).expect("write"), second.len());
+        fs.fsync(f.ino, false).expect("fsync");
+        std::fs::copy(&img, &copy).expect("copy while mounted");
+        fs.unmount().expect("unmount");
+    }
+    let out = text(&ok(&["recover", s(&copy)]).stdout);
+    assert!(out.contains("i-transactions: ") && out.contains(" applied ("), "{out}");
+    let mut want = first.clone();
+    want.extend_from_slice(&second);
+    assert!(ok(&["cat", s(&copy), "/f"]).stdout == want, "recovered data differs");
+    assert_e2fsck_clean(&copy);
+}
+
+#[test]
 fn check_finds_a_damaged_extent_tree() {
     let Some(debugfs) = tool("debugfs") else {
         println!("SKIP: debugfs not installed");

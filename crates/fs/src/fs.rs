@@ -558,12 +558,21 @@ pub fn recover_device(dev: &Device) -> FsResult<RecoveryReport> {
 /// log numbers; `None`: table order). The result must not depend on it: the crash harness
 /// checks that with the order reversed.
 pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResult<RecoveryReport> {
+    recover_device_with(dev, order).map(|(r, _)| r)
+}
+
+/// [`recover_device_scanning`], also returning what the replay of i-transactions did (when
+/// the private `cjfs_ijournal` bit said the ijournal areas might hold some).
+pub fn recover_device_with(
+    dev: &Device,
+    order: Option<&[usize]>,
+) -> FsResult<(RecoveryReport, Option<crate::ijournal_replay::IjReplayReport>)> {
     let (before, _) = read_layout(&**dev)?;
     if !before.has_journal() {
-        return Ok(RecoveryReport::nothing(0));
+        return Ok((RecoveryReport::nothing(0), None));
     }
     let (_, areas, iareas) = journal_areas(dev, &before)?;
-    let (report, _) = recover_all(dev, &areas, &iareas, order)?;
+    let (report, ij) = recover_all(dev, &areas, &iareas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
@@ -577,7 +586,7 @@ pub fn recover_device_scanning(dev: &Device, order: Option<&[usize]>) -> FsResul
     if changed {
         write_sb_direct(dev, &sb)?;
     }
-    Ok(report)
+    Ok((report, ij))
 }
 
 /// After a replay, put back what the log must not undo, as the kernel's `ext4_load_journal`

@@ -564,7 +564,7 @@ impl Fs {
             blocks: geo.blocks_count.saturating_sub(overhead),
             bfree,
             bavail: bfree.saturating_sub(geo.reserved_blocks + geo.metadata_reserve),
-            files: u64::from(self.inner.geo.inodes_count),
+            files: u64::from(geo.inodes_count),
             ffree: self.inner.free_inodes.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64,
             namelen: crate::types::NAME_MAX as u32,
         }

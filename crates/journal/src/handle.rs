@@ -53,6 +53,17 @@ fn time_this_handle() -> bool {
     })
 }
 
+/// Where a block stands for a handle about to file or revoke it ([`Handle::holder`]).
+enum Holder {
+    /// In this handle's transaction or one it pinned: the block belongs there.
+    Filed(Arc<Transaction>),
+    /// Another log's transaction finished draining and is taking its versions (stamped
+    /// already): wait for it to take this block's.
+    Taking,
+    /// No other log holds it (this log's own rules apply).
+    Free,
+}
+
 impl Handle {
     /// A handle of log `j` on transaction `tx`, with `credits` reserved.
     pub(crate) fn new(j: Arc<LogCore>, tx: Arc<Transaction>, credits: u32) -> Handle {
@@ -82,20 +93,14 @@ impl Handle {
         {
             let mut js = buf.jstate();
             loop {
-                if js.running == Some(id) || self.pins(js.running) {
+                let holder = self.holder(&tx, js.running);
+                if let Holder::Filed(_) = holder {
                     return Ok(());
                 }
                 if let Some(a) = self.j.aborted() {
                     return Err(JournalError::Aborted(a));
                 }
-                // Another log's running (or still draining) transaction holds the block: a
-                // bi-directional chain, the block stays there; or that transaction finished
-                // draining and is taking its versions: wait for it to take this one.
-                if multi_log && let Some(owner) = js.running.filter(|o| o.log != id.log) {
-                    if let Some(pin) = crate::per_core::chain_to_owner(&self.j.set, &tx, owner) {
-                        self.pinned.push(pin);
-                        return Ok(());
-                    }
+                if let Holder::Taking = holder {
                     buf.wait_jstate(&mut js);
                     continue;
                 }
@@ -137,6 +142,33 @@ impl Handle {
     /// blocks go into it).
     fn pins(&self, owner: Option<TxId>) -> bool {
         owner.is_some_and(|o| self.pinned.iter().any(|(_, t)| t.id() == o))
+    }
+
+    /// Which transaction a block filed on `running` goes into for this handle (of `tx`),
+    /// as far as the logs decide it; the caller holds the buffer's jstate. Another log's
+    /// running (or still draining) transaction keeps the block and is pinned: a
+    /// bi-directional chain, so the two are replayed together or not at all.
+    fn holder(&mut self, tx: &Arc<Transaction>, running: Option<TxId>) -> Holder {
+        let Some(owner) = running else {
+            return Holder::Free;
+        };
+        if owner == tx.id() {
+            return Holder::Filed(tx.clone());
+        }
+        if let Some((_, t)) = self.pinned.iter().find(|(_, t)| t.id() == owner) {
+            return Holder::Filed(t.clone());
+        }
+        if owner.log == tx.log || !self.j.set.multi_log() {
+            return Holder::Free;
+        }
+        match crate::per_core::chain_to_owner(&self.j.set, tx, owner) {
+            Some(pin) => {
+                let t = pin.1.clone();
+                self.pinned.push(pin);
+                Holder::Filed(t)
+            }
+            None => Holder::Taking,
+        }
     }
 
     /// Declare a newly allocated metadata block that will be fully written. The buffer
@@ -218,23 +250,15 @@ impl Handle {
             // (pinned, so the two are replayed together or not at all and that log's copy can
             // never be stamped after this revoke).
             let holder = loop {
+                let holder = self.holder(&tx, js.running);
+                if let Holder::Filed(t) = holder {
+                    break Some(t);
+                }
                 if let Some(a) = self.j.aborted() {
                     return Err(JournalError::Aborted(a));
                 }
-                if js.running == Some(tx.id()) {
-                    break Some(tx.clone());
-                }
-                if let Some((_, t)) = self.pinned.iter().find(|(_, t)| js.running == Some(t.id())) {
-                    break Some(t.clone());
-                }
-                if multi_log && let Some(owner) = js.running.filter(|o| o.log != tx.log) {
-                    if let Some(pin) = crate::per_core::chain_to_owner(&self.j.set, &tx, owner) {
-                        let t = pin.1.clone();
-                        self.pinned.push(pin);
-                        break Some(t);
-                    }
-                    // That transaction is taking its versions (stamped already): wait for it
-                    // to take this block's, then the revoke orders after it.
+                if let Holder::Taking = holder {
+                    // Then the revoke orders after the version it takes.
                     buf.wait_jstate(&mut js);
                     continue;
                 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cjfs_blockdev::{Device, OverlayDevice};
 use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::superblock::STATE_ERROR;
-use cjfs_fs::{Fs, FsError, PendingOrphans, pending_orphans, recover_device};
+use cjfs_fs::{Fs, FsError, IjReplayReport, PendingOrphans, pending_orphans, recover_device_with};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
 
@@ -17,6 +17,8 @@ use crate::out::outln;
 /// What a recovery did: the journal replay and the orphans the mount after it released.
 struct Outcome {
     replay: RecoveryReport,
+    /// What the replay of i-transactions did, when the journal said there might be some.
+    ijournal: Option<IjReplayReport>,
     /// The superblock marks errors (kept through the replay): no mount was made after it.
     errors: bool,
     orphans: u32,
@@ -28,7 +30,7 @@ struct Outcome {
 /// the classic list, in the orphan file, or the `orphan_present` flag alone), mount
 /// read-write once so the orphans are released and the flag cleared.
 fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
-    let replay = recover_device(&dev).map_err(|e| match e {
+    let (replay, ijournal) = recover_device_with(&dev, None).map_err(|e| match e {
         FsError::Journal(JournalError::Damaged(why)) => CliError::Msg(format!(
             "{image}: the journal is damaged ({why}); nothing was replayed: `e2fsck -fy {image}` \
              replays the intact transactions and repairs the file system"
@@ -52,7 +54,7 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         orphans = report.orphans_cleaned;
     }
-    Ok(Outcome { replay, errors, orphans, pending })
+    Ok(Outcome { replay, ijournal, errors, orphans, pending })
 }
 
 /// Run `cjfs recover`.
@@ -80,7 +82,7 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     let dev = open_device(image, false)?;
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     recover_on(image, ctx, Arc::new(overlay))?;
-    let Outcome { replay: r, errors, orphans, pending } = recover_on(image, ctx, dev)?;
+    let Outcome { replay: r, ijournal, errors, orphans, pending } = recover_on(image, ctx, dev)?;
     if !p.needs_recovery {
         outln!("{image}: {clean}");
     } else if r.needed {
@@ -110,6 +112,22 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
         }
     } else {
         outln!("{image}: the journal log was empty; cleared the needs_recovery flag");
+    }
+    if let Some(ij) = ijournal.filter(|ij| ij.scanned + ij.incomplete > 0) {
+        outln!(
+            "{image}: i-transactions: {} complete record(s) in {} area(s), {} applied ({} block(s)), \
+             {} older than the log's last commit, {} superseded, {} incomplete (never acknowledged)",
+            ij.scanned,
+            ij.areas,
+            ij.applied,
+            ij.blocks,
+            ij.stale,
+            ij.superseded,
+            ij.incomplete
+        );
+        for why in &ij.skipped {
+            outln!("{image}: i-transaction not applied: {why}");
+        }
     }
     if orphans > 0 {
         outln!("{image}: released {orphans} orphan inode(s)");
