@@ -259,16 +259,22 @@ pub(crate) fn images_left(fs: &FsInner, st: &InodeState) -> bool {
 /// the image over instead — revoking the block here and writing it home as ordered data —
 /// made the sync that commits the revoke wait for the new contents before it: two flushes
 /// where ordered mode pays one.)
+///
+/// With the journal's ordered-data checksums the same holds for a block whose home contents
+/// another transaction's commit block sums until that transaction is confirmed
+/// (`cjfs_journal::ordered_sums`): an append into the partly written last block of a file
+/// grown by the previous sync logs that block instead of writing it in place.
 pub(crate) fn before_in_place(
     tx: &mut Tx<'_>,
     st: &mut InodeState,
     buf: &Arc<Buffer>,
     left: bool,
 ) -> FsResult<bool> {
-    if !left || crate::planted::bugs(&tx.fs.opts).rewrite_in_place {
+    let summed = tx.fs.journal.sum_pending(buf, tx.h.tx_id());
+    if !summed && (!left || crate::planted::bugs(&tx.fs.opts).rewrite_in_place) {
         return Ok(false);
     }
-    let logged = {
+    let logged = summed || {
         let js = buf.jstate();
         // A version being committed has no checkpoint image yet; `last_version` names it.
         js.running.is_some()

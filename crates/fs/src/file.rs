@@ -229,7 +229,8 @@ pub(crate) fn write(
         let nblk = (last - first + 1) as u32;
         // Blocks with images left from data journaling are journaled again (`before_in_place`).
         let left = !jdata && crate::adaptive::images_left(fs, st);
-        let credits = 24 + if jdata || left { nblk } else { 0 };
+        // Ordered-data checksums may log a rewritten block too (`before_in_place`).
+        let credits = 24 + if jdata || left || fs.journal.config().ordered_sums { nblk } else { 0 };
         let mut tx = Tx::start(fs, credits)?;
         st.window.wrote(((last + 1) * bs).min(end) - pos);
         let mut cur = None;

@@ -23,7 +23,7 @@ pub struct UnknownPreset {
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
 /// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
-pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, adaptive=on|off, leave=empty|revoke, checkpoint=all|oldest, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
+pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, osum=on|off, adaptive=on|off, leave=empty|revoke, checkpoint=all|oldest, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
 pub fn names() -> &'static [&'static str] {
@@ -74,6 +74,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             }
             Some(("commit", "single_io")) => journal.commit = CommitMode::SingleIo,
             Some(("commit", "two_step")) => journal.commit = CommitMode::TwoStep,
+            Some(("osum", "on")) => journal.ordered_sums = true,
+            Some(("osum", "off")) => journal.ordered_sums = false,
             Some(("adaptive", "on")) => adaptive = true,
             Some(("adaptive", "off")) => adaptive = false,
             Some(("leave", "empty")) => leave = LeaveMode::Empty,
@@ -95,6 +97,11 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     }
     // Core-aware block-group allocation goes with per-core logs, except in its ablation.
     let core_groups = journal.logs != Logs::One && name != "zjournal-no-bga";
+    if journal.ordered_sums && (journal.commit != CommitMode::SingleIo || journal.ijournal.on()) {
+        return Err(bad(
+            "osum=on (ordered-data checksums) needs the single-I/O commit and no iJournaling".into()
+        ));
+    }
     if journal.commit == CommitMode::SingleIo && journal.logs != Logs::One {
         return Err(bad("the single-I/O commit runs one log (per-core journaling has several)".into()));
     }

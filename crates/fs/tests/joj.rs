@@ -714,3 +714,90 @@ fn a_commit_whose_ordered_data_only_overwrite_needs_one_flush() {
     assert_eq!(r.fs.adaptive_stats().blocks_rejournaled, 2);
     r.fs.unmount().expect("unmount");
 }
+
+/// `base` with the writes of `ops` whose kind `keep` accepts applied (a crash that kept
+/// exactly those): the image a recovery then starts from.
+fn image_keeping(base: &[u8], ops: &[RecordedOp], keep: impl Fn(BlockKind) -> bool) -> Vec<u8> {
+    let mut img = base.to_vec();
+    for op in ops {
+        if let RecordedOp::Write { block, bufs, tag, .. } = op
+            && keep(tag.kind)
+        {
+            for (i, b) in bufs.iter().enumerate() {
+                let at = (*block as usize + i) * 4096;
+                img[at..at + 4096].copy_from_slice(b);
+            }
+        }
+    }
+    img
+}
+
+/// The contents of `name` after recovering `img`.
+fn recovered(img: &[u8], name: &[u8]) -> Vec<u8> {
+    let dev = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), img));
+    let fs = Fs::open(dev as Device, preset::resolve("jbd2").expect("preset")).expect("recover");
+    let ino = fs.lookup(ROOT_INO, name).expect("lookup").ino;
+    let size = fs.getattr(ino).expect("getattr").size as usize;
+    let mut got = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut got).expect("read");
+    got.truncate(n);
+    fs.unmount().expect("unmount");
+    got
+}
+
+#[test]
+fn exposed_data_summed_in_the_commit_block_needs_one_flush() {
+    // `joj`: the file stays ordered (the adaptive policy would journal a file this small).
+    let r = rig("joj+osum=on", DataMode::Ordered, None);
+    let f = r.fs.create(ROOT_INO, b"wal", 0o644, 0, 0).expect("create").ino;
+    // WAL-like frames (4120 bytes: the last block of each sync is partly written).
+    let mut want = pattern(1, 3 * 4120);
+    r.fs.write(f, 0, &want).expect("write");
+    r.fs.fsync(f, false).expect("fsync");
+    let base = r.ssd.image_bytes();
+    // Growth: new blocks and the size; the commit block sums them, one flush for both.
+    let j0 = r.fs.journal().stats();
+    r.rec.clear();
+    let more = pattern(2, 4 * 4120);
+    r.fs.write(f, want.len() as u64, &more).expect("append");
+    r.fs.fsync(f, true).expect("fdatasync");
+    let ops = r.rec.take_log().ops;
+    let s = Seen::of(&ops);
+    let d = r.fs.journal().stats().delta(&j0);
+    assert_eq!((d.osum_commits, d.single_io_preflushes, d.osum_confirm_writes), (1, 0, 0), "{d:?}");
+    assert_eq!(s.flushes, 1, "{s:?}");
+    // The append began inside the last block the previous sync summed: that block is
+    // logged, not written in place before a later commit confirms that sync.
+    assert_eq!(r.fs.adaptive_stats().blocks_rejournaled, 1);
+    let old = want.clone();
+    want.extend_from_slice(&more);
+    // Every write kept: the new state. The log write kept without the data: the commit's
+    // sums do not match, it is not replayed, and the previous sync's bytes are all there.
+    assert_eq!(recovered(&image_keeping(&base, &ops, |_| true), b"wal"), want);
+    assert_eq!(recovered(&image_keeping(&base, &ops, |k| k != BlockKind::Data), b"wal"), old);
+    assert_eq!(recovered(&image_keeping(&base, &ops, |k| k == BlockKind::Data), b"wal"), old);
+    assert_eq!(r.after_crash(b"wal", want.len()), want);
+    r.fs.unmount().expect("unmount");
+}
+
+#[test]
+fn stock_tools_refuse_a_journal_with_ordered_sums_until_it_is_closed() {
+    let r = rig("adaptive+osum=on", DataMode::Ordered, None);
+    let f = r.fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    r.fs.write(f, 0, &pattern(3, 8192)).expect("write");
+    r.fs.fsync(f, false).expect("fsync");
+    let sb_of = |img: &[u8]| {
+        let dev: Device = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), img));
+        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
+        cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal").0
+    };
+    let bit = cjfs_journal::superblock::INCOMPAT_CJFS_OSUM;
+    assert_ne!(sb_of(&r.ssd.image_bytes()).s_feature_incompat & bit, 0, "set while open");
+    // Recovery clears it.
+    let crashed = r.ssd.image_bytes();
+    let dev = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &crashed));
+    cjfs_fs::recover_device(&(dev.clone() as Device)).expect("recover");
+    assert_eq!(sb_of(&dev.image_bytes()).s_feature_incompat & bit, 0, "cleared by recovery");
+    r.fs.unmount().expect("unmount");
+    assert_eq!(sb_of(&r.ssd.image_bytes()).s_feature_incompat & bit, 0, "cleared at unmount");
+}

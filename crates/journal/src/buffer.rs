@@ -78,6 +78,10 @@ pub struct JState {
     /// fsync-path writes of this buffer that failed (wrapping): a caller that waited for
     /// another's write sees from it whether that write left the buffer dirty again.
     pub write_errors: u32,
+    /// Ordered-data checksums: the transaction whose commit block sums this block's home
+    /// contents, until that transaction is confirmed (`ordered_sums.rs`); an in-place
+    /// write of the block must not reach the device before then.
+    pub sum: Option<TxId>,
 }
 
 impl JState {
@@ -89,6 +93,7 @@ impl JState {
             || self.dirty
             || self.ordered.is_some()
             || self.home_writes > 0
+            || self.sum.is_some()
     }
 }
 

@@ -329,13 +329,17 @@ fn take_versions(
 /// transaction). Each written buffer counts in `home_writes` until its write completes, so
 /// a concurrent fdatasync that finds it clean waits for the write before its flush.
 pub(crate) fn write_data(set: &Shared, bufs: &[Arc<Buffer>]) -> JResult<()> {
-    let (submitted, written) = {
+    let (submitted, written) = loop {
+        crate::ordered_sums::settle(set, bufs, None, false)?;
         let _hw = set.home_write_lock.lock();
+        if crate::ordered_sums::any_unsettled(set, bufs, None) {
+            continue;
+        }
         let w = ordered_requests(set, bufs, None);
         if w.reqs.is_empty() {
             return Ok(());
         }
-        (set.dev.submit_batch(w.reqs), w.written)
+        break (set.dev.submit_batch(w.reqs), w.written);
     };
     let r = submitted.and_then(cjfs_blockdev::wait_all);
     done_writing(&written, r.is_err());

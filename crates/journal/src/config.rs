@@ -206,6 +206,12 @@ pub struct JournalConfig {
     /// How a transaction is written: JBD2's two-step commit or one single I/O
     /// (journaling of journal, `single_io.rs`).
     pub commit: CommitMode,
+    /// Ordered-data checksums (`ordered_sums.rs`): a single-I/O commit whose newly exposed
+    /// ordered data would need a flush before its log write instead checksums that data in
+    /// its commit block and sends both together under one flush; recovery checks the sums
+    /// of the log's last transaction. Needs `commit = single_io`; sets the private
+    /// `cjfs_ordered_sums` journal bit while open.
+    pub ordered_sums: bool,
     /// Per-core journaling (Z-Journal): how many logs. With more than one, each handle joins
     /// its core's log, transactions of different logs touching one block are chained, and
     /// fsync commits every log (see `per_core.rs`). The image must have the extra log areas
@@ -267,6 +273,7 @@ impl JournalConfig {
             checkpoint_scope: CheckpointScope::All,
             csum_v3: true,
             commit: CommitMode::TwoStep,
+            ordered_sums: false,
             wait: crate::polling::WaitMode::Condvar,
             dispatch: crate::work_queue::Dispatch::Shared,
             logs: crate::per_core::Logs::One,

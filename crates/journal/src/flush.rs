@@ -279,6 +279,8 @@ fn mark_durable(j: &LogCore, job: FlushJob) {
     j.set.stats.transactions.fetch_add(1, Ordering::Relaxed);
     j.set.stats.commit_ns.fetch_add(job.t_lock.elapsed().as_nanos() as u64, Ordering::Relaxed);
     if !multi {
+        // Every earlier transaction's ordered-data sums are confirmed by this one.
+        crate::ordered_sums::release(j, tid.saturating_sub(1));
         job.tx.set_done();
         j.done_cv.notify_all();
         return;

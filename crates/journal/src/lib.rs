@@ -100,6 +100,7 @@ pub mod lock_stat;
 mod log;
 mod log_core;
 pub mod order_graph;
+pub mod ordered_sums;
 pub mod per_core;
 mod planted;
 pub mod polling;

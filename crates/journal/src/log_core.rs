@@ -97,6 +97,13 @@ pub(crate) struct LogCore {
     pub leave_holds: RankedMutex<Vec<crate::unjournal::LeaveHold>>,
     /// Numbers the holds (atomic).
     pub leave_seq: AtomicU64,
+    /// Ordered-data checksums: buffers whose home contents each transaction summed, oldest
+    /// first, until a later transaction confirms them (`ordered_sums::release`). Lock:
+    /// itself (a leaf; buffers' jstates are taken after it is released).
+    pub summed: RankedMutex<crate::ordered_sums::SummedList>,
+    /// The newest transaction the superblock's `osum_confirmed` names as confirmed
+    /// (atomic; written under `sb_write`).
+    pub osum_confirmed: AtomicU64,
     /// Work for the flush thread (a mutex and `flush_cv`, or lock-free with per-core
     /// dispatch; see `work_queue`).
     pub flush_queue: crate::work_queue::FlushQueue,
@@ -181,6 +188,8 @@ impl LogCore {
             revoke_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             leave_holds: RankedMutex::new(Rank::Leaf, Vec::new()),
             leave_seq: AtomicU64::new(0),
+            summed: RankedMutex::new(Rank::Leaf, std::collections::VecDeque::new()),
+            osum_confirmed: AtomicU64::new(0),
             in_log: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             stamped: RankedMutex::new(Rank::Leaf, VecDeque::new()),
             flush_queue,

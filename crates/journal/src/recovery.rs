@@ -69,10 +69,12 @@ use crate::descriptor::{
     unescape, verify_block_tail,
 };
 use crate::error::{JResult, JournalError};
+use crate::ordered_sums::DataSums;
 use crate::revoke_block::parse_revoke_records;
 use crate::ring::LogRing;
 use crate::superblock::{
-    CHKSUM_TYPE_CRC32, JournalFeatures, JournalSuperblock, read_superblock, write_superblock,
+    CHKSUM_TYPE_CRC32, INCOMPAT_CJFS_OSUM, JournalFeatures, JournalSuperblock, read_superblock,
+    write_superblock,
 };
 
 /// Journal blocks read at once when walking the log (256 KiB).
@@ -176,6 +178,16 @@ pub enum ScanStop {
     },
     /// The walk went once around the whole log without finding its end.
     LogExhausted,
+    /// Ordered-data checksums (`ordered_sums.rs`): the last transaction's commit block
+    /// sums ordered data the device does not hold (its flush never completed); the log
+    /// ends before it.
+    DataNotDurable {
+        /// Transaction id.
+        tid: u32,
+        /// First block of the first run that does not match (`None`: the sums section
+        /// itself was torn).
+        block: Option<u64>,
+    },
 }
 
 /// One descriptor block seen by the scan.
@@ -196,6 +208,8 @@ pub(crate) struct ScannedTx {
     pub(crate) revokes: Vec<JResult<Vec<u64>>>,
     pub(crate) commit_block: u64,
     commit: Option<CommitBlock>,
+    /// The ordered-data sums of its commit block (`Err`: the section is torn).
+    sums: Result<Option<DataSums>, String>,
 }
 
 impl ScannedTx {
@@ -208,6 +222,7 @@ impl ScannedTx {
             revokes: Vec::new(),
             commit_block: 0,
             commit: None,
+            sums: Ok(None),
         }
     }
 }
@@ -397,6 +412,9 @@ pub(crate) fn scan_log(
                 last_commit_time = commit_time;
                 cur.commit_block = here;
                 cur.commit = Some(commit);
+                if f.incompat & INCOMPAT_CJFS_OSUM != 0 {
+                    cur.sums = DataSums::decode(&block).map_err(|e| e.to_string());
+                }
                 if end.is_none() {
                     result.head_block = lblk;
                 }
@@ -419,6 +437,9 @@ pub(crate) fn scan_log(
 
     result.stop = stop;
     result.end_tid = end.unwrap_or(next_id);
+    if f.incompat & INCOMPAT_CJFS_OSUM != 0 {
+        check_last_sums(dev, sb, &mut result);
+    }
     let summaries: Vec<TransactionSummary> = result
         .replayable()
         .map(|t| TransactionSummary {
@@ -435,6 +456,36 @@ pub(crate) fn scan_log(
         .collect();
     result.transactions = summaries;
     Ok(result)
+}
+
+/// Ordered-data checksums (`ordered_sums.rs`): the last transaction to replay stays only if
+/// the data its commit block sums is on the device, unless the superblock's
+/// `osum_confirmed` covers it. Earlier transactions are never checked: a later commit on
+/// disk proves their data durable, and their blocks may since have been rewritten in place.
+fn check_last_sums(dev: &dyn BlockDevice, sb: &JournalSuperblock, result: &mut ScanResult) {
+    if result.end_tid == result.start_tid {
+        return;
+    }
+    let last = result.end_tid.wrapping_sub(1);
+    if tid_geq(sb.osum_confirmed, last) {
+        return;
+    }
+    let Some(tx) = result.txs.iter().find(|t| t.tid == last) else { return };
+    let block = match &tx.sums {
+        Ok(None) => return,
+        Ok(Some(s)) => match s.first_mismatch(dev) {
+            None => return,
+            Some(b) => Some(b),
+        },
+        Err(e) => {
+            log::warn!("jbd2 scan: transaction {last}: {e}");
+            None
+        }
+    };
+    log::info!("jbd2 scan: transaction {last}'s ordered data is not on the device; the log ends before it");
+    result.head_block = tx.first_block;
+    result.end_tid = last;
+    result.stop = ScanStop::DataNotDurable { tid: last, block };
 }
 
 /// Scan the journal in `area` without writing anything: which transactions recovery would
@@ -831,6 +882,14 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
     }
     let scan = scan_log(dev, area, &sb)?;
     if !scan.needed {
+        if sb.s_feature_incompat & INCOMPAT_CJFS_OSUM != 0 {
+            // An empty log needs no check: the private bit goes, so stock tools accept it.
+            let mut new_sb = sb.clone();
+            new_sb.s_feature_incompat &= !INCOMPAT_CJFS_OSUM;
+            new_sb.osum_confirmed = 0;
+            write_superblock(dev, area, &new_sb, false)?;
+            dev.flush()?;
+        }
         return Ok(RecoveryReport::nothing(sb.s_sequence));
     }
     let d = decide(dev, area, &scan)?;
@@ -848,6 +907,9 @@ fn recover_with(dev: &dyn BlockDevice, area: &JournalArea, strict: bool) -> JRes
     let mut new_sb = sb.clone();
     new_sb.s_start = 0;
     new_sb.s_sequence = next_tid;
+    // The log is empty: nothing left for stock tools to replay unchecked.
+    new_sb.s_feature_incompat &= !INCOMPAT_CJFS_OSUM;
+    new_sb.osum_confirmed = 0;
     write_superblock(dev, area, &new_sb, false)?;
     dev.flush()?;
 

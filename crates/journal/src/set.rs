@@ -225,6 +225,17 @@ impl Journal {
                 areas.len()
             )));
         }
+        if config.kind != JournalKind::Jbd2 {
+            // Nothing is committed (read-only, no journal): nothing to sum.
+            config.ordered_sums = false;
+        }
+        if config.ordered_sums && (!single_io || config.ijournal.on()) {
+            return Err(JournalError::Incompatible(format!(
+                "journal {}: ordered-data checksums need the single-I/O commit and no iJournaling \
+                 (whose fsync writes data home outside a commit)",
+                config.name
+            )));
+        }
         if single_io && config.dual_thread && !(config.use_barriers && dev.caps().barrier) {
             // Without a barrier nothing keeps transaction n+1's single write from persisting
             // while n's is torn, which recovery takes for corruption: each waits for the
@@ -354,7 +365,16 @@ impl Journal {
                         "single-I/O features asked for while the log holds transactions".into(),
                     ));
                 }
-                let f = crate::single_io::features(l.sb.features());
+                let mut f = crate::single_io::features(l.sb.features());
+                if self.shared.config.ordered_sums {
+                    // Stock tools must refuse a crashed log whose last commit they could not
+                    // check (`ordered_sums.rs`); every transaction before this open is
+                    // confirmed.
+                    f.incompat |= crate::superblock::INCOMPAT_CJFS_OSUM;
+                    let before = l.next_seq.saturating_sub(1);
+                    l.sb.osum_confirmed = before as u32;
+                    log0.osum_confirmed.store(before, Ordering::Release);
+                }
                 crate::single_io::set_features(&mut l.sb, f);
                 (l.sb_image(), l.sb_position().0)
             };
@@ -523,6 +543,14 @@ impl Journal {
     /// it; an unknown log's never is).
     pub fn is_durable(&self, id: TxId) -> bool {
         self.shared.chains.is_valid(id)
+    }
+
+    /// Ordered-data checksums (`ordered_sums.rs`): whether a write of the data buffer `buf`
+    /// by transaction `cur` must be journaled rather than go in place — the block's home
+    /// contents are covered by another transaction's sums not yet confirmed, or are exposed
+    /// data another transaction is about to sum. Always false without the technique.
+    pub fn sum_pending(&self, buf: &Buffer, cur: TxId) -> bool {
+        crate::ordered_sums::pending(&self.shared, buf, Some(cur)).is_some()
     }
 
     /// Whether transaction `id` has not yet left its log: it is still running or

@@ -103,10 +103,18 @@ pub fn plain_features(found: JournalFeatures, csum_v3: bool) -> JournalFeatures 
 pub(crate) fn set_features(sb: &mut crate::superblock::JournalSuperblock, f: JournalFeatures) {
     sb.s_feature_compat = f.compat;
     sb.s_feature_incompat = (sb.s_feature_incompat
-        & !(INCOMPAT_REVOKE | INCOMPAT_64BIT | INCOMPAT_ASYNC_COMMIT | INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3))
+        & !(INCOMPAT_REVOKE
+            | INCOMPAT_64BIT
+            | INCOMPAT_ASYNC_COMMIT
+            | INCOMPAT_CSUM_V2
+            | INCOMPAT_CSUM_V3
+            | crate::superblock::INCOMPAT_CJFS_OSUM))
         | f.incompat;
     sb.s_feature_ro_compat = f.ro_compat;
     sb.s_checksum_type = if f.csum_v2or3() { crate::superblock::CHKSUM_TYPE_CRC32C } else { 0 };
+    if f.incompat & crate::superblock::INCOMPAT_CJFS_OSUM == 0 {
+        sb.osum_confirmed = 0;
+    }
 }
 
 /// Commit `tx` in one write: ordered data first (then a flush, or a barrier), the whole
@@ -125,23 +133,42 @@ pub(crate) fn commit(
 ) -> JResult<()> {
     let bugs = crate::planted::bugs(&j.set.config);
     let barrier = j.set.config.dual_thread && j.set.config.use_barriers && j.set.dev.caps().barrier;
-    // Ordered data goes home first; the log write may not persist before it does.
-    let (data_tickets, in_flight) = {
+    let sums_on = j.set.config.ordered_sums;
+    // No block another transaction's sums still cover may be written in place before that
+    // transaction is confirmed (`ordered_sums.rs`).
+    crate::ordered_sums::settle(&j.set, ordered, Some(tx.id()), false)?;
+    // Ordered data goes home first; the log write may not persist before it does, unless
+    // its commit block sums it.
+    let (data_tickets, in_flight, sums) = {
         let _hw = j.set.home_write_lock.lock();
-        let w = crate::commit::ordered_requests(&j.set, ordered, Some(tx.id()));
-        (j.set.dev.submit_batch(w.reqs)?, w.in_flight)
+        if sums_on {
+            let w = crate::ordered_sums::requests(&j.set, ordered, tx.id());
+            (j.set.dev.submit_batch(w.reqs)?, w.in_flight, w.sums)
+        } else {
+            let w = crate::commit::ordered_requests(&j.set, ordered, Some(tx.id()));
+            (j.set.dev.submit_batch(w.reqs)?, w.in_flight, None)
+        }
     };
     let had_data = !data_tickets.is_empty() || !in_flight.is_empty();
     let strict = tx.strict_ordered.load(Ordering::Relaxed) > 0;
-    let (reqs, nblocks) = log_write(j, tx, &versions, revokes)?;
+    let (reqs, nblocks) = log_write(j, tx, &versions, revokes, sums.as_ref())?;
     j.unreserved.store(0, Ordering::Release);
     let mut unordered = Vec::new();
     let mut unordered_in_flight = Vec::new();
-    if had_data && !strict {
-        // Overwrites only: waited for before the flush step's flush, not before the log write.
+    if had_data && (!strict || sums.is_some()) {
+        // Overwrites only, or exposed data its commit block sums: waited for before the
+        // flush step's flush, not before the log write.
         unordered = data_tickets;
         unordered_in_flight = in_flight;
-        j.set.stats.single_io_unordered.fetch_add(1, Ordering::Relaxed);
+        match &sums {
+            Some(s) => {
+                j.set.stats.osum_commits.fetch_add(1, Ordering::Relaxed);
+                j.set.stats.osum_runs.fetch_add(s.runs.len() as u64, Ordering::Relaxed);
+            }
+            None => {
+                j.set.stats.single_io_unordered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     } else if had_data {
         cjfs_blockdev::wait_all(data_tickets)?;
         crate::commit::wait_in_flight(&j.set, &in_flight)?;
@@ -193,6 +220,7 @@ fn log_write(
     tx: &Transaction,
     versions: &[(Arc<Buffer>, BlockBuf)],
     revokes: &[u64],
+    sums: Option<&crate::ordered_sums::DataSums>,
 ) -> JResult<(Vec<WriteRequest>, u64)> {
     let tid = tx.tid;
     let (features, uuid) = {
@@ -208,7 +236,13 @@ fn log_write(
     let mut blocks = crate::writer::build_log_blocks(tid, features, uuid, versions, revokes, bs)?;
     j.set.stats.revokes.fetch_add(revokes.len() as u64, Ordering::Relaxed);
     j.set.stats.blocks_logged.fetch_add(versions.len() as u64, Ordering::Relaxed);
-    let commit = crate::writer::commit_block(tid, features, uuid, None, &blocks, bs)?;
+    let mut commit = crate::writer::commit_block(tid, features, uuid, None, &blocks, bs)?;
+    if let Some(s) = sums {
+        // Past the header the v1 checksum leaves alone; the section has its own.
+        let mut img = commit.to_vec();
+        s.encode_into(&mut img)?;
+        commit = BlockBuf::from(img);
+    }
     blocks.push((BlockKind::JournalCommit, commit));
     let n = blocks.len() as u64;
     let start = crate::commit::reserve(j, tid, n)?;

@@ -44,6 +44,9 @@ pub struct JournalStats {
     pub(crate) single_io_blocks: AtomicU64,
     pub(crate) single_io_preflushes: AtomicU64,
     pub(crate) single_io_unordered: AtomicU64,
+    pub(crate) osum_commits: AtomicU64,
+    pub(crate) osum_runs: AtomicU64,
+    pub(crate) osum_confirm_writes: AtomicU64,
     pub(crate) checkpoint_cancelled: AtomicU64,
     pub(crate) leave_handed: AtomicU64,
     pub(crate) leave_breaks: AtomicU64,
@@ -136,6 +139,14 @@ pub struct StatsSnapshot {
     /// Single-I/O commits whose ordered data were all overwrites inside the durable size:
     /// written beside the log write, durable by its one flush, no preflush.
     pub single_io_unordered: u64,
+    /// Ordered-data checksums (`ordered_sums.rs`): single-I/O commits whose exposed data
+    /// went out with the log write under one flush, its runs summed in the commit block.
+    pub osum_commits: u64,
+    /// Runs of exposed data those commits summed.
+    pub osum_runs: u64,
+    /// Superblock writes (each with a flush) that confirmed a transaction's sums before an
+    /// in-place write of a block they cover.
+    pub osum_confirm_writes: u64,
     /// Committed block copies that never needed their checkpoint: superseded by a newer commit of the block, or dropped because the block was freed (JoJ §2.1).
     pub checkpoint_cancelled: u64,
     /// Committed images a file leaving data journaling handed from the checkpoint to its
@@ -189,6 +200,9 @@ impl JournalStats {
             single_io_blocks: self.single_io_blocks.load(Relaxed),
             single_io_preflushes: self.single_io_preflushes.load(Relaxed),
             single_io_unordered: self.single_io_unordered.load(Relaxed),
+            osum_commits: self.osum_commits.load(Relaxed),
+            osum_runs: self.osum_runs.load(Relaxed),
+            osum_confirm_writes: self.osum_confirm_writes.load(Relaxed),
             checkpoint_cancelled: self.checkpoint_cancelled.load(Relaxed),
             leave_handed: self.leave_handed.load(Relaxed),
             leave_breaks: self.leave_breaks.load(Relaxed),
@@ -239,6 +253,9 @@ impl StatsSnapshot {
             single_io_blocks: self.single_io_blocks - earlier.single_io_blocks,
             single_io_preflushes: self.single_io_preflushes - earlier.single_io_preflushes,
             single_io_unordered: self.single_io_unordered - earlier.single_io_unordered,
+            osum_commits: self.osum_commits - earlier.osum_commits,
+            osum_runs: self.osum_runs - earlier.osum_runs,
+            osum_confirm_writes: self.osum_confirm_writes - earlier.osum_confirm_writes,
             checkpoint_cancelled: self.checkpoint_cancelled - earlier.checkpoint_cancelled,
             leave_handed: self.leave_handed - earlier.leave_handed,
             leave_breaks: self.leave_breaks - earlier.leave_breaks,

@@ -16,7 +16,7 @@
 //! | 0x040 | `s_nr_users`, `s_dynsuper`, `s_max_transaction`, `s_max_trans_data` |
 //! | 0x050 | `s_checksum_type` (u8), 3 bytes padding |
 //! | 0x054 | `s_num_fc_blks`, `s_head` |
-//! | 0x05C | 40 x u32 padding |
+//! | 0x05C | 40 x u32 padding (cjfs: the first holds `osum_confirmed` while `cjfs_ordered_sums` is set) |
 //! | 0x0FC | `s_checksum` |
 //! | 0x100 | `s_users[16 * 48]` |
 //! | 0x400 | end of structure (rest of the 4 KiB block is zero) |
@@ -69,6 +69,8 @@ pub const SB_NUM_FC_BLKS_OFFSET: usize = 0x54;
 pub const SB_HEAD_OFFSET: usize = 0x58;
 /// Offset of `s_checksum`.
 pub const SB_CHECKSUM_OFFSET: usize = 0xFC;
+/// Offset of cjfs' `osum_confirmed` (`s_padding[0]`).
+pub const SB_OSUM_CONFIRMED_OFFSET: usize = 0x5C;
 /// Offset of `s_users`.
 pub const SB_USERS_OFFSET: usize = 0x100;
 /// Size of `s_users` (16 bytes x 48 users).
@@ -107,6 +109,13 @@ pub const INCOMPAT_CJFS_LOGS: u32 = 0x8000_0000;
 /// `cjfs_logs` because the two are cleared at different points of recovery: the logs' bit once
 /// the normal logs are replayed, this one only after the i-transactions are home.
 pub const INCOMPAT_CJFS_IJOURNAL: u32 = 0x4000_0000;
+/// cjfs-private: commit blocks may carry checksums of the ordered data their transaction
+/// maps (`crate::ordered_sums`), which recovery verifies before replaying the log's last
+/// transaction. The kernel and e2fsck would replay that transaction without the check — the
+/// metadata over blocks whose data never reached the device — so they must refuse the
+/// journal. Set while a journal with the technique is open; cleared by a clean unmount and
+/// by recovery.
+pub const INCOMPAT_CJFS_OSUM: u32 = 0x2000_0000;
 
 /// Offset of cjfs' log-area table in the journal superblock's block: past the 1024 bytes
 /// JBD2 defines (and checksums), which is all the kernel and e2fsck read; both write the
@@ -134,6 +143,7 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_REVOKE
     | INCOMPAT_CSUM_V3
     | INCOMPAT_CJFS_LOGS
     | INCOMPAT_CJFS_IJOURNAL
+    | INCOMPAT_CJFS_OSUM
     | INCOMPAT_FAST_COMMIT;
 /// Ro-compat features we understand (none are defined by JBD2).
 pub const KNOWN_RO_COMPAT: u32 = 0;
@@ -255,6 +265,7 @@ pub fn incompat_feature_names(bits: u32) -> Vec<String> {
     let names = [
         (INCOMPAT_CJFS_LOGS, "cjfs_logs"),
         (INCOMPAT_CJFS_IJOURNAL, "cjfs_ijournal"),
+        (INCOMPAT_CJFS_OSUM, "cjfs_ordered_sums"),
         (INCOMPAT_REVOKE, "revoke"),
         (INCOMPAT_64BIT, "64bit"),
         (INCOMPAT_ASYNC_COMMIT, "async_commit"),
@@ -462,6 +473,10 @@ pub struct JournalSuperblock {
     pub s_num_fc_blks: u32,
     /// Head of the log, only up to date while the file system is clean.
     pub s_head: u32,
+    /// cjfs, while `cjfs_ordered_sums` is set (else 0, as JBD2 leaves its padding): the
+    /// newest transaction whose ordered data is known durable, so recovery need not check
+    /// it against its sums (`crate::ordered_sums`).
+    pub osum_confirmed: u32,
     /// Superblock checksum as read (recomputed by [`JournalSuperblock::encode`]).
     pub s_checksum: u32,
     /// UUIDs of the file systems sharing the log.
@@ -501,6 +516,7 @@ impl JournalSuperblock {
             s_checksum_type: if features.csum_v2or3() { CHKSUM_TYPE_CRC32C } else { 0 },
             s_num_fc_blks: 0,
             s_head: 0,
+            osum_confirmed: 0,
             s_checksum: 0,
             s_users: users,
             log_areas: Vec::new(),
@@ -626,6 +642,7 @@ impl JournalSuperblock {
             s_checksum_type: if v1 { 0 } else { buf[SB_CHECKSUM_TYPE_OFFSET] },
             s_num_fc_blks: field(SB_NUM_FC_BLKS_OFFSET),
             s_head: field(SB_HEAD_OFFSET),
+            osum_confirmed: field(SB_OSUM_CONFIRMED_OFFSET),
             s_checksum: field(SB_CHECKSUM_OFFSET),
             s_users: users,
             log_areas: Vec::new(),
@@ -711,6 +728,7 @@ impl JournalSuperblock {
         b[SB_CHECKSUM_TYPE_OFFSET] = self.s_checksum_type;
         wr_be32(&mut b, SB_NUM_FC_BLKS_OFFSET, self.s_num_fc_blks);
         wr_be32(&mut b, SB_HEAD_OFFSET, self.s_head);
+        wr_be32(&mut b, SB_OSUM_CONFIRMED_OFFSET, self.osum_confirmed);
         b[SB_USERS_OFFSET..SB_USERS_OFFSET + SB_USERS_LEN].copy_from_slice(&self.s_users);
         let csum = if self.features().csum_v2or3() { superblock_csum(&b) } else { self.s_checksum };
         wr_be32(&mut b, SB_CHECKSUM_OFFSET, csum);

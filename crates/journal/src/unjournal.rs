@@ -190,6 +190,7 @@ pub(crate) fn break_holds(j: &LogCore) -> JResult<bool> {
         }
         (holds.iter().map(|h| h.seq).collect(), holds.iter().flat_map(|h| h.bufs.iter().cloned()).collect())
     };
+    crate::ordered_sums::settle(&j.set, &bufs, None, true)?;
     let tickets = {
         // Images taken and submitted in one order with every other home write of data.
         let _hw = j.set.home_write_lock.lock();

@@ -372,6 +372,13 @@ fn stop_string(s: &ScanStop) -> String {
             format!("transaction {tid}'s commit block fails its checksum (block {log_block})")
         }
         ScanStop::LogExhausted => "went once around the log without finding its end".into(),
+        ScanStop::DataNotDurable { tid, block: Some(b) } => format!(
+            "transaction {tid}'s ordered data is not on the device (block {b} differs from its commit \
+             block's sum): never acknowledged, not replayed"
+        ),
+        ScanStop::DataNotDurable { tid, block: None } => {
+            format!("transaction {tid}'s commit block is torn (its ordered-data sums): not replayed")
+        }
     }
 }
 

@@ -398,13 +398,14 @@ pub fn check_image(
         let r = (|| {
             scratch.write_b(base, &changed)?;
             let (code, msg) = e2fsck(&scratch.b, true)?;
-            if (opts.journal.logs.wanted() > 1 || opts.journal.ijournal.on())
+            if (opts.journal.logs.wanted() > 1 || opts.journal.ijournal.on() || opts.journal.ordered_sums)
                 && code >= 4
                 && msg.contains("unknown incompatible feature")
             {
-                // Several logs or ijournal areas: the image carries a private bit (`cjfs_logs`,
-                // `cjfs_ijournal`) until recovered, so stock e2fsck refuses it rather than
-                // replay the primary log alone.
+                // Several logs, ijournal areas or ordered-data sums: the image carries a
+                // private bit (`cjfs_logs`, `cjfs_ijournal`, `cjfs_ordered_sums`) until
+                // recovered, so stock e2fsck refuses it rather than replay the primary log
+                // alone or a last transaction without checking its data.
                 return Ok(true);
             }
             if code >= 4 {
