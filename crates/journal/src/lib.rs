@@ -29,6 +29,7 @@
 //! | `config.rs` | every setting and the named presets; `device_choice.rs`: the `auto` preset |
 //! | `shadow.rs` | multi-version shadow paging (CJFS §4.2) |
 //! | `single_io.rs` | the single-I/O commit of journaling of journal (FAST'14 §2.1): a transaction as one write and one flush, with the v1 checksum and async-commit features |
+//! | `ordered_sums.rs` | ordered-data checksums (OptFS's transactional checksums, SOSP'13): a single-I/O commit sums the ordered data it exposes in its commit block and sends both under one flush; recovery checks the last transaction |
 //! | `unjournal.rs` | a file leaving data journaling by revoke: its pending checkpoint images become the switch's ordered writes, its blocks revoked, the log held until the switch is durable (instead of emptying the journal) |
 //! | `per_core.rs` | per-core journaling (Z-Journal): admission, chain marks, stamps, validity |
 //! | `order_graph.rs` | recovery of several logs by order graph (Z-Journal §3.4) |
@@ -55,7 +56,7 @@
 //! 6. `sb_write` → `log` → `flush_queue` → `state` (all of one log: no thread holds two
 //!    logs' locks of one rank; abort takes each log's `state` in turn, holding nothing);
 //! 7. leaves: `updates_lock` (a writer pins another log's transaction under that log's
-//!    `updates_lock` while holding the buffer's `jstate`), `checkpoint_list`, a transaction's
+//!    `updates_lock` while holding the buffer's `jstate`), `checkpoint_list`, `summed`, a transaction's
 //!    `marks`, `per_core::Chains::pending`, `compound_flush::SharedFlush`, the shadow pool, `Shared::aborted`,
 //!    `Shared::barrier_lock` (taken holding nothing of the journal). (A
 //!    `polling::Event` — under a transaction's `done` and `changed` and the work queues'

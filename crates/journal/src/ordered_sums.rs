@@ -284,7 +284,7 @@ pub(crate) fn confirmed(set: &Shared, e: TxId) -> bool {
 /// its home contents are still covered by another transaction's unconfirmed sums, or it is
 /// exposed data of another transaction that will sum it.
 pub(crate) fn pending(set: &Shared, buf: &Buffer, cur: Option<TxId>) -> Option<TxId> {
-    if !set.config.ordered_sums {
+    if !set.config.ordered_sums || crate::planted::bugs(&set.config).unconfirmed_rewrite {
         return None;
     }
     let js = buf.jstate();
@@ -303,6 +303,7 @@ fn unconfirmed(set: &Shared, js: &crate::buffer::JState, cur: Option<TxId>) -> O
 /// other than `cur` (checked again under `home_write_lock` after [`settle`]).
 pub(crate) fn any_unsettled(set: &Shared, bufs: &[Arc<Buffer>], cur: Option<TxId>) -> bool {
     set.config.ordered_sums
+        && !crate::planted::bugs(&set.config).unconfirmed_rewrite
         && bufs.iter().any(|b| {
             let js = b.jstate();
             js.dirty && unconfirmed(set, &js, cur).is_some()
@@ -313,7 +314,7 @@ pub(crate) fn any_unsettled(set: &Shared, bufs: &[Arc<Buffer>], cur: Option<TxId
 /// of `cur`: confirm every other transaction whose sums still cover one of them (see the
 /// module documentation). Returns whether it had to.
 pub(crate) fn settle(set: &Shared, bufs: &[Arc<Buffer>], cur: Option<TxId>, all: bool) -> JResult<bool> {
-    if !set.config.ordered_sums {
+    if !set.config.ordered_sums || crate::planted::bugs(&set.config).unconfirmed_rewrite {
         return Ok(false);
     }
     let newest = bufs

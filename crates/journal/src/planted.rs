@@ -27,6 +27,10 @@ pub struct PlantedBugs {
     /// previous one to be durable and without a barrier, so transaction n+1's write may
     /// persist while n's is torn.
     pub single_io_overlap: bool,
+    /// Ordered-data checksums: write a block home in place while the last transaction's
+    /// sums still cover it (no logged rewrite, no confirmation first), so a crash before the
+    /// next commit makes recovery drop that acknowledged transaction.
+    pub unconfirmed_rewrite: bool,
 }
 
 /// The bugs planted in `c` (none without the `planted-bugs` feature).
@@ -47,6 +51,7 @@ pub(crate) fn bugs(c: &JournalConfig) -> PlantedBugs {
             checkpoint_invalid: false,
             release_past_older: false,
             single_io_overlap: false,
+            unconfirmed_rewrite: false,
         }
     }
 }

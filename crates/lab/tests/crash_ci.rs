@@ -472,6 +472,17 @@ fn planted_joj_bugs_are_caught() {
         eprintln!("joj, {what}: {n} violating crash state(s)");
         assert!(n > 0, "the harness did not catch the planted bug: {what}");
     }
+    // Ordered-data checksums: an append into the last block a synced transaction summed (the
+    // WAL frames of `joj-sqlite`, which stays ordered under `joj`),
+    // written in place before a later commit confirmed it, makes recovery drop that
+    // acknowledged transaction.
+    let osum = "joj+osum=on";
+    assert_eq!(caught_in(osum, Bugs::default(), &sqlite), 0, "{osum}: quiet without bugs");
+    let n = caught_in(osum, Bugs { unconfirmed_rewrite: true, ..Bugs::default() }, &sqlite);
+    eprintln!(
+        "{osum}, rewriting a summed block in place before it is confirmed: {n} violating crash state(s)"
+    );
+    assert!(n > 0, "the harness did not catch a summed block rewritten in place");
 }
 
 /// Workloads that once exposed real bugs (see the fixes they name).

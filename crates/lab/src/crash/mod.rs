@@ -106,6 +106,10 @@ pub struct Bugs {
     /// block still has an image in the log.
     #[serde(default)]
     pub rewrite_in_place: bool,
+    /// Ordered-data checksums: rewrite a block in place while the last transaction's sums
+    /// still cover it.
+    #[serde(default)]
+    pub unconfirmed_rewrite: bool,
 }
 
 impl Bugs {
@@ -123,6 +127,7 @@ impl Bugs {
             || self.single_io_overlap
             || self.leave_without_revoke
             || self.rewrite_in_place
+            || self.unconfirmed_rewrite
     }
 }
 
@@ -199,6 +204,7 @@ impl CrashConfig {
                 checkpoint_invalid: self.bugs.checkpoint_invalid,
                 release_past_older: self.bugs.release_past_older,
                 single_io_overlap: self.bugs.single_io_overlap,
+                unconfirmed_rewrite: self.bugs.unconfirmed_rewrite,
             };
         }
         #[cfg(not(feature = "planted-bugs"))]
