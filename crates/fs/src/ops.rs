@@ -193,6 +193,10 @@ impl Fs {
         if set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some() {
             crate::protect::may_change_immutable(ino, &st, "setting times")?;
         }
+        // ext4_setattr: IS_APPEND with ATTR_TIMES_SET is EPERM; times set to now pass.
+        if set.times_set && (set.atime.is_some() || set.mtime.is_some()) {
+            crate::protect::may_change(ino, &st, "setting explicit times")?;
+        }
         if let Some(size) = set.size {
             if st.d.is_dir() {
                 return Err(FsError::IsDir(format!("inode {ino}")));

@@ -7,10 +7,12 @@
 //! `S_IMMUTABLE`/`S_APPEND`), so the file system is the only place they can hold. Two
 //! choices differ from the kernel, both for the FUSE writeback cache (`-o writeback`),
 //! which writes pages back whole, in any order, after the program's write returned, and
-//! sets the times it kept with an explicit `setattr`: pages written back are not checked
-//! (the opens that made them were), and times may still be set on an append-only file
-//! (the kernel refuses explicit times there). With the writeback cache, dirty pages of a
-//! file made immutable before they went home still go home.
+//! sends the mtime it kept as a value, like an explicit one: pages written back are not
+//! checked (the opens that made them were), and an explicit mtime alone (`touch -m -d`)
+//! still passes on an append-only regular file there (an explicit atime is refused, as
+//! ext4 refuses both). With the writeback cache, dirty pages of a file made immutable
+//! before they went home still go home. Clearing `O_APPEND` with `fcntl(F_SETFL)` never
+//! reaches a FUSE daemon, so it cannot be refused.
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeState;

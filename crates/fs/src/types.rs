@@ -241,6 +241,10 @@ pub struct SetAttr {
     pub mtime: Option<Timestamp>,
     /// New change time (defaults to now when anything changes).
     pub ctime: Option<Timestamp>,
+    /// `atime`/`mtime` are values the caller chose (`utimensat` with times other than
+    /// `UTIME_NOW`, the kernel's `ATTR_TIMES_SET`), which an append-only file refuses;
+    /// false for times set to now.
+    pub times_set: bool,
 }
 
 /// One directory entry from [`crate::Fs::readdir`].

@@ -275,8 +275,9 @@ impl CjfsFuse {
             return Err(e);
         }
         // Also read-only: Linux truncates on O_RDONLY|O_TRUNC (the kernel has checked write
-        // permission, `default_permissions`).
-        if trunc && a.kind == FileType::Regular && (a.size > 0 || a.blocks > 0) {
+        // permission, `default_permissions`). An empty file too: the kernel's
+        // handle_truncate stamps mtime and ctime whatever the size (make's stamp files).
+        if trunc && a.kind == FileType::Regular {
             let set = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.fs.setattr(ino, &set) {
                 let _ = self.fs.release(ino);
@@ -524,7 +525,14 @@ impl Filesystem for CjfsFuse {
                 try_reply!(self.kill_suid_sgid(req, ino), reply);
             }
         }
-        let set = SetAttr {
+        // The kernel marks a time set to now (FATTR_ATIME_NOW, FATTR_MTIME_NOW), except the
+        // mtime of a regular file under the writeback cache, which it sends as a value (its
+        // own cached time or now alike): only an explicit atime tells there.
+        let explicit = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+        let own_mtime = explicit(&mtime)
+            && self.writeback_cache
+            && try_reply!(self.fs.getattr(ino), reply).kind == FileType::Regular;
+        let mut set = SetAttr {
             mode,
             uid,
             gid,
@@ -532,9 +540,14 @@ impl Filesystem for CjfsFuse {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(timestamp),
+            times_set: explicit(&atime) || (explicit(&mtime) && !own_mtime),
         };
-        let a = if set == SetAttr::default() { self.fs.getattr(ino) } else { self.fs.setattr(ino, &set) };
-        let a = try_reply!(a, reply);
+        if set == SetAttr::default() {
+            // `chown(f, -1, -1)` arrives empty (the kernel sends its ATTR_CTIME only with the
+            // writeback cache, for regular files): ext4 stamps ctime for it all the same.
+            set.ctime = Some(cjfs_fs::Timestamp::now());
+        }
+        let a = try_reply!(self.fs.setattr(ino, &set), reply);
         reply.attr(&self.attr_ttl, &file_attr(&a));
     }
 

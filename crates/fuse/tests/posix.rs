@@ -1,0 +1,145 @@
+//! POSIX details through a real mount, as the kernel's ext4 answers them: explicit times on
+//! an append-only file, `chown(f, -1, -1)` and `O_TRUNC` on an empty file moving the times.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `utimensat(path, [atime, mtime])`; `None` for both is `times == NULL` (now).
+fn utimens(p: &Path, times: Option<[libc::timespec; 2]>) -> Result<(), i32> {
+    let c = cpath(p);
+    let ptr = times.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: a valid path and null or two timespecs.
+    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ptr, 0) } == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// Both times set to `sec` seconds.
+fn at(sec: i64) -> Option<[libc::timespec; 2]> {
+    Some([libc::timespec { tv_sec: sec, tv_nsec: 0 }; 2])
+}
+
+/// (mtime, ctime) in nanoseconds as stat shows them.
+fn mc(p: &Path) -> (i128, i128) {
+    let m = fs::metadata(p).unwrap();
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()))
+}
+
+/// Set or clear inode flags with FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (`chattr`).
+fn chattr(p: &Path, on: libc::c_long, off: libc::c_long) {
+    let f = File::open(p).unwrap();
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes an int into `flags`.
+    assert_eq!(unsafe { libc::ioctl(f.as_raw_fd(), 0x8008_6601, &mut flags) }, 0);
+    flags = (flags | on) & !off;
+    // SAFETY: FS_IOC_SETFLAGS reads an int from `flags`.
+    assert_eq!(unsafe { libc::ioctl(f.as_raw_fd(), 0x4008_6602, &flags) }, 0, "chattr: {}", errno());
+}
+
+const APPEND_FL: libc::c_long = 0x20;
+const IMMUTABLE_FL: libc::c_long = 0x10;
+
+/// Long enough for the coarse clock to move between two stamps.
+fn tick() {
+    std::thread::sleep(Duration::from_millis(30));
+}
+
+#[test]
+fn append_only_refuses_explicit_times() {
+    if skip("append_only_refuses_explicit_times", &[]) {
+        return;
+    }
+    for opts in ["", "writeback"] {
+        let s = Scratch::new(64 << 20);
+        let m = s.mount(opts);
+        let f = s.p("log");
+        fs::write(&f, b"one\n").unwrap();
+        chattr(&f, APPEND_FL, 0);
+        let before = mc(&f).0;
+        assert_eq!(utimens(&f, at(978_307_200)), Err(libc::EPERM), "{opts}: touch -d");
+        assert_eq!(mc(&f).0, before, "{opts}: mtime forged");
+        // `touch` without a date sets now, which an append-only file allows.
+        tick();
+        utimens(&f, None).unwrap_or_else(|e| panic!("{opts}: touch: errno {e}"));
+        assert!(mc(&f).0 > before, "{opts}: touch did not move mtime");
+        chattr(&f, 0, APPEND_FL);
+        utimens(&f, at(978_307_200)).unwrap();
+        assert_eq!(mc(&f).0, 978_307_200_000_000_000, "{opts}: explicit time once cleared");
+        m.unmount();
+    }
+}
+
+#[test]
+fn chown_to_the_same_ids_moves_ctime() {
+    if skip("chown_to_the_same_ids_moves_ctime", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("");
+    let f = s.p("f");
+    File::create(&f).unwrap();
+    let c = cpath(&f);
+    // chown(f, -1, -1) reaches the daemon as a SETATTR with nothing in it.
+    let (m0, c0) = mc(&f);
+    tick();
+    // SAFETY: a valid path; -1 leaves owner and group.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), u32::MAX, u32::MAX) }, 0);
+    let (m1, c1) = mc(&f);
+    assert_eq!(m1, m0, "chown(-1, -1) moved mtime");
+    assert!(c1 > c0, "chown(-1, -1) left ctime");
+    // ext4_setattr refuses even a ctime-only change of an immutable file.
+    chattr(&f, IMMUTABLE_FL, 0);
+    // SAFETY: as above.
+    let r = unsafe { libc::chown(c.as_ptr(), u32::MAX, u32::MAX) };
+    assert_eq!((r, errno()), (-1, libc::EPERM), "chown(-1, -1) of an immutable file");
+    chattr(&f, 0, IMMUTABLE_FL);
+    m.unmount();
+    e2fsck_clean(&s.image);
+}
+
+#[test]
+fn otrunc_of_an_empty_file_moves_mtime_and_ctime() {
+    if skip("otrunc_of_an_empty_file_moves_mtime_and_ctime", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("");
+    let f = s.p("stamp");
+    File::create(&f).unwrap();
+    // By open and by creat (`: > stamp`), as make's stamp files are touched.
+    for how in ["open", "creat"] {
+        utimens(&f, at(1_577_836_800)).unwrap();
+        let (m0, c0) = mc(&f);
+        tick();
+        match how {
+            "open" => drop(OpenOptions::new().write(true).truncate(true).open(&f).unwrap()),
+            _ => drop(File::create(&f).unwrap()),
+        }
+        let (m1, c1) = mc(&f);
+        assert!(m1 > m0 && c1 > c0, "{how}(O_TRUNC) of an empty file: ({m0}, {c0}) -> ({m1}, {c1})");
+    }
+    // A truncate to the same size moves them too, as on ext4 (ext4_truncate stamps both).
+    utimens(&f, at(1_577_836_800)).unwrap();
+    let (m0, _) = mc(&f);
+    tick();
+    OpenOptions::new().write(true).open(&f).unwrap().set_len(0).unwrap();
+    assert!(mc(&f).0 > m0, "ftruncate to the same size");
+    m.unmount();
+    e2fsck_clean(&s.image);
+}
