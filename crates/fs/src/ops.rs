@@ -598,17 +598,33 @@ impl Fs {
         Ok(out)
     }
 
-    /// Every attribute name.
+    /// Every attribute name ext4 lists to a caller with `CAP_SYS_ADMIN` (see
+    /// [`Fs::listxattr_as`]).
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        self.listxattr_as(ino, true)
+    }
+
+    /// The attribute names ext4 lists to a caller with (`privileged`) or without
+    /// `CAP_SYS_ADMIN`: `trusted.` names only to the former, and no `system.` name other
+    /// than the POSIX ACLs (ext4 has no handler for `system.data` or others, which may
+    /// still be on disk).
+    pub fn listxattr_as(&self, ino: Ino, privileged: bool) -> FsResult<Vec<Vec<u8>>> {
         let node = self.node(ino)?;
         let st = self.read_state(&node)?;
-        Ok(xattr::list_all(&self.inner, &st)?.into_iter().map(|(n, _)| n).collect())
+        Ok(xattr::list_all(&self.inner, &st)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| xattr::listed(n, privileged))
+            .collect())
     }
 
     /// One attribute's value. POSIX ACLs come in the user-space format (`a_version` 2),
     /// converted from ext4's on-disk format; a stored ACL that is not valid in that format
-    /// is [`FsError::Invalid`], as on ext4.
+    /// is [`FsError::Invalid`], as on ext4. A name in a namespace ext4 has no handler for
+    /// (`system.` names other than the ACLs, `system.data` among them) is
+    /// [`FsError::NotSupported`].
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        xattr::check_namespace(name)?;
         let node = self.node(ino)?;
         let st = self.read_state(&node)?;
         if crate::acl::is_acl(name) {
@@ -620,7 +636,8 @@ impl Fs {
     /// Set an attribute. POSIX ACLs (`system.posix_acl_access` / `_default`, user-space
     /// format) are checked, stored in ext4's format and kept consistent with the mode as
     /// ext4 does: an access ACL sets the permission bits, and one the mode expresses in full
-    /// is not stored; `flags` do not apply to them. See [`Fs::setxattr_clearing_sgid`].
+    /// is not stored; `flags` do not apply to them. Names ext4 has no handler for are
+    /// refused as in [`Fs::getxattr`]. See [`Fs::setxattr_clearing_sgid`].
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
         self.setxattr_clearing_sgid(ino, name, value, flags, false)
     }
@@ -640,6 +657,7 @@ impl Fs {
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
         crate::protect::may_change(ino, &st, "setting an extended attribute")?;
+        xattr::check_namespace(name)?;
         if crate::acl::is_acl(name) {
             return self.retry_nospc(|| crate::acl::set(&self.inner, ino, &mut st, name, value, clear_sgid));
         }
@@ -653,6 +671,7 @@ impl Fs {
         let node = self.node(ino)?;
         let mut st = self.write_state(&node)?;
         crate::protect::may_change(ino, &st, "removing an extended attribute")?;
+        xattr::check_namespace(name)?;
         if crate::acl::is_acl(name) {
             return crate::acl::set(&self.inner, ino, &mut st, name, &[], false);
         }

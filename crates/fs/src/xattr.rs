@@ -55,6 +55,30 @@ fn seal(fs: &FsInner, buf: &Buffer) {
     }
 }
 
+/// Refuse a name ext4 has no handler for with [`FsError::NotSupported`] (EOPNOTSUPP, as
+/// the kernel's `xattr_resolve_name`): `system.` names other than the two POSIX ACLs
+/// (`system.data` of inline data, `system.richacl`) and unknown namespaces. Such names may
+/// still be on disk; they are kept, but neither listed nor read nor written.
+pub(crate) fn check_namespace(name: &[u8]) -> FsResult<()> {
+    let known = [&b"user."[..], b"trusted.", b"security."].iter().any(|p| name.starts_with(p))
+        || crate::acl::is_acl(name);
+    if known {
+        Ok(())
+    } else {
+        Err(FsError::NotSupported(format!(
+            "extended attribute {:?}: ext4 has no handler for its namespace",
+            String::from_utf8_lossy(name)
+        )))
+    }
+}
+
+/// Whether ext4's `listxattr` shows `name`: never a name without a handler
+/// ([`check_namespace`]), and `trusted.` names only to a caller with `CAP_SYS_ADMIN`
+/// (`privileged`; the trusted handler's `list`).
+pub(crate) fn listed(name: &[u8], privileged: bool) -> bool {
+    check_namespace(name).is_ok() && (privileged || !name.starts_with(b"trusted."))
+}
+
 /// Every attribute of the inode.
 pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
     let mut out = Vec::new();

@@ -1,5 +1,6 @@
 //! POSIX details through a real mount, as the kernel's ext4 answers them: explicit times on
-//! an append-only file, `chown(f, -1, -1)` and `O_TRUNC` on an empty file moving the times.
+//! an append-only file, `chown(f, -1, -1)` and `O_TRUNC` on an empty file moving the times,
+//! `trusted.` names hidden from other users, `system.` names refused.
 
 mod common;
 
@@ -142,4 +143,61 @@ fn otrunc_of_an_empty_file_moves_mtime_and_ctime() {
     assert!(mc(&f).0 > m0, "ftruncate to the same size");
     m.unmount();
     e2fsck_clean(&s.image);
+}
+
+/// `flistxattr` on `fd` from a thread whose file system ids are `uid` (the ids a FUSE
+/// request carries; the rest of the process stays root).
+fn list_as(fd: i32, uid: u32) -> Vec<String> {
+    std::thread::spawn(move || {
+        // SAFETY: setfsuid/setfsgid change only this thread's file system ids.
+        unsafe {
+            libc::setfsgid(uid);
+            libc::setfsuid(uid);
+        }
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: a buffer of buf.len() bytes.
+        let n = unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        assert!(n >= 0, "flistxattr as {uid}: errno {}", errno());
+        let mut names: Vec<String> = buf[..n as usize]
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
+        names.sort();
+        names
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn trusted_names_hidden_from_other_users_and_system_names_refused() {
+    if skip("trusted_names_hidden_from_other_users_and_system_names_refused", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    // The daemon serves requests of other users only with allow_other.
+    let m = s.mount("allow_other");
+    let f = s.p("x");
+    File::create(&f).unwrap();
+    let set = |name: &str| -> Result<(), i32> {
+        let (p, n) = (cpath(&f), CString::new(name).unwrap());
+        // SAFETY: valid strings and a one-byte value.
+        let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+        if r == 0 { Ok(()) } else { Err(errno()) }
+    };
+    set("trusted.secret").unwrap();
+    set("user.u").unwrap();
+    for name in ["system.foo", "system.data", "system.richacl"] {
+        assert_eq!(set(name), Err(libc::EOPNOTSUPP), "setxattr {name}");
+        let (p, n) = (cpath(&f), CString::new(name).unwrap());
+        // SAFETY: a size probe (null buffer).
+        let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+        assert_eq!((r, errno()), (-1, libc::EOPNOTSUPP), "getxattr {name}");
+    }
+    let file = File::open(&f).unwrap();
+    assert_eq!(list_as(file.as_raw_fd(), 0), ["trusted.secret", "user.u"]);
+    assert_eq!(list_as(file.as_raw_fd(), 65534), ["user.u"]);
+    drop(file);
+    m.unmount();
 }
