@@ -75,8 +75,14 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
         return Err(FsError::Invalid(format!("bad file name {:?}", String::from_utf8_lossy(name))));
     }
+    check_len(name)
+}
+
+/// A name longer than ext4's 255 bytes: [`FsError::NameTooLong`] for a new entry and for a
+/// lookup alike (`ext4_lookup`), never a missing entry.
+pub(crate) fn check_len(name: &[u8]) -> FsResult<()> {
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong(String::from_utf8_lossy(name).into_owned()));
+        return Err(FsError::NameTooLong(format!("{} bytes (at most {NAME_MAX})", name.len())));
     }
     Ok(())
 }
@@ -402,6 +408,7 @@ fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> u8 {
 
 /// Look `name` up.
 pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult<Option<DirSlot>> {
+    check_len(name)?;
     ensure_index(fs, st)?;
     Ok(st.names.0.read().as_ref().and_then(|m| m.get(name).copied()))
 }

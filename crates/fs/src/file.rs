@@ -21,6 +21,20 @@ use crate::types::{DataMode, FallocMode, Ino, Timestamp};
 pub(crate) fn max_file_size(bs: u64) -> u64 {
     crate::ondisk::inode::max_file_size(bs as u32)
 }
+/// How many of `len` bytes a write at `off` may take: those below the largest file size
+/// (a short write, as POSIX asks); [`FsError::TooBig`] when it starts at or past that size
+/// (the kernel's `generic_write_check_limits`, with ext4's `s_maxbytes`).
+pub(crate) fn writable_len(fs: &FsInner, off: u64, len: usize) -> FsResult<usize> {
+    let max = max_file_size(fs.geo.block_size as u64);
+    if len == 0 {
+        return Ok(0);
+    }
+    if off >= max {
+        return Err(FsError::TooBig(format!("write at byte {off}: files end at byte {max}")));
+    }
+    Ok(len.min((max - off).min(usize::MAX as u64) as usize))
+}
+
 /// Blocks written per transaction handle (bounds a handle's log footprint).
 const CHUNK_BLOCKS: u64 = 256;
 
@@ -630,7 +644,9 @@ pub(crate) fn fallocate(
             if !keep_size && end > st.d.size && lblk > last {
                 st.d.size = end;
             }
+            // ext4_fallocate's file_modified: mtime and ctime, with FALLOC_FL_KEEP_SIZE too.
             st.d.ctime = Timestamp::now();
+            st.d.mtime = st.d.ctime;
             st.datasync_tx = tx.h.tx_id();
             store_inode(&mut tx, ino, st)?;
             tx.stop()?;

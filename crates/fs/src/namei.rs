@@ -364,6 +364,9 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
         .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
     let node = fs.inodes.get(fs, slot.ino)?;
     let mut st = node.state.write();
+    // The kernel's may_delete refuses an immutable or append-only entry or parent before it
+    // looks at the type, and vfs_rmdir before the file system checks emptiness.
+    crate::protect::may_remove_entry(parent, &ps, slot.ino, &st)?;
     let is_dir = st.d.is_dir();
     if want_dir && !is_dir {
         return Err(FsError::NotDir(String::from_utf8_lossy(name).into_owned()));
@@ -377,7 +380,6 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
             return Err(FsError::NotEmpty(String::from_utf8_lossy(name).into_owned()));
         }
     }
-    crate::protect::may_remove_entry(parent, &ps, slot.ino, &st)?;
     let mut tx = Tx::start(fs, 24)?;
     dir::remove_entry(&mut tx, &mut ps, name)?;
     crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id(), !is_dir);
@@ -543,31 +545,28 @@ pub(crate) fn rename(
         }
         None => (sn.state.write(), None),
     };
-    if let (Some(_), Some(dgs)) = (dst, dg.as_mut()) {
-        let dst_is_dir = dgs.d.is_dir();
-        if !flags.exchange {
-            if src_is_dir && !dst_is_dir {
-                return Err(FsError::NotDir(String::from_utf8_lossy(newname).into_owned()));
-            }
-            if !src_is_dir && dst_is_dir {
-                return Err(FsError::IsDir(String::from_utf8_lossy(newname).into_owned()));
-            }
-            if dst_is_dir {
-                dir::ensure_index(fs, dgs)?;
-                if dgs.dir_len() > 0 {
-                    return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
-                }
-            }
-        }
-    }
     {
-        use crate::protect::{may_add_entry, may_change_immutable, may_remove_entry};
+        // The kernel's may_delete (and may_create) come before the type checks, and
+        // vfs_rename before the file system checks the target is empty.
+        use crate::protect::{may_add_entry, may_remove_entry};
         may_remove_entry(parent, &g1, src.ino, &sg)?;
         let new_dir = g2.as_deref().unwrap_or(&*g1);
         match (dst, dg.as_deref()) {
             (Some(d), Some(dgs)) => may_remove_entry(newparent, new_dir, d.ino, dgs)?,
             _ => may_add_entry(newparent, new_dir)?,
         }
+    }
+    if let (Some(_), Some(dgs), false) = (dst, dg.as_deref(), flags.exchange) {
+        if src_is_dir && !dgs.d.is_dir() {
+            return Err(FsError::NotDir(String::from_utf8_lossy(newname).into_owned()));
+        }
+        if !src_is_dir && dgs.d.is_dir() {
+            return Err(FsError::IsDir(String::from_utf8_lossy(newname).into_owned()));
+        }
+    }
+    {
+        use crate::protect::may_change_immutable;
+        let new_dir = g2.as_deref().unwrap_or(&*g1);
         if src_is_dir && !same {
             may_change_immutable(src.ino, &sg, "moving a directory to another parent")?;
             // It adds a subdirectory to the new parent unless it replaces one.
@@ -587,6 +586,14 @@ pub(crate) fn rename(
             && dgs.d.is_dir()
         {
             may_change_immutable(d.ino, dgs, "moving a directory to another parent")?;
+        }
+    }
+    if let (Some(_), Some(dgs), false) = (dst, dg.as_mut(), flags.exchange)
+        && dgs.d.is_dir()
+    {
+        dir::ensure_index(fs, dgs)?;
+        if dgs.dir_len() > 0 {
+            return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
         }
     }
     let mut tx = Tx::start(fs, 48)?;
@@ -644,6 +651,9 @@ pub(crate) fn rename(
         }
         dgs.d.ctime = now;
         store_inode(&mut tx, d.ino, dgs)?;
+        // Both inodes change (ext4_cross_rename stamps the ctime of each).
+        sg.d.ctime = now;
+        store_inode(&mut tx, src.ino, &mut sg)?;
     } else {
         if dst.is_some() {
             let dgs = dg.as_mut().ok_or_else(|| FsError::NotFound("rename target".into()))?;

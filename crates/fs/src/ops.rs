@@ -71,9 +71,11 @@ impl Fs {
         if self.inner.opts.read_only { Err(FsError::ReadOnly) } else { Ok(()) }
     }
 
-    /// Look `name` up in directory `parent`.
+    /// Look `name` up in directory `parent`. A name longer than 255 bytes is
+    /// [`FsError::NameTooLong`], as `ext4_lookup` answers, not a missing entry.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         let not_found = || FsError::NotFound(String::from_utf8_lossy(name).into_owned());
+        crate::dir::check_len(name)?;
         if name == b".." {
             let ino = self.parent_of(parent)?;
             return self.getattr(ino);
@@ -397,7 +399,8 @@ impl Fs {
         crate::file::read(&self.inner, &st, off, buf)
     }
 
-    /// Write `data` at `off`; returns bytes written.
+    /// Write `data` at `off`; returns bytes written. A write that crosses the largest file
+    /// size is cut short there; one that starts at or past it is [`FsError::TooBig`].
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
         self.write_inner(ino, off, data, true)
     }
@@ -423,6 +426,7 @@ impl Fs {
         if touch_times {
             crate::protect::may_write(ino, &st, off)?;
         }
+        let data = &data[..crate::file::writable_len(&self.inner, off, data.len())?];
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
         let done =

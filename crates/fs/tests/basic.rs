@@ -51,8 +51,8 @@ fn create_write_read_rename_unlink_fsck_clean() {
     assert_fsck_clean(&path);
 }
 
-/// The largest size is the kernel's (2^32 - 1 blocks): truncating or writing one byte past
-/// it is EFBIG, exactly at it is accepted, and e2fsck finds the file clean (one block more
+/// The largest size is the kernel's (2^32 - 1 blocks): truncating past it or writing at it
+/// is EFBIG, a write crossing it is cut short there, exactly at it is accepted, and e2fsck finds the file clean (one block more
 /// was once accepted and left an inode the kernel refused to open).
 #[test]
 fn file_size_limit_is_the_kernels() {
@@ -65,8 +65,8 @@ fn file_size_limit_is_the_kernels() {
     assert!(matches!(past, Err(FsError::TooBig(_))), "{past:?}");
     let past = fs.setattr(f.ino, &SetAttr { size: Some(1u64 << 44), ..Default::default() });
     assert!(matches!(past, Err(FsError::TooBig(_))), "{past:?}");
-    assert!(matches!(fs.write(f.ino, max - 1, b"xy"), Err(FsError::TooBig(_))));
-    assert_eq!(fs.write(f.ino, max - 1, b"z").expect("last byte"), 1);
+    assert_eq!(fs.write(f.ino, max - 1, b"zy").expect("a write across the limit"), 1);
+    assert!(matches!(fs.write(f.ino, max, b"y"), Err(FsError::TooBig(_))));
     assert_eq!(fs.getattr(f.ino).expect("getattr").size, max);
     let g = fs.create(ROOT_INO, b"edge2", 0o644, 0, 0).expect("create");
     fs.setattr(g.ino, &SetAttr { size: Some(max), ..Default::default() }).expect("truncate to the limit");

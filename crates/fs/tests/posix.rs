@@ -1,14 +1,25 @@
 //! POSIX details as the kernel's ext4 answers them: explicit times on append-only files,
 //! extended attribute namespaces ext4 has no handler for and `trusted.` names hidden from
-//! unprivileged callers.
+//! unprivileged callers, a write crossing the largest file size, names over 255 bytes,
+//! RENAME_EXCHANGE's change times, removals refused by the protection flags before
+//! emptiness is looked at, and fallocate's times.
 
 mod common;
 
 use std::process::Command;
 
 use cjfs_fs::ondisk::inode::{EXT4_APPEND_FL, EXT4_IMMUTABLE_FL};
-use cjfs_fs::{FsError, ROOT_INO, SetAttr, Timestamp, XattrFlags};
+use cjfs_fs::{FallocMode, FsError, ROOT_INO, RenameFlags, SetAttr, Timestamp, XattrFlags};
 use common::*;
+
+/// A time long past, to see whether an operation moves a time at all.
+const OLD: Timestamp = Timestamp::new(1_000_000_000, 0);
+
+/// Set mtime and ctime of `ino` to [`OLD`].
+fn age(fs: &cjfs_fs::Fs, ino: cjfs_fs::Ino) {
+    let set = SetAttr { mtime: Some(OLD), ctime: Some(OLD), times_set: true, ..SetAttr::default() };
+    fs.setattr(ino, &set).expect("set old times");
+}
 
 #[test]
 fn append_only_refuses_explicit_times_and_immutable_any_setattr() {
@@ -99,4 +110,130 @@ fn trusted_names_are_listed_to_privileged_callers_only() {
     assert_eq!(all, vec![b"trusted.secret".to_vec(), b"user.u".to_vec()]);
     assert_eq!(fs.listxattr_as(f.ino, false).expect("list as a user"), vec![b"user.u".to_vec()]);
     fs.unmount().expect("unmount");
+}
+
+#[test]
+fn a_write_crossing_the_largest_file_size_is_short() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "m.img", 64);
+    let fs = mount(dev);
+    let max = ((1u64 << 32) - 1) * fs.geometry().block_size as u64;
+    let f = fs.create(ROOT_INO, b"big", 0o644, 0, 0).expect("create");
+    assert_eq!(fs.write(f.ino, max - 1, b"zz").expect("write across the limit"), 1);
+    assert_eq!(fs.getattr(f.ino).expect("getattr").size, max);
+    for off in [max, max + 10] {
+        let r = fs.write(f.ino, off, b"z");
+        assert!(matches!(r, Err(FsError::TooBig(_))), "write at {off}: {r:?}");
+    }
+    let mut b = [0u8; 4];
+    assert_eq!(fs.read(f.ino, max - 2, &mut b).expect("read"), 2);
+    assert_eq!(&b[..2], b"\0z");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
+
+#[test]
+fn names_longer_than_255_bytes_are_too_long_not_missing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_path, dev) = fresh_image(dir.path(), "n.img", 64);
+    let fs = mount(dev);
+    let long = [b'n'; 256];
+    fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+    let too_long = |r: Result<(), FsError>, what: &str| {
+        assert!(matches!(r, Err(FsError::NameTooLong(_))), "{what}: {r:?}");
+    };
+    too_long(fs.lookup(ROOT_INO, &long).map(drop), "lookup");
+    too_long(fs.unlink(ROOT_INO, &long), "unlink");
+    too_long(fs.rmdir(ROOT_INO, &long), "rmdir");
+    too_long(fs.rename(ROOT_INO, &long, ROOT_INO, b"g", RenameFlags::default()), "rename from");
+    too_long(fs.rename(ROOT_INO, b"f", ROOT_INO, &long, RenameFlags::default()), "rename to");
+    let r = fs.lookup(ROOT_INO, &long[..255]);
+    assert!(matches!(r, Err(FsError::NotFound(_))), "255 bytes: {r:?}");
+    fs.unmount().expect("unmount");
+}
+
+#[test]
+fn rename_exchange_stamps_the_ctime_of_both_inodes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "r.img", 64);
+    let fs = mount(dev);
+    let sub = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir");
+    fs.create(ROOT_INO, b"a", 0o644, 0, 0).expect("create");
+    fs.create(sub.ino, b"b", 0o644, 0, 0).expect("create");
+    for (p1, n1, p2, n2) in [(ROOT_INO, &b"a"[..], sub.ino, &b"b"[..]), (ROOT_INO, b"a", ROOT_INO, b"c")] {
+        if n2 == b"c" {
+            fs.create(ROOT_INO, b"c", 0o644, 0, 0).expect("create");
+        }
+        let (x, y) = (fs.lookup(p1, n1).expect("lookup").ino, fs.lookup(p2, n2).expect("lookup").ino);
+        age(&fs, x);
+        age(&fs, y);
+        fs.rename(p1, n1, p2, n2, RenameFlags { exchange: true, ..RenameFlags::default() })
+            .expect("exchange");
+        for ino in [x, y] {
+            let at = fs.getattr(ino).expect("getattr");
+            assert!(at.ctime > OLD, "inode {ino}: ctime stayed {:?}", at.ctime);
+            assert_eq!(at.mtime, OLD, "inode {ino}: mtime moved");
+        }
+    }
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
+
+#[test]
+fn protected_directories_refuse_removal_before_emptiness_is_checked() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "d.img", 64);
+    let fs = mount(dev);
+    let perm = |r: Result<(), FsError>, what: &str| {
+        assert!(matches!(r, Err(FsError::Perm(_))), "{what}: {r:?}");
+    };
+    let p = fs.mkdir(ROOT_INO, b"p", 0o755, 0, 0).expect("mkdir");
+    let c = fs.mkdir(p.ino, b"c", 0o755, 0, 0).expect("mkdir");
+    fs.create(c.ino, b"x", 0o644, 0, 0).expect("create");
+    fs.create(p.ino, b"file", 0o644, 0, 0).expect("create");
+    fs.mkdir(ROOT_INO, b"other", 0o755, 0, 0).expect("mkdir");
+    for flag in [EXT4_IMMUTABLE_FL, EXT4_APPEND_FL] {
+        // The non-empty directory itself protected.
+        fs.set_flags(c.ino, flag, flag).expect("chattr");
+        perm(fs.rmdir(p.ino, b"c"), "rmdir of a protected non-empty directory");
+        fs.set_flags(c.ino, flag, 0).expect("chattr -");
+        // Its parent protected: rmdir, rmdir of a file, and rename over it.
+        fs.set_flags(p.ino, flag, flag).expect("chattr");
+        perm(fs.rmdir(p.ino, b"c"), "rmdir in a protected parent");
+        perm(fs.rmdir(p.ino, b"file"), "rmdir of a file in a protected parent");
+        perm(fs.unlink(p.ino, b"c"), "unlink of a directory in a protected parent");
+        perm(fs.rename(ROOT_INO, b"other", p.ino, b"c", RenameFlags::default()), "rename over it");
+        perm(
+            fs.rename(ROOT_INO, b"other", p.ino, b"file", RenameFlags::default()),
+            "a directory over a file",
+        );
+        fs.set_flags(p.ino, flag, 0).expect("chattr -");
+    }
+    let r = fs.rmdir(p.ino, b"c");
+    assert!(matches!(r, Err(FsError::NotEmpty(_))), "unprotected: {r:?}");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+}
+
+#[test]
+fn fallocate_moves_mtime_and_ctime() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "f.img", 64);
+    let fs = mount(dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+    fs.write(f.ino, 0, b"x").expect("write");
+    for (mode, off) in [
+        (FallocMode::Allocate, 0),
+        (FallocMode::KeepSize, 1 << 20),
+        (FallocMode::Allocate, 0),
+        (FallocMode::PunchHole, 0),
+        (FallocMode::ZeroRange { keep_size: true }, 0),
+    ] {
+        age(&fs, f.ino);
+        fs.fallocate(f.ino, mode, off, 1 << 20).expect("fallocate");
+        let a = fs.getattr(f.ino).expect("getattr");
+        assert!(a.mtime > OLD && a.ctime > OLD, "{mode:?} at {off}: {:?} {:?}", a.mtime, a.ctime);
+    }
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
 }

@@ -1,6 +1,8 @@
 //! POSIX details through a real mount, as the kernel's ext4 answers them: explicit times on
 //! an append-only file, `chown(f, -1, -1)` and `O_TRUNC` on an empty file moving the times,
-//! `trusted.` names hidden from other users, `system.` names refused.
+//! `trusted.` names hidden from other users, `system.` names refused, names over 255
+//! bytes, RENAME_EXCHANGE's change times, an immutable non-empty directory's rmdir and
+//! fallocate's mtime.
 
 mod common;
 
@@ -200,4 +202,52 @@ fn trusted_names_hidden_from_other_users_and_system_names_refused() {
     assert_eq!(list_as(file.as_raw_fd(), 65534), ["user.u"]);
     drop(file);
     m.unmount();
+}
+
+#[test]
+fn long_names_exchange_ctimes_immutable_rmdir_and_fallocate_times() {
+    if skip("long_names_exchange_ctimes_immutable_rmdir_and_fallocate_times", &[]) {
+        return;
+    }
+    let s = Scratch::new(64 << 20);
+    let m = s.mount("");
+    // Over 255 bytes: ENAMETOOLONG from stat, open and unlink, not ENOENT.
+    let long = s.p(&"n".repeat(256));
+    assert_eq!(fs::metadata(&long).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENAMETOOLONG)));
+    assert_eq!(File::open(&long).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENAMETOOLONG)));
+    assert_eq!(fs::remove_file(&long).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENAMETOOLONG)));
+    // RENAME_EXCHANGE changes both inodes.
+    let (a, b) = (s.p("a"), s.p("b"));
+    File::create(&a).unwrap();
+    File::create(&b).unwrap();
+    let (ca, cb) = (mc(&a).1, mc(&b).1);
+    tick();
+    let (pa, pb) = (cpath(&a), cpath(&b));
+    // SAFETY: valid C strings; renameat2 through syscall.
+    let r = unsafe {
+        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, pa.as_ptr(), libc::AT_FDCWD, pb.as_ptr(), 2u32)
+    };
+    assert_eq!(r, 0, "RENAME_EXCHANGE: errno {}", errno());
+    assert!(mc(&b).1 > ca && mc(&a).1 > cb, "exchange left a ctime");
+    // An immutable non-empty directory: EPERM, not ENOTEMPTY.
+    let d = s.p("d");
+    fs::create_dir(&d).unwrap();
+    File::create(d.join("x")).unwrap();
+    chattr(&d, IMMUTABLE_FL, 0);
+    assert_eq!(fs::remove_dir(&d).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::EPERM)));
+    chattr(&d, 0, IMMUTABLE_FL);
+    // fallocate, growing the file and with KEEP_SIZE: mtime and ctime move.
+    let g = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(s.p("g")).unwrap();
+    for (mode, off) in [(0, 0), (libc::FALLOC_FL_KEEP_SIZE, 1 << 20)] {
+        utimens(&s.p("g"), at(1_577_836_800)).unwrap();
+        let (m0, c0) = mc(&s.p("g"));
+        tick();
+        // SAFETY: fallocate on an open descriptor.
+        assert_eq!(unsafe { libc::fallocate(g.as_raw_fd(), mode, off, 1 << 20) }, 0);
+        let (m1, c1) = mc(&s.p("g"));
+        assert!(m1 > m0 && c1 > c0, "fallocate mode {mode}: ({m0}, {c0}) -> ({m1}, {c1})");
+    }
+    drop(g);
+    m.unmount();
+    e2fsck_clean(&s.image);
 }
