@@ -26,6 +26,8 @@ Options for -o (comma-separated, repeatable):
   attr_timeout=SECS, entry_timeout=SECS   kernel cache timeouts (default 1)
   fsname=NAME                 source shown in /proc/mounts
   noatime, nosuid, nodev, noexec, sync, dirsync, ...   passed to the kernel
+  dev, suid                   allow device nodes and set-ID bits (FUSE mounts default to
+                              nodev,nosuid; as root, `-o dev,suid` gives ext4's defaults)
 
 Unmount with `cjfs umount DIR`: it returns once the daemon has committed and checkpointed
 the journal, marked the image clean and released it. `fusermount3 -u DIR`, `umount DIR` or

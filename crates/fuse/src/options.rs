@@ -243,6 +243,9 @@ mod tests {
         let c =
             MountConfig::parse("defaults,noauto,user,x-systemd.automount,noatime,nosuid,_netdev").unwrap();
         assert_eq!(c.kernel_flags, vec!["noatime".to_string(), "nosuid".to_string()]);
+        // ext4's defaults over FUSE's nodev,nosuid.
+        let c = MountConfig::parse("dev,suid").unwrap();
+        assert_eq!(c.kernel_flags, vec!["dev".to_string(), "suid".to_string()]);
     }
 
     #[test]
