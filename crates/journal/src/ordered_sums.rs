@@ -230,7 +230,7 @@ pub(crate) fn requests(set: &Shared, bufs: &[Arc<Buffer>], tx: TxId) -> SummedWr
     let mut exposed = Vec::new();
     let mut other = Vec::new();
     let mut in_flight = Vec::new();
-    let mut strict_in_flight = false;
+    let mut unsummable = false;
     let mut marked = Vec::new();
     for b in bufs {
         let mut js = b.jstate();
@@ -250,23 +250,23 @@ pub(crate) fn requests(set: &Shared, bufs: &[Arc<Buffer>], tx: TxId) -> SummedWr
             let w = (b.blocknr(), b.snapshot());
             if strict { exposed.push(w) } else { other.push(w) }
         } else if js.home_writes > 0 {
-            strict_in_flight |= strict;
+            unsummable |= strict;
             in_flight.push((b.clone(), js.write_errors));
         } else {
             // Written by another path, perhaps not yet flushed: only a flush before the log
             // write orders it.
-            strict_in_flight |= strict;
+            unsummable |= strict;
         }
     }
     set.stats.data_blocks.fetch_add((exposed.len() + other.len()) as u64, Ordering::Relaxed);
     let tag = WriteTag::tx(BlockKind::Data, tx);
     let exposed = crate::commit::run_requests(exposed, tag);
     let fits = exposed.len() <= DataSums::max_runs(set.cache.block_size());
-    let sums = (!exposed.is_empty() && fits && !strict_in_flight).then(|| DataSums::of_requests(&exposed));
-    if !marked.is_empty() {
-        if let Some(l) = set.log_core(tx.log) {
-            l.summed.lock().push_back((tx.tid, marked));
-        }
+    let sums = (!exposed.is_empty() && fits && !unsummable).then(|| DataSums::of_requests(&exposed));
+    if !marked.is_empty()
+        && let Some(l) = set.log_core(tx.log)
+    {
+        l.summed.lock().push_back((tx.tid, marked));
     }
     let mut reqs = exposed;
     reqs.extend(crate::commit::run_requests(other, tag));
