@@ -26,6 +26,12 @@ $cjfs bench sqlite --device emmc,sata-ssd --modes delete,wal --per-txn 1,1000 \
     --config nojournal,ordered,data,joj,adaptive+leave=empty,adaptive \
     | tee "$out/inprocess-$rev.txt"
 
+# Ordered-data checksums (`+osum=on`) against `adaptive` and `nojournal`, the 24 cells.
+$cjfs bench sqlite --device emmc,sata-ssd --modes delete,wal --per-txn 1,1000 \
+    --records-small 1000 --records-large 10000 --reps "$REPS" --seed 1 --out "$out/osum-$rev" \
+    --config nojournal,adaptive,adaptive+osum=on \
+    | tee "$out/osum-$rev.txt"
+
 # Extension: the other rollback-journal modes, and NVMe.
 $cjfs bench sqlite --device emmc,sata-ssd --modes truncate,persist --per-txn 1,1000 \
     --records-small 1000 --records-large 10000 --reps 1 --seed 1 --out "$out/extension-modes" \
@@ -56,4 +62,5 @@ $cjfs crashtest --mode adaptive --data journal | tee "$out/crash-ci-adaptive-jou
 if [ "${CRASH:-0}" = 1 ]; then
     $cjfs crashtest --all --mode joj --data journal --json > "$out/crash-joj-journal.json"
     $cjfs crashtest --all --mode adaptive --json > "$out/crash-adaptive-ordered.json"
+    $cjfs crashtest --all --mode adaptive+osum=on --json > "$out/crash-adaptive-osum.json"
 fi
