@@ -362,13 +362,8 @@ impl Rig {
     /// Mount a copy of the device as it is now (every write applied so far: a crash with
     /// the cache written back) and read `len` bytes of `name`.
     fn after_crash(&self, name: &[u8], len: usize) -> Vec<u8> {
-        let copy = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &self.ssd.image_bytes()));
-        let fs = Fs::open(copy as Device, preset::resolve("jbd2").expect("preset")).expect("recover");
-        let ino = fs.lookup(ROOT_INO, name).expect("lookup").ino;
-        let mut got = vec![0u8; len];
-        let n = fs.read(ino, 0, &mut got).expect("read");
-        got.truncate(n);
-        fs.unmount().expect("unmount");
+        let mut got = recovered(&self.ssd.image_bytes(), name);
+        got.truncate(len);
         got
     }
 }
