@@ -235,6 +235,9 @@ pub(crate) fn requests(set: &Shared, bufs: &[Arc<Buffer>], tx: TxId) -> SummedWr
     for b in bufs {
         let mut js = b.jstate();
         let strict = js.ordered == Some(tx) && js.ordered_strict;
+        // Filed again by a later transaction (the file system logs such a rewrite instead,
+        // so this is a backstop): whether it was exposed data of `tx` is no longer known.
+        unsummable |= js.ordered.is_some_and(|o| o != tx);
         if js.ordered == Some(tx) {
             js.ordered = None;
             js.ordered_strict = false;
