@@ -377,3 +377,57 @@ pub(crate) fn release(j: &LogCore, upto: Tid) {
 
 /// Buffers summed per transaction, oldest first (`LogCore::summed`).
 pub(crate) type SummedList = VecDeque<(Tid, Vec<Arc<Buffer>>)>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sums() -> DataSums {
+        DataSums {
+            runs: vec![
+                SumRun { block: 100, count: 3, crc: 0xDEAD_BEEF },
+                SumRun { block: 1 << 40, count: 1, crc: 7 },
+            ],
+        }
+    }
+
+    #[test]
+    fn sums_round_trip_past_the_commit_header() {
+        let mut b = vec![0u8; 4096];
+        b[..SUMS_OFFSET].fill(0xAB);
+        sums().encode_into(&mut b).expect("fits");
+        assert!(b[..SUMS_OFFSET].iter().all(|&x| x == 0xAB), "the header is left alone");
+        assert_eq!(DataSums::decode(&b).expect("decodes"), Some(sums()));
+        assert_eq!(DataSums::decode(&vec![0u8; 4096]).expect("plain"), None, "a plain commit block");
+    }
+
+    #[test]
+    fn a_torn_section_is_an_error_not_silence() {
+        let mut b = vec![0u8; 1024];
+        sums().encode_into(&mut b).expect("fits");
+        // The second run's record reverted to what the block held before (a torn write).
+        let at = SUMS_OFFSET + 8 + RUN_LEN;
+        b[at..at + RUN_LEN].fill(0);
+        assert!(DataSums::decode(&b).is_err());
+    }
+
+    #[test]
+    fn runs_past_the_block_are_refused() {
+        let too_many =
+            DataSums { runs: vec![SumRun { block: 1, count: 1, crc: 1 }; DataSums::max_runs(1024) + 1] };
+        assert!(too_many.encode_into(&mut vec![0u8; 1024]).is_err());
+        assert_eq!(DataSums::max_runs(1024), (1024 - SUMS_OFFSET - 12) / RUN_LEN);
+    }
+
+    #[test]
+    fn a_run_is_checked_against_the_device() {
+        let dev = crate::recovery::test_support::MemDev::new(64);
+        let img: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        dev.poke(5, &img);
+        let crc = crate::checksum::crc32c(!0, &img);
+        let s = DataSums { runs: vec![SumRun { block: 5, count: 1, crc }] };
+        assert_eq!(s.first_mismatch(&dev), None);
+        let stale = DataSums { runs: vec![SumRun { block: 5, count: 1, crc: crc ^ 1 }] };
+        assert_eq!(stale.first_mismatch(&dev), Some(5));
+    }
+}
