@@ -70,6 +70,12 @@ impl Rig {
     }
 }
 
+/// The journal superblock of the image on `dev`.
+fn journal_superblock(dev: &Device) -> cjfs_journal::superblock::JournalSuperblock {
+    let (sb, _) = cjfs_fs::mkfs::read_layout(&**dev).expect("layout");
+    cjfs_fs::fs::journal_logs(dev, &sb).expect("journal").0
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -271,10 +277,7 @@ fn single_io_features_are_set_before_the_first_commit_and_put_back_at_unmount() 
     let ssd = Arc::new(EmulatedSsd::ram(32768));
     mkfs(&*ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
     let dev: Device = ssd.clone();
-    let jsb = || {
-        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
-        cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal").0
-    };
+    let jsb = || journal_superblock(&dev);
     let plain = jsb().features();
     assert!(plain.csum_v3(), "cjfs mkfs writes a csum v3 journal");
     let opts = preset::resolve("joj").expect("joj");
@@ -782,9 +785,7 @@ fn stock_tools_refuse_a_journal_with_ordered_sums_until_it_is_closed() {
     r.fs.write(f, 0, &pattern(3, 8192)).expect("write");
     r.fs.fsync(f, false).expect("fsync");
     let sb_of = |img: &[u8]| {
-        let dev: Device = Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), img));
-        let (sb, _) = cjfs_fs::mkfs::read_layout(&*dev).expect("layout");
-        cjfs_fs::fs::journal_logs(&dev, &sb).expect("journal").0
+        journal_superblock(&(Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), img)) as Device))
     };
     let bit = cjfs_journal::superblock::INCOMPAT_CJFS_OSUM;
     assert_ne!(sb_of(&r.ssd.image_bytes()).s_feature_incompat & bit, 0, "set while open");
