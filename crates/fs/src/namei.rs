@@ -15,8 +15,8 @@ use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::dirent::file_type_from_mode;
 use crate::ondisk::inode::{
-    EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_JOURNAL_DATA_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT,
-    S_IFREG,
+    EXT4_EXTENTS_FL, EXT4_FL_INHERITED, EXT4_INDEX_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT,
+    mask_flags,
 };
 use crate::tx::Tx;
 use crate::types::{FileType, Ino, RenameFlags, Timestamp};
@@ -118,12 +118,11 @@ fn make_node(
     let mut tx = Tx::start(fs, credits)?;
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let mut d = new_disk_inode(fs, mode, uid, gid);
-    // ext4 passes `EXT4_JOURNAL_DATA_FL` (one of `EXT4_FL_INHERITED`) from a directory to the
-    // regular files and directories made in it (`ext4_mask_flags`): `chattr +j` on a
-    // database's directory data-journals every file made there, with no journal flush.
-    if ps.d.flags & EXT4_JOURNAL_DATA_FL != 0 && matches!(mode & S_IFMT, S_IFDIR | S_IFREG) {
-        d.flags |= EXT4_JOURNAL_DATA_FL;
-    }
+    // ext4 passes `EXT4_FL_INHERITED` from a directory to what is made in it, as far as the
+    // new kind carries them (`ext4_mask_flags`): `chattr +j` on a database's directory
+    // data-journals every file made there with no journal flush, `+D`/`+S` make the
+    // subdirectories synchronous too, `+A` spares the new files' access times.
+    d.flags |= mask_flags(mode, ps.d.flags & EXT4_FL_INHERITED);
     let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
     let mut st = node.state.write();
     let made = (|| {

@@ -8,7 +8,7 @@ use crate::dir;
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::inode::{Inode, InodeState, store_inode};
-use crate::ondisk::inode::EXT4_JOURNAL_DATA_FL;
+use crate::ondisk::inode::{EXT4_DIRSYNC_FL, EXT4_JOURNAL_DATA_FL, EXT4_SYNC_FL};
 use crate::tx::Tx;
 use crate::types::{
     Attr, DataMode, DirEntry, FallocMode, FileType, Ino, ROOT_INO, RenameFlags, SetAttr, StatFs, Timestamp,
@@ -172,7 +172,11 @@ impl Fs {
 
     /// Change attributes (chmod, chown, truncate, utimens).
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
-        self.setattr_checked(ino, set, true)
+        let attr = self.setattr_checked(ino, set, true)?;
+        if set.size.is_some() {
+            self.sync_if_marked(ino, false)?;
+        }
+        Ok(attr)
     }
 
     /// Set the permission bits to `mode` where a write or truncate by an unprivileged caller
@@ -292,16 +296,48 @@ impl Fs {
         gid: u32,
     ) -> FsResult<Attr> {
         let um = (umask & 0o777) as u16;
-        self.make(|| crate::namei::mknod(&self.inner, parent, name, mode, um, rdev, uid, gid))
+        self.make(parent, || crate::namei::mknod(&self.inner, parent, name, mode, um, rdev, uid, gid))
     }
 
-    /// Make a new inode with `f` (on a writable mount, retried once space is freed) and
-    /// return its attributes.
-    fn make(&self, f: impl Fn() -> FsResult<Arc<crate::inode::Inode>>) -> FsResult<Attr> {
+    /// Make a new inode in `parent` with `f` (on a writable mount, retried once space is
+    /// freed) and return its attributes.
+    fn make(&self, parent: Ino, f: impl Fn() -> FsResult<Arc<crate::inode::Inode>>) -> FsResult<Attr> {
         self.check_rw()?;
         let node = self.retry_nospc(f)?;
-        let st = node.state.read();
-        Ok(attr_of(&self.inner, node.ino, &st))
+        let attr = attr_of(&self.inner, node.ino, &node.state.read());
+        self.dir_ops_durable(&[parent])?;
+        Ok(attr)
+    }
+
+    /// ext4's `IS_DIRSYNC`: after a directory operation in `dirs` on a `dirsync` mount
+    /// ([`crate::MountOptions::dirsync`]), or in a directory marked `chattr +D` or `+S`,
+    /// commit the transaction that changed them and wait until it is durable. The
+    /// directories' newest transaction is taken: one started after the operation's commits
+    /// it too (on one log a later transaction commits after the earlier ones; across logs a
+    /// shared directory block chains it to the operation's).
+    fn dir_ops_durable(&self, dirs: &[Ino]) -> FsResult<()> {
+        let mut sync = self.inner.opts.dirsync;
+        let mut txs = Vec::with_capacity(dirs.len());
+        for &d in dirs {
+            let node = self.node(d)?;
+            let st = node.state.read();
+            sync |= st.d.flags & (EXT4_SYNC_FL | EXT4_DIRSYNC_FL) != 0;
+            txs.push(st.meta_tx);
+        }
+        if sync {
+            for tx in txs {
+                self.inner.journal.fsync(tx, &[])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// ext4's `IS_SYNC` for a change to `ino` (`chattr +S`): make it durable before the call
+    /// returns, with `datasync` for a write (`generic_write_sync`), a full fsync for a
+    /// truncate, an attribute or a flag change.
+    fn sync_if_marked(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        let marked = self.node(ino)?.state.read().d.flags & EXT4_SYNC_FL != 0;
+        if marked { self.fsync(ino, datasync) } else { Ok(()) }
     }
 
     /// Make a directory with permission bits `mode` (no umask; see [`Fs::mkdir_umask`]).
@@ -321,12 +357,12 @@ impl Fs {
         gid: u32,
     ) -> FsResult<Attr> {
         let um = (umask & 0o777) as u16;
-        self.make(|| crate::namei::mkdir(&self.inner, parent, name, mode, um, uid, gid))
+        self.make(parent, || crate::namei::mkdir(&self.inner, parent, name, mode, um, uid, gid))
     }
 
     /// Make a symbolic link `parent/name` pointing at `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Attr> {
-        self.make(|| crate::namei::symlink(&self.inner, parent, name, target, uid, gid))
+        self.make(parent, || crate::namei::symlink(&self.inner, parent, name, target, uid, gid))
     }
 
     /// A symbolic link's target.
@@ -340,20 +376,23 @@ impl Fs {
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.check_rw()?;
         let node = self.retry_nospc(|| crate::namei::link(&self.inner, ino, newparent, newname))?;
-        let st = node.state.read();
-        Ok(attr_of(&self.inner, node.ino, &st))
+        let attr = attr_of(&self.inner, node.ino, &node.state.read());
+        self.dir_ops_durable(&[newparent])?;
+        Ok(attr)
     }
 
     /// Remove a non-directory name.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.check_rw()?;
-        crate::namei::unlink(&self.inner, parent, name)
+        crate::namei::unlink(&self.inner, parent, name)?;
+        self.dir_ops_durable(&[parent])
     }
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.check_rw()?;
-        crate::namei::rmdir(&self.inner, parent, name)
+        crate::namei::rmdir(&self.inner, parent, name)?;
+        self.dir_ops_durable(&[parent])
     }
 
     /// Rename (with RENAME_NOREPLACE / RENAME_EXCHANGE semantics via `flags`).
@@ -366,7 +405,9 @@ impl Fs {
         flags: RenameFlags,
     ) -> FsResult<()> {
         self.check_rw()?;
-        self.retry_nospc(|| crate::namei::rename(&self.inner, parent, name, newparent, newname, flags))
+        self.retry_nospc(|| crate::namei::rename(&self.inner, parent, name, newparent, newname, flags))?;
+        let dirs = [parent, newparent];
+        self.dir_ops_durable(if parent == newparent { &dirs[..1] } else { &dirs })
     }
 
     /// Note an open of `ino`: an open file outlives its last unlink until [`Fs::release`] (the FUSE layer calls it on open).
@@ -402,7 +443,9 @@ impl Fs {
     /// Write `data` at `off`; returns bytes written. A write that crosses the largest file
     /// size is cut short there; one that starts at or past it is [`FsError::TooBig`].
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
-        self.write_inner(ino, off, data, true)
+        let n = self.write_inner(ino, off, data, true)?;
+        self.sync_if_marked(ino, true)?;
+        Ok(n)
     }
 
     /// Write `data` at `off` like [`Fs::write`], leaving mtime and ctime as they are: for a
@@ -410,7 +453,9 @@ impl Fs {
     /// them with [`Fs::setattr`] (FUSE's writeback cache). Setting them here instead would
     /// store the time of the writeback, later than the one the cache shows and has sent.
     pub fn write_keep_times(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
-        self.write_inner(ino, off, data, false)
+        let n = self.write_inner(ino, off, data, false)?;
+        self.sync_if_marked(ino, true)?;
+        Ok(n)
     }
 
     fn write_inner(&self, ino: Ino, off: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
@@ -658,28 +703,36 @@ impl Fs {
         clear_sgid: bool,
     ) -> FsResult<()> {
         self.check_rw()?;
-        let node = self.node(ino)?;
-        let mut st = self.write_state(&node)?;
-        crate::protect::may_change(ino, &st, "setting an extended attribute")?;
-        xattr::check_namespace(name)?;
-        if crate::acl::is_acl(name) {
-            return self.retry_nospc(|| crate::acl::set(&self.inner, ino, &mut st, name, value, clear_sgid));
+        {
+            let node = self.node(ino)?;
+            let mut st = self.write_state(&node)?;
+            crate::protect::may_change(ino, &st, "setting an extended attribute")?;
+            xattr::check_namespace(name)?;
+            if crate::acl::is_acl(name) {
+                self.retry_nospc(|| crate::acl::set(&self.inner, ino, &mut st, name, value, clear_sgid))?;
+            } else {
+                self.retry_nospc(|| xattr::set(&self.inner, ino, &mut st, name, Some(value), flags))?;
+            }
         }
-        self.retry_nospc(|| xattr::set(&self.inner, ino, &mut st, name, Some(value), flags))
+        self.sync_if_marked(ino, false)
     }
 
     /// Remove an attribute. Removing a POSIX ACL leaves the mode alone and is no error when
     /// there is none, as on ext4.
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.check_rw()?;
-        let node = self.node(ino)?;
-        let mut st = self.write_state(&node)?;
-        crate::protect::may_change(ino, &st, "removing an extended attribute")?;
-        xattr::check_namespace(name)?;
-        if crate::acl::is_acl(name) {
-            return crate::acl::set(&self.inner, ino, &mut st, name, &[], false);
+        {
+            let node = self.node(ino)?;
+            let mut st = self.write_state(&node)?;
+            crate::protect::may_change(ino, &st, "removing an extended attribute")?;
+            xattr::check_namespace(name)?;
+            if crate::acl::is_acl(name) {
+                crate::acl::set(&self.inner, ino, &mut st, name, &[], false)?;
+            } else {
+                xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)?;
+            }
         }
-        xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)
+        self.sync_if_marked(ino, false)
     }
 
     /// Set the `chattr` flags in `mask` ([`crate::protect::CHATTR_FLAGS`] only) to their values in `flags`.
@@ -689,22 +742,34 @@ impl Fs {
         use crate::protect::CHATTR_FLAGS;
         if mask & !CHATTR_FLAGS != 0 {
             return Err(FsError::NotSupported(format!(
-                "inode flags {:#x} cannot be changed (only immutable, append-only, no-dump, no-atime and data journalling)",
+                "inode flags {:#x} cannot be changed (only immutable, append-only, no-dump, no-atime, sync, dirsync and data journalling)",
                 mask & !CHATTR_FLAGS
             )));
         }
         self.check_rw()?;
-        let node = self.node(ino)?;
-        let mut st = self.write_state(&node)?;
-        let new = (st.d.flags & !mask) | (flags & mask);
-        if new != st.d.flags {
-            let mut tx = Tx::start(&self.inner, 4)?;
-            st.d.flags = new;
-            st.d.ctime = Timestamp::now();
-            store_inode(&mut tx, ino, &mut st)?;
-            tx.stop()?;
+        let (attr, was_sync) = {
+            let node = self.node(ino)?;
+            let mut st = self.write_state(&node)?;
+            // Flags the inode's kind cannot carry are dropped silently, as ext4 does
+            // (`chattr +D` on a regular file).
+            let syncs = EXT4_SYNC_FL | EXT4_DIRSYNC_FL;
+            let mask = (mask & !syncs) | (crate::ondisk::inode::mask_flags(st.d.mode, mask) & syncs);
+            let was_sync = st.d.flags & EXT4_SYNC_FL != 0;
+            let new = (st.d.flags & !mask) | (flags & mask);
+            if new != st.d.flags {
+                let mut tx = Tx::start(&self.inner, 4)?;
+                st.d.flags = new;
+                st.d.ctime = Timestamp::now();
+                store_inode(&mut tx, ino, &mut st)?;
+                tx.stop()?;
+            }
+            (attr_of(&self.inner, ino, &st), was_sync)
+        };
+        // ext4_ioctl_setflags makes the change synchronous when the inode was `+S`.
+        if was_sync {
+            self.fsync(ino, false)?;
         }
-        Ok(attr_of(&self.inner, ino, &st))
+        Ok(attr)
     }
 
     /// Turn data journalling for one file on or off (ext4's `chattr +j`). On a directory the

@@ -119,6 +119,7 @@ impl Rebuild {
             core_groups: false,
             adaptive: false,
             leave: crate::types::LeaveMode::Empty,
+            dirsync: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         };

@@ -59,6 +59,10 @@ pub struct MountOptions {
     /// adaptive mode going back to ordered). Set by the `joj` and `adaptive` presets to
     /// [`LeaveMode::Revoke`].
     pub leave: LeaveMode,
+    /// Directory operations (create, mkdir, mknod, symlink, link, unlink, rmdir, rename)
+    /// are durable when they return, as on an ext4 mount with `dirsync` or `sync`; without
+    /// it, only in directories marked `chattr +D` or `+S` (ext4's `IS_DIRSYNC`).
+    pub dirsync: bool,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -74,6 +78,7 @@ impl Default for MountOptions {
             core_groups: false,
             adaptive: false,
             leave: LeaveMode::Empty,
+            dirsync: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }

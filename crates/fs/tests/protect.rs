@@ -78,7 +78,7 @@ fn immutable_and_append_only_refuse_what_ext4_refuses() {
     fs.write(i.ino, 0, b"F").expect("write");
     fs.unlink(ROOT_INO, b"log").expect("unlink");
     fs.unlink(sub.ino, b"new").expect("unlink");
-    assert!(matches!(fs.set_flags(i.ino, 0x8, 0x8), Err(FsError::NotSupported(_))), "chattr +S is refused");
+    assert!(matches!(fs.set_flags(i.ino, 0x4, 0x4), Err(FsError::NotSupported(_))), "chattr +c is refused");
     fs.set_flags(i.ino, EXT4_IMMUTABLE_FL, EXT4_IMMUTABLE_FL).expect("chattr +i");
     fs.unmount().expect("unmount");
     assert_fsck_clean(&path);

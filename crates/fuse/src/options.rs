@@ -74,7 +74,6 @@ const IGNORED: &[&str] = &[
     "owner",
     "group",
     "default_permissions",
-    "async",
 ];
 
 /// Generic flags handed to the kernel as they are.
@@ -152,6 +151,8 @@ impl MountConfig {
                 "entry_timeout" => self.entry_timeout = parse_secs(key, need(key, val)?)?,
                 "fsname" => self.fsname = Some(need(key, val)?.to_string()),
                 "subtype" => {}
+                // mount(8): a later `async` undoes `sync`.
+                "async" if val.is_none() => self.kernel_flags.retain(|f| f != "sync"),
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 k if KERNEL_FLAGS.contains(&k) => {
                     if val.is_some() {
@@ -212,6 +213,10 @@ impl MountConfig {
             o.data = d;
         }
         o.read_only = self.read_only;
+        // The kernel syncs a `sync` mount's file writes itself (FUSE_FSYNC after each), but
+        // never tells a FUSE daemon of the mount's flags: directory operations are the
+        // library's to make durable.
+        o.dirsync = self.kernel_flags.iter().any(|f| f == "sync" || f == "dirsync");
         if let Some(n) = self.cache_blocks {
             o.cache_blocks = n;
         }
@@ -246,6 +251,16 @@ mod tests {
         // ext4's defaults over FUSE's nodev,nosuid.
         let c = MountConfig::parse("dev,suid").unwrap();
         assert_eq!(c.kernel_flags, vec!["dev".to_string(), "suid".to_string()]);
+    }
+
+    #[test]
+    fn sync_and_dirsync_make_directory_operations_durable() {
+        let d = |list: &str| {
+            MountConfig::parse(list).unwrap().fs_options(&MountOptions::default()).unwrap().dirsync
+        };
+        assert!(!d("") && !d("noatime"));
+        assert!(d("dirsync") && d("sync") && d("sync,noatime"));
+        assert!(!d("sync,async") && d("async,sync") && d("dirsync,async"));
     }
 
     #[test]

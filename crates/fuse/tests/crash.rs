@@ -115,3 +115,57 @@ fn kill_9_during_fsync_workload() {
     run_once(1, "data=journal");
     run_once(2, "writeback");
 }
+
+/// `-o dirsync`, `-o sync`, and `chattr +D` on one directory of a plain mount (passed on to
+/// the directories made in it): every directory operation is durable when it returns, so
+/// a kill -9 right after them loses none. No commit timer runs (`commit=600`) and nothing
+/// is fsynced after the set-up.
+#[test]
+fn kill_9_after_directory_operations_loses_none_with_dirsync() {
+    if skip("kill_9_after_directory_operations_loses_none_with_dirsync", &["chattr"]) {
+        return;
+    }
+    for opts in ["dirsync,commit=600", "sync,commit=600", "commit=600"] {
+        let s = Scratch::new(64 << 20);
+        let m = s.mount(opts);
+        let d = s.p("d");
+        std::fs::create_dir(&d).unwrap();
+        if opts == "commit=600" {
+            sh(&s.mnt, "chattr +D d");
+            File::open(&d).unwrap().sync_all().unwrap();
+        }
+        std::fs::create_dir(d.join("a")).unwrap();
+        File::create(d.join("a/f")).unwrap();
+        std::fs::rename(d.join("a/f"), d.join("g")).unwrap();
+        std::os::unix::fs::symlink("g", d.join("s")).unwrap();
+        std::fs::hard_link(d.join("g"), d.join("l")).unwrap();
+        std::fs::create_dir(d.join("x")).unwrap();
+        std::fs::remove_dir(d.join("x")).unwrap();
+        File::create(d.join("a/kept")).unwrap();
+        std::fs::remove_file(d.join("l")).unwrap();
+        m.crash();
+        let m = s.mount(opts);
+        for (path, there) in [
+            ("a", true),
+            ("a/kept", true),
+            ("a/f", false),
+            ("g", true),
+            ("s", true),
+            ("l", false),
+            ("x", false),
+        ] {
+            assert_eq!(
+                std::fs::symlink_metadata(d.join(path)).is_ok(),
+                there,
+                "-o {opts}: d/{path} after kill -9 and recovery"
+            );
+        }
+        let attrs = sh(&s.mnt, "lsattr -d d/a");
+        assert!(
+            opts != "commit=600" || attrs.split_whitespace().next().is_some_and(|f| f.contains('D')),
+            "d/a inherits +D: {attrs}"
+        );
+        m.unmount();
+        e2fsck_clean(&s.image);
+    }
+}

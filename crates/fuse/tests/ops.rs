@@ -312,7 +312,7 @@ fn immutable_and_append_only_through_chattr() {
     drop(w);
     assert_eq!(fs::read(&app).unwrap(), b"one\ntwo\n");
     assert_eq!(fs::read(&imm).unwrap(), b"fixed");
-    assert_eq!(set(&imm, 0x8, 0), Err(libc::EOPNOTSUPP), "chattr +S");
+    assert_eq!(set(&imm, 0x4, 0), Err(libc::EOPNOTSUPP), "chattr +c");
     assert_eq!(set(&imm, 0x40, 0), Err(libc::EPERM), "chattr +d while immutable");
     set(&app, 0x40, 0).unwrap();
     set(&imm, 0, 0x10).unwrap();

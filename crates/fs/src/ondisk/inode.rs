@@ -127,6 +127,31 @@ pub const EXT4_CASEFOLD_FL: u32 = 0x4000_0000;
 /// Reserved for ext4.
 pub const EXT4_RESERVED_FL: u32 = 0x8000_0000;
 
+/// Flags a new inode takes from its directory (ext4's `EXT4_FL_INHERITED`), before
+/// [`mask_flags`] drops the ones its kind cannot carry.
+pub const EXT4_FL_INHERITED: u32 = EXT4_SECRM_FL
+    | EXT4_UNRM_FL
+    | EXT4_COMPR_FL
+    | EXT4_SYNC_FL
+    | EXT4_NODUMP_FL
+    | EXT4_NOATIME_FL
+    | EXT4_NOCOMPR_FL
+    | EXT4_JOURNAL_DATA_FL
+    | EXT4_NOTAIL_FL
+    | EXT4_DIRSYNC_FL
+    | EXT4_CASEFOLD_FL;
+
+/// The flags an inode of type `mode` (its `S_IFMT` bits) may carry (ext4's
+/// `ext4_mask_flags`): directories all, regular files all but the directory-only ones,
+/// other kinds only no-dump and no-atime.
+pub fn mask_flags(mode: u16, flags: u32) -> u32 {
+    match mode & S_IFMT {
+        S_IFDIR => flags,
+        S_IFREG => flags & !(EXT4_DIRSYNC_FL | EXT4_TOPDIR_FL | EXT4_CASEFOLD_FL | EXT4_PROJINHERIT_FL),
+        _ => flags & (EXT4_NODUMP_FL | EXT4_NOATIME_FL),
+    }
+}
+
 // Field offsets.
 /// `i_mode` (u16).
 pub const I_MODE: usize = 0x00;
