@@ -398,11 +398,43 @@ pub(crate) struct HomeWrites {
 /// data of transaction `tx`, or an fdatasync's own writes when `tx` is `None`, counted in
 /// `home_writes`). The caller holds `home_write_lock` until the requests are submitted.
 pub(crate) fn ordered_requests(set: &Shared, bufs: &[Arc<Buffer>], tx: Option<TxId>) -> HomeWrites {
-    let mut writes = Vec::with_capacity(bufs.len());
-    let mut written = Vec::new();
-    let mut in_flight = Vec::new();
+    let t = take_home_writes(set, bufs, tx, |_, _| false);
+    let tag = match tx {
+        Some(id) => WriteTag::tx(BlockKind::Data, id),
+        None => WriteTag::kind(BlockKind::Data),
+    };
+    HomeWrites { reqs: run_requests(t.rest, tag), written: t.written, in_flight: t.in_flight }
+}
+
+/// What [`take_home_writes`] took: the dirty buffers' contents (block, image), split by the
+/// caller's `pick`, and the buffers others are writing.
+#[derive(Default)]
+pub(crate) struct Taken {
+    /// Writes `pick` chose.
+    pub picked: Vec<(u64, BlockBuf)>,
+    /// The other writes.
+    pub rest: Vec<(u64, BlockBuf)>,
+    /// See [`HomeWrites::written`].
+    pub written: Vec<Arc<Buffer>>,
+    /// See [`HomeWrites::in_flight`].
+    pub in_flight: Vec<(Arc<Buffer>, u32)>,
+}
+
+/// The one pass over a commit's (or an fdatasync's) data buffers: take each off `tx`'s
+/// ordered list, mark the dirty ones clean and written by `tx` (or, with `tx` `None`, by the
+/// caller, counted in `home_writes`), and note the clean ones whose fsync-path write is in
+/// flight. `pick` sees each buffer's state first, with `tx`'s ordered mark still on, and
+/// chooses which of the writes go into [`Taken::picked`] (ordered-data checksums sum those).
+pub(crate) fn take_home_writes(
+    set: &Shared,
+    bufs: &[Arc<Buffer>],
+    tx: Option<TxId>,
+    mut pick: impl FnMut(&Arc<Buffer>, &mut crate::buffer::JState) -> bool,
+) -> Taken {
+    let mut t = Taken { rest: Vec::with_capacity(bufs.len()), ..Taken::default() };
     for b in bufs {
         let mut js = b.jstate();
+        let picked = pick(b, &mut js);
         if tx.is_some() && js.ordered == tx {
             js.ordered = None;
             js.ordered_strict = false;
@@ -412,20 +444,17 @@ pub(crate) fn ordered_requests(set: &Shared, bufs: &[Arc<Buffer>], tx: Option<Tx
             js.home_tx = tx;
             if tx.is_none() {
                 js.home_writes += 1;
-                written.push(b.clone());
+                t.written.push(b.clone());
             }
             drop(js);
-            writes.push((b.blocknr(), b.snapshot()));
+            let w = (b.blocknr(), b.snapshot());
+            if picked { t.picked.push(w) } else { t.rest.push(w) }
         } else if tx.is_some() && js.home_writes > 0 {
-            in_flight.push((b.clone(), js.write_errors));
+            t.in_flight.push((b.clone(), js.write_errors));
         }
     }
-    set.stats.data_blocks.fetch_add(writes.len() as u64, Ordering::Relaxed);
-    let tag = match tx {
-        Some(id) => WriteTag::tx(BlockKind::Data, id),
-        None => WriteTag::kind(BlockKind::Data),
-    };
-    HomeWrites { reqs: run_requests(writes, tag), written, in_flight }
+    set.stats.data_blocks.fetch_add((t.picked.len() + t.rest.len()) as u64, Ordering::Relaxed);
+    t
 }
 
 /// Wait for the fsync-path writes a commit found in flight ([`HomeWrites::in_flight`]);

@@ -227,43 +227,25 @@ pub(crate) struct SummedWrites {
 /// sees it either as `tx`'s exposed data or as summed, never as neither). The caller holds
 /// `home_write_lock` until the requests are submitted.
 pub(crate) fn requests(set: &Shared, bufs: &[Arc<Buffer>], tx: TxId) -> SummedWrites {
-    let mut exposed = Vec::new();
-    let mut other = Vec::new();
-    let mut in_flight = Vec::new();
     let mut unsummable = false;
     let mut marked = Vec::new();
-    for b in bufs {
-        let mut js = b.jstate();
+    let t = crate::commit::take_home_writes(set, bufs, Some(tx), |b, js| {
         let strict = js.ordered == Some(tx) && js.ordered_strict;
         // Filed again by a later transaction (the file system logs such a rewrite instead,
         // so this is a backstop): whether it was exposed data of `tx` is no longer known.
         unsummable |= js.ordered.is_some_and(|o| o != tx);
-        if js.ordered == Some(tx) {
-            js.ordered = None;
-            js.ordered_strict = false;
-        }
-        if js.dirty {
-            js.dirty = false;
-            js.home_tx = Some(tx);
-            if strict {
-                js.sum = Some(tx);
-                marked.push(b.clone());
-            }
-            drop(js);
-            let w = (b.blocknr(), b.snapshot());
-            if strict { exposed.push(w) } else { other.push(w) }
-        } else if js.home_writes > 0 {
+        if !js.dirty {
+            // Being written by an fdatasync, or written by another path and perhaps not yet
+            // flushed: only a flush before the log write orders it.
             unsummable |= strict;
-            in_flight.push((b.clone(), js.write_errors));
-        } else {
-            // Written by another path, perhaps not yet flushed: only a flush before the log
-            // write orders it.
-            unsummable |= strict;
+        } else if strict {
+            js.sum = Some(tx);
+            marked.push(b.clone());
         }
-    }
-    set.stats.data_blocks.fetch_add((exposed.len() + other.len()) as u64, Ordering::Relaxed);
+        strict
+    });
     let tag = WriteTag::tx(BlockKind::Data, tx);
-    let exposed = crate::commit::run_requests(exposed, tag);
+    let exposed = crate::commit::run_requests(t.picked, tag);
     let fits = exposed.len() <= DataSums::max_runs(set.cache.block_size());
     let sums = (!exposed.is_empty() && fits && !unsummable).then(|| DataSums::of_requests(&exposed));
     if !marked.is_empty()
@@ -272,8 +254,8 @@ pub(crate) fn requests(set: &Shared, bufs: &[Arc<Buffer>], tx: TxId) -> SummedWr
         l.summed.lock().push_back((tx.tid, marked));
     }
     let mut reqs = exposed;
-    reqs.extend(crate::commit::run_requests(other, tag));
-    SummedWrites { reqs, sums, in_flight }
+    reqs.extend(crate::commit::run_requests(t.rest, tag));
+    SummedWrites { reqs, sums, in_flight: t.in_flight }
 }
 
 /// Whether transaction `e`'s sums no longer matter: a later transaction of its log is
