@@ -105,6 +105,16 @@ fn exists(fs: &Fs, path: &[&[u8]]) -> bool {
     true
 }
 
+/// A directory (`dir`) or an empty file in the root, with the inode `flags` set.
+fn made(fs: &Fs, name: &[u8], dir: bool, flags: u32) -> Ino {
+    let a = if dir { fs.mkdir(ROOT_INO, name, 0o755, 0, 0) } else { fs.create(ROOT_INO, name, 0o644, 0, 0) };
+    let ino = a.expect("make").ino;
+    if flags != 0 {
+        fs.set_flags(ino, flags, flags).expect("chattr");
+    }
+    ino
+}
+
 #[test]
 fn a_dirsync_mount_makes_every_directory_operation_durable() {
     for spec in ["jbd2", "cjfs", "adaptive", "nojournal"] {
@@ -186,11 +196,9 @@ fn without_dirsync_a_directory_operation_waits_for_a_commit() {
 fn chattr_d_and_s_make_one_directory_synchronous_and_pass_to_its_subdirectories() {
     let r = rig("jbd2", false);
     let fs = &r.fs;
-    let plain = fs.mkdir(ROOT_INO, b"plain", 0o755, 0, 0).expect("mkdir").ino;
-    let dsync = fs.mkdir(ROOT_INO, b"dsync", 0o755, 0, 0).expect("mkdir").ino;
-    let ssync = fs.mkdir(ROOT_INO, b"ssync", 0o755, 0, 0).expect("mkdir").ino;
-    fs.set_flags(dsync, EXT4_DIRSYNC_FL, EXT4_DIRSYNC_FL).expect("chattr +D");
-    fs.set_flags(ssync, EXT4_SYNC_FL, EXT4_SYNC_FL).expect("chattr +S");
+    let plain = made(fs, b"plain", true, 0);
+    let dsync = made(fs, b"dsync", true, EXT4_DIRSYNC_FL);
+    let ssync = made(fs, b"ssync", true, EXT4_SYNC_FL);
     fs.sync().expect("sync");
     fs.create(plain, b"a", 0o644, 0, 0).expect("create");
     assert!(!exists(&r.cut(), &[b"plain", b"a"]), "a create in a plain directory was durable at once");
@@ -223,9 +231,8 @@ fn chattr_d_and_s_make_one_directory_synchronous_and_pass_to_its_subdirectories(
 fn chattr_s_makes_writes_and_truncates_of_a_file_durable() {
     let r = rig("jbd2", false);
     let fs = &r.fs;
-    let s = fs.create(ROOT_INO, b"s", 0o644, 0, 0).expect("create").ino;
-    let p = fs.create(ROOT_INO, b"p", 0o644, 0, 0).expect("create").ino;
-    fs.set_flags(s, EXT4_SYNC_FL, EXT4_SYNC_FL).expect("chattr +S");
+    let s = made(fs, b"s", false, EXT4_SYNC_FL);
+    let p = made(fs, b"p", false, 0);
     fs.sync().expect("sync");
     fs.write(s, 0, b"synchronous").expect("write");
     // After the synchronous write: it would commit this one with its own transaction.
