@@ -309,14 +309,14 @@ impl Fs {
         Ok(attr)
     }
 
-    /// ext4's `IS_DIRSYNC`: after a directory operation in `dirs` on a `dirsync` mount
-    /// ([`crate::MountOptions::dirsync`]), or in a directory marked `chattr +D` or `+S`,
+    /// ext4's `IS_DIRSYNC`: after a directory operation in `dirs` on a `dirsync` or `sync`
+    /// mount ([`crate::MountOptions::dirsync`]), or in a directory marked `chattr +D` or `+S`,
     /// commit the transaction that changed them and wait until it is durable. The
     /// directories' newest transaction is taken: one started after the operation's commits
     /// it too (on one log a later transaction commits after the earlier ones; across logs a
     /// shared directory block chains it to the operation's).
     fn dir_ops_durable(&self, dirs: &[Ino]) -> FsResult<()> {
-        let mut sync = self.inner.opts.dirsync;
+        let mut sync = self.inner.opts.dirsync || self.inner.opts.sync;
         let mut txs = Vec::with_capacity(dirs.len());
         for &d in dirs {
             let node = self.node(d)?;
@@ -324,7 +324,7 @@ impl Fs {
             sync |= st.d.flags & (EXT4_SYNC_FL | EXT4_DIRSYNC_FL) != 0;
             txs.push(st.meta_tx);
         }
-        if sync {
+        if sync && !crate::planted::bugs(&self.inner.opts).no_dirsync {
             for tx in txs {
                 self.inner.journal.fsync(tx, &[])?;
             }
@@ -332,11 +332,11 @@ impl Fs {
         Ok(())
     }
 
-    /// ext4's `IS_SYNC` for a change to `ino` (`chattr +S`): make it durable before the call
-    /// returns, with `datasync` for a write (`generic_write_sync`), a full fsync for a
-    /// truncate, an attribute or a flag change.
+    /// ext4's `IS_SYNC` for a change to `ino` (`chattr +S`, or a `sync` mount): make it
+    /// durable before the call returns, with `datasync` for a write (`generic_write_sync`),
+    /// a full fsync for a truncate, an attribute or a flag change.
     fn sync_if_marked(&self, ino: Ino, datasync: bool) -> FsResult<()> {
-        let marked = self.node(ino)?.state.read().d.flags & EXT4_SYNC_FL != 0;
+        let marked = self.inner.opts.sync || self.node(ino)?.state.read().d.flags & EXT4_SYNC_FL != 0;
         if marked { self.fsync(ino, datasync) } else { Ok(()) }
     }
 
@@ -766,7 +766,7 @@ impl Fs {
             (attr_of(&self.inner, ino, &st), was_sync)
         };
         // ext4_ioctl_setflags makes the change synchronous when the inode was `+S`.
-        if was_sync {
+        if was_sync || self.inner.opts.sync {
             self.fsync(ino, false)?;
         }
         Ok(attr)

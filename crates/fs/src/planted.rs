@@ -25,6 +25,9 @@ pub struct FsBugs {
     /// an image in the log (`adaptive::before_in_place` journals nothing): recovery or the
     /// checkpoint may put the older image over the synced rewrite.
     pub rewrite_in_place: bool,
+    /// Directory operations in a `dirsync` mount or a `chattr +D`/`+S` directory return
+    /// without committing (`dir_ops_durable` does nothing): they may be lost after returning.
+    pub no_dirsync: bool,
 }
 
 /// The bugs planted in `o` (none without the `planted-bugs` feature).
@@ -43,6 +46,7 @@ pub(crate) fn bugs(o: &MountOptions) -> FsBugs {
             no_data_revoke: false,
             leave_without_revoke: false,
             rewrite_in_place: false,
+            no_dirsync: false,
         }
     }
 }

@@ -120,6 +120,7 @@ impl Rebuild {
             adaptive: false,
             leave: crate::types::LeaveMode::Empty,
             dirsync: false,
+            sync: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         };

@@ -63,6 +63,10 @@ pub struct MountOptions {
     /// are durable when they return, as on an ext4 mount with `dirsync` or `sync`; without
     /// it, only in directories marked `chattr +D` or `+S` (ext4's `IS_DIRSYNC`).
     pub dirsync: bool,
+    /// Every inode behaves as `chattr +S` (ext4's `sync` mount option, `IS_SYNC`): writes,
+    /// truncates, extended attribute and flag changes, and directory operations are durable
+    /// when they return.
+    pub sync: bool,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -79,6 +83,7 @@ impl Default for MountOptions {
             adaptive: false,
             leave: LeaveMode::Empty,
             dirsync: false,
+            sync: false,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }

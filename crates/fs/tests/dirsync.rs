@@ -32,13 +32,14 @@ struct Rig {
 
 /// A file system on an emulated eMMC (a volatile cache) behind a recorder, mounted with
 /// `spec`; no timer commits, so only what the calls commit reaches the log.
-fn rig(spec: &str, dirsync: bool) -> Rig {
+fn rig(spec: &str, dirsync: bool, sync: bool) -> Rig {
     let ssd =
         EmulatedSsd::new(SsdPreset { write_latency_us: 0, flush_base_us: 0, ..SsdPreset::emmc() }, BLOCKS);
     mkfs(&ssd, &MkfsOptions { assume_zeroed: true, ..MkfsOptions::default() }).expect("mkfs");
     let base = ssd.image_bytes();
     let rec = Arc::new(Recorder::new(Arc::new(ssd) as Device));
-    let mut opts = preset::apply(spec, MountOptions { dirsync, ..MountOptions::default() }).expect("preset");
+    let mut opts =
+        preset::apply(spec, MountOptions { dirsync, sync, ..MountOptions::default() }).expect("preset");
     opts.journal.commit_interval = Duration::from_secs(3600);
     let fs = Fs::open(rec.clone() as Device, opts).expect("mount");
     Rig { base, rec, fs }
@@ -118,7 +119,7 @@ fn made(fs: &Fs, name: &[u8], dir: bool, flags: u32) -> Ino {
 #[test]
 fn a_dirsync_mount_makes_every_directory_operation_durable() {
     for spec in ["jbd2", "cjfs", "adaptive", "nojournal"] {
-        let r = rig(spec, true);
+        let r = rig(spec, true, false);
         let fs = &r.fs;
         let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir").ino;
         fs.mkdir(d, b"x", 0o755, 0, 0).expect("mkdir x");
@@ -184,7 +185,7 @@ fn a_dirsync_mount_makes_every_directory_operation_durable() {
 /// when it returns (the commit timer or an fsync makes it so), and a power cut loses it.
 #[test]
 fn without_dirsync_a_directory_operation_waits_for_a_commit() {
-    let r = rig("jbd2", false);
+    let r = rig("jbd2", false, false);
     r.fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir");
     assert!(!exists(&r.cut(), &[b"d"]), "a plain mkdir was durable at once");
     r.fs.fsync(ROOT_INO, false).expect("fsync the directory");
@@ -194,7 +195,7 @@ fn without_dirsync_a_directory_operation_waits_for_a_commit() {
 
 #[test]
 fn chattr_d_and_s_make_one_directory_synchronous_and_pass_to_its_subdirectories() {
-    let r = rig("jbd2", false);
+    let r = rig("jbd2", false, false);
     let fs = &r.fs;
     let plain = made(fs, b"plain", true, 0);
     let dsync = made(fs, b"dsync", true, EXT4_DIRSYNC_FL);
@@ -228,27 +229,38 @@ fn chattr_d_and_s_make_one_directory_synchronous_and_pass_to_its_subdirectories(
 }
 
 #[test]
-fn chattr_s_makes_writes_and_truncates_of_a_file_durable() {
-    let r = rig("jbd2", false);
-    let fs = &r.fs;
-    let s = made(fs, b"s", false, EXT4_SYNC_FL);
-    let p = made(fs, b"p", false, 0);
-    fs.sync().expect("sync");
-    fs.write(s, 0, b"synchronous").expect("write");
-    // After the synchronous write: it would commit this one with its own transaction.
-    fs.write(p, 0, b"plain").expect("write");
-    let read = |fs: &Fs, name: &[u8]| {
-        let a = fs.lookup(ROOT_INO, name).expect("lookup");
-        let mut buf = vec![0u8; a.size as usize];
-        let n = fs.read(a.ino, 0, &mut buf).expect("read");
-        buf.truncate(n);
-        buf
-    };
-    let cut = r.cut();
-    assert_eq!(read(&cut, b"s"), b"synchronous", "a write to a +S file is durable when it returns");
-    assert_eq!(read(&cut, b"p"), b"", "a plain write waits for a commit");
-    drop(cut);
-    fs.setattr(s, &SetAttr { size: Some(5), ..SetAttr::default() }).expect("truncate");
-    assert_eq!(read(&r.cut(), b"s"), b"synch", "a truncate of a +S file is durable");
-    r.fs.unmount().expect("unmount");
+fn chattr_s_and_a_sync_mount_make_writes_and_truncates_of_a_file_durable() {
+    for sync_mount in [false, true] {
+        let r = rig("jbd2", false, sync_mount);
+        let fs = &r.fs;
+        let s = made(fs, b"s", false, if sync_mount { 0 } else { EXT4_SYNC_FL });
+        // A plain file (none is, on a `sync` mount), written after the synchronous write,
+        // which would have committed it too.
+        let p = (!sync_mount).then(|| made(fs, b"p", false, 0));
+        fs.sync().expect("sync");
+        fs.write(s, 0, b"synchronous").expect("write");
+        if let Some(p) = p {
+            fs.write(p, 0, b"plain").expect("write");
+        }
+        let read = |fs: &Fs, name: &[u8]| {
+            let a = fs.lookup(ROOT_INO, name).expect("lookup");
+            let mut buf = vec![0u8; a.size as usize];
+            let n = fs.read(a.ino, 0, &mut buf).expect("read");
+            buf.truncate(n);
+            buf
+        };
+        let cut = r.cut();
+        assert_eq!(
+            read(&cut, b"s"),
+            b"synchronous",
+            "sync mount {sync_mount}: a write is durable when it returns"
+        );
+        if !sync_mount {
+            assert_eq!(read(&cut, b"p"), b"", "a plain write waits for a commit");
+        }
+        drop(cut);
+        fs.setattr(s, &SetAttr { size: Some(5), ..SetAttr::default() }).expect("truncate");
+        assert_eq!(read(&r.cut(), b"s"), b"synch", "sync mount {sync_mount}: a truncate is durable");
+        r.fs.unmount().expect("unmount");
+    }
 }

@@ -213,10 +213,12 @@ impl MountConfig {
             o.data = d;
         }
         o.read_only = self.read_only;
-        // The kernel syncs a `sync` mount's file writes itself (FUSE_FSYNC after each), but
-        // never tells a FUSE daemon of the mount's flags: directory operations are the
-        // library's to make durable.
-        o.dirsync = self.kernel_flags.iter().any(|f| f == "sync" || f == "dirsync");
+        // The kernel never tells a FUSE daemon the mount's flags: directory operations,
+        // truncates and attribute changes are the library's to make durable. (It syncs a
+        // `sync` mount's file writes itself too, FUSE_FSYNC after each, which then finds
+        // them durable.)
+        o.sync = self.kernel_flags.iter().any(|f| f == "sync");
+        o.dirsync = o.sync || self.kernel_flags.iter().any(|f| f == "dirsync");
         if let Some(n) = self.cache_blocks {
             o.cache_blocks = n;
         }
@@ -261,6 +263,9 @@ mod tests {
         assert!(!d("") && !d("noatime"));
         assert!(d("dirsync") && d("sync") && d("sync,noatime"));
         assert!(!d("sync,async") && d("async,sync") && d("dirsync,async"));
+        let s =
+            |list: &str| MountConfig::parse(list).unwrap().fs_options(&MountOptions::default()).unwrap().sync;
+        assert!(s("sync") && !s("dirsync") && !s("sync,async"));
     }
 
     #[test]
