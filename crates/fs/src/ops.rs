@@ -319,7 +319,9 @@ impl Fs {
         let mut sync = self.inner.opts.dirsync || self.inner.opts.sync;
         let mut txs = Vec::with_capacity(dirs.len());
         for &d in dirs {
-            let node = self.node(d)?;
+            // Removed since by another caller (this very unlink may have emptied it): its
+            // flags went with it, so commit everything rather than guess (a rare race).
+            let Ok(node) = self.node(d) else { return Ok(self.inner.journal.force()?) };
             let st = node.state.read();
             sync |= st.d.flags & (EXT4_SYNC_FL | EXT4_DIRSYNC_FL) != 0;
             txs.push(st.meta_tx);
