@@ -23,6 +23,8 @@
 //! * `planted_bugs_are_caught`: each of the four planted bugs makes the harness report
 //!   violations; `ijournal_planted_bug_is_caught`: so does iJournaling's (an fsync without
 //!   the records of the new directories on the file's path).
+//! * `planted_dirsync_bug_is_caught`: the `dirsync-*` workloads catch directory operations
+//!   in a `chattr +D`/`+S` directory that return without committing, and are clean without.
 //! * `ijournal_commit_form_and_full_areas`: iJournaling's cases with the paper's record form,
 //!   and with areas small enough to fill.
 //! * `regressions`: workloads that exposed real bugs stay clean.
@@ -483,6 +485,47 @@ fn planted_joj_bugs_are_caught() {
         "{osum}, rewriting a summed block in place before it is confirmed: {n} violating crash state(s)"
     );
     assert!(n > 0, "the harness did not catch a summed block rewritten in place");
+}
+
+/// Synchronous directory updates' planted bug: directory operations in a `chattr +D` or
+/// `+S` directory return without committing. Each `dirsync-*` workload with directory
+/// operations in a marked directory then has crash states that lost one after it returned;
+/// without the bug every one is clean.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn planted_dirsync_bug_is_caught() {
+    if !e2fsck_or_skip() {
+        return;
+    }
+    let wls: Vec<Workload> =
+        Suite::ci().workloads(1).into_iter().filter(|w| w.name.starts_with("dirsync-")).collect();
+    assert_eq!(wls.len(), 4);
+    let run = |mode: &str, bugs: Bugs| {
+        let mut cfg = CrashConfig::new(mode);
+        cfg.bugs = bugs;
+        cfg.states.max_states = 300;
+        let (s, results) = crash::run_suite(&cfg, &wls, &|_| {});
+        for r in &results {
+            if let Some(e) = &r.error {
+                eprintln!("{mode}: {}: {e}", r.name);
+            }
+            let bug = if bugs.any() { "no_dirsync" } else { "no bug" };
+            eprintln!("{mode}, {bug}: {}: {} states, {} violating", r.name, r.states, r.violations);
+        }
+        assert_eq!(s.workload_errors, 0, "{mode}: workload errors");
+        results
+    };
+    for m in ["jbd2", "cjfs"] {
+        let clean = run(m, Bugs::default());
+        assert!(clean.iter().all(|r| r.violations == 0), "{m}: the harness must be quiet without bugs");
+        let buggy = run(m, Bugs { no_dirsync: true, ..Bugs::default() });
+        // `dirsync-files` has no directory operation in a marked directory.
+        for r in buggy.iter().filter(|r| r.name != "dirsync-files") {
+            assert!(r.violations > 0, "{m}: {} did not catch directory operations left uncommitted", r.name);
+        }
+        let n: u64 = buggy.iter().map(|r| r.violations).sum();
+        eprintln!("{m}, directory operations not synchronous: {n} violating crash state(s)");
+    }
 }
 
 /// Workloads that once exposed real bugs (see the fixes they name).

@@ -110,6 +110,10 @@ pub struct Bugs {
     /// still cover it.
     #[serde(default)]
     pub unconfirmed_rewrite: bool,
+    /// File system: directory operations in a `chattr +D`/`+S` directory (or on a
+    /// `dirsync` mount) return without committing.
+    #[serde(default)]
+    pub no_dirsync: bool,
 }
 
 impl Bugs {
@@ -128,6 +132,7 @@ impl Bugs {
             || self.leave_without_revoke
             || self.rewrite_in_place
             || self.unconfirmed_rewrite
+            || self.no_dirsync
     }
 }
 
@@ -195,6 +200,7 @@ impl CrashConfig {
                 no_data_revoke: self.bugs.no_data_revoke,
                 leave_without_revoke: self.bugs.leave_without_revoke,
                 rewrite_in_place: self.bugs.rewrite_in_place,
+                no_dirsync: self.bugs.no_dirsync,
             };
             o.journal.bugs = cjfs_journal::PlantedBugs {
                 skip_preflush: self.bugs.skip_preflush,

@@ -46,6 +46,17 @@
 //!   parent is `d`, existing or removed: creations, unlinks and renames in `d` are durable).
 //! * `fdatasync(f)`: `X`'s size and content (not its other attributes, not its names:
 //!   fdatasync does not persist a rename); `X` must be reachable under some name.
+//! * Synchronous updates (ext4's `IS_DIRSYNC`/`IS_SYNC`), with the flags tracked per inode
+//!   (`chattr +D`/`+S`, and inherited as ext4 does: a new directory takes its parent's `+D`
+//!   and `+S`, a new regular file `+S` only, a symlink neither). The return of a directory
+//!   operation (creat, mkdir, symlink, link, unlink, rmdir, rename) in a `+D` or `+S`
+//!   directory is an `fsync` of that directory in state `i+1`; of a rename where either
+//!   parent is marked, an `fsync` of both parents. ext4 commits the whole transaction, but
+//!   only that much is claimed. The return of a write to a `+S` file is an `fdatasync(f)`,
+//!   of a truncate an `fsync(f)`; a `chattr` is an `fsync` of its inode only if that was `+S`
+//!   before it (ext4 checks before changing the flags). Nothing is claimed in a plain
+//!   directory or for a plain file (a `+D` directory's files are plain), nor for a `+S`
+//!   inode's other updates (attributes, fallocate).
 //!
 //! Besides the per-key windows:
 //!
@@ -67,6 +78,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use cjfs_fs::ondisk::inode::{EXT4_DIRSYNC_FL, EXT4_SYNC_FL};
 use cjfs_fs::{FileType, Fs, FsError, Ino, ROOT_INO};
 use serde::{Deserialize, Serialize};
 
@@ -335,7 +347,14 @@ pub struct MInode {
     pub xattrs: BTreeMap<String, Vec<u8>>,
     /// Symlink target.
     pub target: Vec<u8>,
+    /// Synchronous-update flags (`EXT4_SYNC_FL`, `EXT4_DIRSYNC_FL`; the others are not
+    /// modelled). Not part of the logical state: they decide which operations are
+    /// persistence calls.
+    pub flags: u32,
 }
+
+/// The flags the model tracks.
+const SYNC_FLAGS: u32 = EXT4_SYNC_FL | EXT4_DIRSYNC_FL;
 
 /// The logical model of the file system a workload runs on.
 #[derive(Debug, Clone, Default)]
@@ -360,6 +379,9 @@ pub struct Changes {
     /// Extra intermediate views an inode may show for this operation (see
     /// [`Model::apply`] on truncate).
     pub alt: Vec<(Ino, InodeView)>,
+    /// Persistence calls the operation's return amounts to, in the state it leaves
+    /// (synchronous updates: `chattr +D`/`+S`, see the module docs): `Fsync` or `Fdatasync`.
+    pub implied: Vec<Op>,
 }
 
 impl Model {
@@ -398,8 +420,11 @@ impl Model {
             } else {
                 Vec::new()
             };
-            m.inodes
-                .insert(ino, MInode { kind: v.kind, perm: v.perm, data, xattrs, target: v.target.clone() });
+            let flags = fs.getattr(ino)?.flags & SYNC_FLAGS;
+            m.inodes.insert(
+                ino,
+                MInode { kind: v.kind, perm: v.perm, data, xattrs, target: v.target.clone(), flags },
+            );
         }
         for (p, (ino, _)) in &ls.names {
             m.names.insert(p.clone(), *ino);
@@ -432,6 +457,17 @@ impl Model {
     /// Whether the object at `path` has the attribute.
     pub fn has_xattr(&self, path: &str, name: &str) -> bool {
         self.ino_of(path).and_then(|i| self.inodes.get(&i)).is_some_and(|i| i.xattrs.contains_key(name))
+    }
+
+    /// Whether directory operations in the directory at `dir` are synchronous (ext4's
+    /// `IS_DIRSYNC`: the directory is `+D` or `+S`).
+    pub fn dirsync(&self, dir: &str) -> bool {
+        self.ino_of(dir).and_then(|i| self.inodes.get(&i)).is_some_and(|n| n.flags & SYNC_FLAGS != 0)
+    }
+
+    /// Whether every update of the object at `path` is synchronous (ext4's `IS_SYNC`: `+S`).
+    pub fn sync(&self, path: &str) -> bool {
+        self.ino_of(path).and_then(|i| self.inodes.get(&i)).is_some_and(|n| n.flags & EXT4_SYNC_FL != 0)
     }
 
     /// Whether the directory at `path` has no entries.
@@ -534,22 +570,27 @@ impl Model {
     /// Apply `op` (which succeeded on the file system; `new_ino` is the inode it created, if
     /// any). Returns what changed. Persistence calls change nothing.
     pub fn apply(&mut self, op: &Op, new_ino: Option<Ino>) -> Changes {
-        let mut ch = Changes::default();
+        let mut ch = Changes { implied: self.implied_persistence(op), ..Changes::default() };
         match op {
             Op::Creat { path } | Op::Mkdir { path } | Op::Symlink { path, .. } => {
                 let ino = new_ino.unwrap_or(0);
-                let node = match op {
+                // ext4's `EXT4_FL_INHERITED` through `ext4_mask_flags`: a directory takes
+                // both flags, a regular file `+S` only, a symlink neither.
+                let parent = self.ino_of(split_path(path).0).and_then(|d| self.inodes.get(&d));
+                let inherited = parent.map_or(0, |d| match op {
+                    Op::Mkdir { .. } => d.flags,
+                    Op::Creat { .. } => d.flags & EXT4_SYNC_FL,
+                    _ => 0,
+                });
+                let mut node = match op {
                     Op::Creat { .. } => MInode::file(0o644),
                     Op::Mkdir { .. } => MInode::dir(0o755),
-                    Op::Symlink { target, .. } => MInode {
-                        kind: Kind::Symlink,
-                        perm: 0o777,
-                        data: Vec::new(),
-                        xattrs: BTreeMap::new(),
-                        target: target.as_bytes().to_vec(),
-                    },
+                    Op::Symlink { target, .. } => {
+                        MInode { target: target.as_bytes().to_vec(), ..MInode::new(Kind::Symlink, 0o777) }
+                    }
                     _ => unreachable!("matched above"),
                 };
+                node.flags = inherited;
                 self.inodes.insert(ino, node);
                 self.add_name(path, ino, &mut ch);
             }
@@ -673,19 +714,81 @@ impl Model {
                     ch.inos.insert(ino);
                 }
             }
+            Op::SetSyncFlags { path, dirsync, sync } => {
+                if let Some(ino) = self.ino_of(path)
+                    && let Some(n) = self.inodes.get_mut(&ino)
+                {
+                    // Flags the kind cannot carry are dropped, as `Fs::set_flags` does.
+                    n.flags = match n.kind {
+                        Kind::Dir if *dirsync => EXT4_DIRSYNC_FL,
+                        _ => 0,
+                    } | match n.kind {
+                        Kind::Dir | Kind::File if *sync => EXT4_SYNC_FL,
+                        _ => 0,
+                    };
+                }
+            }
             // The data mode is not part of the logical state.
             Op::SetJournalData { .. } | Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount => {}
         }
         ch
     }
+
+    /// The persistence calls `op`'s return amounts to under synchronous updates (before
+    /// `op` is applied; every path named holds in the state after it), claiming no more
+    /// than ext4 promises:
+    ///
+    /// * a directory operation in a `+D` or `+S` directory (ext4's `IS_DIRSYNC`: creat,
+    ///   mkdir, symlink, link, unlink, rmdir, rename, where a rename is synchronous if
+    ///   either parent is): `ext4_handle_sync` commits the transaction holding it, so at
+    ///   least an fsync of the parent, of both parents for a rename;
+    /// * a write to a `+S` file: `generic_write_sync`, an fdatasync of it;
+    /// * a truncate of a `+S` file: `ext4_setattr`'s `ext4_handle_sync`, an fsync of it;
+    /// * a `chattr` of an inode that was `+S` before (`ext4_ioctl_setflags` checks
+    ///   `IS_SYNC` before changing the flags): an fsync of it.
+    fn implied_persistence(&self, op: &Op) -> Vec<Op> {
+        let parent = |p: &str| split_path(p).0.to_string();
+        let fsync = |p: String| Op::Fsync { path: p };
+        match op {
+            Op::Creat { path }
+            | Op::Mkdir { path }
+            | Op::Symlink { path, .. }
+            | Op::Unlink { path }
+            | Op::Rmdir { path }
+            | Op::Link { to: path, .. } => {
+                let d = parent(path);
+                if self.dirsync(&d) { vec![fsync(d)] } else { Vec::new() }
+            }
+            Op::Rename { from, to } => {
+                let (a, b) = (parent(from), parent(to));
+                if !self.dirsync(&a) && !self.dirsync(&b) {
+                    Vec::new()
+                } else if a == b {
+                    vec![fsync(a)]
+                } else {
+                    vec![fsync(a), fsync(b)]
+                }
+            }
+            Op::Write { path, .. } | Op::WriteMagic { path, .. } if self.sync(path) => {
+                vec![Op::Fdatasync { path: path.clone() }]
+            }
+            Op::Truncate { path, .. } | Op::SetSyncFlags { path, .. } if self.sync(path) => {
+                vec![fsync(path.clone())]
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl MInode {
+    fn new(kind: Kind, perm: u16) -> MInode {
+        MInode { kind, perm, data: Vec::new(), xattrs: BTreeMap::new(), target: Vec::new(), flags: 0 }
+    }
     fn dir(perm: u16) -> MInode {
-        MInode { kind: Kind::Dir, perm, data: Vec::new(), xattrs: BTreeMap::new(), target: Vec::new() }
+        MInode::new(Kind::Dir, perm)
     }
     fn file(perm: u16) -> MInode {
-        MInode { kind: Kind::File, perm, data: Vec::new(), xattrs: BTreeMap::new(), target: Vec::new() }
+        MInode::new(Kind::File, perm)
     }
 }
 
@@ -876,8 +979,9 @@ pub struct Guarantee {
 pub struct History {
     names: HashMap<String, Timeline<Option<(Ino, Kind)>>>,
     inodes: HashMap<Ino, Timeline<Option<InodeView>>>,
-    /// Per operation: the guarantee it creates when it returns (persistence calls only).
-    pub guarantees: Vec<Option<Guarantee>>,
+    /// Per operation: the guarantees it creates when it returns (persistence calls, and
+    /// operations that synchronous updates make durable: [`Changes::implied`]).
+    pub guarantees: Vec<Vec<Guarantee>>,
     /// Number of states recorded (operations + 1).
     pub states: u32,
     /// Every path ever seen, by parent directory path.
@@ -925,42 +1029,43 @@ impl History {
                 t.push((state, v));
             }
         }
-        let g = match op {
+        let mut gs: Vec<Guarantee> = match op {
             Op::Sync | Op::Unmount => {
-                Some(Guarantee { state, global: true, ino: None, data_only: false, paths: vec![], dir: None })
+                vec![Guarantee { state, global: true, ino: None, data_only: false, paths: vec![], dir: None }]
             }
-            Op::Fsync { path } | Op::Fdatasync { path } => {
-                let data_only = matches!(op, Op::Fdatasync { .. });
-                let ino = m.ino_of(path);
-                let mut paths = BTreeSet::new();
-                if !data_only && let Some(i) = ino {
-                    for n in m.names_of(i) {
-                        let mut p = n.as_str();
-                        loop {
-                            paths.insert(p.to_string());
-                            let (d, _) = split_path(p);
-                            if d.is_empty() {
-                                break;
-                            }
-                            p = d;
-                        }
-                    }
-                    // A directory's ancestors too (its own name is among names_of).
-                }
-                let dir = (!data_only && m.kind_of(path) == Some(Kind::Dir)).then(|| path.clone());
-                Some(Guarantee {
-                    state,
-                    global: false,
-                    ino,
-                    data_only,
-                    paths: paths.into_iter().collect(),
-                    dir,
-                })
-            }
-            _ => None,
+            Op::Fsync { .. } | Op::Fdatasync { .. } => vec![Self::file_guarantee(op, m, state)],
+            _ => Vec::new(),
         };
-        self.guarantees.push(g);
+        gs.extend(changes.implied.iter().map(|p| Self::file_guarantee(p, m, state)));
+        self.guarantees.push(gs);
         self.states += 1;
+    }
+
+    /// What the fsync or fdatasync `op` makes durable when it returns in state `state`,
+    /// which `m` is (see the module docs).
+    fn file_guarantee(op: &Op, m: &Model, state: u32) -> Guarantee {
+        let (Op::Fsync { path } | Op::Fdatasync { path }) = op else {
+            unreachable!("not an fsync: {}", op.describe())
+        };
+        let data_only = matches!(op, Op::Fdatasync { .. });
+        let ino = m.ino_of(path);
+        let mut paths = BTreeSet::new();
+        if !data_only && let Some(i) = ino {
+            for n in m.names_of(i) {
+                let mut p = n.as_str();
+                loop {
+                    paths.insert(p.to_string());
+                    let (d, _) = split_path(p);
+                    if d.is_empty() {
+                        break;
+                    }
+                    p = d;
+                }
+            }
+            // A directory's ancestors too (its own name is among names_of).
+        }
+        let dir = (!data_only && m.kind_of(path) == Some(Kind::Dir)).then(|| path.clone());
+        Guarantee { state, global: false, ino, data_only, paths: paths.into_iter().collect(), dir }
     }
 
     /// Compare a recovered logical state with the model for a crash where operations
@@ -973,8 +1078,7 @@ impl History {
         let mut meta_lo: HashMap<Ino, u32> = HashMap::new();
         let mut data_lo: HashMap<Ino, u32> = HashMap::new();
         let mut must_exist: BTreeMap<Ino, u32> = BTreeMap::new();
-        for &i in returned {
-            let Some(Some(g)) = self.guarantees.get(i) else { continue };
+        for g in returned.iter().filter_map(|&i| self.guarantees.get(i)).flatten() {
             if g.global {
                 global_lo = global_lo.max(g.state);
                 continue;
@@ -1214,6 +1318,57 @@ mod tests {
         assert!(!h.check(&neither, 3, &[1]).is_empty(), "losing the file must be a violation");
         // Before the sync returned, the creation itself may be lost.
         assert!(h.check(&neither, 1, &[]).is_empty());
+    }
+
+    /// `chattr +D` and `+S`: flags inherited as ext4 does, directory operations in a marked
+    /// directory durable when they return (an fsync of the parent, of both parents for a
+    /// rename), `+S` writes an fdatasync, nothing in a plain directory.
+    #[test]
+    fn synchronous_updates_are_persistence_calls() {
+        let mut m = Model::empty_fs();
+        let mut h = History::new(&m);
+        let mut run = |m: &mut Model, op: Op, ino: Option<Ino>| {
+            let ch = m.apply(&op, ino);
+            h.push(&op, m, &ch);
+            ch.implied
+        };
+        assert!(run(&mut m, Op::Mkdir { path: "D".into() }, Some(12)).is_empty());
+        assert!(run(&mut m, Op::Mkdir { path: "P".into() }, Some(13)).is_empty());
+        let set = Op::SetSyncFlags { path: "D".into(), dirsync: true, sync: true };
+        assert!(run(&mut m, set.clone(), None).is_empty(), "not +S before: no persistence");
+        let fsync = |p: &str| Op::Fsync { path: p.into() };
+        assert_eq!(run(&mut m, Op::Creat { path: "D/f".into() }, Some(14)), [fsync("D")]);
+        assert_eq!(run(&mut m, Op::Mkdir { path: "D/s".into() }, Some(15)), [fsync("D")]);
+        assert_eq!(m.inodes[&14].flags, EXT4_SYNC_FL, "a file takes +S, not +D");
+        assert_eq!(m.inodes[&15].flags, EXT4_SYNC_FL | EXT4_DIRSYNC_FL);
+        let w = Op::Write { path: "D/f".into(), off: 0, len: 100, seed: 1 };
+        assert_eq!(run(&mut m, w, None), [Op::Fdatasync { path: "D/f".into() }]);
+        assert!(run(&mut m, Op::Creat { path: "P/x".into() }, Some(16)).is_empty());
+        let mv = Op::Rename { from: "P/x".into(), to: "D/s/x".into() };
+        assert_eq!(run(&mut m, mv, None), [fsync("P"), fsync("D/s")]);
+        assert_eq!(run(&mut m, set, None), [fsync("D")], "+S before: an fsync");
+        // Crash with every operation started: once the rename (op 7) returned, D/s/x is
+        // there and P/x gone; before, either.
+        let moved = logical(&m);
+        let mut back = moved.clone();
+        back.names.remove("D/s/x");
+        back.names.insert("P/x".into(), (16, Kind::File));
+        assert!(h.check(&moved, 9, &[7]).is_empty());
+        assert!(h.check(&back, 9, &[]).is_empty());
+        let probs = h.check(&back, 9, &[7]);
+        assert!(probs.iter().any(|p| p.contains("path D/s/x")), "{probs:?}");
+        assert!(probs.iter().any(|p| p.contains("path P/x")), "{probs:?}");
+        // The creation in the plain directory P (op 6) promised nothing on its own.
+        let mut lost = back.clone();
+        lost.names.remove("P/x");
+        lost.inodes.remove(&16);
+        assert!(h.check(&lost, 7, &[3, 4, 5]).is_empty());
+        // The creation in D (op 3) did.
+        let mut gone = lost.clone();
+        gone.names.remove("D/f");
+        gone.inodes.remove(&14);
+        assert!(!h.check(&gone, 7, &[3]).is_empty());
+        assert!(h.check(&gone, 7, &[]).is_empty());
     }
 
     /// The logical state a model describes.

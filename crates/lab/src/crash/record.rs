@@ -87,12 +87,14 @@ impl Recording {
         self.marks.iter().rposition(|m| m.start < x).map_or(0, |i| i as u32 + 1)
     }
 
-    /// Persistence calls that had returned by log position `x`.
+    /// Persistence calls that had returned by log position `x`: every operation whose
+    /// return guarantees something, the ones synchronous updates make durable included
+    /// ([`oracle::Changes::implied`]).
     pub fn returned_by(&self, x: usize) -> Vec<usize> {
         self.marks
             .iter()
             .enumerate()
-            .filter(|(i, m)| m.end <= x && self.ops[*i].is_persistence())
+            .filter(|(i, m)| m.end <= x && self.history.guarantees.get(*i).is_some_and(|g| !g.is_empty()))
             .map(|(i, _)| i)
             .collect()
     }

@@ -21,6 +21,7 @@
 
 use std::collections::BTreeSet;
 
+use cjfs_fs::ondisk::inode::{EXT4_DIRSYNC_FL, EXT4_SYNC_FL};
 use cjfs_fs::{FallocMode, Fs, FsError, Ino, RenameFlags, SetAttr, XattrFlags};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -143,6 +144,18 @@ pub enum Op {
         /// On (`+j`) or off (`-j`).
         on: bool,
     },
+    /// Set or clear synchronous updates (`chattr ±D ±S`, through `Fs::set_flags`): a
+    /// directory marked `+D` or `+S` makes its directory operations durable when they
+    /// return, a file marked `+S` its writes and truncates; new inodes inherit the flags.
+    /// `dirsync` is dropped on anything but a directory, as ext4 does.
+    SetSyncFlags {
+        /// Path.
+        path: String,
+        /// Directory operations synchronous (`+D`) or not (`-D`).
+        dirsync: bool,
+        /// Every update synchronous (`+S`) or not (`-S`).
+        sync: bool,
+    },
     /// fsync (a file or a directory).
     Fsync {
         /// Path.
@@ -160,7 +173,9 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether this is a persistence call (fsync, fdatasync, sync, unmount).
+    /// Whether this is a persistence call (fsync, fdatasync, sync, unmount). An operation
+    /// that synchronous updates (`chattr +D`/`+S`) make durable is one too where the model
+    /// says so (`oracle::Changes::implied`); that depends on the state, not on the operation.
     pub fn is_persistence(&self) -> bool {
         matches!(self, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount)
     }
@@ -175,6 +190,10 @@ impl Op {
                 format!("write-jbd2-magic {path} off={off} len={len} seed={seed}")
             }
             Op::SetJournalData { path, on } => format!("chattr {}j {path}", if *on { '+' } else { '-' }),
+            Op::SetSyncFlags { path, dirsync, sync } => {
+                let sign = |on: bool| if on { '+' } else { '-' };
+                format!("chattr {}D {}S {path}", sign(*dirsync), sign(*sync))
+            }
             Op::Truncate { path, size } => format!("truncate {path} {size}"),
             Op::Fallocate { path, mode, off, len } => format!("fallocate {path} {mode} off={off} len={len}"),
             Op::Link { from, to } => format!("link {from} {to}"),
@@ -377,6 +396,11 @@ pub fn exec(fs: &Fs, op: &Op) -> Result<Option<Ino>, FsError> {
         }
         Op::SetJournalData { path, on } => {
             fs.set_journal_data(fs.resolve(path)?, *on)?;
+            Ok(None)
+        }
+        Op::SetSyncFlags { path, dirsync, sync } => {
+            let flags = if *dirsync { EXT4_DIRSYNC_FL } else { 0 } | if *sync { EXT4_SYNC_FL } else { 0 };
+            fs.set_flags(fs.resolve(path)?, EXT4_DIRSYNC_FL | EXT4_SYNC_FL, flags)?;
             Ok(None)
         }
         Op::Fsync { path } => {
@@ -1362,6 +1386,179 @@ pub fn joj_cases(rounds: usize) -> Vec<Workload> {
     vec![reuse, escape, switch, sqlite, ckpt]
 }
 
+/// Synchronous updates (`chattr +D`, `+S`; ext4's `IS_DIRSYNC` and `IS_SYNC`): directory
+/// operations in a marked directory, and writes and truncates of a `+S` file, are durable
+/// when they return (the oracle treats their return as an fsync of the parent, or an
+/// fdatasync or fsync of the file: `Model::apply`'s implied persistence calls), next to the
+/// same operations in plain directories and on plain files, where nothing is promised:
+///
+/// * `dirsync-dirops`: a `+D` directory `D`, a subdirectory made in it (which inherits
+///   `+D`) and a plain `P`: creat, mkdir, symlink, link, unlink, rmdir, renames within `D`
+///   and across `D` and `P` both ways (a directory too), a directory marked `+D` while it
+///   holds entries not yet committed, and `chattr -D` (after which `D` promises nothing).
+/// * `dirsync-syncdir`: a `+S` directory: its directory operations, the `+S` files and
+///   the `+S` subdirectory made in it (inherited), whose writes and truncates are
+///   synchronous; a `+S` file renamed into a plain directory stays `+S`; `chattr -S` of a
+///   `+S` inode is itself synchronous.
+/// * `dirsync-files`: writes (overwrite, append), truncates (shrink, grow) and a rename of
+///   a file marked `+S` during the run, next to the same on a plain file; `chattr +S` of a
+///   plain file is not synchronous, `chattr -S` of a `+S` one is.
+/// * `dirsync-threads`: two threads, each in a `+D` directory of its own, doing directory
+///   operations in concurrent rounds (`rounds` of them; each thread cycles through creat,
+///   write, mkdir, rename into the new directory, symlink, link, unlink, rmdir, rename).
+pub fn dirsync_cases(rounds: usize) -> Vec<Workload> {
+    let w = |p: &str, off: u64, len: u64, seed: u32| Op::Write { path: p.into(), off, len, seed };
+    let flags = |p: &str, dirsync: bool, sync: bool| Op::SetSyncFlags { path: p.into(), dirsync, sync };
+    let creat = |p: &str| Op::Creat { path: p.into() };
+    let mkdir = |p: &str| Op::Mkdir { path: p.into() };
+    let rename = |a: &str, b: &str| Op::Rename { from: a.into(), to: b.into() };
+    let link = |a: &str, b: &str| Op::Link { from: a.into(), to: b.into() };
+    let unlink = |p: &str| Op::Unlink { path: p.into() };
+    let rmdir = |p: &str| Op::Rmdir { path: p.into() };
+    let symlink = |t: &str, p: &str| Op::Symlink { target: t.into(), path: p.into() };
+    let truncate = |p: &str, size: u64| Op::Truncate { path: p.into(), size };
+    let dirops = Workload::sequential(
+        "dirsync-dirops",
+        vec![
+            mkdir("D"),
+            mkdir("P"),
+            mkdir("P/mv"),
+            creat("D/d0"),
+            w("D/d0", 0, 6000, 1),
+            creat("P/f0"),
+            w("P/f0", 0, 8000, 2),
+            flags("D", true, false),
+            Op::Sync,
+        ],
+        vec![
+            creat("D/a"),
+            w("D/a", 0, 6000, 3),
+            mkdir("D/sub"),
+            creat("D/sub/x"),
+            symlink("x", "D/sub/l"),
+            creat("P/p"),
+            w("P/p", 0, 5000, 4),
+            rename("P/p", "D/p"),
+            rename("D/a", "P/a"),
+            link("D/p", "D/sub/p2"),
+            link("D/sub/x", "P/x2"),
+            unlink("D/sub/p2"),
+            mkdir("D/sub/e"),
+            rmdir("D/sub/e"),
+            rename("P/mv", "D/sub/mv"),
+            creat("P/q"),
+            unlink("P/f0"),
+            rename("D/d0", "D/d1"),
+            unlink("D/sub/l"),
+            rmdir("D/sub/mv"),
+            // Entries made while the directory is plain, then the mark: the next
+            // operation in it commits them too (an fsync of the directory would).
+            mkdir("E"),
+            creat("E/u"),
+            flags("E", true, false),
+            creat("E/v"),
+            creat("D/sub/y"),
+            w("D/sub/y", 0, 3000, 5),
+            // Unmarked: nothing promised in `D` any more, its subdirectory keeps its mark.
+            flags("D", false, false),
+            creat("D/z"),
+            unlink("D/d1"),
+            creat("D/sub/z2"),
+            creat("P/end"),
+        ],
+    );
+    let syncdir = Workload::sequential(
+        "dirsync-syncdir",
+        vec![mkdir("S"), mkdir("P"), creat("P/g"), w("P/g", 0, 9000, 10), flags("S", false, true), Op::Sync],
+        vec![
+            creat("S/f"),
+            w("S/f", 0, 10000, 11),
+            w("S/f", 4096, 4096, 12),
+            truncate("S/f", 5000),
+            creat("P/g2"),
+            w("P/g2", 0, 7000, 13),
+            w("P/g", 4000, 9000, 14),
+            mkdir("S/t"),
+            creat("S/t/y"),
+            w("S/t/y", 0, 6000, 15),
+            rename("P/g2", "S/t/g2"),
+            link("S/f", "P/f2"),
+            symlink("f", "S/l"),
+            unlink("S/l"),
+            truncate("P/g", 100),
+            truncate("S/t/y", 0),
+            w("S/t/y", 0, 2000, 16),
+            // The file keeps its flag in a plain directory.
+            rename("S/t/y", "P/y"),
+            w("P/y", 2000, 3000, 17),
+            unlink("S/t/g2"),
+            rmdir("S/t"),
+            flags("S/f", false, false),
+            w("S/f", 0, 8000, 18),
+            flags("S", false, false),
+            creat("S/after"),
+            w("S/after", 0, 100, 19),
+        ],
+    );
+    let files = Workload::sequential(
+        "dirsync-files",
+        vec![creat("a"), w("a", 0, 16384, 20), creat("b"), w("b", 0, 16384, 21), mkdir("P"), Op::Sync],
+        vec![
+            flags("a", false, true),
+            w("a", 0, 8192, 22),
+            w("b", 0, 8192, 23),
+            w("a", 16384, 5000, 24),
+            w("b", 16384, 5000, 25),
+            truncate("a", 3000),
+            truncate("b", 3000),
+            truncate("a", 20000),
+            truncate("b", 20000),
+            rename("a", "P/a"),
+            w("P/a", 100, 50, 26),
+            flags("b", false, true),
+            flags("b", false, false),
+            w("b", 0, 4096, 27),
+            Op::WriteMagic { path: "P/a".into(), off: 0, len: 8192, seed: 28 },
+            w("b", 20000, 4000, 29),
+        ],
+    );
+    // Thread `t` at step `s` of its cycle (ten steps per cycle); thread 1 starts five steps
+    // in (the setup did the first five), so the two threads run different operations.
+    let step = |t: usize, s: usize| -> Op {
+        let (d, k) = (format!("D{t}"), s / 10);
+        let (f, sub, l, h) =
+            (format!("{d}/f{k}"), format!("{d}/s{k}"), format!("{d}/l{k}"), format!("{d}/h{k}"));
+        let moved = format!("{sub}/f");
+        match s % 10 {
+            0 => Op::Creat { path: f },
+            1 => Op::Write { path: f, off: 0, len: 3000, seed: (100 + 10 * t + s) as u32 },
+            2 => Op::Mkdir { path: sub },
+            3 => Op::Rename { from: f, to: moved },
+            4 => Op::Symlink { target: format!("s{k}/f"), path: l },
+            5 => Op::Link { from: moved, to: h },
+            6 => Op::Unlink { path: l },
+            7 => Op::Unlink { path: moved },
+            8 => Op::Rmdir { path: sub },
+            _ => Op::Rename { from: h, to: format!("{d}/kept{k}") },
+        }
+    };
+    let offset = [0usize, 5];
+    let mut setup = Vec::new();
+    for (t, &first) in offset.iter().enumerate() {
+        setup.push(mkdir(&format!("D{t}")));
+        setup.push(flags(&format!("D{t}"), true, false));
+        setup.extend((0..first).map(|s| step(t, s)));
+    }
+    setup.push(Op::Sync);
+    let threads = Workload {
+        name: "dirsync-threads".into(),
+        setup,
+        rounds: (0..rounds).map(|r| (0..2).map(|t| step(t, r + offset[t])).collect()).collect(),
+        free_running: false,
+    };
+    vec![dirops, syncdir, files, threads]
+}
+
 /// One SQLite rollback-journal transaction: the journal created, `journal_len` bytes of pages
 /// after its header written and fsynced, the header rewritten and fsynced, `db_len` bytes of
 /// the database at `db_off` rewritten and fdatasynced, the journal deleted (seeds from `seed`).
@@ -1404,6 +1601,7 @@ pub fn scenarios(mt: usize, seed: u64) -> Vec<Workload> {
     }
     v.extend(zjournal_cases(12));
     v.extend(joj_cases(24));
+    v.extend(dirsync_cases(30));
     v
 }
 
@@ -1426,6 +1624,7 @@ pub fn scenarios_small(seed: u64) -> Vec<Workload> {
     .into_iter()
     .chain(zjournal_cases(6))
     .chain(joj_cases(12))
+    .chain(dirsync_cases(15))
     .collect()
 }
 
