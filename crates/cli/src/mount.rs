@@ -25,7 +25,11 @@ Options for -o (comma-separated, repeatable):
                               ENOSPC then only at fsync/close)
   attr_timeout=SECS, entry_timeout=SECS   kernel cache timeouts (default 1)
   fsname=NAME                 source shown in /proc/mounts
-  noatime, nosuid, nodev, noexec, sync, dirsync, ...   passed to the kernel
+  noatime, nosuid, nodev, noexec, ...   passed to the kernel
+  dirsync                     directory operations durable when they return (as ext4;
+                              per directory: chattr +D)
+  sync                        that, and every write, truncate and attribute change
+                              (per file: chattr +S)
   dev, suid                   allow device nodes and set-ID bits (FUSE mounts default to
                               nodev,nosuid; as root, `-o dev,suid` gives ext4's defaults)
 
