@@ -174,7 +174,7 @@ impl Fs {
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
         let attr = self.setattr_checked(ino, set, true)?;
         if set.size.is_some() {
-            self.sync_if_marked(ino, false)?;
+            self.sync_if_marked(ino)?;
         }
         Ok(attr)
     }
@@ -334,12 +334,12 @@ impl Fs {
         Ok(())
     }
 
-    /// ext4's `IS_SYNC` for a change to `ino` (`chattr +S`, or a `sync` mount): make it
-    /// durable before the call returns, with `datasync` for a write (`generic_write_sync`),
-    /// a full fsync for a truncate, an attribute or a flag change.
-    fn sync_if_marked(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+    /// ext4's `IS_SYNC` for a truncate or an extended attribute change of `ino` (`chattr +S`,
+    /// or a `sync` mount): an fsync before the call returns. Writes check it under their
+    /// own lock ([`Fs::write_inner`]), flag changes before the change ([`Fs::set_flags`]).
+    fn sync_if_marked(&self, ino: Ino) -> FsResult<()> {
         let marked = self.inner.opts.sync || self.node(ino)?.state.read().d.flags & EXT4_SYNC_FL != 0;
-        if marked { self.fsync(ino, datasync) } else { Ok(()) }
+        if marked { self.fsync(ino, false) } else { Ok(()) }
     }
 
     /// Make a directory with permission bits `mode` (no umask; see [`Fs::mkdir_umask`]).
@@ -445,9 +445,7 @@ impl Fs {
     /// Write `data` at `off`; returns bytes written. A write that crosses the largest file
     /// size is cut short there; one that starts at or past it is [`FsError::TooBig`].
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
-        let n = self.write_inner(ino, off, data, true)?;
-        self.sync_if_marked(ino, true)?;
-        Ok(n)
+        self.write_inner(ino, off, data, true)
     }
 
     /// Write `data` at `off` like [`Fs::write`], leaving mtime and ctime as they are: for a
@@ -455,9 +453,7 @@ impl Fs {
     /// them with [`Fs::setattr`] (FUSE's writeback cache). Setting them here instead would
     /// store the time of the writeback, later than the one the cache shows and has sent.
     pub fn write_keep_times(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
-        let n = self.write_inner(ino, off, data, false)?;
-        self.sync_if_marked(ino, true)?;
-        Ok(n)
+        self.write_inner(ino, off, data, false)
     }
 
     fn write_inner(&self, ino: Ino, off: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
@@ -473,11 +469,29 @@ impl Fs {
         if touch_times {
             crate::protect::may_write(ino, &st, off)?;
         }
+        // ext4's `IS_SYNC` (`chattr +S`, a `sync` mount): `generic_write_sync`, an fdatasync.
+        let sync = self.inner.opts.sync || st.d.flags & EXT4_SYNC_FL != 0;
+        let done = self.write_locked(ino, &mut st, off, data, touch_times)?;
+        drop(st);
+        if sync {
+            self.fsync(ino, true)?;
+        }
+        Ok(done)
+    }
+
+    /// [`Fs::write_inner`] under the inode's lock.
+    fn write_locked(
+        &self,
+        ino: Ino,
+        st: &mut InodeState,
+        off: u64,
+        data: &[u8],
+        touch_times: bool,
+    ) -> FsResult<usize> {
         let data = &data[..crate::file::writable_len(&self.inner, off, data.len())?];
         // Retried after a commit when freed-but-not-yet-durable blocks were all that was left
         // (see `retry_nospc`); rewriting the same bytes at the same offset is idempotent.
-        let done =
-            self.retry_nospc(|| crate::file::write(&self.inner, ino, &mut st, off, data, touch_times))?;
+        let done = self.retry_nospc(|| crate::file::write(&self.inner, ino, st, off, data, touch_times))?;
         if done == 0 || done == data.len() || !self.frees_pending() {
             return Ok(done);
         }
@@ -489,7 +503,7 @@ impl Fs {
             return Ok(done);
         }
         Ok(done
-            + crate::file::write(&self.inner, ino, &mut st, off + done as u64, &data[done..], touch_times)
+            + crate::file::write(&self.inner, ino, st, off + done as u64, &data[done..], touch_times)
                 .unwrap_or(0))
     }
 
@@ -716,7 +730,7 @@ impl Fs {
                 self.retry_nospc(|| xattr::set(&self.inner, ino, &mut st, name, Some(value), flags))?;
             }
         }
-        self.sync_if_marked(ino, false)
+        self.sync_if_marked(ino)
     }
 
     /// Remove an attribute. Removing a POSIX ACL leaves the mode alone and is no error when
@@ -734,7 +748,7 @@ impl Fs {
                 xattr::set(&self.inner, ino, &mut st, name, None, XattrFlags::Any)?;
             }
         }
-        self.sync_if_marked(ino, false)
+        self.sync_if_marked(ino)
     }
 
     /// Set the `chattr` flags in `mask` ([`crate::protect::CHATTR_FLAGS`] only) to their values in `flags`.
