@@ -797,3 +797,33 @@ fn stock_tools_refuse_a_journal_with_ordered_sums_until_it_is_closed() {
     r.fs.unmount().expect("unmount");
     assert_eq!(sb_of(&r.ssd.image_bytes()).s_feature_incompat & bit, 0, "cleared at unmount");
 }
+
+#[test]
+fn with_ordered_sums_only_short_lived_files_journal_their_data() {
+    let r = rig("adaptive+osum=on", DataMode::Ordered, Some(8192));
+    const JDATA: u32 = 0x4000;
+    let flags = |ino| r.fs.getattr(ino).unwrap().flags & JDATA;
+    // A database grown by a page and fsynced: ordered costs one flush too (data and log
+    // write together, the data summed), so it stays ordered.
+    let db = r.fs.create(ROOT_INO, b"db", 0o644, 0, 0).expect("create").ino;
+    r.fs.write(db, 0, &pattern(1, 2 * 4096)).expect("pages");
+    let s = r.seen(|fs| fs.fsync(db, false).expect("fsync"));
+    assert_eq!(flags(db), 0, "a small window that needs a commit stays ordered");
+    assert_eq!(s.flushes, 1, "{s:?}");
+    assert!(s.writes.iter().any(|(k, _)| *k == BlockKind::Data), "data in place: {s:?}");
+    // A rollback journal deleted while in the log: the next one of that name dies young
+    // too, so its window goes into the log, one write, no in-place write.
+    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create").ino;
+    r.fs.write(j, 0, &pattern(2, 3 * 4096)).expect("pages");
+    r.fs.fsync(j, false).expect("fsync");
+    assert_eq!(flags(j), 0, "not known to be short-lived yet");
+    r.fs.unlink(ROOT_INO, b"db-journal").expect("unlink");
+    let j = r.fs.create(ROOT_INO, b"db-journal", 0o644, 0, 0).expect("create").ino;
+    r.fs.write(j, 0, &pattern(3, 3 * 4096)).expect("pages");
+    let s = r.seen(|fs| fs.fsync(j, false).expect("fsync"));
+    assert_ne!(flags(j), 0, "short-lived: data-journaled");
+    assert_eq!((s.writes.len(), s.flushes, s.in_place()), (1, 1, 0), "{s:?}");
+    let st = r.fs.adaptive_stats();
+    assert_eq!((st.to_data, st.short_lived), (1, 1), "{st:?}");
+    r.fs.unmount().expect("unmount");
+}
