@@ -43,6 +43,9 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     let mut adaptive = name == "adaptive";
     // Journaling of journal's presets leave data journaling by revoke; the others as ext4.
     let mut leave = if matches!(name, "joj" | "adaptive") { LeaveMode::Revoke } else { LeaveMode::Empty };
+    // Whether the settings name `osum`: the preset's own default yields to a setting it
+    // cannot combine with (`adaptive+commit=two_step`, `adaptive+ijournal=cores`).
+    let mut osum_named = false;
     for setting in parts {
         if journal.per_device {
             return Err(bad("`auto` chooses every setting per device; name a preset to change one".into()));
@@ -74,8 +77,8 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
             }
             Some(("commit", "single_io")) => journal.commit = CommitMode::SingleIo,
             Some(("commit", "two_step")) => journal.commit = CommitMode::TwoStep,
-            Some(("osum", "on")) => journal.ordered_sums = true,
-            Some(("osum", "off")) => journal.ordered_sums = false,
+            Some(("osum", "on")) => (journal.ordered_sums, osum_named) = (true, true),
+            Some(("osum", "off")) => (journal.ordered_sums, osum_named) = (false, true),
             Some(("adaptive", "on")) => adaptive = true,
             Some(("adaptive", "off")) => adaptive = false,
             Some(("leave", "empty")) => leave = LeaveMode::Empty,
@@ -97,7 +100,11 @@ pub fn apply(spec: &str, base: MountOptions) -> Result<MountOptions, UnknownPres
     }
     // Core-aware block-group allocation goes with per-core logs, except in its ablation.
     let core_groups = journal.logs != Logs::One && name != "zjournal-no-bga";
-    if journal.ordered_sums && (journal.commit != CommitMode::SingleIo || journal.ijournal.on()) {
+    let osum_fits = journal.commit == CommitMode::SingleIo && !journal.ijournal.on();
+    if journal.ordered_sums && !osum_fits && !osum_named {
+        journal.ordered_sums = false;
+    }
+    if journal.ordered_sums && !osum_fits {
         return Err(bad(
             "osum=on (ordered-data checksums) needs the single-I/O commit and no iJournaling".into()
         ));
@@ -190,7 +197,15 @@ mod tests {
             (CommitMode::SingleIo, true, true)
         );
         let a = resolve("adaptive").unwrap();
-        assert_eq!((a.journal.commit, a.adaptive), (CommitMode::SingleIo, true));
+        assert_eq!(
+            (a.journal.commit, a.adaptive, a.journal.ordered_sums),
+            (CommitMode::SingleIo, true, true)
+        );
+        assert!(!resolve("adaptive+osum=off").unwrap().journal.ordered_sums);
+        // The preset's checksums yield to a setting they cannot go with; named, they refuse.
+        assert!(!resolve("adaptive+commit=two_step").unwrap().journal.ordered_sums);
+        assert!(!resolve("adaptive+ijournal=cores").unwrap().journal.ordered_sums);
+        assert!(resolve("adaptive+osum=on+commit=two_step").unwrap_err().to_string().contains("osum=on"));
         assert!(!resolve("joj").unwrap().adaptive);
         assert_eq!(resolve("joj+commit=two_step").unwrap().journal.commit, CommitMode::TwoStep);
         assert!(resolve("zjournal+commit=single_io").unwrap_err().to_string().contains("one log"));

@@ -415,7 +415,7 @@ fn leaving_data_journaling_by_revoke_writes_nothing_at_the_switch() {
 fn a_full_log_breaks_a_switch_hold_rather_than_wait() {
     // The switched file's copies are the oldest in a log that the switch's own commit needs
     // room in: the commit writes the file's blocks home itself and the tail moves on.
-    let r = rig("adaptive", DataMode::Ordered, Some(4096));
+    let r = rig("adaptive+osum=off", DataMode::Ordered, Some(4096));
     let f = r.small_synced_file(b"f");
     let fill = data_journaled_file(&r.fs, b"fill");
     for i in 0..4u8 {
@@ -440,7 +440,8 @@ fn a_full_log_breaks_a_switch_hold_rather_than_wait() {
 
 #[test]
 fn the_adaptive_mode_follows_the_write_pattern() {
-    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    // Without ordered-data checksums: every small window that needs a commit is journaled.
+    let r = rig("adaptive+osum=off", DataMode::Ordered, Some(8192));
     const JDATA: u32 = 0x4000;
     let flags = |ino| r.fs.getattr(ino).unwrap().flags & JDATA;
     // A rollback journal: created, a few blocks written, fsynced: data-journaled at that
@@ -478,7 +479,7 @@ fn the_adaptive_mode_follows_the_write_pattern() {
 
 #[test]
 fn the_sync_that_sends_a_file_back_writes_its_window_home_once() {
-    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    let r = rig("adaptive+osum=off", DataMode::Ordered, Some(8192));
     let j = r.small_synced_file(b"db-journal");
     // A large window over the journaled blocks and past them: the sync that sees it switches
     // before its commit, so the window goes home (with the three handed blocks rewritten in
@@ -510,7 +511,7 @@ fn the_sync_that_sends_a_file_back_writes_its_window_home_once() {
 
 #[test]
 fn emptying_the_journal_costs_two_large_windows() {
-    let r = rig("adaptive+leave=empty", DataMode::Ordered, Some(8192));
+    let r = rig("adaptive+leave=empty+osum=off", DataMode::Ordered, Some(8192));
     let j = r.small_synced_file(b"db-journal");
     let flags = |ino| r.fs.getattr(ino).unwrap().flags & 0x4000;
     r.fs.write(j.ino, 0, &pattern(10, 300 * 4096)).expect("large");
@@ -526,7 +527,7 @@ fn emptying_the_journal_costs_two_large_windows() {
 
 #[test]
 fn small_rewrites_in_place_send_a_data_journaled_file_back_to_ordered() {
-    let r = rig("adaptive", DataMode::Ordered, Some(8192));
+    let r = rig("adaptive+osum=off", DataMode::Ordered, Some(8192));
     let flags = |ino| r.fs.getattr(ino).unwrap().flags & 0x4000;
     // A WAL filled in small fdatasync'd appends: data-journaled (each needs a commit).
     let w = r.fs.create(ROOT_INO, b"db-wal", 0o644, 0, 0).expect("create");
@@ -780,7 +781,7 @@ fn exposed_data_summed_in_the_commit_block_needs_one_flush() {
 
 #[test]
 fn stock_tools_refuse_a_journal_with_ordered_sums_until_it_is_closed() {
-    let r = rig("adaptive+osum=on", DataMode::Ordered, None);
+    let r = rig("adaptive", DataMode::Ordered, None);
     let f = r.fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
     r.fs.write(f, 0, &pattern(3, 8192)).expect("write");
     r.fs.fsync(f, false).expect("fsync");
@@ -800,7 +801,7 @@ fn stock_tools_refuse_a_journal_with_ordered_sums_until_it_is_closed() {
 
 #[test]
 fn with_ordered_sums_only_short_lived_files_journal_their_data() {
-    let r = rig("adaptive+osum=on", DataMode::Ordered, Some(8192));
+    let r = rig("adaptive", DataMode::Ordered, Some(8192));
     const JDATA: u32 = 0x4000;
     let flags = |ino| r.fs.getattr(ino).unwrap().flags & JDATA;
     // A database grown by a page and fsynced: ordered costs one flush too (data and log
