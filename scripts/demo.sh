@@ -44,8 +44,8 @@ $cjfs bench run --target nvme=cjfs:nvme-consumer --mode jbd2 --mode zjournal --m
   --workload varmail-shared --threads 32 --duration 2 --reps 3 --seed 1 \
   --out "$work/zjournal" --quiet --compare docs/results/zjournal/amd-244fc59/nvme-varmail-shared/results.json
 echo
-echo "== journaling of journal: SQLite (the library, in-process) on the emulated eMMC, rollback journal and WAL, 1-op transactions =="
-$cjfs bench sqlite --device emmc --modes delete,wal --per-txn 1 --records-small 200 --reps 1 --seed 1
+echo "== journaling of journal: SQLite (the library, in-process) on the emulated eMMC and SATA SSD, rollback journal and WAL, 1-op transactions =="
+$cjfs bench sqlite --device emmc,sata-ssd --modes delete,wal --per-txn 1 --records-small 200 --reps 1 --seed 1
 echo
 echo "== iJournaling against JBD2: fsync tester (80 KiB write, 0.1 s pause, fsync) beside a background writer at 30 % of the emulated SATA SSD's bandwidth =="
 $cjfs bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 --bg-share 30 \

@@ -44,11 +44,13 @@ pub enum DevError {
     Poisoned(String),
     /// Another open file description holds the image's writer lock (a `cjfs mount` or
     /// another cjfs command or program writing it).
-    #[error(
-        "{0}: the image is in use: another process (a cjfs mount or another cjfs writer) holds its \
-         writer lock"
-    )]
-    Busy(String),
+    #[error("{what}: the image is in use: {holder} holds its writer lock")]
+    Busy {
+        /// The image.
+        what: String,
+        /// The holding processes (`process PID (COMMAND)`) where `/proc/locks` names them.
+        holder: String,
+    },
     /// The path is neither a regular file nor a block device (a FIFO, a socket, a character
     /// device): opening some of them would block or read nothing.
     #[error("{0}: not a regular file or block device")]
@@ -74,7 +76,7 @@ impl DevError {
         match self {
             DevError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DevError::OutOfRange { .. } => libc::ENOSPC,
-            DevError::Busy(_) | DevError::KernelBusy { .. } => libc::EBUSY,
+            DevError::Busy { .. } | DevError::KernelBusy { .. } => libc::EBUSY,
             DevError::Unsupported(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,
         }

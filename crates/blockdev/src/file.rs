@@ -222,7 +222,7 @@ impl FileDevice {
             _ => DevError::io("open", &what, e),
         })?;
         if !opts.read_only {
-            lock_writer(&file, &what)?;
+            crate::writer_lock::lock_writer(&file, &what)?;
             if !block_dev && let Some(by) = kernel_loop_holder(&file) {
                 return Err(DevError::KernelBusy { what, by });
             }
@@ -392,42 +392,6 @@ fn kernel_loop_holder(file: &File) -> Option<String> {
         }
     }
     None
-}
-
-/// Whether another open file description holds the writer lock of the image at `path` (a
-/// `cjfs mount` or another cjfs writer, see [`FileDevice::open`]). Tries to take the lock
-/// without blocking on a new read-only descriptor and releases it at once, so a writer
-/// starting at that very moment may find the image busy once. Reads and writes nothing.
-pub fn writer_lock_held(path: impl AsRef<Path>) -> std::io::Result<bool> {
-    let file = File::open(path.as_ref())?;
-    // SAFETY: flock on a descriptor owned by `file`, which outlives the calls.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        // SAFETY: as above; closing `file` would release the lock too.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-        return Ok(false);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Ok(true);
-    }
-    Err(e)
-}
-
-/// Take the image's writer lock: an exclusive `flock` on this open file description, held
-/// until the device is dropped. Two writers of one image (a `cjfs mount` and a CLI command,
-/// or two programs using the library) would each cache and overwrite the other's metadata;
-/// the second is refused instead. Read-only opens take no lock, so inspecting a mounted
-/// image stays possible (as with `debugfs -c`).
-fn lock_writer(file: &File, what: &str) -> DevResult<()> {
-    // SAFETY: flock on a descriptor owned by `file`, which outlives the call.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(DevError::Busy(what.to_string()));
-    }
-    Err(DevError::io("lock", what, e))
 }
 
 impl Shared {
@@ -727,7 +691,7 @@ mod tests {
         let path = dir.path().join("img");
         let first = FileDevice::create(&path, 16 * BLOCK_SIZE as u64)?;
         let second = FileDevice::open(&path, FileDeviceOptions::default());
-        assert!(matches!(second, Err(DevError::Busy(_))), "second writer: {:?}", second.err());
+        assert!(matches!(second, Err(DevError::Busy { .. })), "second writer: {:?}", second.err());
         let reader = FileDevice::open(&path, FileDeviceOptions { read_only: true, ..Default::default() });
         assert!(reader.is_ok(), "a reader takes no lock");
         drop(first);

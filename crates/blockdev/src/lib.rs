@@ -33,21 +33,21 @@ mod file;
 mod overlay;
 mod recorder;
 mod timing;
+mod writer_lock;
 
 use std::sync::Arc;
 
 pub use counters::{Counters, DeviceStats};
 pub use emulated::{EmulatedSsd, SsdPreset};
 pub use error::{DevError, DevResult};
-pub use file::{
-    DIRECT_WORKERS, FileDevice, FileDeviceOptions, check_image_kind, kernel_holder, writer_lock_held,
-};
+pub use file::{DIRECT_WORKERS, FileDevice, FileDeviceOptions, check_image_kind, kernel_holder};
 pub use overlay::{MemOverlay, OverlayDevice};
 pub use recorder::{RecordedOp, Recorder, RecorderLog};
 pub use timing::{
     MIN_SPIN_TAIL, SPIN_TAIL, precise_sleep, precise_sleep_until, raise_io_thread_priority,
     set_low_timer_slack,
 };
+pub use writer_lock::{EXITING_WAIT, lock_writer, writer_lock_held};
 
 /// The block size devices use unless told otherwise, and the only one the emulated
 /// devices' latency models were calibrated with.

@@ -188,3 +188,55 @@ fn sqlite_rounds_through_fuse_on_an_emulated_device() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(dir.path().to_str().unwrap()), "no mount left behind");
 }
+
+/// The process holding the `flock` of `image`, from `/proc/locks`.
+fn lock_holder(image: &Path) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(image).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ours = f.len() > 5 && f[1] == "FLOCK" && f[5].rsplit(':').next() == Some(&ino.to_string());
+        if ours { f[4].parse().ok() } else { None }
+    })
+}
+
+/// `kill -9` of a mount, then at once `cjfs recover`: the dying daemon still holds the image's
+/// lock for a moment, which recovery waits out instead of calling the image in use; a live
+/// mount is refused with its process named.
+#[test]
+fn recover_right_after_kill_9_waits_for_the_dying_mount() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: recover_right_after_kill_9_waits_for_the_dying_mount: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("k.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let run = |args: &[&str]| Command::new(bin()).args(args).output().unwrap();
+    let (i, m) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    assert!(run(&["mkfs", i, "--size", "64M"]).status.success());
+    for round in 0..5 {
+        let out = run(&["--journal", "jbd2", "mount", i, m]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let pid = lock_holder(&img).expect("the daemon holds the lock");
+        if round == 0 {
+            let out = run(&["recover", i]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success());
+            assert!(err.contains(&format!("in use: process {pid} (cjfs)")), "{err}");
+        }
+        for n in 0..20 {
+            std::fs::write(mnt.join(format!("r{round}-{n}")), b"x").unwrap();
+        }
+        File::open(mnt.join(format!("r{round}-0"))).unwrap().sync_all().unwrap();
+        // SAFETY: kill(2) has no memory effects; `pid` is the mount daemon.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let out = run(&["recover", i]);
+        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt).status();
+        let out = run(&["cat", i, &format!("/r{round}-0")]);
+        assert_eq!(out.stdout, b"x", "round {round}: the fsynced file after recovery");
+    }
+}

@@ -381,15 +381,16 @@ pub fn unmount_dir_with(dir: &Path, lazy: bool) -> std::io::Result<()> {
 
 fn lock_image(image: &Path) -> MountResult<File> {
     let f = File::open(image).map_err(|source| MountError::Image { path: image.to_path_buf(), source })?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(MountError::Locked { path: image.to_path_buf() });
-        }
-        return Err(MountError::Image { path: image.to_path_buf(), source: e });
-    }
+    cjfs_blockdev::lock_writer(&f, &image.display().to_string()).map_err(|e| locked(image, e))?;
     Ok(f)
+}
+
+/// The mount error for a failed writer lock of `image`.
+fn locked(image: &Path, e: DevError) -> MountError {
+    match e {
+        DevError::Busy { holder, .. } => MountError::Locked { path: image.to_path_buf(), holder },
+        e => MountError::Fs { path: image.to_path_buf(), source: FsError::Device(e) },
+    }
 }
 
 fn kernel_flag(flag: &str) -> Option<MountOption> {
@@ -516,10 +517,7 @@ fn start(req: &MountRequest, image: &Path, mountpoint: &Path) -> MountResult<Sta
                 ..FileDeviceOptions::default()
             },
         )
-        .map_err(|e| match e {
-            DevError::Busy(_) => MountError::Locked { path: image.to_path_buf() },
-            e => MountError::Fs { path: image.to_path_buf(), source: FsError::Device(e) },
-        })?,
+        .map_err(|e| locked(image, e))?,
     );
     let (fs, report) = Fs::open_with_report(dev, opts)
         .map_err(|source| MountError::Fs { path: image.to_path_buf(), source })?;

@@ -33,10 +33,12 @@ pub enum MountError {
     },
     /// Another process (another `cjfs mount`, or a cjfs command writing the image) holds the
     /// image's lock.
-    #[error("{path}: the image is already in use (another cjfs mount or writer holds its lock)")]
+    #[error("{path}: the image is already in use: {holder} holds its lock")]
     Locked {
         /// The image path.
         path: PathBuf,
+        /// The holding processes, as `cjfs_blockdev::DevError::Busy` names them.
+        holder: String,
     },
     /// `/dev/fuse` is missing or unusable.
     #[error(
