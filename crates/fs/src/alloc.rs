@@ -185,6 +185,12 @@ pub fn act_as(uid: u32, gid: u32) -> CallerGuard {
     CallerGuard(CALLER.replace(Some((uid, gid))))
 }
 
+/// The credentials this thread's operation runs as ([`act_as`]); root where none was given
+/// (a library caller).
+pub(crate) fn caller() -> (u32, u32) {
+    CALLER.get().unwrap_or((0, 0))
+}
+
 /// Restores the thread's previous caller when dropped (see [`act_as`]).
 #[must_use = "the caller is reset when the guard drops"]
 pub struct CallerGuard(Option<(u32, u32)>);

@@ -15,7 +15,7 @@ use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::dirent::file_type_from_mode;
 use crate::ondisk::inode::{
-    EXT4_EXTENTS_FL, EXT4_FL_INHERITED, EXT4_INDEX_FL, Inode as DiskInode, S_IFDIR, S_IFLNK, S_IFMT,
+    EXT4_EXTENTS_FL, EXT4_FL_INHERITED, EXT4_INDEX_FL, Inode as DiskInode, S_IFCHR, S_IFDIR, S_IFLNK, S_IFMT,
     mask_flags,
 };
 use crate::tx::Tx;
@@ -441,6 +441,23 @@ fn ancestors(fs: &FsInner, mut ino: Ino) -> FsResult<Vec<Ino>> {
     Err(FsError::Corrupt("directory tree deeper than 4096 levels or looping".into()))
 }
 
+/// A whiteout for `RENAME_WHITEOUT` in `parent`, inside `tx`: a character device 0:0 with
+/// no permission bits, owned by the caller (ext4's `ext4_whiteout_for_rename`), with one link
+/// (the entry the caller puts at the old name).
+fn new_whiteout(tx: &mut Tx<'_>, parent: Ino) -> FsResult<Arc<Inode>> {
+    let fs = tx.fs;
+    let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(parent), false)?;
+    let (uid, gid) = crate::alloc::caller();
+    let mut d = new_disk_inode(fs, S_IFCHR, uid, gid);
+    d.links_count = 1;
+    d.set_rdev(0, 0);
+    let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
+    let mut st = node.state.write();
+    store_inode(tx, ino, &mut st)?;
+    drop(st);
+    Ok(node)
+}
+
 /// Rename `parent/name` to `newparent/newname`.
 pub(crate) fn rename(
     fs: &FsInner,
@@ -456,6 +473,9 @@ pub(crate) fn rename(
     }
     if flags.exchange && flags.noreplace {
         return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+    }
+    if flags.exchange && flags.whiteout {
+        return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_WHITEOUT".into()));
     }
     // As Linux's `lock_rename`: only a move between directories can change the tree's shape
     // (the ancestry checks below need it stable); a rename within one directory is ordered
@@ -595,10 +615,13 @@ pub(crate) fn rename(
             return Err(FsError::NotEmpty(String::from_utf8_lossy(newname).into_owned()));
         }
     }
-    let mut tx = Tx::start(fs, 48)?;
+    let mut tx = Tx::start(fs, if flags.whiteout { 56 } else { 48 })?;
     let now = Timestamp::now();
     let src_ft = src.ftype;
     let mut evict = false;
+    // The whiteout first, as ext4: a full inode table fails the rename before any entry
+    // moved (the transaction then holds nothing).
+    let whiteout = if flags.whiteout { Some(new_whiteout(&mut tx, parent)?) } else { None };
     {
         // iJournaling: neither inode's record could move a name, and a moved directory may
         // be an ancestor of any file.
@@ -674,7 +697,12 @@ pub(crate) fn rename(
                 None => dir::add_entry(&mut tx, parent, &mut g1, newname, src.ino, src_ft)?,
             }
         }
-        dir::remove_entry(&mut tx, &mut g1, name)?;
+        match &whiteout {
+            Some(w) => dir::set_entry(&mut tx, &mut g1, name, w.ino, crate::ondisk::dirent::FT_CHRDEV)?,
+            None => {
+                dir::remove_entry(&mut tx, &mut g1, name)?;
+            }
+        }
         if src_is_dir && !same {
             dir::set_entry(&mut tx, &mut sg, b"..", newparent, crate::ondisk::dirent::FT_DIR)?;
             g1.d.links_count = subdir_removed(g1.d.links_count);

@@ -312,4 +312,8 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Atomically exchange source and target.
     pub exchange: bool,
+    /// Leave a whiteout at the old name (`RENAME_WHITEOUT`, what overlayfs asks of its upper
+    /// layer): a character device 0:0, owned by the caller, made in the same transaction as
+    /// ext4's `ext4_whiteout_for_rename`.
+    pub whiteout: bool,
 }

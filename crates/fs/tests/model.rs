@@ -684,7 +684,7 @@ impl Case {
     }
 
     fn rename(&mut self, from: Loc, to: Loc, flags: u8) -> R<()> {
-        let rf = RenameFlags { noreplace: flags & 1 != 0, exchange: flags & 2 != 0 };
+        let rf = RenameFlags { noreplace: flags & 1 != 0, exchange: flags & 2 != 0, whiteout: false };
         if rf.noreplace && rf.exchange {
             let r = self.with_dirs(from, to, |fs, (d1, n1), (d2, n2)| fs.rename(d1, n1, d2, n2, rf));
             return match r? {
@@ -1099,7 +1099,7 @@ fn regression_directory_moves_into_a_subdirectory() {
         fs.create(b, b"f", 0o644, 0, 0).expect("create");
         let e = fs.rename(b, b"f", ROOT_INO, b"a", RenameFlags::default()).expect_err("over an ancestor");
         assert_eq!(e.errno(), ENOTEMPTY);
-        let e = fs.rename(c, b"b", ROOT_INO, b"a", RenameFlags { exchange: true, noreplace: false });
+        let e = fs.rename(c, b"b", ROOT_INO, b"a", RenameFlags { exchange: true, ..RenameFlags::default() });
         assert_eq!(e.expect_err("exchange with an ancestor").errno(), EINVAL);
     });
 }

@@ -1,7 +1,7 @@
 //! POSIX details as the kernel's ext4 answers them: explicit times on append-only files,
 //! extended attribute namespaces ext4 has no handler for and `trusted.` names hidden from
 //! unprivileged callers, a write crossing the largest file size, names over 255 bytes,
-//! RENAME_EXCHANGE's change times, removals refused by the protection flags before
+//! RENAME_EXCHANGE's change times, RENAME_WHITEOUT's whiteout, removals refused by the protection flags before
 //! emptiness is looked at, and fallocate's times.
 
 mod common;
@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 
 use cjfs_fs::ondisk::inode::{EXT4_APPEND_FL, EXT4_IMMUTABLE_FL};
-use cjfs_fs::{FallocMode, FsError, ROOT_INO, RenameFlags, SetAttr, Timestamp, XattrFlags};
+use cjfs_fs::{FallocMode, FileType, FsError, ROOT_INO, RenameFlags, SetAttr, Timestamp, XattrFlags};
 use common::*;
 
 /// A time long past, to see whether an operation moves a time at all.
@@ -177,6 +177,48 @@ fn rename_exchange_stamps_the_ctime_of_both_inodes() {
     }
     fs.unmount().expect("unmount");
     assert_fsck_clean(&path);
+}
+
+/// `RENAME_WHITEOUT` (overlayfs' upper layer) leaves a character device 0:0 without
+/// permission bits, owned by the caller, at the old name, in the rename's transaction; the
+/// moved file keeps its contents; the image stays clean for e2fsck; with an exchange it is
+/// refused.
+#[test]
+fn rename_whiteout_leaves_a_character_device_at_the_old_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "w.img", 64);
+    let fs = mount(dev);
+    let sub = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).expect("mkdir");
+    let f = fs.create(ROOT_INO, b"a", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, b"upper").expect("write");
+    let free = fs.statfs().ffree;
+    let white = RenameFlags { whiteout: true, ..RenameFlags::default() };
+    {
+        let _as = cjfs_fs::act_as(1000, 100);
+        fs.rename(ROOT_INO, b"a", sub.ino, b"a", white).expect("rename with whiteout");
+    }
+    let w = fs.lookup(ROOT_INO, b"a").expect("the whiteout");
+    assert_ne!(w.ino, f);
+    let at = fs.getattr(w.ino).expect("getattr");
+    assert_eq!((at.kind, at.perm, at.rdev, at.nlink), (FileType::CharDev, 0, 0, 1), "{at:?}");
+    assert_eq!((at.uid, at.gid), (1000, 100));
+    assert_eq!(fs.lookup(sub.ino, b"a").expect("moved").ino, f);
+    assert_eq!(fs.statfs().ffree, free - 1);
+    // Over an existing name in the same directory too; never with an exchange.
+    fs.create(ROOT_INO, b"b", 0o644, 0, 0).expect("create");
+    fs.create(ROOT_INO, b"c", 0o644, 0, 0).expect("create");
+    fs.rename(ROOT_INO, b"b", ROOT_INO, b"c", white).expect("over a file");
+    assert_eq!(fs.getattr(fs.lookup(ROOT_INO, b"b").unwrap().ino).unwrap().kind, FileType::CharDev);
+    let both = RenameFlags { exchange: true, ..white };
+    assert!(matches!(fs.rename(ROOT_INO, b"b", ROOT_INO, b"c", both), Err(FsError::Invalid(_))));
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+    let fs = mount(open_image(&path));
+    let mut buf = [0u8; 16];
+    let n = fs.read(f, 0, &mut buf).expect("read");
+    assert_eq!(&buf[..n], b"upper");
+    assert_eq!(fs.getattr(fs.lookup(ROOT_INO, b"a").unwrap().ino).unwrap().kind, FileType::CharDev);
+    fs.unmount().expect("unmount");
 }
 
 #[test]

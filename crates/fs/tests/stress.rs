@@ -189,8 +189,8 @@ impl Worker {
                 let d2 = self.any_shared_dir();
                 let n2 = self.shared_name();
                 let flags = match self.rng.gen_range(0..4) {
-                    0 => RenameFlags { noreplace: true, exchange: false },
-                    1 => RenameFlags { noreplace: false, exchange: true },
+                    0 => RenameFlags { noreplace: true, ..RenameFlags::default() },
+                    1 => RenameFlags { exchange: true, ..RenameFlags::default() },
                     _ => RenameFlags::default(),
                 };
                 self.note(format!("rename {d}/{name} -> {d2}/{n2} {flags:?}"));

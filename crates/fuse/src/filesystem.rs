@@ -627,14 +627,12 @@ impl Filesystem for CjfsFuse {
         let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let parent = ino_or_reply!(parent, reply);
         let newparent = ino_or_reply!(newparent, reply);
-        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
-            return reply.error(Errno::EINVAL);
-        }
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            whiteout: flags.contains(fuser::RenameFlags::RENAME_WHITEOUT),
         };
-        if f.noreplace && f.exchange {
+        if f.exchange && (f.noreplace || f.whiteout) {
             return reply.error(Errno::EINVAL);
         }
         try_reply!(self.fs.rename(parent, name_bytes(name), newparent, name_bytes(newname), f), reply);

@@ -132,6 +132,17 @@ fn namespace_and_attributes() {
     assert_eq!(fs::read(s.p("d/a2")).unwrap(), b"bee");
     fs::rename(s.p("d/a2"), s.p("a")).unwrap();
     assert_eq!(fs::read(s.p("a")).unwrap(), b"bee");
+    // RENAME_WHITEOUT (overlayfs' upper layer): a character device 0:0 at the old name.
+    fs::write(s.p("w"), b"white").unwrap();
+    renameat2(&s.p("w"), &s.p("d/w"), libc::RENAME_WHITEOUT).unwrap();
+    let md = fs::symlink_metadata(s.p("w")).unwrap();
+    assert!(md.file_type().is_char_device(), "{md:?}");
+    assert_eq!((md.rdev(), md.mode() & 0o7777), (0, 0));
+    assert_eq!(fs::read(s.p("d/w")).unwrap(), b"white");
+    let both = libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE;
+    assert_eq!(renameat2(&s.p("d/w"), &s.p("a"), both), Err(libc::EINVAL));
+    fs::remove_file(s.p("w")).unwrap();
+    fs::remove_file(s.p("d/w")).unwrap();
     assert_eq!(fs::metadata(s.p("b")).unwrap().nlink(), 1);
     // directory rename into its own subtree fails
     assert_eq!(fs::rename(s.p("d"), s.p("d/e/g")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
