@@ -1,7 +1,8 @@
 //! The image's writer lock: an exclusive `flock` on the open file description, held until
 //! the device is dropped. Two writers of one image (a `cjfs mount` and a CLI command, or two
 //! programs using the library) would each cache and overwrite the other's metadata; the
-//! second is refused instead, with the holder named where `/proc/locks` tells it.
+//! second is refused instead, with the holder named where `/proc/locks` tells it. Read-only
+//! opens take no lock, so inspecting a mounted image stays possible (as with `debugfs -c`).
 //!
 //! A holder that is exiting (killed, say by `kill -9` of a `cjfs mount`) still holds the
 //! lock until the kernel has torn the process down and closed its files, which for a FUSE
@@ -154,10 +155,14 @@ fn describe(pids: &[u32]) -> String {
     }
     let named: Vec<String> = pids
         .iter()
-        .map(|&pid| match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-            _ if pid == 0 => "an exiting process".to_string(),
-            Ok(comm) => format!("process {pid} ({})", comm.trim()),
-            Err(_) => format!("process {pid}"),
+        .map(|&pid| {
+            if pid == 0 {
+                return "an exiting process".to_string();
+            }
+            match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                Ok(comm) => format!("process {pid} ({})", comm.trim()),
+                Err(_) => format!("process {pid}"),
+            }
         })
         .collect();
     named.join(", ")

@@ -443,8 +443,8 @@ fn ancestors(fs: &FsInner, mut ino: Ino) -> FsResult<Vec<Ino>> {
 
 /// A whiteout for `RENAME_WHITEOUT` in `parent`, inside `tx`: a character device 0:0 with
 /// no permission bits, owned by the caller (ext4's `ext4_whiteout_for_rename`), with one link
-/// (the entry the caller puts at the old name).
-fn new_whiteout(tx: &mut Tx<'_>, parent: Ino) -> FsResult<Arc<Inode>> {
+/// (the entry the caller puts at the old name). Returns its inode number.
+fn new_whiteout(tx: &mut Tx<'_>, parent: Ino) -> FsResult<Ino> {
     let fs = tx.fs;
     let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(parent), false)?;
     let (uid, gid) = crate::alloc::caller();
@@ -452,10 +452,8 @@ fn new_whiteout(tx: &mut Tx<'_>, parent: Ino) -> FsResult<Arc<Inode>> {
     d.links_count = 1;
     d.set_rdev(0, 0);
     let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
-    let mut st = node.state.write();
-    store_inode(tx, ino, &mut st)?;
-    drop(st);
-    Ok(node)
+    store_inode(tx, ino, &mut node.state.write())?;
+    Ok(ino)
 }
 
 /// Rename `parent/name` to `newparent/newname`.
@@ -697,11 +695,10 @@ pub(crate) fn rename(
                 None => dir::add_entry(&mut tx, parent, &mut g1, newname, src.ino, src_ft)?,
             }
         }
-        match &whiteout {
-            Some(w) => dir::set_entry(&mut tx, &mut g1, name, w.ino, crate::ondisk::dirent::FT_CHRDEV)?,
-            None => {
-                dir::remove_entry(&mut tx, &mut g1, name)?;
-            }
+        if let Some(w) = whiteout {
+            dir::set_entry(&mut tx, &mut g1, name, w, crate::ondisk::dirent::FT_CHRDEV)?;
+        } else {
+            dir::remove_entry(&mut tx, &mut g1, name)?;
         }
         if src_is_dir && !same {
             dir::set_entry(&mut tx, &mut sg, b"..", newparent, crate::ondisk::dirent::FT_DIR)?;
