@@ -57,6 +57,18 @@ pub enum CliError {
         /// The image path.
         image: String,
     },
+    /// The journal needs recovery, but cjfs only reads this file system (ro_compat features it
+    /// does not maintain), so `cjfs recover` cannot replay it either.
+    #[error(
+        "{image}: the journal needs recovery, which cjfs does not write on a file system with ext4 \
+         feature(s) {features}: replay it with `e2fsck -fy {image}` or a kernel mount first"
+    )]
+    NeedsForeignRecovery {
+        /// The image path.
+        image: String,
+        /// The features cjfs does not maintain, comma-separated.
+        features: String,
+    },
     /// The journal is live: another process (a `cjfs mount` or a cjfs writer) holds the
     /// image's writer lock while the superblock or the journal says recovery is needed, so
     /// what looks like a crash is that process's running journal.

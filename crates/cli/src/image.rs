@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cjfs_blockdev::{DEFAULT_BLOCK_SIZE, Device, FileDevice, FileDeviceOptions, OverlayDevice};
-use cjfs_fs::mkfs::read_layout;
-use cjfs_fs::ondisk::features::INCOMPAT_RECOVER;
+use cjfs_fs::mkfs::read_layout_for;
+use cjfs_fs::ondisk::features::{Access, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::Superblock;
 use cjfs_fs::{Fs, FsError, MountOptions, MountReport};
 use cjfs_journal::superblock::read_log_areas;
@@ -60,6 +60,9 @@ pub struct Probe {
     pub needs_recovery: bool,
     /// The file system has a journal (`has_journal`).
     pub journal: bool,
+    /// Features that keep cjfs from writing the file system, though it reads it
+    /// ([`cjfs_fs::ondisk::features::read_only_features`]).
+    pub read_only_features: Vec<String>,
 }
 
 /// Read the primary superblock of `dev`, reporting an image too small to hold one or
@@ -89,22 +92,24 @@ pub fn check_not_truncated(image: &str, dev: &Device, sb: &Superblock) -> CliRes
 }
 
 /// Validate the image at `image` without writing anything (read-only device): superblock,
-/// features, size, group descriptors, journal inode and journal superblock.
-pub fn probe(image: &str) -> CliResult<Probe> {
+/// features (for `access`: read-only, the ro_compat features cjfs reads past pass), size,
+/// group descriptors, journal inode and journal superblock.
+pub fn probe(image: &str, access: Access) -> CliResult<Probe> {
     let dev = open_device(image, true)?;
-    probe_device(image, &dev)
+    probe_device(image, &dev, access)
 }
 
 /// [`probe`] on an already open device.
-pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
+pub fn probe_device(image: &str, dev: &Device, access: Access) -> CliResult<Probe> {
     let sb0 = read_primary_superblock(image, dev)?;
-    cjfs_fs::ondisk::features::check_supported(&sb0).map_err(|e| CliError::fs(image, e))?;
+    cjfs_fs::ondisk::features::check_supported_for(&sb0, access).map_err(|e| CliError::fs(image, e))?;
     check_not_truncated(image, dev, &sb0)?;
-    let (sb, _descs) = read_layout(&**dev).map_err(|e| CliError::fs(image, e))?;
+    let (sb, _descs) = read_layout_for(&**dev, access).map_err(|e| CliError::fs(image, e))?;
+    let read_only_features = cjfs_fs::ondisk::features::read_only_features(&sb);
     if !sb.has_journal() {
         // Nothing to replay; a file system that was not cleanly unmounted is refused for
         // writing when it is opened.
-        return Ok(Probe { needs_recovery: false, journal: false });
+        return Ok(Probe { needs_recovery: false, journal: false, read_only_features });
     }
     let area = cjfs_fs::fs::journal_area(dev, &sb).map_err(|e| CliError::fs(image, e))?;
     let jerr = |e| CliError::Journal { image: image.to_string(), source: e };
@@ -112,7 +117,7 @@ pub fn probe_device(image: &str, dev: &Device) -> CliResult<Probe> {
     let logs_dirty =
         cjfs_fs::fs::logs_need_recovery(dev, &jsb, &areas).map_err(|e| CliError::fs(image, e))?;
     let needs_recovery = logs_dirty || sb.has_incompat(INCOMPAT_RECOVER);
-    Ok(Probe { needs_recovery, journal: true })
+    Ok(Probe { needs_recovery, journal: true, read_only_features })
 }
 
 /// Who else uses an image whose journal may be live.
@@ -137,12 +142,16 @@ pub fn in_use(image: &str) -> Option<User> {
 /// the journal must be replayed first, or with [`CliError::InUse`] when it only looks so
 /// because another process (a `cjfs mount` or writer) is using the image and its journal.
 pub fn mount_ro(image: &str, ctx: &Ctx) -> CliResult<Fs> {
-    let p = probe(image)?;
+    let p = probe(image, Access::ReadOnly)?;
     if p.needs_recovery {
         match in_use(image) {
             Some(User::Cjfs) => return Err(CliError::InUse { image: image.to_string() }),
             Some(User::Kernel(by)) => return Err(CliError::KernelInUse { image: image.to_string(), by }),
             None => {}
+        }
+        if !p.read_only_features.is_empty() {
+            let features = p.read_only_features.join(", ");
+            return Err(CliError::NeedsForeignRecovery { image: image.to_string(), features });
         }
         return Err(CliError::NeedsRecovery { image: image.to_string() });
     }
@@ -189,7 +198,7 @@ pub fn with_rw<T, R>(
     pre: impl Fn(&Fs) -> CliResult<T>,
     op: impl Fn(&Fs, T) -> CliResult<R>,
 ) -> CliResult<R> {
-    probe(image)?;
+    probe(image, Access::ReadWrite)?;
     let dev = open_device(image, false)?;
     let run = |dev: Device| -> CliResult<(R, MountReport)> {
         let (fs, report) =

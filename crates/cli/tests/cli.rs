@@ -838,6 +838,74 @@ fn bigalloc_is_refused_by_name_before_any_layout_check() {
     assert!(out.contains("Unsupported features:  bigalloc"), "{out}");
 }
 
+/// Ro_compat features cjfs does not maintain (`quota`, `project`, `verity`) open read-only,
+/// as the kernel mounts them without the support: every reading command works (`check`
+/// counts the quota files as owned, so it stays quiet), every writing one is refused by
+/// name with the image byte-identical, and a journal that needs recovery points to e2fsck,
+/// not to `cjfs recover`, which would be refused too.
+#[test]
+fn ro_compat_features_cjfs_does_not_maintain_open_read_only() {
+    let (Some(tune2fs), Some(debugfs)) = (tool("tune2fs"), tool("debugfs")) else {
+        println!("SKIP: tune2fs or debugfs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("quota.img");
+    if !mkfs_ext4(&img, &[], "64M") {
+        return;
+    }
+    let data = random_bytes(300_000, 7);
+    let local = dir.path().join("data");
+    std::fs::write(&local, &data).expect("write local");
+    let (i, l) = (s(&img), s(&local));
+    ok(&["mkdir", i, "/d"]);
+    ok(&["put", i, l, "/d/f"]);
+    // tune2fs makes the quota files and counts the usage (the kernel here may lack quota).
+    let o = Command::new(&tune2fs).args(["-O", "quota,project"]).arg(&img).output().expect("tune2fs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_e2fsck_clean(&img);
+    let before = hash_file(&img);
+    let got = dir.path().join("got");
+    assert_eq!(text(&ok(&["ls", i, "/d"]).stdout), "f\n");
+    assert_eq!(ok(&["cat", i, "/d/f"]).stdout, data);
+    ok(&["get", i, "/d/f", s(&got)]);
+    assert_eq!(std::fs::read(&got).expect("read"), data);
+    ok(&["stat", i, "/d/f"]);
+    let info = text(&ok(&["info", i]).stdout);
+    assert!(info.contains("Read-only features:    quota project"), "{info}");
+    let check = text(&ok(&["check", i]).stdout);
+    assert!(check.contains("0 error(s), 0 warning(s)"), "{check}");
+    let refused = "ext4 feature(s) quota, project not maintained by cjfs: such a file system opens read-only";
+    for c in [
+        vec!["put", i, l, "/x"],
+        vec!["mkdir", i, "/e"],
+        vec!["rm", i, "/d/f"],
+        vec!["mv", i, "/d/f", "/y"],
+        vec!["ln", i, "-s", "t", "/l"],
+        vec!["recover", i],
+    ] {
+        fails(&c, refused);
+    }
+    assert_eq!(hash_file(&img), before, "a refused write changed the image");
+    // A journal to replay: the read-only commands cannot, and neither can `cjfs recover`.
+    let o = Command::new(&debugfs)
+        .args(["-w", "-R", "feature needs_recovery"])
+        .arg(&img)
+        .output()
+        .expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let before = hash_file(&img);
+    fails(&["ls", i], "replay it with `e2fsck -fy");
+    fails(&["recover", i], refused);
+    assert_eq!(hash_file(&img), before, "a refused command changed the image");
+    // verity: the same rule for another ro_compat feature.
+    let v = dir.path().join("verity.img");
+    if mkfs_ext4(&v, &["-O", "verity"], "64M") {
+        assert_eq!(text(&ok(&["ls", s(&v)]).stdout), "lost+found\n");
+        fails_unchanged(&v, &["mkdir", s(&v), "/d"], "ext4 feature(s) verity not maintained by cjfs");
+    }
+}
+
 /// A file system whose journal is on another device (`mkfs.ext4 -J device=...`: no
 /// journal inode, a journal UUID and device number) is refused as unsupported by every
 /// command. Made with debugfs (mke2fs needs a real block device for the journal).

@@ -240,3 +240,45 @@ fn recover_right_after_kill_9_waits_for_the_dying_mount() {
         assert_eq!(out.stdout, b"x", "round {round}: the fsynced file after recovery");
     }
 }
+
+/// A file system with a ro_compat feature cjfs does not maintain (`quota`, made by `tune2fs`)
+/// mounts with `-o ro` and serves its files; a read-write mount is refused naming the feature,
+/// and neither changes a byte of the image.
+#[test]
+fn a_quota_file_system_mounts_read_only() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: a_quota_file_system_mounts_read_only: {why}");
+        return;
+    }
+    let have = Command::new("sh").arg("-c").arg("command -v tune2fs").output();
+    if !have.map(|o| o.status.success()).unwrap_or(false) {
+        println!("SKIP: a_quota_file_system_mounts_read_only: tune2fs is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("q.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let local = dir.path().join("local");
+    std::fs::write(&local, b"quota'd").unwrap();
+    let run = |args: &[&std::ffi::OsStr]| Command::new(bin()).args(args).output().unwrap();
+    let out = run(&["mkfs".as_ref(), img.as_os_str(), "--size".as_ref(), "64M".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["put".as_ref(), img.as_os_str(), local.as_os_str(), "/f".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st = Command::new("tune2fs").args(["-O", "quota"]).arg(&img).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let before = std::fs::read(&img).unwrap();
+    let out = run(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ext4 feature(s) quota not maintained by cjfs"), "{err}");
+    let out = run(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str(), "-o".as_ref(), "ro".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"quota'd");
+    let e = std::fs::write(mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let out = run(&["umount".as_ref(), mnt.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read(&img).unwrap() == before, "the image changed");
+}

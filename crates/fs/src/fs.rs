@@ -38,9 +38,9 @@ use cjfs_journal::{BufferCache, Journal, JournalArea, JournalKind, TxId};
 
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeCache;
-use crate::mkfs::read_layout;
+use crate::mkfs::{read_layout, read_layout_for};
 use crate::ondisk::csum::Csum;
-use crate::ondisk::features::{INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
+use crate::ondisk::features::{Access, INCOMPAT_RECOVER, RO_COMPAT_ORPHAN_PRESENT};
 use crate::ondisk::group_desc::GroupDesc;
 use crate::ondisk::inode::{EXT4_EXTENTS_FL, JOURNAL_INO};
 use crate::ondisk::superblock::{
@@ -661,7 +661,8 @@ impl Fs {
 
     /// [`Fs::open`], also returning what recovery did.
     pub fn open_with_report(dev: Device, opts: MountOptions) -> FsResult<(Fs, MountReport)> {
-        let (sb0, _) = read_layout(&*dev)?;
+        let access = if opts.read_only { Access::ReadOnly } else { Access::ReadWrite };
+        let (sb0, _) = read_layout_for(&*dev, access)?;
         if !opts.read_only && sb0.state & STATE_ERROR != 0 {
             // Writing on top of damage an earlier mount or recovery found would spread it
             // (e.g. allocate an inode a lost bitmap update says is free); e2fsck clears it.
@@ -686,6 +687,14 @@ impl Fs {
         };
         let mut report = MountReport::default();
         if needs_recovery {
+            let foreign = crate::ondisk::features::read_only_features(&sb0);
+            if opts.read_only && !foreign.is_empty() {
+                return Err(FsError::Invalid(format!(
+                    "the journal needs recovery, which cjfs does not write on a file system with \
+                     ext4 feature(s) {} (replay it with e2fsck -fy or a kernel mount)",
+                    foreign.join(", ")
+                )));
+            }
             if opts.read_only {
                 return Err(FsError::Invalid(
                     "the journal needs recovery, which a read-only mount cannot do (run `cjfs recover`)"
@@ -699,7 +708,7 @@ impl Fs {
             report.ijournal = ij;
         }
         // Recovery may have rewritten the superblock and descriptors.
-        let (mut sb, descs) = read_layout(&*dev)?;
+        let (mut sb, descs) = read_layout_for(&*dev, access)?;
         let cache = Arc::new(BufferCache::new(dev.clone(), opts.cache_blocks.max(1024)));
         let free_blocks: i64 = descs.iter().map(|d| i64::from(d.free_blocks_count)).sum();
         let free_inodes: i64 = descs.iter().map(|d| i64::from(d.free_inodes_count)).sum();

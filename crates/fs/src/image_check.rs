@@ -33,7 +33,7 @@ use crate::check::InodeCheck;
 use crate::error::FsResult;
 use crate::fs::Fs;
 use crate::inode::read_raw_inode;
-use crate::mkfs::read_layout;
+use crate::mkfs::read_layout_for;
 use crate::ondisk::bitmap;
 use crate::ondisk::csum::Csum;
 use crate::ondisk::features::COMPAT_RESIZE_INODE;
@@ -707,7 +707,8 @@ pub fn layout_checksum_errors(dev: &dyn BlockDevice) -> FsResult<Vec<String>> {
 
 /// Check the whole image mounted (read-only or not) as `fs`; see the module documentation.
 pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
-    let (sb, descs) = read_layout(&**fs.device())?;
+    // The file system is open, so its features passed the check for how it was opened.
+    let (sb, descs) = read_layout_for(&**fs.device(), crate::ondisk::features::Access::ReadOnly)?;
     let mut w = Walker {
         fs,
         owned: BitSet::new(sb.block_count()),
@@ -745,6 +746,26 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
                 );
             }
             Err(e) => w.report.error(format!("orphan file inode {}: {e}", of.ino)),
+        }
+    }
+    // Quota files (a file system opened read-only for its `quota` feature) are in use but in
+    // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
+    // is an ordinary inode number.
+    for (ino, what) in
+        [(sb.usr_quota_inum, "user"), (sb.grp_quota_inum, "group"), (sb.prj_quota_inum, "project")]
+    {
+        if ino == 0 || w.seen.contains_key(&ino) {
+            continue;
+        }
+        match fs.check_inode(ino) {
+            Ok(c) => {
+                w.meta_blocks += w.claim_inode(&c, &format!("{what} quota file (inode {ino})"));
+                if ino >= sb.first_ino() {
+                    let path = format!("<{what} quota file>");
+                    w.seen.insert(ino, Seen { path, kind: None, links: c.links, refs: 1 });
+                }
+            }
+            Err(e) => w.report.error(format!("{what} quota file inode {ino}: {e}")),
         }
     }
     w.walk();

@@ -885,8 +885,17 @@ pub fn read_primary_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
 /// descriptor (location sanity, and its checksum with `uninit_bg` or `metadata_csum`). The
 /// superblock's own checksum is checked by [`Superblock::decode`].
 pub fn read_layout(dev: &dyn BlockDevice) -> FsResult<(Superblock, Vec<GroupDesc>)> {
+    read_layout_for(dev, features::Access::ReadWrite)
+}
+
+/// [`read_layout`] for a file system opened with `access` (read-only, the ro_compat features
+/// cjfs reads past are allowed: [`features::check_supported_for`]).
+pub fn read_layout_for(
+    dev: &dyn BlockDevice,
+    access: features::Access,
+) -> FsResult<(Superblock, Vec<GroupDesc>)> {
     let sb = read_primary_superblock(dev)?;
-    features::check_supported(&sb)?;
+    features::check_supported_for(&sb, access)?;
     if sb.block_count() > dev.num_blocks() {
         return Err(FsError::Corrupt(format!(
             "image is truncated: the superblock says {} blocks (s_blocks_count) but the device has \

@@ -550,7 +550,7 @@ impl PendingOrphans {
 /// and the file is [`FsError::Corrupt`]. On an image needing journal recovery this is what
 /// the disk holds before the replay, not what the mount after it will find.
 pub fn pending_orphans(dev: &Device) -> FsResult<PendingOrphans> {
-    let (sb, _) = crate::mkfs::read_layout(&**dev)?;
+    let (sb, _) = crate::mkfs::read_layout_for(&**dev, crate::ondisk::features::Access::ReadOnly)?;
     let range = (sb.first_ino(), sb.inodes_count);
     let list = walk_orphan_list(sb.last_orphan, range, |ino| {
         let raw = read_raw_inode(&**dev, &sb, ino)?;

@@ -332,8 +332,8 @@ pub fn unmount_and_wait(
         },
     )
     .map_err(|e| MountError::Fs { path: image.clone(), source: FsError::Device(e) })?;
-    let (sb, _) =
-        cjfs_fs::mkfs::read_layout(&dev).map_err(|source| MountError::Fs { path: image.clone(), source })?;
+    let (sb, _) = cjfs_fs::mkfs::read_layout_for(&dev, cjfs_fs::ondisk::features::Access::ReadOnly)
+        .map_err(|source| MountError::Fs { path: image.clone(), source })?;
     if sb.has_incompat(cjfs_fs::ondisk::features::INCOMPAT_RECOVER) {
         return Err(MountError::NotClean { path: image });
     }

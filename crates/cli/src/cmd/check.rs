@@ -103,7 +103,8 @@ fn layout_checksums(image: &str) -> CliResult<usize> {
     // descriptor checks below assume, so their mismatches would only hide the cause.
     // (A superblock that does not even read is reported below, as a checksum mismatch.)
     if let Ok(sb) = crate::image::read_primary_superblock(image, &dev) {
-        cjfs_fs::ondisk::features::check_supported(&sb).map_err(|e| CliError::fs(image, e))?;
+        cjfs_fs::ondisk::features::check_supported_for(&sb, cjfs_fs::ondisk::features::Access::ReadOnly)
+            .map_err(|e| CliError::fs(image, e))?;
     }
     // An image this cannot even read is reported by the mount below, in its words.
     let Ok(errs) = layout_checksum_errors(&*dev) else { return Ok(0) };

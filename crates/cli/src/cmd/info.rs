@@ -6,8 +6,8 @@
 
 use crate::image::User;
 use cjfs_blockdev::Device;
-use cjfs_fs::mkfs::read_layout;
-use cjfs_fs::ondisk::features::{self, INCOMPAT_RECOVER};
+use cjfs_fs::mkfs::read_layout_for;
+use cjfs_fs::ondisk::features::{self, Access, INCOMPAT_RECOVER};
 use cjfs_fs::ondisk::superblock::{STATE_ERROR, STATE_ORPHAN, STATE_VALID, Superblock};
 use cjfs_fs::{FsResult, PendingOrphans};
 use cjfs_journal::recovery::{ScanResult, ScanStop, scan};
@@ -32,7 +32,8 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
             problem = Some(e);
         }
     };
-    let supported = match features::check_supported(&sb) {
+    // Readable is enough for `info`; a file system cjfs only reads is said so below.
+    let supported = match features::check_supported_for(&sb, Access::ReadOnly) {
         Ok(()) => true,
         Err(e) => {
             note(CliError::fs(image, e));
@@ -42,7 +43,7 @@ pub fn run(image: &str, journal: &cjfs_journal::JournalConfig) -> CliResult<()> 
     if let Err(e) = check_not_truncated(image, &dev, &sb) {
         note(e);
     }
-    let desc_free = match read_layout(&*dev) {
+    let desc_free = match read_layout_for(&*dev, Access::ReadOnly) {
         Ok((_, descs)) => Some((
             descs.iter().map(|d| u64::from(d.free_blocks_count)).sum::<u64>(),
             descs.iter().map(|d| u64::from(d.free_inodes_count)).sum::<u64>(),
@@ -181,9 +182,14 @@ fn print_superblock(
         state_string(sb, journal_dirty, crate::image::in_use(image), orphans.as_ref())
     );
     outln!("Features:              {}", features::feature_names(sb).join(" "));
-    let bad = features::unsupported_features(sb);
+    let read_only = features::read_only_features(sb);
+    let mut bad = features::unsupported_features(sb);
+    bad.retain(|f| !read_only.contains(f));
     if !bad.is_empty() {
         outln!("Unsupported features:  {}", bad.join(" "));
+    }
+    if !read_only.is_empty() {
+        outln!("Read-only features:    {} (not maintained by cjfs: opened read-only)", read_only.join(" "));
     }
     outln!("Revision:              {}.{}", sb.rev_level, sb.minor_rev_level);
     outln!("Block size:            {bs}");

@@ -66,7 +66,7 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
 /// An image whose journal is clean but which still records orphans (a replay that only
 /// cleared the needs_recovery flag, or an older cjfs recover) has them freed too.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
-    let p = probe(image)?;
+    let p = probe(image, cjfs_fs::ondisk::features::Access::ReadWrite)?;
     let clean = if p.journal {
         "the journal is clean; nothing to replay"
     } else {

@@ -277,11 +277,40 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
     v
 }
 
+/// ro_compat bits of features cjfs does not maintain but can read past: by the ext4 rule
+/// for `s_feature_ro_compat` (a kernel that does not know a bit may still mount read-only)
+/// such a file system is opened read-only. Every ro_compat bit, known or not, except
+/// `bigalloc`, whose cluster-sized bitmaps and group geometry cjfs does not read.
+pub const READ_ONLY_RO_COMPAT: u32 = !SUPPORTED_RO_COMPAT & !RO_COMPAT_BIGALLOC;
+
+/// How a file system is to be opened, for [`check_supported_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write: every feature must be one cjfs maintains.
+    ReadWrite,
+    /// Read only: ro_compat features cjfs does not maintain are allowed
+    /// ([`READ_ONLY_RO_COMPAT`]).
+    ReadOnly,
+}
+
+/// Names of the features of `sb` that keep cjfs from writing it but not from reading it
+/// ([`READ_ONLY_RO_COMPAT`]; empty when there are none).
+pub fn read_only_features(sb: &Superblock) -> Vec<String> {
+    bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT)
+}
+
 /// Refuse a file system cjfs cannot read and write: an external journal device
 /// ([`FsError::JournalDevice`]), a journal on another device, unsupported features (all
 /// named in one message), a file system without extents (ext2, ext3), a block size other
 /// than 1, 2 or 4 KiB, a revision level above 1 (dynamic).
 pub fn check_supported(sb: &Superblock) -> FsResult<()> {
+    check_supported_for(sb, Access::ReadWrite)
+}
+
+/// [`check_supported`] for `access`: opened read-only, a file system whose only unsupported
+/// features are ro_compat ones cjfs can read past ([`READ_ONLY_RO_COMPAT`]) is accepted;
+/// opened read-write, it is refused with a message naming them and saying it opens read-only.
+pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
     if sb.feature_incompat & INCOMPAT_JOURNAL_DEV != 0 {
         return Err(FsError::JournalDevice);
     }
@@ -294,7 +323,17 @@ pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     if sb.has_external_journal() {
         return Err(external_journal(sb));
     }
-    let bad = unsupported_features(sb);
+    let mut bad = unsupported_features(sb);
+    let read_only = read_only_features(sb);
+    if access == Access::ReadOnly {
+        bad.retain(|f| !read_only.contains(f));
+    } else if !bad.is_empty() && bad == read_only {
+        return Err(FsError::Incompatible(format!(
+            "ext4 feature(s) {} not maintained by cjfs: such a file system opens read-only (as a \
+             kernel without them mounts it), not for writing",
+            bad.join(", ")
+        )));
+    }
     if !bad.is_empty() {
         return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
     }
@@ -363,6 +402,30 @@ mod tests {
         );
         assert_eq!(bit_names(FeatureKind::Incompat, 1 << 31), vec!["FEATURE_I31"]);
         assert_eq!(bit_names(FeatureKind::Compat, COMPAT_ORPHAN_FILE), vec!["orphan_file"]);
+    }
+
+    #[test]
+    fn ro_compat_features_not_maintained_open_read_only() {
+        let mut sb = Superblock::blank();
+        sb.log_block_size = 2;
+        sb.log_cluster_size = 2;
+        sb.rev_level = 1;
+        sb.feature_compat = MKFS_COMPAT;
+        sb.feature_incompat = MKFS_INCOMPAT;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_QUOTA | (1 << 20);
+        assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("ext4 feature(s) quota, FEATURE_R20 not maintained by cjfs"), "{e}");
+        // An incompat feature still refuses both, naming everything unsupported.
+        sb.feature_incompat |= INCOMPAT_INLINE_DATA;
+        let e = check_supported_for(&sb, Access::ReadOnly).unwrap_err().to_string();
+        assert!(e.contains("unsupported ext4 feature(s): inline_data"), "{e}");
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("unsupported ext4 feature(s): inline_data, quota, FEATURE_R20"), "{e}");
+        // bigalloc is not read either.
+        sb.feature_incompat = MKFS_INCOMPAT;
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_BIGALLOC;
+        assert!(check_supported_for(&sb, Access::ReadOnly).is_err());
     }
 
     #[test]
