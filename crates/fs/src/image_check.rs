@@ -751,9 +751,14 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
     // Quota files (a file system opened read-only for its `quota` feature) are in use but in
     // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
     // is an ordinary inode number.
-    for (ino, what) in
-        [(sb.usr_quota_inum, "user"), (sb.grp_quota_inum, "group"), (sb.prj_quota_inum, "project")]
-    {
+    use crate::ondisk::features::{RO_COMPAT_PROJECT, RO_COMPAT_QUOTA};
+    let quota = sb.feature_ro_compat & RO_COMPAT_QUOTA != 0;
+    let project = quota && sb.feature_ro_compat & RO_COMPAT_PROJECT != 0;
+    for (ino, what) in [
+        (if quota { sb.usr_quota_inum } else { 0 }, "user"),
+        (if quota { sb.grp_quota_inum } else { 0 }, "group"),
+        (if project { sb.prj_quota_inum } else { 0 }, "project"),
+    ] {
         if ino == 0 || w.seen.contains_key(&ino) {
             continue;
         }
