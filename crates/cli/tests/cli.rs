@@ -906,6 +906,35 @@ fn ro_compat_features_cjfs_does_not_maintain_open_read_only() {
     }
 }
 
+/// `sparse_super2` (backups only in the groups `s_backup_bgs` names, none to two) is read and
+/// written: `check` finds no metadata where the `sparse_super` rule would put backups, and
+/// e2fsck finds what cjfs wrote clean.
+#[test]
+fn sparse_super2_file_systems_are_read_and_written() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = random_bytes(3 << 20, 11);
+    let local = dir.path().join("data");
+    std::fs::write(&local, &data).expect("write local");
+    for (n, backups) in [(0, "0"), (1, "1"), (2, "2")] {
+        let img = dir.path().join(format!("ss2-{n}.img"));
+        let e = format!("num_backup_sb={backups}");
+        if !mkfs_ext4(&img, &["-O", "sparse_super2", "-E", &e], "512M") {
+            return;
+        }
+        let (i, l) = (s(&img), s(&local));
+        let check = text(&ok(&["check", i]).stdout);
+        assert!(check.contains("0 error(s), 0 warning(s)"), "{backups} backups: {check}");
+        ok(&["mkdir", i, "/d"]);
+        for f in 0..4 {
+            ok(&["put", i, l, &format!("/d/f{f}")]);
+        }
+        assert_eq!(ok(&["cat", i, "/d/f3"]).stdout, data);
+        let check = text(&ok(&["check", i]).stdout);
+        assert!(check.contains("0 error(s), 0 warning(s)"), "{backups} backups: {check}");
+        assert_e2fsck_clean(&img);
+    }
+}
+
 /// A file system whose journal is on another device (`mkfs.ext4 -J device=...`: no
 /// journal inode, a journal UUID and device number) is refused as unsupported by every
 /// command. Made with debugfs (mke2fs needs a real block device for the journal).

@@ -1002,9 +1002,17 @@ impl Superblock {
     pub fn block_offset_in_group(&self, b: u64) -> u32 {
         (b.saturating_sub(self.first_data_block as u64) % self.blocks_per_group.max(1) as u64) as u32
     }
-    /// Whether group `g` holds a superblock copy (and a GDT copy): every group without
-    /// `sparse_super`, else groups 0, 1 and powers of 3, 5 and 7.
+    /// Whether group `g` holds a superblock copy (and a GDT copy): group 0; with
+    /// `sparse_super2` the (at most two) groups `s_backup_bgs` names; else every group
+    /// without `sparse_super`, groups 1 and powers of 3, 5 and 7 with it (e2fsprogs'
+    /// `ext2fs_bg_has_super`).
     pub fn has_super_in_group(&self, g: u32) -> bool {
+        if g == 0 {
+            return true;
+        }
+        if self.feature_compat & crate::ondisk::features::COMPAT_SPARSE_SUPER2 != 0 {
+            return self.backup_bgs.contains(&g);
+        }
         if !self.has_sparse_super() {
             return true;
         }
