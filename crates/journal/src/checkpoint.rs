@@ -160,7 +160,15 @@ fn run(j: &LogCore, for_space: bool) -> JResult<()> {
     let n = writes.len() as u64;
     let tickets = crate::commit::submit_runs(&j.set, writes, WriteTag::kind(BlockKind::Metadata))?;
     cjfs_blockdev::wait_all(tickets)?;
-    flush(j)?;
+    // The flush makes this run's home writes durable before the tail moves past their log
+    // copies. Without any there is nothing to flush: every block of what leaves was written
+    // home and flushed by an earlier run (which flushes before it returns), freed (its
+    // revoke is in a durable transaction), or handed to a switch's ordered writes (held by
+    // `leave_cap` until that switch is durable). JBD2 moves its tail with no flush of its
+    // own too (`jbd2_update_log_tail` after a commit's flush).
+    if n > 0 {
+        flush(j)?;
+    }
     for (b, t) in done {
         let mut js = b.jstate();
         if js.checkpoint.as_ref().is_some_and(|c| c.tx == t)
