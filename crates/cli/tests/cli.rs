@@ -287,7 +287,7 @@ fn corrupt_journal_superblock() {
 }
 
 #[test]
-fn unsupported_feature_inline_data() {
+fn unsupported_feature_casefold() {
     let Some(mke2fs) = tool("mke2fs") else {
         println!("SKIP: mke2fs not installed");
         return;
@@ -295,13 +295,13 @@ fn unsupported_feature_inline_data() {
     let dir = tempfile::tempdir().expect("tmp");
     let img = dir.path().join("csum.img");
     let o = Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,inline_data"])
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,casefold"])
         .arg(&img)
         .arg("64M")
         .output()
         .expect("mke2fs");
     assert!(o.status.success(), "mke2fs: {}", text(&o.stderr));
-    refused_everywhere(&img, "inline_data");
+    refused_everywhere(&img, "casefold");
     // mkfs refuses to overwrite it without --force and leaves it alone.
     let before = hash_file(&img);
     fails(&["mkfs", s(&img), "--size", "64M"], "--force");
@@ -904,6 +904,63 @@ fn ro_compat_features_cjfs_does_not_maintain_open_read_only() {
         assert_eq!(text(&ok(&["ls", s(&v)]).stdout), "lost+found\n");
         fails_unchanged(&v, &["mkdir", s(&v), "/d"], "ext4 feature(s) verity not maintained by cjfs");
     }
+}
+
+/// `inline_data` file systems (made by `mke2fs -d`, which stores small files, directories
+/// and symlinks in their inodes) are read: every file's bytes, every directory's names,
+/// long symlinks, a clean `check`; writing is refused by name with the image unchanged.
+#[test]
+fn inline_data_file_systems_are_read() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("few/deep")).expect("mkdir");
+    std::fs::create_dir_all(src.join("many")).expect("mkdir");
+    std::fs::create_dir_all(src.join("empty")).expect("mkdir");
+    let sizes = [0usize, 6, 59, 60, 61, 100, 150, 300, 5000];
+    for n in sizes {
+        std::fs::write(src.join(format!("few/f{n}")), random_bytes(n, n as u64)).expect("write");
+    }
+    std::fs::write(src.join("few/deep/z"), b"z\n").expect("write");
+    for i in 0..40 {
+        std::fs::write(src.join(format!("many/a-longer-file-name-{i}")), format!("{i}\n")).expect("write");
+    }
+    let long = "t".repeat(80);
+    std::os::unix::fs::symlink(&long, src.join("few/long")).expect("symlink");
+    std::os::unix::fs::symlink("f6", src.join("few/short")).expect("symlink");
+    let img = dir.path().join("inline.img");
+    let d = s(&src);
+    if !mkfs_ext4(&img, &["-O", "inline_data", "-I", "512", "-d", d], "64M") {
+        return;
+    }
+    assert_e2fsck_clean(&img);
+    let before = hash_file(&img);
+    let i = s(&img);
+    let mut names: Vec<String> = sizes.iter().map(|n| format!("f{n}")).collect();
+    names.extend(["deep".into(), "long".into(), "short".into()]);
+    names.sort();
+    assert_eq!(text(&ok(&["ls", i, "/few"]).stdout), names.join("\n") + "\n");
+    for n in sizes {
+        assert_eq!(ok(&["cat", i, &format!("/few/f{n}")]).stdout, random_bytes(n, n as u64), "f{n}");
+    }
+    assert_eq!(ok(&["cat", i, "/few/deep/z"]).stdout, b"z\n");
+    assert_eq!(text(&ok(&["ls", i, "/many"]).stdout).lines().count(), 40);
+    assert_eq!(ok(&["cat", i, "/many/a-longer-file-name-39"]).stdout, b"39\n");
+    assert_eq!(text(&ok(&["ls", i, "/empty"]).stdout), "");
+    // The files the test is about are inline: a small file, a directory, a long symlink.
+    for p in ["/few/f100", "/few/deep", "/few/long"] {
+        let st = text(&ok(&["stat", i, p]).stdout);
+        assert!(st.contains("inline_data"), "{p} is not inline: {st}");
+    }
+    assert!(text(&ok(&["stat", i, "/few/long"]).stdout).contains(&long));
+    let info = text(&ok(&["info", i]).stdout);
+    assert!(info.contains("Read-only features:    inline_data"), "{info}");
+    let check = text(&ok(&["check", i]).stdout);
+    assert!(check.contains("0 error(s), 0 warning(s)"), "{check}");
+    let local = dir.path().join("x");
+    std::fs::write(&local, b"x").expect("write");
+    fails(&["put", i, s(&local), "/few/x"], "ext4 feature(s) inline_data not maintained by cjfs");
+    fails(&["mkdir", i, "/few/y"], "ext4 feature(s) inline_data not maintained by cjfs");
+    assert_eq!(hash_file(&img), before, "a refused command changed the image");
 }
 
 /// `sparse_super2` (backups only in the groups `s_backup_bgs` names, none to two) is read and

@@ -366,6 +366,20 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
     if st.dir.is_some() {
         return Ok(());
     }
+    if crate::inline_data::is_inline(st) {
+        // Read only (the feature opens the file system read-only): no block has room to track.
+        let (_, ents) = crate::inline_data::dir_entries(fs, st)?;
+        let names = ents
+            .into_iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .map(|e| {
+                let ftype = entry_ftype(fs, e.ino, e.file_type);
+                (e.name.into(), DirSlot { ino: e.ino, ftype, lblk: 0 })
+            })
+            .collect();
+        st.set_index(DirIndex { free: Vec::new(), hint: 0 }, names);
+        return Ok(());
+    }
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let mut idx = DirIndex { free: Vec::with_capacity(nblocks as usize), hint: 0 };
@@ -806,6 +820,26 @@ fn readdir_hashed(
     Ok(out)
 }
 
+/// [`readdir_on_disk`] of an inline directory: `.` and `..` (which it does not store) at
+/// cookies 1 and 2, then each record at the cookie of its end in the inline stream, past 2.
+fn readdir_inline(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    let (parent, ents) = crate::inline_data::dir_entries(fs, st)?;
+    let dots = [(&b"."[..], st.ino, 1u64), (&b".."[..], parent, 2)];
+    let dots = dots.into_iter().map(|(name, ino, next)| DirEntry {
+        name: name.to_vec(),
+        ino,
+        kind: FileType::Directory,
+        next_offset: next,
+    });
+    let rest = ents.into_iter().map(|e| DirEntry {
+        kind: FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular),
+        name: e.name,
+        ino: e.ino,
+        next_offset: 2 + e.end,
+    });
+    Ok(dots.chain(rest).filter(|e| e.next_offset > offset).take(max).collect())
+}
+
 /// Entries from `offset` on (at most `max`). Offsets are stable cookies: hash-based for a
 /// directory read in hash order (indexed, or a single block that may become indexed),
 /// `block << 12 | byte offset` for a linear one.
@@ -825,6 +859,9 @@ pub(crate) fn readdir(fs: &FsInner, st: &InodeState, offset: u64, max: usize) ->
 }
 
 fn readdir_on_disk(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    if crate::inline_data::is_inline(st) {
+        return readdir_inline(fs, st, offset, max);
+    }
     let params = DirParams::get(fs);
     if let Some(version) = hash_order_version(fs, st, &params)? {
         return readdir_hashed(fs, st, &params, version, offset, max);

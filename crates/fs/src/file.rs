@@ -88,6 +88,9 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
     if off >= st.d.size || buf.is_empty() {
         return Ok(0);
     }
+    if crate::inline_data::is_inline(st) {
+        return crate::inline_data::read(fs, st, off, buf);
+    }
     check_extents(st)?;
     let n = (buf.len() as u64).min(st.d.size - off) as usize;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };

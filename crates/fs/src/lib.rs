@@ -19,6 +19,7 @@ pub mod fs;
 pub mod ijournal;
 pub mod ijournal_replay;
 pub mod image_check;
+mod inline_data;
 mod inode;
 pub mod meta;
 pub mod mkfs;

@@ -284,6 +284,10 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
 /// `bigalloc`, whose cluster-sized bitmaps and group geometry cjfs does not read.
 pub const READ_ONLY_RO_COMPAT: u32 = !SUPPORTED_RO_COMPAT & !RO_COMPAT_BIGALLOC;
 
+/// incompat bits of features cjfs reads but does not write: `inline_data`
+/// (`crate::inline_data`). A file system with one opens read-only.
+pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA;
+
 /// How a file system is to be opened, for [`check_supported_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -297,7 +301,9 @@ pub enum Access {
 /// Names of the features of `sb` that keep cjfs from writing it but not from reading it
 /// ([`READ_ONLY_RO_COMPAT`]; empty when there are none).
 pub fn read_only_features(sb: &Superblock) -> Vec<String> {
-    bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT)
+    let mut v = bit_names(FeatureKind::Incompat, sb.feature_incompat & READ_ONLY_INCOMPAT);
+    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT));
+    v
 }
 
 /// Refuse a file system cjfs cannot read and write: an external journal device
@@ -330,8 +336,8 @@ pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
         bad.retain(|f| !read_only.contains(f));
     } else if !bad.is_empty() && bad == read_only {
         return Err(FsError::Incompatible(format!(
-            "ext4 feature(s) {} not maintained by cjfs: such a file system opens read-only (as a \
-             kernel without them mounts it), not for writing",
+            "ext4 feature(s) {} not maintained by cjfs: such a file system opens read-only, not \
+             for writing",
             bad.join(", ")
         )));
     }
@@ -418,11 +424,16 @@ mod tests {
         let e = check_supported(&sb).unwrap_err().to_string();
         assert!(e.contains("ext4 feature(s) quota, FEATURE_R20 not maintained by cjfs"), "{e}");
         // An incompat feature still refuses both, naming everything unsupported.
-        sb.feature_incompat |= INCOMPAT_INLINE_DATA;
+        sb.feature_incompat |= INCOMPAT_CASEFOLD;
         let e = check_supported_for(&sb, Access::ReadOnly).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): inline_data"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): casefold"), "{e}");
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): inline_data, quota, FEATURE_R20"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): casefold, quota, FEATURE_R20"), "{e}");
+        // inline_data is read, not written.
+        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
+        assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
+        let e = check_supported(&sb).unwrap_err().to_string();
+        assert!(e.contains("ext4 feature(s) inline_data, quota, FEATURE_R20 not maintained"), "{e}");
         // bigalloc is not read either.
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_BIGALLOC;
