@@ -751,6 +751,11 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
     // Quota files (a file system opened read-only for its `quota` feature) are in use but in
     // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
     // is an ordinary inode number.
+    if sb.feature_incompat & crate::ondisk::features::INCOMPAT_MMP != 0 && sb.mmp_block != 0 {
+        // The multi-mount protection block (a file system opened read-only for `mmp`).
+        w.claim(sb.mmp_block, 1, "MMP block");
+        w.meta_blocks += 1;
+    }
     use crate::ondisk::features::{RO_COMPAT_PROJECT, RO_COMPAT_QUOTA};
     let quota = sb.feature_ro_compat & RO_COMPAT_QUOTA != 0;
     let project = quota && sb.feature_ro_compat & RO_COMPAT_PROJECT != 0;

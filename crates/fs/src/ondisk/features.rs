@@ -285,8 +285,10 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
 pub const READ_ONLY_RO_COMPAT: u32 = !SUPPORTED_RO_COMPAT & !RO_COMPAT_BIGALLOC;
 
 /// incompat bits of features cjfs reads but does not write: `inline_data`
-/// (`crate::inline_data`). A file system with one opens read-only.
-pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA;
+/// (`crate::inline_data`), and `mmp`, whose multi-mount protection guards writers (the
+/// kernel checks it only for a read-write mount; cjfs does not run it, so it only reads).
+/// A file system with one opens read-only.
+pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA | INCOMPAT_MMP;
 
 /// How a file system is to be opened, for [`check_supported_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
