@@ -967,6 +967,23 @@ fn inline_data_file_systems_are_read() {
     fails(&["put", i, s(&local), "/few/x"], "ext4 feature(s) inline_data not maintained by cjfs");
     fails(&["mkdir", i, "/few/y"], "ext4 feature(s) inline_data not maintained by cjfs");
     assert_eq!(hash_file(&img), before, "a refused command changed the image");
+    // The inode flag without the feature is corruption, as for the kernel.
+    let Some(debugfs) = tool("debugfs") else {
+        println!("SKIP: debugfs not installed");
+        return;
+    };
+    let plain = make_image(dir.path(), "plain.img", "32M");
+    ok(&["put", s(&plain), s(&local), "/x"]);
+    let o = Command::new(debugfs)
+        .args(["-w", "-R", "set_inode_field /x flags 0x10000000"])
+        .arg(&plain)
+        .output()
+        .expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    fails(
+        &["cat", s(&plain), "/x"],
+        "inline data flag (EXT4_INLINE_DATA_FL) without the inline_data feature",
+    );
 }
 
 /// `sparse_super2` (backups only in the groups `s_backup_bgs` names, none to two) is read and

@@ -76,6 +76,9 @@ pub struct Geometry {
     /// `filetype` feature: directory entries carry the file's type (without it the byte is
     /// 0 on disk and the type comes from the inode).
     pub filetype: bool,
+    /// `inline_data` feature: an inode flagged `EXT4_INLINE_DATA_FL` keeps its data in itself
+    /// (`crate::inline_data`); without the feature such a flag is corruption.
+    pub inline_data: bool,
     /// First block of the primary group descriptor table.
     pub gdt_start: u64,
     /// `s_r_blocks_count`: free blocks only root, `s_def_resuid` and `s_def_resgid` may take.
@@ -105,6 +108,7 @@ impl Geometry {
             first_ino: sb.first_ino(),
             huge_file: sb.has_huge_file(),
             filetype: sb.has_filetype(),
+            inline_data: sb.has_incompat(crate::ondisk::features::INCOMPAT_INLINE_DATA),
             gdt_start: u64::from(sb.first_data_block) + 1,
             reserved_blocks: sb.r_blocks_count,
             metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {

@@ -30,8 +30,15 @@ pub(crate) fn is_inline(st: &InodeState) -> bool {
     st.d.flags & EXT4_INLINE_DATA_FL != 0
 }
 
-/// The bytes past `i_block`: the value of `system.data` (empty when it has none).
+/// The bytes past `i_block`: the value of `system.data` (empty when it has none). Refuses
+/// an inline inode on a file system without the feature, as the kernel's `ext4_iget` does.
 fn tail(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
+    if !fs.geo.inline_data {
+        return Err(FsError::Corrupt(format!(
+            "inode {}: inline data flag (EXT4_INLINE_DATA_FL) without the inline_data feature",
+            st.ino
+        )));
+    }
     match crate::xattr::get(fs, st, DATA_XATTR) {
         Ok(v) => Ok(v),
         Err(FsError::NoAttr(_)) => Ok(Vec::new()),
@@ -42,7 +49,8 @@ fn tail(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
 /// Read up to `buf.len()` bytes at `off` of an inline file (`off` < `i_size`).
 pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> FsResult<usize> {
     let size = st.d.size;
-    let tail = if size > IBLOCK_BYTES as u64 { tail(fs, st)? } else { Vec::new() };
+    // Read even when `i_block` holds it all: the feature check is in there.
+    let tail = tail(fs, st)?;
     let have = (IBLOCK_BYTES + tail.len()) as u64;
     if size > have {
         return Err(FsError::Corrupt(format!(
