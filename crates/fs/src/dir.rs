@@ -420,6 +420,16 @@ fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> u8 {
     fs.inodes.get(fs, ino).map(|n| n.ftype).unwrap_or(0)
 }
 
+/// Refuse to change an inline directory: cjfs reads them only (their file systems open
+/// read-only, so no write reaches one; this keeps a change from meeting the index
+/// `ensure_index` builds for reading, which maps no block).
+fn refuse_inline(st: &InodeState) -> FsResult<()> {
+    if crate::inline_data::is_inline(st) {
+        return Err(FsError::Incompatible(format!("inline-data directory {} is read-only", st.ino)));
+    }
+    Ok(())
+}
+
 /// Look `name` up.
 pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult<Option<DirSlot>> {
     check_len(name)?;
@@ -484,6 +494,7 @@ pub(crate) fn add_entry(
     ftype: u8,
 ) -> FsResult<()> {
     check_name(name)?;
+    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
     let params = DirParams::get(tx.fs);
     let on_disk = disk_ftype(tx.fs, ftype);
@@ -571,6 +582,7 @@ pub(crate) fn add_entry(
 
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
+    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
@@ -615,6 +627,7 @@ pub(crate) fn set_entry(
     ino: Ino,
     ftype: u8,
 ) -> FsResult<()> {
+    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;

@@ -38,6 +38,13 @@ pub enum FsError {
     /// The image uses a feature or layout we do not support; names it.
     #[error("unsupported file system: {0}")]
     Incompatible(String),
+    /// A read-write open of a file system with features cjfs reads but does not maintain
+    /// (`ondisk::features::read_only_features`, named here comma-separated).
+    #[error(
+        "ext4 feature(s) {0} not maintained by cjfs: such a file system opens only read-only \
+         (`cjfs mount -o ro`, the reading commands)"
+    )]
+    ReadOnlyFeatures(String),
     /// No such file or directory.
     #[error("no such file or directory: {0}")]
     NotFound(String),
@@ -106,6 +113,7 @@ impl FsError {
             // The kernel's EFSBADCRC.
             FsError::Checksum { .. } => EBADMSG,
             FsError::Incompatible(_) => EOPNOTSUPP,
+            FsError::ReadOnlyFeatures(_) => EROFS,
             FsError::JournalDevice => EINVAL,
             FsError::NotFound(_) => ENOENT,
             FsError::Exists(_) => EEXIST,

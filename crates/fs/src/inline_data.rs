@@ -39,11 +39,10 @@ fn tail(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
             st.ino
         )));
     }
-    match crate::xattr::get(fs, st, DATA_XATTR) {
-        Ok(v) => Ok(v),
-        Err(FsError::NoAttr(_)) => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
+    // In the inode body only, as the kernel looks for it (`ext4_xattr_ibody_find`): a damaged
+    // external attribute block does not keep an inline file from being read.
+    let list = crate::ondisk::xattr::parse_ibody(st.d.xattr_area())?;
+    Ok(list.into_iter().find(|(n, _)| n == DATA_XATTR).map(|(_, v)| v).unwrap_or_default())
 }
 
 /// Read up to `buf.len()` bytes at `off` of an inline file (`off` < `i_size`).

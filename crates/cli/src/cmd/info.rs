@@ -96,6 +96,12 @@ fn state_string(
     orphans: Option<&FsResult<PendingOrphans>>,
 ) -> String {
     let mut parts: Vec<String> = Vec::new();
+    // cjfs replays only what it may write.
+    let recover = if features::read_only_features(sb).is_empty() {
+        "`cjfs recover`"
+    } else {
+        "`e2fsck -fy` or a kernel mount (cjfs only reads this file system)"
+    };
     let flag = sb.has_incompat(INCOMPAT_RECOVER);
     let logs = journal_dirty == Some(true);
     let in_use = user.is_some();
@@ -112,26 +118,24 @@ fn state_string(
                 .into(),
         );
     } else if logs {
-        parts.push("needs-recovery: the journal holds transactions to replay; run `cjfs recover`".into());
+        parts.push(format!("needs-recovery: the journal holds transactions to replay; run {recover}"));
     } else if flag {
-        parts.push(
+        parts.push(format!(
             "needs-recovery: the superblock's needs_recovery flag is set but the journal holds \
-             nothing to replay (not unmounted cleanly); `cjfs recover` clears the flag"
-                .into(),
-        );
+             nothing to replay (not unmounted cleanly); {recover} clears the flag"
+        ));
     }
     // A running mount records orphans as it goes: only a stopped image's are pending.
     let pending = match orphans {
         _ if in_use => None,
         None => None,
         Some(Ok(o)) if o.count() > 0 => {
-            Some(format!("orphans pending: {} inode(s); `cjfs recover` frees them", o.count()))
+            Some(format!("orphans pending: {} inode(s); {recover} frees them", o.count()))
         }
-        Some(Ok(o)) if o.present_flag => Some(
-            "orphans pending: the orphan_present flag is set (not unmounted cleanly); `cjfs recover` \
+        Some(Ok(o)) if o.present_flag => Some(format!(
+            "orphans pending: the orphan_present flag is set (not unmounted cleanly); {recover} \
              clears it"
-                .into(),
-        ),
+        )),
         Some(Ok(_)) => None,
         Some(Err(e)) => Some(format!("orphan records unreadable: {e}")),
     };

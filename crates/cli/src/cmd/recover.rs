@@ -66,7 +66,22 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
 /// An image whose journal is clean but which still records orphans (a replay that only
 /// cleared the needs_recovery flag, or an older cjfs recover) has them freed too.
 pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
-    let p = probe(image, cjfs_fs::ondisk::features::Access::ReadWrite)?;
+    use cjfs_fs::ondisk::features::Access;
+    // A file system cjfs only reads has nothing replayed by it: said before the refusal.
+    let p = probe(image, Access::ReadOnly)?;
+    if !p.read_only_features.is_empty() {
+        let features = p.read_only_features.join(", ");
+        if p.needs_recovery {
+            return Err(CliError::NeedsForeignRecovery { image: image.to_string(), features });
+        }
+        let pending = pending_orphans(&open_device(image, true)?).map_err(|e| CliError::fs(image, e))?;
+        if pending.any() {
+            return Err(CliError::fs(image, FsError::ReadOnlyFeatures(features)));
+        }
+        outln!("{image}: the journal is clean; nothing to replay");
+        return Ok(());
+    }
+    let p = probe(image, Access::ReadWrite)?;
     let clean = if p.journal {
         "the journal is clean; nothing to replay"
     } else {

@@ -335,13 +335,12 @@ pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
     let mut bad = unsupported_features(sb);
     let read_only = read_only_features(sb);
     if access == Access::ReadOnly {
-        bad.retain(|f| !read_only.contains(f));
+        // Compat features never stop a reader (nor, by the ext4 rule, a writer; cjfs writes
+        // only past those it knows).
+        let compat = bit_names(FeatureKind::Compat, sb.feature_compat & !SUPPORTED_COMPAT);
+        bad.retain(|f| !read_only.contains(f) && !compat.contains(f));
     } else if !bad.is_empty() && bad == read_only {
-        return Err(FsError::Incompatible(format!(
-            "ext4 feature(s) {} not maintained by cjfs: such a file system opens read-only, not \
-             for writing",
-            bad.join(", ")
-        )));
+        return Err(FsError::ReadOnlyFeatures(bad.join(", ")));
     }
     if !bad.is_empty() {
         return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
@@ -436,6 +435,13 @@ mod tests {
         assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
         let e = check_supported(&sb).unwrap_err().to_string();
         assert!(e.contains("ext4 feature(s) inline_data, quota, FEATURE_R20 not maintained"), "{e}");
+        // A compat feature cjfs does not write past stops no reader.
+        sb.feature_ro_compat = MKFS_RO_COMPAT;
+        sb.feature_incompat = MKFS_INCOMPAT;
+        sb.feature_compat = MKFS_COMPAT | COMPAT_DIR_PREALLOC;
+        assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
+        assert!(check_supported(&sb).is_err());
+        sb.feature_compat = MKFS_COMPAT;
         // bigalloc is not read either.
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_BIGALLOC;
