@@ -36,7 +36,7 @@ use crate::inode::read_raw_inode;
 use crate::mkfs::read_layout_for;
 use crate::ondisk::bitmap;
 use crate::ondisk::csum::Csum;
-use crate::ondisk::features::COMPAT_RESIZE_INODE;
+use crate::ondisk::features::{COMPAT_RESIZE_INODE, INCOMPAT_MMP, RO_COMPAT_PROJECT, RO_COMPAT_QUOTA};
 use crate::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
 use crate::ondisk::inode::RESIZE_INO;
 use crate::ondisk::superblock::{SUPERBLOCK_SIZE, Superblock, sb_location};
@@ -748,15 +748,14 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
             Err(e) => w.report.error(format!("orphan file inode {}: {e}", of.ino)),
         }
     }
-    // Quota files (a file system opened read-only for its `quota` feature) are in use but in
-    // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
-    // is an ordinary inode number.
-    if sb.feature_incompat & crate::ondisk::features::INCOMPAT_MMP != 0 && sb.mmp_block != 0 {
+    if sb.has_incompat(INCOMPAT_MMP) && sb.mmp_block != 0 {
         // The multi-mount protection block (a file system opened read-only for `mmp`).
         w.claim(sb.mmp_block, 1, "MMP block");
         w.meta_blocks += 1;
     }
-    use crate::ondisk::features::{RO_COMPAT_PROJECT, RO_COMPAT_QUOTA};
+    // Quota files (a file system opened read-only for its `quota` feature) are in use but in
+    // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
+    // is an ordinary inode number.
     let quota = sb.feature_ro_compat & RO_COMPAT_QUOTA != 0;
     let project = quota && sb.feature_ro_compat & RO_COMPAT_PROJECT != 0;
     for (ino, what) in [

@@ -30,15 +30,20 @@ pub(crate) fn is_inline(st: &InodeState) -> bool {
     st.d.flags & EXT4_INLINE_DATA_FL != 0
 }
 
-/// The bytes past `i_block`: the value of `system.data` (empty when it has none). Refuses
-/// an inline inode on a file system without the feature, as the kernel's `ext4_iget` does.
-fn tail(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
+/// Refuse an inline inode on a file system without the feature, as the kernel's
+/// `ext4_iget` does.
+fn check_feature(fs: &FsInner, st: &InodeState) -> FsResult<()> {
     if !fs.geo.inline_data {
         return Err(FsError::Corrupt(format!(
             "inode {}: inline data flag (EXT4_INLINE_DATA_FL) without the inline_data feature",
             st.ino
         )));
     }
+    Ok(())
+}
+
+/// The bytes past `i_block`: the value of `system.data` (empty when it has none).
+fn tail(st: &InodeState) -> FsResult<Vec<u8>> {
     // In the inode body only, as the kernel looks for it (`ext4_xattr_ibody_find`): a damaged
     // external attribute block does not keep an inline file from being read.
     let list = crate::ondisk::xattr::parse_ibody(st.d.xattr_area())?;
@@ -47,9 +52,9 @@ fn tail(fs: &FsInner, st: &InodeState) -> FsResult<Vec<u8>> {
 
 /// Read up to `buf.len()` bytes at `off` of an inline file (`off` < `i_size`).
 pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+    check_feature(fs, st)?;
     let size = st.d.size;
-    // Read even when `i_block` holds it all: the feature check is in there.
-    let tail = tail(fs, st)?;
+    let tail = if size > IBLOCK_BYTES as u64 { tail(st)? } else { Vec::new() };
     let have = (IBLOCK_BYTES + tail.len()) as u64;
     if size > have {
         return Err(FsError::Corrupt(format!(
@@ -57,11 +62,14 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
             st.ino
         )));
     }
-    let n = (buf.len() as u64).min(size.saturating_sub(off)) as usize;
-    for (i, b) in buf[..n].iter_mut().enumerate() {
-        let at = off as usize + i;
-        *b = if at < IBLOCK_BYTES { st.d.block[at] } else { tail[at - IBLOCK_BYTES] };
-    }
+    let (off, end) = (off as usize, size as usize);
+    let n = buf.len().min(end.saturating_sub(off));
+    // The stream's two pieces, copied in at most two runs.
+    let head = &st.d.block[off.min(IBLOCK_BYTES)..end.min(IBLOCK_BYTES)];
+    let k = head.len().min(n);
+    buf[..k].copy_from_slice(&head[..k]);
+    let from = off.max(IBLOCK_BYTES) - IBLOCK_BYTES;
+    buf[k..n].copy_from_slice(&tail[from..from + (n - k)]);
     Ok(n)
 }
 
@@ -80,8 +88,9 @@ pub(crate) struct InlineEntry {
 
 /// The parent and the live records of an inline directory, in stream order.
 pub(crate) fn dir_entries(fs: &FsInner, st: &InodeState) -> FsResult<(Ino, Vec<InlineEntry>)> {
+    check_feature(fs, st)?;
     let parent = u32::from_le_bytes([st.d.block[0], st.d.block[1], st.d.block[2], st.d.block[3]]);
-    let tail = tail(fs, st)?;
+    let tail = tail(st)?;
     let mut out = Vec::new();
     let regions = [(&st.d.block[DOTDOT_BYTES..IBLOCK_BYTES], DOTDOT_BYTES), (&tail[..], IBLOCK_BYTES)];
     for (region, base) in regions {

@@ -295,13 +295,13 @@ pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA | INCOMPAT_MMP;
 pub enum Access {
     /// Read and write: every feature must be one cjfs maintains.
     ReadWrite,
-    /// Read only: ro_compat features cjfs does not maintain are allowed
-    /// ([`READ_ONLY_RO_COMPAT`]).
+    /// Read only: the features cjfs reads but does not maintain are allowed
+    /// ([`READ_ONLY_RO_COMPAT`], [`READ_ONLY_INCOMPAT`]), and compat features it does not know.
     ReadOnly,
 }
 
 /// Names of the features of `sb` that keep cjfs from writing it but not from reading it
-/// ([`READ_ONLY_RO_COMPAT`]; empty when there are none).
+/// ([`READ_ONLY_INCOMPAT`], [`READ_ONLY_RO_COMPAT`]; empty when there are none).
 pub fn read_only_features(sb: &Superblock) -> Vec<String> {
     let mut v = bit_names(FeatureKind::Incompat, sb.feature_incompat & READ_ONLY_INCOMPAT);
     v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT));
