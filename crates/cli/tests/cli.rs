@@ -707,6 +707,54 @@ fn mkfs_ext4(img: &Path, args: &[&str], size: &str) -> bool {
     true
 }
 
+/// An ext3 file system (mke2fs `-O ^extent`: every file block-mapped) opens read-only: the
+/// reading commands and `check` work, writes are refused naming `^extent` and leave the
+/// image unchanged; once tune2fs gives it `extent` (an upgrade to ext4), it is written,
+/// the block-mapped files converted to extents as they change, and e2fsck finds it clean.
+#[test]
+fn ext3_file_systems_are_read_and_upgraded_ones_written() {
+    let (Some(tune2fs), Some(debugfs)) = (tool("tune2fs"), tool("debugfs")) else {
+        println!("SKIP: tune2fs or debugfs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("ext3.img");
+    if !mkfs_ext4(
+        &img,
+        &["-O", "^extent,^64bit,^flex_bg,^huge_file,^metadata_csum,^dir_nlink,^extra_isize"],
+        "64M",
+    ) {
+        return;
+    }
+    let data = random_bytes(300_000, 3);
+    let local = dir.path().join("data");
+    std::fs::write(&local, &data).expect("write local");
+    let o = Command::new(&debugfs)
+        .args(["-w", "-R"])
+        .arg(format!("write {} f", local.display()))
+        .arg(&img)
+        .output()
+        .expect("debugfs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (i, l) = (s(&img), s(&local));
+    assert_eq!(ok(&["cat", i, "/f"]).stdout, data);
+    let info = text(&ok(&["info", i]).stdout);
+    assert!(info.contains("Read-only features:    ^extent (ext2/ext3 block maps)"), "{info}");
+    let check = text(&ok(&["check", i]).stdout);
+    assert!(check.contains("0 error(s), 0 warning(s)"), "{check}");
+    fails_unchanged(
+        &img,
+        &["put", i, l, "/x"],
+        "ext4 feature(s) ^extent (ext2/ext3 block maps) not maintained by cjfs",
+    );
+    let o = Command::new(&tune2fs).args(["-O", "extent"]).arg(&img).output().expect("tune2fs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    ok(&["put", i, l, "/x"]);
+    ok(&["rm", i, "/f"]);
+    assert_eq!(ok(&["cat", i, "/x"]).stdout, data);
+    assert_e2fsck_clean(&img);
+}
+
 /// A pristine `mkfs.ext4` image passes `cjfs check` without a warning whatever its block
 /// size (with 1 KiB blocks, block 0 lies before the first group and no bitmap maps it).
 #[test]
@@ -793,10 +841,10 @@ fn a_file_system_without_a_journal_is_written_in_place() {
     }
 }
 
-/// An ext2 file system (no journal, no `extent` feature: every file block-mapped) is refused
-/// by every command that reads files, naming the missing feature.
+/// An ext2 file system (no journal, no `extent` feature: every file block-mapped) is read,
+/// and refused for writing naming the missing feature, the image unchanged.
 #[test]
-fn an_ext2_file_system_is_refused() {
+fn an_ext2_file_system_is_read_only() {
     let dir = tempfile::tempdir().expect("tmp");
     let img = dir.path().join("ext2.img");
     if !mkfs_ext4(&img, &["-O", "^has_journal,^extent,^64bit,^flex_bg,^metadata_csum"], "32M") {
@@ -805,21 +853,11 @@ fn an_ext2_file_system_is_refused() {
     let local = dir.path().join("x");
     std::fs::write(&local, b"x").expect("write local");
     let (i, l) = (s(&img), s(&local));
-    for c in [vec!["ls", i], vec!["cat", i, "/x"], vec!["put", i, l, "/x"], vec!["mkdir", i, "/d"]] {
-        fails_unchanged(&img, &c, "no `extent` feature");
+    assert_eq!(text(&ok(&["ls", i]).stdout), "lost+found\n");
+    fails(&["cat", i, "/x"], "no such file or directory");
+    for c in [vec!["put", i, l, "/x"], vec!["mkdir", i, "/d"]] {
+        fails_unchanged(&img, &c, "^extent (ext2/ext3 block maps) not maintained by cjfs");
     }
-}
-
-/// An ext3 file system (a journal, but no `extent` feature) is refused by every command
-/// naming the missing feature, not a symptom such as the journal inode's block map.
-#[test]
-fn an_ext3_file_system_is_refused_naming_the_feature() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let img = dir.path().join("ext3.img");
-    if !mkfs_ext4(&img, &["-O", "^extent,^64bit,^flex_bg,^metadata_csum"], "32M") {
-        return;
-    }
-    refused_everywhere(&img, "no `extent` feature");
 }
 
 /// bigalloc with 1 KiB blocks: its descriptors do not checksum the way the ones cjfs reads

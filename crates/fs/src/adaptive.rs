@@ -485,7 +485,11 @@ pub(crate) fn leave_by_revoke(
         }
     }
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let maps = extent_tree::extents_in_range(&st.d.block, &mut store, st.csum, 0, u32::MAX)?;
+    let maps = if crate::block_map::is_block_mapped(st) {
+        crate::block_map::owned(&st.d.block, &mut store, fs.geo.block_size)?.runs
+    } else {
+        extent_tree::extents_in_range(&st.d.block, &mut store, st.csum, 0, u32::MAX)?
+    };
     // Only cached buffers can have a committed image (an image pins its buffer).
     let bufs: Vec<_> = maps
         .iter()

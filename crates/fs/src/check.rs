@@ -59,9 +59,9 @@ impl Fs {
     ///
     /// Reads the inode as the mount sees it (no liveness check: the journal inode and
     /// orphans can be checked too). Fails with [`FsError::Corrupt`] naming the inode when
-    /// the extent tree is damaged, an extent or the xattr block lies outside the file
-    /// system, or an inode with data has no extent tree (block-mapped inodes are not
-    /// supported: [`FsError::Incompatible`]).
+    /// the extent tree or block map is damaged, or an extent, a mapped block or the xattr
+    /// block lies outside the file system. A block-mapped inode's data runs are reported as
+    /// its extents and its indirect blocks as its tree blocks.
     pub fn check_inode(&self, ino: Ino) -> FsResult<InodeCheck> {
         let inner = &self.inner;
         let node = inner.inodes.get(inner, ino)?;
@@ -119,16 +119,18 @@ impl Fs {
                     )));
                 }
             }
-        } else {
-            let fast_symlink = d.is_symlink() && d.size < 60;
-            let no_data = matches!(
-                out.kind,
-                Some(FileType::CharDev | FileType::BlockDev | FileType::Fifo | FileType::Socket)
-            );
-            let data_blocks = out.stored_blocks().saturating_sub(u64::from(out.xattr_block.is_some()));
-            if !fast_symlink && !no_data && data_blocks > 0 {
-                return Err(FsError::Incompatible(format!(
-                    "inode {ino}: block-mapped inode (no extent tree) with {data_blocks} blocks"
+        } else if crate::block_map::is_block_mapped(&st) {
+            // Indirect blocks are this map's tree blocks; pointers are range-checked as read.
+            let mut store = ReadStore { cache: &inner.cache, limit };
+            let owned = crate::block_map::owned(&d.block, &mut store, inner.geo.block_size)
+                .map_err(|e| prefix(ino, e))?;
+            out.extents = owned.runs;
+            out.tree_blocks = owned.indirect;
+            if let Some(b) =
+                out.extents.iter().map(|m| m.pblk).chain(out.tree_blocks.iter().copied()).find(|&b| b < first)
+            {
+                return Err(FsError::Corrupt(format!(
+                    "inode {ino}: block map points to block {b}, before the first data block {first}"
                 )));
             }
         }

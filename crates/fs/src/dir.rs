@@ -36,7 +36,7 @@ use crate::meta::MetaStore;
 use crate::ondisk::dirent::{self, FT_DIR, TAIL_SIZE, rec_len_for};
 use crate::ondisk::features::INCOMPAT_LARGEDIR;
 use crate::ondisk::htree::{self, DX_HASH_TEA};
-use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
+use crate::ondisk::inode::{EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
 use crate::ondisk::superblock::{get_u16, get_u32};
 use crate::tx::{ReadStore, Tx};
 use crate::types::{DirEntry, FileType, Ino, NAME_MAX};
@@ -89,7 +89,7 @@ pub(crate) fn check_len(name: &[u8]) -> FsResult<()> {
 
 /// Physical block of directory block `lblk`.
 fn map_block<M: MetaStore + ?Sized>(st: &InodeState, store: &mut M, lblk: u32) -> FsResult<u64> {
-    match extent_tree::lookup(&st.d.block, store, st.csum, lblk)? {
+    match crate::file::map_lookup(st, store, lblk)? {
         Some(m) if !m.unwritten => m
             .pblk_of(lblk)
             .ok_or_else(|| FsError::Corrupt(format!("directory block {lblk} mapping is inconsistent"))),
@@ -100,9 +100,6 @@ fn map_block<M: MetaStore + ?Sized>(st: &InodeState, store: &mut M, lblk: u32) -
 fn dir_blocks(st: &InodeState) -> FsResult<u32> {
     if st.d.flags & EXT4_INLINE_DATA_FL != 0 {
         return Err(FsError::Incompatible("inline-data directory".into()));
-    }
-    if st.d.flags & EXT4_EXTENTS_FL == 0 {
-        return Err(FsError::Incompatible("block-mapped directory (no extents flag)".into()));
     }
     let bs = st.csum.block_size as u64;
     let n = st.d.size / bs;
@@ -306,6 +303,11 @@ fn append_block(
     let lblk = u32::try_from(st.d.size / block_size as u64).map_err(|_| {
         FsError::NoSpace(format!("directory inode {dir_ino} has the most blocks it can have"))
     })?;
+    // Growing a block-mapped directory: its map becomes an extent tree first, in this
+    // transaction (cjfs maps new blocks only with extents).
+    if crate::block_map::is_block_mapped(st) {
+        crate::block_map::to_extents(tx, st)?;
+    }
     let goal = match extent_tree::extent_at_or_before(&st.d.block, tx, st.csum, lblk)? {
         Some(m) => m.pblk + u64::from(m.len),
         None => crate::alloc::inode_goal(tx.fs, dir_ino),

@@ -267,10 +267,13 @@ fn recount_blocks(rb: &Rebuild, ino: Ino) -> FsResult<()> {
         return Ok(());
     }
     let mut n: u64 = u64::from(st.d.file_acl != 0);
+    let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     if st.d.flags & EXT4_EXTENTS_FL != 0 {
-        let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
         extent_tree::for_each_extent(&st.d.block, &mut store, st.csum, |m| n += u64::from(m.len))?;
         n += extent_tree::tree_blocks(&st.d.block, &mut store, st.csum)?.len() as u64;
+    } else if crate::block_map::is_block_mapped(&st) {
+        let owned = crate::block_map::owned(&st.d.block, &mut store, fs.geo.block_size)?;
+        n += owned.runs.iter().map(|m| u64::from(m.len)).sum::<u64>() + owned.indirect.len() as u64;
     }
     let bs = fs.geo.block_size as u32;
     st.d.set_blocks_512(n * u64::from(bs / 512), fs.geo.huge_file, bs)?;

@@ -72,13 +72,35 @@ pub(crate) fn journals_data(fs: &FsInner, st: &InodeState) -> bool {
     fs.opts.data == DataMode::Journal || st.d.flags & EXT4_JOURNAL_DATA_FL != 0
 }
 
-fn check_extents(st: &InodeState) -> FsResult<()> {
-    if st.d.flags & EXT4_EXTENTS_FL == 0 {
-        if st.d.size == 0 && st.d.blocks == 0 {
-            return Ok(());
-        }
-        return Err(FsError::Incompatible("block-mapped file (no extents flag)".into()));
+/// Look `lblk` up in the inode's extent tree, or in its block map if it has one
+/// ([`crate::block_map`]).
+pub(crate) fn map_lookup<M: crate::meta::MetaStore + ?Sized>(
+    st: &InodeState,
+    store: &mut M,
+    lblk: u32,
+) -> FsResult<Option<Mapping>> {
+    if crate::block_map::is_block_mapped(st) {
+        return crate::block_map::lookup(&st.d.block, store, st.csum.block_size, lblk);
     }
+    extent_tree::lookup(&st.d.block, store, st.csum, lblk)
+}
+
+/// Before a change to the mapping of a block-mapped inode: convert it to an extent tree in a
+/// transaction of its own ([`crate::block_map::to_extents`]); cjfs maps new blocks only with
+/// extents.
+pub(crate) fn ensure_extents(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    if !crate::block_map::is_block_mapped(st) {
+        return Ok(());
+    }
+    // A file of n blocks has about n / (block size / 4) indirect blocks to free and a tree
+    // of as many leaves at worst; the bitmaps and descriptors they touch come on top.
+    let per = (fs.geo.block_size / 4) as u64;
+    let credits = 32 + 2 * (st.d.size / fs.geo.block_size as u64).div_ceil(per);
+    let mut tx = Tx::start(fs, credits.min(u64::from(u32::MAX)) as u32)?;
+    crate::block_map::to_extents(&mut tx, st)?;
+    st.datasync_tx = tx.h.tx_id();
+    store_inode(&mut tx, ino, st)?;
+    tx.stop()?;
     Ok(())
 }
 
@@ -91,7 +113,6 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
     if crate::inline_data::is_inline(st) {
         return crate::inline_data::read(fs, st, off, buf);
     }
-    check_extents(st)?;
     let n = (buf.len() as u64).min(st.d.size - off) as usize;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let mut done = 0usize;
@@ -102,7 +123,7 @@ pub(crate) fn read(fs: &FsInner, st: &InodeState, off: u64, buf: &mut [u8]) -> F
         let boff = (pos % bs) as usize;
         let take = (bs as usize - boff).min(n - done);
         if !cur.is_some_and(|m| m.contains(lblk)) {
-            cur = extent_tree::lookup(&st.d.block, &mut store, st.csum, lblk)?;
+            cur = map_lookup(st, &mut store, lblk)?;
         }
         let dst = &mut buf[done..done + take];
         match cur.and_then(|m| if m.unwritten { None } else { m.pblk_of(lblk) }) {
@@ -229,7 +250,7 @@ pub(crate) fn write(
             max_file_size(bs)
         )));
     }
-    check_extents(st)?;
+    ensure_extents(fs, ino, st)?;
     // What the inode holds as last stored: a chunk that changes none of it leaves the inode
     // out of its transaction.
     let mut stored = WriteFields::of(&st.d);
@@ -454,9 +475,21 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     if new_size > max_file_size(bs) {
         return Err(FsError::TooBig(format!("size {new_size} exceeds the {}-byte limit", max_file_size(bs))));
     }
-    check_extents(st)?;
-    let jdata = journals_data(fs, st);
     let now = Timestamp::now();
+    if new_size == 0 && crate::block_map::is_block_mapped(st) {
+        // Freed as it is, not converted first: a conversion may need tree blocks, and
+        // emptying a file must not fail for want of space.
+        let mut tx = Tx::start(fs, 64)?;
+        crate::block_map::free_all(&mut tx, st, journals_data(fs, st))?;
+        st.d.size = 0;
+        st.d.mtime = now;
+        st.d.ctime = now;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+        return Ok(());
+    }
+    ensure_extents(fs, ino, st)?;
+    let jdata = journals_data(fs, st);
     let keep = new_size.div_ceil(bs);
     // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
     let last_end = if st.d.flags & EXT4_EXTENTS_FL != 0 {
@@ -521,6 +554,10 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
 
 /// Free every block of a file (its last link and last user are gone).
 pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    if crate::block_map::is_block_mapped(st) {
+        let revoke = journals_data(tx.fs, st) || !st.d.is_reg();
+        return crate::block_map::free_all(tx, st, revoke);
+    }
     if st.d.flags & EXT4_EXTENTS_FL != 0 && !crate::namei::is_fast_symlink(st) {
         // Symlink and directory blocks are journalled: revoke them.
         let revoke = journals_data(tx.fs, st) || !st.d.is_reg();
@@ -546,7 +583,7 @@ pub(crate) fn fallocate(
         .checked_add(len)
         .filter(|e| *e <= max_file_size(bs))
         .ok_or_else(|| FsError::TooBig("fallocate range too large".into()))?;
-    check_extents(st)?;
+    ensure_extents(fs, ino, st)?;
     if st.d.flags & EXT4_EXTENTS_FL == 0 {
         st.d.flags |= EXT4_EXTENTS_FL;
         extent_tree::init_root(&mut st.d.block);

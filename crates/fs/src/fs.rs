@@ -405,22 +405,31 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
             raw.mode, raw.links_count
         )));
     }
-    if raw.flags & EXT4_EXTENTS_FL == 0 {
-        return Err(FsError::Incompatible("journal inode is block-mapped (no extents)".into()));
-    }
     let cache = BufferCache::new(dev.clone(), 1024);
     let mut store = crate::tx::ReadStore { cache: &cache, limit: sb.block_count() };
     let mut runs: Vec<(u64, u64)> = Vec::new();
     let mut expected = 0u64;
     let mut bad = None;
     let ic = Csum::from_sb(sb).for_inode(JOURNAL_INO, raw.generation);
-    crate::extent_tree::for_each_extent(&raw.block, &mut store, ic, |m| {
+    let mut run = |m: crate::extent_tree::Mapping| {
         if u64::from(m.lblk) != expected && bad.is_none() {
             bad = Some(m.lblk);
         }
         expected = u64::from(m.lblk) + u64::from(m.len);
         runs.push((m.pblk, u64::from(m.len)));
-    })?;
+    };
+    if raw.flags & EXT4_EXTENTS_FL != 0 {
+        crate::extent_tree::for_each_extent(&raw.block, &mut store, ic, run)?;
+    } else {
+        // A journal made by ext3's mke2fs, kept when the file system gained extents.
+        let owned = crate::block_map::owned(&raw.block, &mut store, sb.block_size() as usize).map_err(
+            |e| match e {
+                FsError::Corrupt(m) => FsError::Corrupt(format!("journal inode 8: {m}")),
+                other => other,
+            },
+        )?;
+        owned.runs.into_iter().for_each(&mut run);
+    }
     if let Some(l) = bad {
         return Err(FsError::Corrupt(format!("journal inode has a hole before block {l}")));
     }

@@ -8,6 +8,7 @@ pub mod acl;
 mod adaptive;
 mod alloc;
 pub mod atime;
+mod block_map;
 pub mod check;
 mod dir;
 mod dx;

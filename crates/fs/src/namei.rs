@@ -416,7 +416,7 @@ fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
         return Err(FsError::NotFound(format!("directory inode {ino}")));
     }
     let mut store = crate::tx::ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let m = extent_tree::lookup(&st.d.block, &mut store, st.csum, 0)?
+    let m = crate::file::map_lookup(&st, &mut store, 0)?
         .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
     let pblk = m.pblk_of(0).ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;
     let (buf, end) = dir::read_dir_block(fs, &st, 0, pblk)?;

@@ -163,7 +163,6 @@ impl Rebuild {
         if d.file_acl != 0 {
             v.push((d.file_acl, 1));
         }
-        let is_fast_symlink = d.is_symlink() && d.flags & EXT4_EXTENTS_FL == 0 && d.size < 60;
         if d.flags & EXT4_EXTENTS_FL != 0 {
             let ic = self.fs.csum.for_inode(ino, d.generation);
             extent_tree::check(&d.block, store, ic)
@@ -175,8 +174,12 @@ impl Rebuild {
             {
                 v.push((b, 1));
             }
-        } else if !is_fast_symlink && !d.is_device() && d.block.iter().any(|&b| b != 0) && !d.is_dir() {
-            return Err(Skipped(format!("inode {ino} maps blocks without extents")));
+        } else if crate::block_map::maps_blocks(d) {
+            // Block-mapped (an ext3 file kept through the upgrade to extents).
+            let owned = crate::block_map::owned(&d.block, store, self.fs.geo.block_size)
+                .map_err(|e| Skipped(format!("inode {ino}: block map: {e}")))?;
+            v.extend(owned.runs.iter().map(|m| (m.pblk, u64::from(m.len))));
+            v.extend(owned.indirect.iter().map(|&b| (b, 1)));
         }
         let r = Ranges::from_pieces(v);
         let limit = self.fs.geo.blocks_count;

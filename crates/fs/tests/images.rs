@@ -553,3 +553,103 @@ fn image_check_counts_match_fresh_mke2fs_images_of_every_block_size() {
         fs.unmount().expect("unmount");
     }
 }
+
+/// Files of an ext3 file system are block-mapped (`crate::block_map`). As ext3 (no `extent`
+/// feature) the file system opens read-only, its files, directories, slow symlinks read
+/// back, and a read-write open is refused naming `^extent` with the image unchanged. Given
+/// `extent` by tune2fs, as an upgrade to ext4 does, it is read-write with its block-mapped
+/// journal: an overwrite and a partial truncate convert a file to extents (a map of more
+/// runs than the inode holds needs a leaf), a growing directory converts too, a deleted
+/// block-mapped file frees its indirect blocks; e2fsck and `check_image` find it clean and
+/// a remount reads the same.
+#[test]
+fn ext3_block_mapped_files_read_and_change() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("ext3.img");
+    let Some(mke2fs) = which("mke2fs") else {
+        eprintln!("SKIP: mke2fs not installed");
+        return;
+    };
+    let Some(tune2fs) = which("tune2fs") else {
+        eprintln!("SKIP: tune2fs not installed");
+        return;
+    };
+    let st =
+        Command::new(mke2fs).args(["-q", "-F", "-t", "ext3", "-b", "1024"]).arg(&img).arg("64M").status();
+    assert!(st.expect("run mke2fs").success(), "mke2fs -t ext3");
+    // 1 KiB blocks: 12 direct, 256 single-, 65 536 double-indirect. 2 MiB reach the double
+    // level, and the indirect blocks between the runs split the map into 9 runs.
+    let big = content(2 << 20, 3);
+    let mid = content(300_000, 5);
+    let small = content(5_000, 7);
+    for (name, data) in [("big", &big), ("mid", &mid), ("small", &small)] {
+        std::fs::write(tmp.path().join(name), data).expect("write local file");
+    }
+    let target = "/a/slow/symlink/target/longer/than/the/sixty/bytes/of/i_block/x";
+    let mut cmds = format!(
+        "write {} big\nwrite {} mid\nmkdir d\nsymlink d/slow {target}\n",
+        tmp.path().join("big").display(),
+        tmp.path().join("mid").display()
+    );
+    for i in 0..120 {
+        cmds += &format!("write {} d/f{i}\n", tmp.path().join("small").display());
+    }
+    if debugfs(&img, &cmds).is_none() {
+        return;
+    }
+    let before = std::fs::read(&img).expect("read image");
+
+    match Fs::open(open(&img), MountOptions::default()) {
+        Err(FsError::ReadOnlyFeatures(m)) => assert!(m.contains("^extent"), "{m}"),
+        other => panic!("read-write open of ext3: {:?}", other.map(|_| ())),
+    }
+    assert!(std::fs::read(&img).expect("read image") == before, "a refused open leaves the image unchanged");
+    let ro = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Fs::open(open(&img), ro.clone()).expect("read-only open of ext3");
+    let ino = |fs: &Fs, p: &str| fs.resolve(p).expect(p);
+    assert_eq!(read_all(&fs, ino(&fs, "/big")), big);
+    assert_eq!(read_all(&fs, ino(&fs, "/mid")), mid);
+    assert_eq!(read_all(&fs, ino(&fs, "/d/f77")), small);
+    assert_eq!(names(&fs, ino(&fs, "/d")).len(), 121);
+    assert_eq!(fs.readlink(ino(&fs, "/d/slow")).expect("readlink"), target.as_bytes());
+    let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+    assert!(r.errors.is_empty() && r.warnings.is_empty(), "ext3: {:?} {:?}", r.errors, r.warnings);
+    fs.unmount().expect("unmount");
+    assert!(
+        std::fs::read(&img).expect("read image") == before,
+        "a read-only open leaves the image unchanged"
+    );
+
+    let st = Command::new(tune2fs).args(["-O", "extent"]).arg(&img).output().expect("run tune2fs");
+    assert!(st.status.success(), "tune2fs -O extent");
+    let fs = mount(&img);
+    let flags = |fs: &Fs, p: &str| fs.getattr(fs.resolve(p).expect(p)).expect("getattr").flags;
+    assert_eq!(flags(&fs, "/big") & 0x80000, 0, "still block-mapped before a change");
+    let mut big2 = big.clone();
+    big2[1_500_000..1_500_100].fill(0xAB);
+    fs.write(ino(&fs, "/big"), 1_500_000, &big2[1_500_000..1_500_100]).expect("overwrite");
+    fs.setattr(ino(&fs, "/mid"), &SetAttr { size: Some(100_000), ..SetAttr::default() }).expect("truncate");
+    let d = ino(&fs, "/d");
+    for i in 0..400 {
+        fs.create(d, format!("new{i}").as_bytes(), 0o644, 0, 0).expect("create in a block-mapped directory");
+    }
+    fs.unlink(d, b"f3").expect("unlink a block-mapped file");
+    fs.unlink(ROOT_INO, b"small-missing").expect_err("no such file");
+    for p in ["/big", "/mid", "/d"] {
+        assert_ne!(flags(&fs, p) & 0x80000, 0, "{p} converted to extents");
+    }
+    assert_eq!(read_all(&fs, ino(&fs, "/big")), big2);
+    assert_eq!(read_all(&fs, ino(&fs, "/mid")), mid[..100_000]);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+    let fs = mount(&img);
+    assert_eq!(read_all(&fs, ino(&fs, "/big")), big2);
+    assert_eq!(read_all(&fs, ino(&fs, "/mid")), mid[..100_000]);
+    assert_eq!(read_all(&fs, ino(&fs, "/d/f77")), small);
+    assert_eq!(names(&fs, ino(&fs, "/d")).len(), 520);
+    assert_eq!(fs.readlink(ino(&fs, "/d/slow")).expect("readlink"), target.as_bytes());
+    let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+    assert!(r.errors.is_empty() && r.warnings.is_empty(), "after changes: {:?} {:?}", r.errors, r.warnings);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+}

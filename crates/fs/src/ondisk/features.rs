@@ -25,9 +25,13 @@
 //! picks for small, medium and large images); the device is opened with the file system's
 //! block size, and the journal logs in it as JBD2 does.
 //!
-//! Everything else (`bigalloc`, `inline_data`, `meta_bg`, `casefold`,
-//! `encrypt`, `ea_inode`, `mmp`, `project`, `quota`, `verity`, ...) is refused
-//! with [`FsError::Incompatible`].
+//! Read only ([`read_only_features`]): ro_compat features cjfs does not maintain (`quota`,
+//! `project`, `verity`, ...), `inline_data`, `mmp`, and no `extent` at all (ext2, ext3:
+//! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
+//! read-write, its old block-mapped files converted to extents when first changed).
+//!
+//! Everything else (`bigalloc`, `meta_bg`, `casefold`, `encrypt`, `ea_inode`, ...) is
+//! refused with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
 use crate::ondisk::superblock::Superblock;
@@ -302,16 +306,26 @@ pub enum Access {
 
 /// Names of the features of `sb` that keep cjfs from writing it but not from reading it
 /// ([`READ_ONLY_INCOMPAT`], [`READ_ONLY_RO_COMPAT`]; empty when there are none).
+///
+/// A file system without `extent` (ext2, ext3) is named here as `^extent`: its files are
+/// block-mapped, which cjfs reads but never creates (`crate::block_map`), and an inode with
+/// an extent tree would be corrupt there.
 pub fn read_only_features(sb: &Superblock) -> Vec<String> {
     let mut v = bit_names(FeatureKind::Incompat, sb.feature_incompat & READ_ONLY_INCOMPAT);
     v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT));
+    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
+        v.push(NO_EXTENTS.into());
+    }
     v
 }
 
+/// How [`read_only_features`] names a missing `extent` feature (mke2fs's `-O ^extent`).
+pub const NO_EXTENTS: &str = "^extent (ext2/ext3 block maps)";
+
 /// Refuse a file system cjfs cannot read and write: an external journal device
 /// ([`FsError::JournalDevice`]), a journal on another device, unsupported features (all
-/// named in one message), a file system without extents (ext2, ext3), a block size other
-/// than 1, 2 or 4 KiB, a revision level above 1 (dynamic).
+/// named in one message; a file system without extents, ext2 or ext3, among them: it opens
+/// read-only), a block size other than 1, 2 or 4 KiB, a revision level above 1 (dynamic).
 pub fn check_supported(sb: &Superblock) -> FsResult<()> {
     check_supported_for(sb, Access::ReadWrite)
 }
@@ -334,6 +348,9 @@ pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
     }
     let mut bad = unsupported_features(sb);
     let read_only = read_only_features(sb);
+    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
+        bad.push(NO_EXTENTS.into());
+    }
     if access == Access::ReadOnly {
         // Compat features never stop a reader (nor, by the ext4 rule, a writer; cjfs writes
         // only past those it knows).
@@ -344,13 +361,6 @@ pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
     }
     if !bad.is_empty() {
         return Err(FsError::Incompatible(format!("unsupported ext4 feature(s): {}", bad.join(", "))));
-    }
-    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
-        // Without it every file is block-mapped (ext2, ext3, ext4 made with `^extent`); said
-        // here, before any structure is read, so no command reports a later symptom instead.
-        return Err(FsError::Incompatible(
-            "no `extent` feature: an ext2/ext3 file system, whose files are block-mapped".into(),
-        ));
     }
     if sb.has_metadata_csum() && sb.checksum_type != 1 {
         return Err(FsError::Incompatible(format!(

@@ -298,9 +298,22 @@ pub struct BaseCache {
 }
 
 impl BaseCache {
-    fn get(&self, opts: &MountOptions, setup: &[Op], block_size: usize) -> Result<Arc<Vec<u8>>, CrashError> {
+    fn key(opts: &MountOptions, setup: &[Op], block_size: usize) -> String {
         // Everything that shapes the image: the whole mount options (planted bugs included).
-        let key = format!("{opts:?}/{setup:?}/{block_size}");
+        format!("{opts:?}/{setup:?}/{block_size}")
+    }
+
+    /// Use `image` as the base image of `cfg`'s workloads with setup `setup` instead of one
+    /// made by cjfs's mkfs (an image made by other tools, cleanly unmounted, of
+    /// [`record::image_blocks`] blocks).
+    pub fn insert(&self, cfg: &CrashConfig, setup: &[Op], image: Vec<u8>) -> Result<(), CrashError> {
+        let opts = cfg.mount_options()?;
+        self.map.lock().insert(Self::key(&opts, setup, cfg.block_size), Arc::new(image));
+        Ok(())
+    }
+
+    fn get(&self, opts: &MountOptions, setup: &[Op], block_size: usize) -> Result<Arc<Vec<u8>>, CrashError> {
+        let key = Self::key(opts, setup, block_size);
         if let Some(b) = self.map.lock().get(&key) {
             return Ok(b.clone());
         }

@@ -1,0 +1,99 @@
+//! Crash consistency of the block-mapped files of an upgraded ext3 file system: an image
+//! made by `mke2fs -t ext3`, filled by `debugfs` and given `extent` by `tune2fs` (what an
+//! upgrade to ext4 does), is the base image of a workload that converts block-mapped
+//! files and a directory to extents (overwrite, partial truncate, a growing directory),
+//! frees one (unlink, truncate to zero) and fsyncs between; every crash state must recover
+//! to a state the operations allow, and e2fsck must find it clean. The journal is ext3's
+//! own, a block-mapped inode. Skipped with a message without mke2fs, debugfs, tune2fs or
+//! e2fsck.
+//!
+//! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ext3`.
+
+use std::path::Path;
+use std::process::Command;
+
+use cjfs_lab::crash::workloads::Op;
+use cjfs_lab::crash::{self, BaseCache, CrashConfig, Workload};
+
+fn tool(name: &str) -> Option<String> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| format!("{d}/{name}"))
+        .find(|p| Path::new(p).exists())
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run tool");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The upgraded ext3 image, `blocks` 4 KiB blocks.
+fn ext3_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
+    let (Some(mke2fs), Some(debugfs), Some(tune2fs)) = (tool("mke2fs"), tool("debugfs"), tool("tune2fs"))
+    else {
+        eprintln!("SKIP: mke2fs, debugfs or tune2fs not installed");
+        return None;
+    };
+    let img = dir.join("ext3.img");
+    run(Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext3", "-b", "4096", "-J", "size=4"])
+        .arg(&img)
+        .arg(format!("{blocks}")));
+    // 4 KiB blocks: 12 direct, then the single-indirect level; 300 KiB is 75 blocks.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(dir.join("big"), &big).expect("write");
+    std::fs::write(dir.join("small"), vec![b'x'; 6000]).expect("write");
+    let mut cmds =
+        format!("write {0} big\nwrite {0} big2\nwrite {0} big3\nmkdir d\n", dir.join("big").display());
+    for i in 0..150 {
+        cmds += &format!("write {} d/f{i}\n", dir.join("small").display());
+    }
+    let script = dir.join("cmds");
+    std::fs::write(&script, cmds).expect("write script");
+    run(Command::new(debugfs).arg("-w").arg("-f").arg(&script).arg(&img));
+    run(Command::new(tune2fs).args(["-O", "extent"]).arg(&img));
+    Some(std::fs::read(&img).expect("read image"))
+}
+
+#[test]
+fn block_mapped_conversion_is_crash_consistent() {
+    if !crash::check::e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let Some(image) = ext3_image(dir.path(), crash::record::image_blocks(1)) else { return };
+    let w = |path: &str, off: u64, len: u64, seed: u32| Op::Write { path: path.into(), off, len, seed };
+    let fsync = |path: &str| Op::Fsync { path: path.into() };
+    let ops = vec![
+        w("big", 100_000, 5000, 1),
+        fsync("big"),
+        Op::Truncate { path: "big2".into(), size: 70_000 },
+        Op::Creat { path: "d/new1".into() },
+        Op::Creat { path: "d/new2".into() },
+        fsync("d/new2"),
+        Op::Unlink { path: "d/f3".into() },
+        Op::Truncate { path: "big3".into(), size: 0 },
+        w("big3", 0, 9000, 2),
+        fsync("big3"),
+        Op::Unlink { path: "big".into() },
+    ];
+    let wl = Workload::sequential("ext3-block-mapped", Vec::new(), ops);
+    for mode in ["jbd2", "cjfs"] {
+        let cfg = CrashConfig::new(mode);
+        let bases = BaseCache::default();
+        bases.insert(&cfg, &[], image.clone()).expect("base image");
+        let r = crash::run_workload(&cfg, &wl, &bases, false);
+        eprintln!(
+            "{mode}: {} states, {} violations, e2fsck {} failed of {}{}",
+            r.states,
+            r.violations,
+            r.e2fsck_failures,
+            r.e2fsck_runs,
+            r.error.as_deref().map(|e| format!(", error: {e}")).unwrap_or_default()
+        );
+        assert!(r.error.is_none(), "{mode}: {:?}", r.error);
+        assert!(r.states > 50, "{mode}: only {} crash states", r.states);
+        assert_eq!(r.violations, 0, "{mode}: {:?}", r.details);
+        assert_eq!(r.e2fsck_failures, 0, "{mode}");
+    }
+}
