@@ -3,8 +3,8 @@
 //! upgrade to ext4 does), is the base image of a workload that converts block-mapped
 //! files and a directory to extents (overwrite, partial truncate, a growing directory),
 //! frees one (unlink, truncate to zero) and fsyncs between; every crash state must recover
-//! to a state the operations allow, and e2fsck must find it clean. The journal is ext3's
-//! own, a block-mapped inode. Skipped with a message without mke2fs, debugfs, tune2fs or
+//! to a state the operations allow, and e2fsck must find it clean, under every preset that
+//! runs on a file system made by mke2fs. The journal is ext3's own, a block-mapped inode. Skipped with a message without mke2fs, debugfs, tune2fs or
 //! e2fsck.
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ext3`.
@@ -78,7 +78,7 @@ fn block_mapped_conversion_is_crash_consistent() {
         Op::Unlink { path: "big".into() },
     ];
     let wl = Workload::sequential("ext3-block-mapped", Vec::new(), ops);
-    for mode in ["jbd2", "cjfs"] {
+    for mode in ["jbd2", "cjfs", "ijournal", "joj", "adaptive", "zjournal+logs=1"] {
         let cfg = CrashConfig::new(mode);
         let bases = BaseCache::default();
         bases.insert(&cfg, &[], image.clone()).expect("base image");
