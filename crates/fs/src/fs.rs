@@ -79,8 +79,10 @@ pub struct Geometry {
     /// `inline_data` feature: an inode flagged `EXT4_INLINE_DATA_FL` keeps its data in itself
     /// (`crate::inline_data`); without the feature such a flag is corruption.
     pub inline_data: bool,
-    /// First block of the primary group descriptor table.
-    pub gdt_start: u64,
+    /// Where each block of the primary group descriptor table is
+    /// ([`Superblock::desc_block_location`]: in a row after the superblock, or spread over
+    /// the meta groups with `meta_bg`).
+    pub desc_blocks: Vec<u64>,
     /// `s_r_blocks_count`: free blocks only root, `s_def_resuid` and `s_def_resgid` may take.
     pub reserved_blocks: u64,
     /// Free blocks nobody takes for file data or directories, as ext4's `s_resv_clusters`
@@ -109,7 +111,7 @@ impl Geometry {
             huge_file: sb.has_huge_file(),
             filetype: sb.has_filetype(),
             inline_data: sb.has_incompat(crate::ondisk::features::INCOMPAT_INLINE_DATA),
-            gdt_start: u64::from(sb.first_data_block) + 1,
+            desc_blocks: (0..sb.gdt_blocks()).map(|i| sb.desc_block_location(i)).collect(),
             reserved_blocks: sb.r_blocks_count,
             metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
                 (sb.block_count() / 50).min(4096)
@@ -145,7 +147,7 @@ impl Geometry {
     /// Descriptor location: (GDT block, byte offset).
     pub fn desc_location(&self, g: u32) -> (u64, usize) {
         let per = self.block_size as u32 / self.desc_size;
-        (self.gdt_start + u64::from(g / per), ((g % per) * self.desc_size) as usize)
+        (self.desc_blocks[(g / per) as usize], ((g % per) * self.desc_size) as usize)
     }
 }
 

@@ -179,10 +179,12 @@ impl<'a> Walker<'a> {
             self.claim(0, u64::from(sb.first_data_block), "the blocks before the first group (boot sector)");
         }
         for g in 0..sb.group_count() {
-            if sb.has_super_in_group(g) {
+            // With meta_bg a group without a superblock copy may hold descriptor blocks.
+            let n = sb.group_super_overhead(g);
+            if n > 0 {
                 self.claim(
                     sb.group_first_block(g),
-                    u64::from(sb.group_super_overhead(g)),
+                    u64::from(n),
                     &format!("group {g} superblock/descriptors"),
                 );
             }
@@ -234,7 +236,7 @@ impl<'a> Walker<'a> {
         let reserved: Vec<(u64, u64)> = (0..sb.group_count())
             .filter(|&g| sb.has_super_in_group(g))
             .map(|g| {
-                let start = sb.group_first_block(g) + 1 + u64::from(sb.gdt_blocks());
+                let start = sb.group_first_block(g) + 1 + u64::from(sb.classic_gdt_blocks());
                 (start, start + u64::from(sb.reserved_gdt_blocks))
             })
             .collect();
@@ -695,8 +697,7 @@ pub fn layout_checksum_errors(dev: &dyn BlockDevice) -> FsResult<Vec<String>> {
     if !csum.group_desc() || sb.desc_size() < 32 {
         return Ok(out);
     }
-    let mut buf = vec![0u8; sb.gdt_blocks() as usize * dev.block_size()];
-    dev.read(u64::from(sb.first_data_block) + 1, &mut buf)?;
+    let buf = crate::mkfs::read_desc_table(dev, &sb)?;
     for (g, d) in GroupDesc::decode_table(&buf, sb.group_count(), sb.desc_size())?.iter().enumerate() {
         if let Err(e) = d.verify_checksum(&csum, g as u32) {
             out.push(e.to_string());

@@ -352,7 +352,7 @@ pub(crate) fn read_raw_inode(dev: &dyn BlockDevice, sb: &Superblock, ino: Ino) -
     let g = (ino - 1) / sb.inodes_per_group;
     let bs = u64::from(sb.block_size());
     let per = (bs as usize / sb.desc_size()) as u32;
-    let gdt_blk = u64::from(sb.first_data_block) + 1 + u64::from(g / per);
+    let gdt_blk = sb.desc_block_location(g / per);
     let raw = dev.read_block(gdt_blk)?;
     let off = (g % per) as usize * sb.desc_size();
     let desc = GroupDesc::decode(&raw[off..off + sb.desc_size()])?;

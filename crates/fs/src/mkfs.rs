@@ -904,9 +904,7 @@ pub fn read_layout_for(
             dev.num_blocks()
         )));
     }
-    let gdt_blocks = sb.gdt_blocks() as usize;
-    let mut buf = vec![0u8; gdt_blocks * dev.block_size()];
-    dev.read(sb.first_data_block as u64 + 1, &mut buf)?;
+    let buf = read_desc_table(dev, &sb)?;
     let descs = GroupDesc::decode_table(&buf, sb.group_count(), sb.desc_size())?;
     let csum = Csum::from_sb(&sb);
     for (grp, d) in descs.iter().enumerate() {
@@ -914,6 +912,28 @@ pub fn read_layout_for(
         d.validate(&sb, grp as u32)?;
     }
     Ok((sb, descs))
+}
+
+/// The primary group descriptor table of `sb`'s file system, its blocks read from where
+/// they are ([`Superblock::desc_block_location`]) into one buffer.
+pub fn read_desc_table(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Vec<u8>> {
+    let bs = dev.block_size();
+    let n = sb.gdt_blocks();
+    let mut buf = vec![0u8; n as usize * bs];
+    let classic = sb.classic_gdt_blocks() as usize;
+    if classic > 0 {
+        dev.read(sb.first_data_block as u64 + 1, &mut buf[..classic * bs])?;
+    }
+    for i in classic..n as usize {
+        let at = sb.desc_block_location(i as u32);
+        if at >= sb.block_count() {
+            return Err(FsError::Corrupt(format!(
+                "meta_bg: group descriptor block {i} would be at block {at}, past the end of the file system"
+            )));
+        }
+        dev.read(at, &mut buf[i * bs..(i + 1) * bs])?;
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

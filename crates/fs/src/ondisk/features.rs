@@ -6,7 +6,9 @@
 //! - compat: `has_journal`, `ext_attr`, `dir_index`, `resize_inode` (its reserved GDT blocks
 //!   and inode 7 are left alone: cjfs never resizes), `orphan_file` (orphans are recorded
 //!   in it and its entries processed at mount, see [`crate::orphan`]);
-//! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`,
+//! - incompat: `filetype`, `extent`, `64bit`, `flex_bg`, `needs_recovery`, `meta_bg`
+//!   (descriptor blocks spread over the meta groups, as resize2fs leaves a file system grown
+//!   past its reserved GDT blocks: `Superblock::desc_block_location`),
 //!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`), `large_dir` (htree
 //!   directories up to two levels of interior nodes, see [`crate::ondisk::htree`]);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
@@ -30,7 +32,7 @@
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
-//! Everything else (`bigalloc`, `meta_bg`, `casefold`, `encrypt`, `ea_inode`, ...) is
+//! Everything else (`bigalloc`, `casefold`, `encrypt`, `ea_inode`, ...) is
 //! refused with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
@@ -156,7 +158,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_FLEX_BG
     | INCOMPAT_RECOVER
     | INCOMPAT_CSUM_SEED
-    | INCOMPAT_LARGEDIR;
+    | INCOMPAT_LARGEDIR
+    | INCOMPAT_META_BG;
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE

@@ -1032,13 +1032,45 @@ impl Superblock {
         }
     }
     /// First block of the GDT copy in group `g` (right after its superblock copy), if any.
+    /// With `meta_bg` the copy holds only the descriptor blocks before `s_first_meta_bg`.
     pub fn gdt_location(&self, g: u32) -> Option<u64> {
         self.superblock_location(g).map(|_| self.group_first_block(g) + 1)
     }
-    /// Blocks at the start of group `g` taken by the superblock copy, the GDT copy and the
-    /// reserved GDT blocks.
+    /// `meta_bg`: the descriptor table is cut into blocks, each kept in the first group of
+    /// the block's own groups (the *meta group*) with backups in its second and last group,
+    /// from descriptor block `s_first_meta_bg` on (the blocks before it stay in the classic
+    /// table after each superblock copy).
+    pub fn has_meta_bg(&self) -> bool {
+        self.feature_incompat & crate::ondisk::features::INCOMPAT_META_BG != 0
+    }
+    /// Descriptor blocks in the classic table after each superblock copy: all of them, or
+    /// with `meta_bg` those before `s_first_meta_bg`.
+    pub fn classic_gdt_blocks(&self) -> u32 {
+        if self.has_meta_bg() { self.first_meta_bg.min(self.gdt_blocks()) } else { self.gdt_blocks() }
+    }
+    /// Block holding the primary copy of descriptor block `i` (groups `i * descs_per_block`
+    /// onwards): in the classic table, or with `meta_bg` from `s_first_meta_bg` on at the
+    /// start of the meta group's first group, after its superblock copy if it has one.
+    pub fn desc_block_location(&self, i: u32) -> u64 {
+        if !self.has_meta_bg() || i < self.first_meta_bg {
+            return u64::from(self.first_data_block) + 1 + u64::from(i);
+        }
+        let g = i.saturating_mul(self.descs_per_block());
+        self.group_first_block(g) + u64::from(self.has_super_in_group(g))
+    }
+    /// Blocks at the start of group `g` taken by its superblock copy, its copy of the
+    /// classic descriptor table and the reserved GDT blocks after it, and with `meta_bg` a
+    /// meta group's descriptor block (first, second and last group of each), as the
+    /// kernel's `ext4_num_base_meta_clusters` counts them.
     pub fn group_super_overhead(&self, g: u32) -> u32 {
-        if self.has_super_in_group(g) { 1 + self.gdt_blocks() + self.reserved_gdt_blocks as u32 } else { 0 }
+        let sup = self.has_super_in_group(g);
+        let per = self.descs_per_block().max(1);
+        let meta_group = g / per;
+        if !self.has_meta_bg() || meta_group < self.first_meta_bg {
+            return if sup { 1 + self.classic_gdt_blocks() + self.reserved_gdt_blocks as u32 } else { 0 };
+        }
+        let k = g % per;
+        u32::from(sup) + u32::from(k == 0 || k == 1 || k == per - 1)
     }
     /// Blocks the file system's metadata takes, as ext4's `s_overhead` (what `statfs` leaves
     /// out of the total): `s_overhead_clusters` when set, else the first data block, every
