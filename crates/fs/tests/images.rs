@@ -776,7 +776,7 @@ fn block_mapped_files_survive_every_first_change() {
                     }
                     model[at as usize..end].copy_from_slice(&data);
                 }
-                2 | 3 | 4 => {
+                2..=4 => {
                     let size = match kind {
                         2 => off.min(len),
                         3 => len + n,
