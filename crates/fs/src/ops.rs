@@ -439,6 +439,11 @@ impl Fs {
         if st.d.is_dir() {
             return Err(FsError::IsDir(format!("inode {ino}")));
         }
+        // A symlink's target is read with `readlink` (a fast one's i_block holds it, not a
+        // map), a device's i_block its numbers.
+        if !st.d.is_reg() {
+            return Err(FsError::Invalid(format!("inode {ino} is not a regular file")));
+        }
         crate::file::read(&self.inner, &st, off, buf)
     }
 
