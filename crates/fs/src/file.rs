@@ -479,6 +479,7 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     if new_size == 0 && crate::block_map::is_block_mapped(st) {
         // Freed as it is, not converted first: a conversion may need tree blocks, and
         // emptying a file must not fail for want of space.
+        crate::adaptive::note_truncated_to_zero(fs, st);
         let mut tx = Tx::start(fs, 64)?;
         crate::block_map::free_all(&mut tx, st, journals_data(fs, st))?;
         st.d.size = 0;
