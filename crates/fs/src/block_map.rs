@@ -98,6 +98,7 @@ pub fn lookup<M: MetaStore + ?Sized>(
     let mut len = 1u32;
     while idx + (len as usize) < ptrs.len()
         && ptrs[idx + len as usize] == first + u64::from(len)
+        && first + u64::from(len) < limit
         && u64::from(lblk) + u64::from(len) <= u64::from(u32::MAX)
     {
         len += 1;
