@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::{FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags};
-use common::{assert_fsck_clean, which};
+use common::{assert_fsck_clean, kernel_mount, which};
 
 /// `EXT4_INDEX_FL`: the directory has an htree index.
 const INDEX_FL: u32 = 0x1000;
@@ -824,33 +824,6 @@ fn block_mapped_files_survive_every_first_change() {
     let r = cjfs_fs::image_check::check_image(&fs).expect("check");
     assert!(r.errors.is_empty() && r.warnings.is_empty(), "{:?} {:?}", r.errors, r.warnings);
     fs.unmount().expect("unmount");
-}
-
-/// Unmounts a kernel mount on drop.
-struct KernelMount(PathBuf);
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// `mount -o loop img mnt` by the kernel, or None (after saying why) when not root or the
-/// mount fails.
-fn kernel_mount(img: &Path, mnt: &Path) -> Option<KernelMount> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|r| r.split_whitespace().nth(1));
-    if uid != Some("0") {
-        eprintln!("SKIP: not root, cannot loop-mount");
-        return None;
-    }
-    std::fs::create_dir_all(mnt).expect("mount point");
-    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(img).arg(mnt).output().ok()?;
-    if !out.status.success() {
-        eprintln!("SKIP: mount -o loop failed: {}", String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    Some(KernelMount(mnt.to_path_buf()))
 }
 
 /// The kernel as judge of the two layouts cjfs learned from other tools: an upgraded ext3

@@ -8,6 +8,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 use cjfs_blockdev::{FileDevice, FileDeviceOptions};
 use cjfs_fs::FsError;
 use cjfs_fs::mkfs::read_layout;
@@ -522,40 +524,6 @@ fn ondisk_htree_lookup_two_levels() {
     indexed_dir_test(11000, |i| format!("{i:06}-{}", "n".repeat(200)), 1);
 }
 
-/// Unmounts on drop.
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// `mount -o loop img mnt`, or None (after printing why) when not possible here.
-fn try_mount(img: &Path, mnt: &Path) -> Option<Mounted> {
-    if effective_uid() != 0 {
-        println!("SKIP: not root, cannot loop-mount");
-        return None;
-    }
-    let out = Command::new("mount").arg("-o").arg("loop").arg(img).arg(mnt).output().ok()?;
-    if !out.status.success() {
-        println!("SKIP: mount -o loop failed: {}", String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    Some(Mounted(mnt.to_path_buf()))
-}
-
-fn effective_uid() -> u32 {
-    // from /proc, to avoid unsafe code
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|r| r.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u32::MAX)
-}
-
 /// The kernel uses a cjfs-made file system: it must mount it, and what it writes (an htree
 /// directory, xattrs in the inode and in a block) must pass e2fsck and decode with our
 /// structures (the htree lookup uses our hash of the kernel's index).
@@ -570,7 +538,7 @@ fn ondisk_kernel_writes_on_cjfs_mkfs() {
     }
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let Some(m) = try_mount(&img, &mnt) else {
+    let Some(m) = common::kernel_mount(&img, &mnt) else {
         return;
     };
     let names: Vec<String> =

@@ -65,3 +65,30 @@ pub fn read_all(fs: &Fs, ino: cjfs_fs::Ino) -> Vec<u8> {
     buf.truncate(n);
     buf
 }
+
+/// A kernel mount, unmounted on drop.
+pub struct KernelMount(PathBuf);
+
+impl Drop for KernelMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `mount -o loop img mnt` by the kernel (`mnt` made if missing), or None after printing why
+/// when not root or the mount fails.
+pub fn kernel_mount(img: &Path, mnt: &Path) -> Option<KernelMount> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|r| r.split_whitespace().nth(1));
+    if uid != Some("0") {
+        println!("SKIP: not root, cannot loop-mount");
+        return None;
+    }
+    std::fs::create_dir_all(mnt).expect("mount point");
+    let out = Command::new("mount").arg("-o").arg("loop").arg(img).arg(mnt).output().ok()?;
+    if !out.status.success() {
+        println!("SKIP: mount -o loop failed: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    Some(KernelMount(mnt.to_path_buf()))
+}
