@@ -25,8 +25,13 @@ use crate::tx::Tx;
 /// Direct block slots in `i_block`.
 const DIRECT: u64 = 12;
 
+/// Block number `i` of a pointer array (`i_block` or an indirect block).
+fn ptr(bytes: &[u8], i: usize) -> u64 {
+    u64::from(u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+}
+
 fn slot(i_block: &[u8; extent_tree::ROOT_BYTES], i: usize) -> u64 {
-    u64::from(u32::from_le_bytes(i_block[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+    ptr(i_block, i)
 }
 
 fn check_ptr(blk: u64, limit: u64, what: &str) -> FsResult<()> {
@@ -42,7 +47,7 @@ fn check_ptr(blk: u64, limit: u64, what: &str) -> FsResult<()> {
 fn pointers<M: MetaStore + ?Sized>(store: &mut M, blk: u64) -> FsResult<Vec<u64>> {
     let buf = store.read_block(blk)?;
     let data = buf.read();
-    Ok(data.chunks_exact(4).map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes")))).collect())
+    Ok((0..data.len() / 4).map(|i| ptr(&data, i)).collect())
 }
 
 /// Physical block of logical block `lblk`, with the run of physically contiguous blocks
@@ -56,48 +61,52 @@ pub fn lookup<M: MetaStore + ?Sized>(
     let per = (block_size / 4) as u64;
     let limit = store.block_limit();
     let mut l = u64::from(lblk);
-    // The array holding `lblk`'s pointer and its index there.
-    let (ptrs, idx): (Vec<u64>, usize) = if l < DIRECT {
-        ((0..DIRECT as usize).map(|i| slot(i_block, i)).collect(), l as usize)
-    } else {
-        l -= DIRECT;
-        // Levels below the top pointer: 1, 2 or 3.
-        let mut span = per;
-        let mut level = 1usize;
-        while l >= span {
-            l -= span;
-            level += 1;
-            if level > 3 {
-                return Ok(None);
-            }
-            span *= per;
+    if l < DIRECT {
+        return run_at(&i_block[..4 * DIRECT as usize], l as usize, lblk, limit);
+    }
+    l -= DIRECT;
+    // Levels below the top pointer: 1, 2 or 3.
+    let mut span = per;
+    let mut level = 1u32;
+    while l >= span {
+        l -= span;
+        level += 1;
+        if level > 3 {
+            return Ok(None);
         }
-        let mut blk = slot(i_block, 11 + level);
-        let mut arr = Vec::new();
-        let mut idx = 0usize;
-        for depth in (0..level).rev() {
-            if blk == 0 {
-                return Ok(None);
-            }
-            check_ptr(blk, limit, "an indirect pointer")?;
-            arr = pointers(store, blk)?;
-            let unit = per.pow(depth as u32);
-            idx = (l / unit) as usize;
-            l %= unit;
-            if depth > 0 {
-                blk = arr[idx];
-            }
+        span *= per;
+    }
+    let mut blk = slot(i_block, 11 + level as usize);
+    for depth in (0..level).rev() {
+        if blk == 0 {
+            return Ok(None);
         }
-        (arr, idx)
-    };
-    let first = ptrs[idx];
+        check_ptr(blk, limit, "an indirect pointer")?;
+        let buf = store.read_block(blk)?;
+        let data = buf.read();
+        let unit = per.pow(depth);
+        let idx = (l / unit) as usize;
+        l %= unit;
+        if depth == 0 {
+            return run_at(&data, idx, lblk, limit);
+        }
+        blk = ptr(&data, idx);
+    }
+    unreachable!("the loop returns at depth 0")
+}
+
+/// The mapping of logical block `lblk`, whose pointer is entry `idx` of the pointer array
+/// `bytes`: the run of physically contiguous entries from it (`None`: a hole).
+fn run_at(bytes: &[u8], idx: usize, lblk: u32, limit: u64) -> FsResult<Option<Mapping>> {
+    let first = ptr(bytes, idx);
     if first == 0 {
         return Ok(None);
     }
     check_ptr(first, limit, &format!("logical block {lblk}"))?;
+    let n = bytes.len() / 4;
     let mut len = 1u32;
-    while idx + (len as usize) < ptrs.len()
-        && ptrs[idx + len as usize] == first + u64::from(len)
+    while idx + (len as usize) < n
+        && ptr(bytes, idx + len as usize) == first + u64::from(len)
         && first + u64::from(len) < limit
         && u64::from(lblk) + u64::from(len) <= u64::from(u32::MAX)
     {

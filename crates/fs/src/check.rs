@@ -138,7 +138,8 @@ impl Fs {
     }
 }
 
-fn prefix(ino: Ino, e: FsError) -> FsError {
+/// `e` with a corruption message naming inode `ino`.
+pub(crate) fn prefix(ino: Ino, e: FsError) -> FsError {
     match e {
         FsError::Corrupt(m) => FsError::Corrupt(format!("inode {ino}: {m}")),
         other => other,

@@ -424,12 +424,8 @@ pub fn journal_area(dev: &Device, sb: &Superblock) -> FsResult<JournalArea> {
         crate::extent_tree::for_each_extent(&raw.block, &mut store, ic, run)?;
     } else {
         // A journal made by ext3's mke2fs, kept when the file system gained extents.
-        let owned = crate::block_map::owned(&raw.block, &mut store, sb.block_size() as usize).map_err(
-            |e| match e {
-                FsError::Corrupt(m) => FsError::Corrupt(format!("journal inode 8: {m}")),
-                other => other,
-            },
-        )?;
+        let owned = crate::block_map::owned(&raw.block, &mut store, sb.block_size() as usize)
+            .map_err(|e| crate::check::prefix(JOURNAL_INO, e))?;
         owned.runs.into_iter().for_each(&mut run);
     }
     if let Some(l) = bad {

@@ -31,24 +31,38 @@ fn tmpdir() -> tempfile::TempDir {
 /// Run `mke2fs -q -t ext4 -b <bs> -O <features> img <size>`; `None` (after saying why)
 /// when mke2fs is missing or refuses the combination.
 fn mke2fs(img: &Path, block_size: u32, features: &str, size: &str) -> Option<()> {
+    mke2fs_with(img, &["-t", "ext4", "-b", &block_size.to_string(), "-O", features], size)
+}
+
+/// Run `mke2fs -q -F <args> img <size>`; `None` (after saying why) when mke2fs is missing
+/// or refuses the arguments.
+fn mke2fs_with(img: &Path, args: &[&str], size: &str) -> Option<()> {
     let Some(mke2fs) = which("mke2fs") else {
         eprintln!("SKIP: mke2fs not installed");
         return None;
     };
-    let out = Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", &block_size.to_string(), "-O", features])
-        .arg(img)
-        .arg(size)
-        .output()
-        .expect("run mke2fs");
+    let out =
+        Command::new(mke2fs).args(["-q", "-F"]).args(args).arg(img).arg(size).output().expect("run mke2fs");
     if !out.status.success() {
         eprintln!(
-            "SKIP: mke2fs -O {features} failed: {}{}",
+            "SKIP: mke2fs {args:?} failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         return None;
     }
+    Some(())
+}
+
+/// Give `img` the `extent` feature as an upgrade from ext3 does (`tune2fs -O extent`);
+/// `None` (after saying why) without tune2fs.
+fn upgrade_to_extents(img: &Path) -> Option<()> {
+    let Some(tune2fs) = which("tune2fs") else {
+        eprintln!("SKIP: tune2fs not installed");
+        return None;
+    };
+    let out = Command::new(tune2fs).args(["-O", "extent"]).arg(img).output().expect("run tune2fs");
+    assert!(out.status.success(), "tune2fs -O extent: {}", String::from_utf8_lossy(&out.stderr));
     Some(())
 }
 
@@ -565,17 +579,9 @@ fn image_check_counts_match_fresh_mke2fs_images_of_every_block_size() {
 fn ext3_block_mapped_files_read_and_change() {
     let tmp = tmpdir();
     let img = tmp.path().join("ext3.img");
-    let Some(mke2fs) = which("mke2fs") else {
-        eprintln!("SKIP: mke2fs not installed");
+    if mke2fs_with(&img, &["-t", "ext3", "-b", "1024"], "64M").is_none() {
         return;
-    };
-    let Some(tune2fs) = which("tune2fs") else {
-        eprintln!("SKIP: tune2fs not installed");
-        return;
-    };
-    let st =
-        Command::new(mke2fs).args(["-q", "-F", "-t", "ext3", "-b", "1024"]).arg(&img).arg("64M").status();
-    assert!(st.expect("run mke2fs").success(), "mke2fs -t ext3");
+    }
     // 1 KiB blocks: 12 direct, 256 single-, 65 536 double-indirect. 2 MiB reach the double
     // level, and the indirect blocks between the runs split the map into 9 runs.
     let big = content(2 << 20, 3);
@@ -619,8 +625,9 @@ fn ext3_block_mapped_files_read_and_change() {
         "a read-only open leaves the image unchanged"
     );
 
-    let st = Command::new(tune2fs).args(["-O", "extent"]).arg(&img).output().expect("run tune2fs");
-    assert!(st.status.success(), "tune2fs -O extent");
+    if upgrade_to_extents(&img).is_none() {
+        return;
+    }
     let fs = mount(&img);
     let flags = |fs: &Fs, p: &str| fs.getattr(fs.resolve(p).expect(p)).expect("getattr").flags;
     assert_eq!(flags(&fs, "/big") & 0x80000, 0, "still block-mapped before a change");
@@ -663,17 +670,11 @@ fn ext3_block_mapped_files_read_and_change() {
 fn meta_bg_images_read_and_change() {
     let tmp = tmpdir();
     let img = tmp.path().join("meta_bg.img");
-    let Some(mke2fs) = which("mke2fs") else {
-        eprintln!("SKIP: mke2fs not installed");
+    if mke2fs_with(&img, &["-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"], "64M")
+        .is_none()
+    {
         return;
-    };
-    let st = Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"])
-        .arg(&img)
-        .arg("64M")
-        .output()
-        .expect("run mke2fs");
-    assert!(st.status.success(), "mke2fs: {}", String::from_utf8_lossy(&st.stderr));
+    }
     populated_image_round_trip(&tmp, &img);
     let big = content(30_000_000, 11);
     let fs = mount(&img);
@@ -698,13 +699,9 @@ fn block_mapped_files_survive_every_first_change() {
     use cjfs_fs::FallocMode;
     let tmp = tmpdir();
     let img = tmp.path().join("ext3ops.img");
-    let (Some(mke2fs), Some(tune2fs)) = (which("mke2fs"), which("tune2fs")) else {
-        eprintln!("SKIP: mke2fs or tune2fs not installed");
+    if mke2fs_with(&img, &["-t", "ext3", "-b", "1024"], "96M").is_none() {
         return;
-    };
-    let st =
-        Command::new(mke2fs).args(["-q", "-F", "-t", "ext3", "-b", "1024"]).arg(&img).arg("96M").output();
-    assert!(st.expect("run mke2fs").status.success(), "mke2fs -t ext3");
+    }
     // 1 KiB blocks: direct below 12 KiB, single-indirect below 268 KiB, double above.
     let sizes = [5_000u64, 11_000, 40_000, 250_000, 700_000, 1_500_000];
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
@@ -740,8 +737,9 @@ fn block_mapped_files_survive_every_first_change() {
     if debugfs(&img, &cmds).is_none() {
         return;
     }
-    let st = Command::new(tune2fs).args(["-O", "extent"]).arg(&img).output().expect("run tune2fs");
-    assert!(st.status.success(), "tune2fs -O extent");
+    if upgrade_to_extents(&img).is_none() {
+        return;
+    }
     let fs = mount(&img);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = |n: u64| {
@@ -834,26 +832,26 @@ fn block_mapped_files_survive_every_first_change() {
 #[test]
 fn the_kernel_reads_converted_ext3_and_meta_bg_images() {
     let tmp = tmpdir();
-    let (Some(mke2fs), Some(tune2fs)) = (which("mke2fs"), which("tune2fs")) else {
-        eprintln!("SKIP: mke2fs or tune2fs not installed");
-        return;
-    };
     let ext3 = tmp.path().join("ext3.img");
     let meta = tmp.path().join("meta.img");
-    let mk = |img: &Path, args: &[&str]| {
-        let o =
-            Command::new(&mke2fs).args(["-q", "-F"]).args(args).arg(img).arg("64M").output().expect("mke2fs");
-        assert!(o.status.success(), "mke2fs {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    };
-    mk(&ext3, &["-t", "ext3", "-b", "1024"]);
-    mk(&meta, &["-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"]);
+    if mke2fs_with(&ext3, &["-t", "ext3", "-b", "1024"], "64M").is_none()
+        || mke2fs_with(
+            &meta,
+            &["-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"],
+            "64M",
+        )
+        .is_none()
+    {
+        return;
+    }
     let big = content(2 << 20, 21);
     std::fs::write(tmp.path().join("big"), &big).expect("host file");
     if debugfs(&ext3, &format!("write {} big\nmkdir d\n", tmp.path().join("big").display())).is_none() {
         return;
     }
-    let o = Command::new(tune2fs).args(["-O", "extent"]).arg(&ext3).output().expect("tune2fs");
-    assert!(o.status.success(), "tune2fs -O extent");
+    if upgrade_to_extents(&ext3).is_none() {
+        return;
+    }
     let mut big2 = big.clone();
     big2[700_000..760_000].fill(0x5a);
     let spread = content(30_000_000, 22);
