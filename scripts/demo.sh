@@ -52,7 +52,7 @@ $cjfs bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 --bg-sh
   --target sata=cjfs:sata-ssd --mode jbd2 --mode ijournal --duration 5 --reps 3 --seed 1 --quiet
 echo
 echo "== polling waits (XFS journaling paper) against condvar waits: emulated Optane-like SSD, varmail-split, 32 threads (wait-lock ms: time spent waiting for the journal's shared wait locks) =="
-$cjfs bench run --target cjfs:optane --mode cjfs --mode cjfs+wait=spin_park --workload varmail-split \
+$cjfs bench run --target cjfs:optane --mode cjfs-condvar --mode cjfs --workload varmail-split \
   --threads 32 --duration 2 --reps 3 --seed 1 --out "$work/waits" --quiet \
   --compare docs/results/waits/amd-244fc59/optane-32/results.json
 echo "where the threads waited (median run of each series, from the run's lock-wait tables):"

@@ -91,7 +91,7 @@ struct StressArgs {
     #[arg(long, default_value = "ramdisk")]
     device: String,
     /// Journal preset with its settings (one log).
-    #[arg(long, default_value = "cjfs+wait=spin_park+dispatch=per_core", value_parser = mode_parser())]
+    #[arg(long, default_value = "cjfs+dispatch=per_core", value_parser = mode_parser())]
     journal: String,
     /// Threads.
     #[arg(long, default_value_t = 64)]

@@ -41,9 +41,9 @@ use crate::image::Ctx;
 struct Cli {
     /// Journal preset for commands that mount the image (`auto`: the preset measured fastest
     /// for the device, see `cjfs info`): auto, jbd2, nojournal, barrierfs, cjfs, cjfs-v1,
-    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, zjournal, zjournal-no-pfc,
+    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, cjfs-condvar, zjournal, zjournal-no-pfc,
     /// zjournal-no-bga, zjournal-cjfs, ijournal, ijournal-shared, ijournal-cjfs, joj,
-    /// adaptive; a named preset may carry technique settings, e.g. `cjfs+wait=spin_park`,
+    /// adaptive; a named preset may carry technique settings, e.g. `cjfs+dispatch=per_core`,
     /// `zjournal+logs=4` or `cjfs+commit=single_io`.
     #[arg(
         long,
@@ -257,7 +257,7 @@ impl Command {
     }
 }
 
-/// A preset argument: a preset name, optionally with technique settings (`cjfs+wait=spin_park`).
+/// A preset argument: a preset name, optionally with technique settings (`cjfs+dispatch=per_core`).
 pub(crate) fn preset_arg(s: &str) -> Result<String, String> {
     cjfs_fs::preset::resolve(s).map(|_| s.to_string()).map_err(|e| e.to_string())
 }

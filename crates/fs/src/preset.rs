@@ -22,7 +22,7 @@ pub struct UnknownPreset {
 }
 
 /// Technique settings a preset name may carry after `+`, for measuring one technique on top
-/// of a preset before any preset turns it on: `cjfs+wait=spin_park`.
+/// of a preset before any preset turns it on: `cjfs+dispatch=per_core`.
 pub const SETTINGS: &str = "wait=condvar|spin_park, dispatch=shared|per_core, logs=N|cores, fsync=all_logs|chained, admit=core|thread, log_flush=auto|shared|per_log, commit=single_io|two_step, osum=on|off, adaptive=on|off, leave=empty|revoke, checkpoint=all|oldest, ijournal=off|cores|N, iform=single|commit, idata=own|grouped, iarea=BLOCKS";
 
 /// Every preset name, the default (`auto`) first.
@@ -169,10 +169,18 @@ mod tests {
 
     #[test]
     fn settings_after_a_preset_change_only_that_technique() {
-        let o = resolve("cjfs+wait=spin_park").unwrap();
-        assert_eq!(o.journal.wait, WaitMode::SpinPark);
-        assert_eq!(o.journal.name, "cjfs+wait=spin_park");
+        let o = resolve("cjfs+wait=condvar").unwrap();
+        assert_eq!(o.journal.wait, WaitMode::Condvar);
+        assert_eq!(o.journal.name, "cjfs+wait=condvar");
         let plain = resolve("cjfs").unwrap().journal;
+        // The cjfs family polls; its ablation and the combinations with other papers do not.
+        assert_eq!(plain.wait, WaitMode::SpinPark);
+        assert_eq!(resolve("cjfs-no-dual").unwrap().journal.wait, WaitMode::SpinPark);
+        let condvar = resolve("cjfs-condvar").unwrap().journal;
+        assert_eq!(JournalConfig { wait: WaitMode::Condvar, name: condvar.name.clone(), ..plain.clone() }, condvar);
+        for name in ["zjournal", "zjournal-cjfs", "ijournal-cjfs", "jbd2"] {
+            assert_eq!(resolve(name).unwrap().journal.wait, WaitMode::Condvar, "{name}");
+        }
         assert_eq!(JournalConfig { wait: plain.wait, name: plain.name.clone(), ..o.journal }, plain);
         assert_eq!(resolve("jbd2+wait=condvar").unwrap().journal.wait, WaitMode::Condvar);
         let z = resolve("zjournal+logs=4").unwrap();

@@ -314,10 +314,16 @@ impl JournalConfig {
     }
 
     /// CJFS: dual-thread journaling, multi-version shadow paging (5 versions), opportunistic
-    /// coalescing and compound flush (up to 16 transactions per flush).
+    /// coalescing and compound flush (up to 16 transactions per flush), with polling waits
+    /// (`wait = spin_park`, the XFS journaling paper's technique; `cjfs-condvar` keeps
+    /// condvar waits).
     pub fn cjfs() -> Self {
         JournalConfig {
             name: "cjfs".into(),
+            // Measured at or above condvar waits on every point since the per-site spin
+            // score (0342d89): 1.04-1.10x at 32 threads on the RAM disk and Optane presets,
+            // spin time 0 on SATA (docs/results/waits/).
+            wait: crate::polling::WaitMode::SpinPark,
             dual_thread: true,
             dual_thread_barrier_only: true,
             max_versions: 5,
@@ -383,6 +389,7 @@ impl JournalConfig {
             "cjfs-no-coalescing",
             "cjfs-no-compound",
             "cjfs-no-dual",
+            "cjfs-condvar",
             "zjournal",
             "zjournal-no-pfc",
             "zjournal-no-bga",
@@ -412,6 +419,8 @@ impl JournalConfig {
             "cjfs-no-coalescing" => named(JournalConfig { coalescing: false, ..Self::cjfs() }),
             "cjfs-no-compound" => named(JournalConfig { compound_flush: 1, ..Self::cjfs() }),
             "cjfs-no-dual" => named(JournalConfig { dual_thread: false, ..Self::cjfs() }),
+            // Journal-wide condvars woken with `notify_all` instead of polling waits.
+            "cjfs-condvar" => named(JournalConfig { wait: crate::polling::WaitMode::Condvar, ..Self::cjfs() }),
             "zjournal" => Self::zjournal(),
             // Without the proactive frozen copy: JBD2's single frozen copy per log, a writer
             // waits for a version in flight.
@@ -427,6 +436,10 @@ impl JournalConfig {
             "zjournal-cjfs" => named(JournalConfig {
                 logs: crate::per_core::Logs::PerCore,
                 admission: crate::per_core::Admission::Thread,
+                // The per-core family keeps condvar waits: each log's own state lock already
+                // halves the contention, and polling measured no gain with two logs
+                // (docs/results/waits/, zjournal at 244fc59 and 03c1585).
+                wait: crate::polling::WaitMode::Condvar,
                 ..Self::cjfs()
             }),
             // iJournaling over JBD2's commits: fsync writes to the area of its core.
@@ -442,6 +455,9 @@ impl JournalConfig {
             // iJournaling with CJFS's commit pipeline for the normal commits.
             "ijournal-cjfs" => named(JournalConfig {
                 ijournal: IJournal { areas: IAreas::PerCore, ..IJournal::off() },
+                // Polling waits were measured on the cjfs pipeline alone, not with
+                // iJournaling's fsync path, so this combination keeps condvar waits.
+                wait: crate::polling::WaitMode::Condvar,
                 ..Self::cjfs()
             }),
             "joj" => Self::joj(),

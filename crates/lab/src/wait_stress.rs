@@ -6,7 +6,7 @@
 //! when its wait returns (an early return).
 //!
 //! `cjfs bench stress --device ramdisk --threads 64 --fsyncs 1000000 --journal
-//! cjfs+wait=spin_park+dispatch=per_core` runs it; the summary says whether it passed.
+//! cjfs+dispatch=per_core` runs it; the summary says whether it passed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_short_run_passes_with_every_wait_mode() {
-        for spec in ["cjfs", "cjfs+wait=spin_park+dispatch=per_core", "jbd2+wait=spin_park"] {
+        for spec in ["cjfs-condvar", "cjfs", "cjfs+dispatch=per_core", "jbd2+wait=spin_park"] {
             let journal = cjfs_fs::preset::resolve(spec).expect("preset").journal;
             let cfg = StressConfig {
                 device: SsdPreset::ramdisk(),

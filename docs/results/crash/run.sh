@@ -7,7 +7,7 @@
 #   BARRIER=no MODES="barrierfs cjfs" docs/results/crash/run.sh  # device without a cache barrier, MODE-no-barrier.json
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-MODES=${MODES:-auto jbd2 nojournal barrierfs cjfs cjfs-v1 cjfs-v3 cjfs-no-coalescing cjfs-no-compound cjfs-no-dual}
+MODES=${MODES:-auto jbd2 nojournal barrierfs cjfs cjfs-v1 cjfs-v3 cjfs-no-coalescing cjfs-no-compound cjfs-no-dual cjfs-condvar}
 OUT=docs/results/crash
 DATA=${DATA:-ordered}
 BARRIER=${BARRIER:-yes}
