@@ -54,7 +54,7 @@ echo
 echo "== polling waits (XFS journaling paper) against condvar waits: emulated Optane-like SSD, varmail-split, 32 threads (wait-lock ms: time spent waiting for the journal's shared wait locks) =="
 $cjfs bench run --target cjfs:optane --mode cjfs-condvar --mode cjfs --workload varmail-split \
   --threads 32 --duration 2 --reps 3 --seed 1 --out "$work/waits" --quiet \
-  --compare docs/results/waits/amd-244fc59/optane-32/results.json
+  --compare docs/results/waits/intel-589f337/optane-32/results.json
 echo "where the threads waited (median run of each series, from the run's lock-wait tables):"
 grep '^#### ' "$work/waits/README.md" | sed 's/^#### /  /'
 echo

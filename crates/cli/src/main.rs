@@ -41,9 +41,9 @@ use crate::image::Ctx;
 struct Cli {
     /// Journal preset for commands that mount the image (`auto`: the preset measured fastest
     /// for the device, see `cjfs info`): auto, jbd2, nojournal, barrierfs, cjfs, cjfs-v1,
-    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, cjfs-condvar, zjournal, zjournal-no-pfc,
-    /// zjournal-no-bga, zjournal-cjfs, ijournal, ijournal-shared, ijournal-cjfs, joj,
-    /// adaptive; a named preset may carry technique settings, e.g. `cjfs+dispatch=per_core`,
+    /// cjfs-v3, cjfs-no-coalescing, cjfs-no-compound, cjfs-no-dual, cjfs-condvar, zjournal,
+    /// zjournal-no-pfc, zjournal-no-bga, zjournal-cjfs, ijournal, ijournal-shared,
+    /// ijournal-cjfs, joj, adaptive; a named preset may carry technique settings, e.g. `cjfs+dispatch=per_core`,
     /// `zjournal+logs=4` or `cjfs+commit=single_io`.
     #[arg(
         long,

@@ -177,7 +177,10 @@ mod tests {
         assert_eq!(plain.wait, WaitMode::SpinPark);
         assert_eq!(resolve("cjfs-no-dual").unwrap().journal.wait, WaitMode::SpinPark);
         let condvar = resolve("cjfs-condvar").unwrap().journal;
-        assert_eq!(JournalConfig { wait: WaitMode::Condvar, name: condvar.name.clone(), ..plain.clone() }, condvar);
+        assert_eq!(
+            JournalConfig { wait: WaitMode::Condvar, name: condvar.name.clone(), ..plain.clone() },
+            condvar
+        );
         for name in ["zjournal", "zjournal-cjfs", "ijournal-cjfs", "jbd2"] {
             assert_eq!(resolve(name).unwrap().journal.wait, WaitMode::Condvar, "{name}");
         }

@@ -420,7 +420,9 @@ impl JournalConfig {
             "cjfs-no-compound" => named(JournalConfig { compound_flush: 1, ..Self::cjfs() }),
             "cjfs-no-dual" => named(JournalConfig { dual_thread: false, ..Self::cjfs() }),
             // Journal-wide condvars woken with `notify_all` instead of polling waits.
-            "cjfs-condvar" => named(JournalConfig { wait: crate::polling::WaitMode::Condvar, ..Self::cjfs() }),
+            "cjfs-condvar" => {
+                named(JournalConfig { wait: crate::polling::WaitMode::Condvar, ..Self::cjfs() })
+            }
             "zjournal" => Self::zjournal(),
             // Without the proactive frozen copy: JBD2's single frozen copy per log, a writer
             // waits for a version in flight.
