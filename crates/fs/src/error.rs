@@ -100,6 +100,9 @@ pub enum FsError {
     /// A stale inode handle.
     #[error("stale inode {0}")]
     Stale(u32),
+    /// Another writer has the file system open (multi-mount protection, `crate::mmp`).
+    #[error("file system in use: {0}")]
+    InUse(String),
 }
 
 impl FsError {
@@ -133,6 +136,7 @@ impl FsError {
             FsError::Access(_) => EACCES,
             FsError::InvalidRename(_) => EINVAL,
             FsError::Stale(_) => ESTALE,
+            FsError::InUse(_) => EBUSY,
         }
     }
 
@@ -179,6 +183,8 @@ pub enum CsumStructure {
     XattrBlock,
     /// An orphan file block (`ob_checksum`).
     OrphanBlock,
+    /// The multi-mount protection block (`mmp_checksum`).
+    MmpBlock,
 }
 
 impl std::fmt::Display for CsumStructure {
@@ -194,6 +200,7 @@ impl std::fmt::Display for CsumStructure {
             CsumStructure::HtreeNode => "htree node",
             CsumStructure::XattrBlock => "xattr block",
             CsumStructure::OrphanBlock => "orphan file block",
+            CsumStructure::MmpBlock => "MMP block",
         })
     }
 }

@@ -17,7 +17,8 @@
 //! 7. `FsInner::sb` (the in-memory superblock);
 //! 8. journal-internal locks and buffer locks (see the journal crate);
 //! 9. a directory's name map (`Inode::names`), the orphan list (`FsInner::orphans`), the
-//!    adaptive mode's young names (`FsInner::young`), an
+//!    adaptive mode's young names (`FsInner::young`), the MMP holder (`FsInner::mmp`) and
+//!    its updater's callback slot (`crate::mmp`), an
 //!    inode's iJournaling marks and an ijournal area's ring and record batch, leaves (the
 //!    batch lock is never held across its write: a follower parks on the area's condvar).
 //!
@@ -301,6 +302,9 @@ pub(crate) struct FsInner {
     pub adaptive: crate::adaptive::Counters,
     /// The adaptive data mode's memory of names whose file died young (its own leaf lock).
     pub young: crate::adaptive::YoungNames,
+    /// Multi-mount protection held while open for writing (`mmp` images). Lock: itself, a
+    /// leaf, taken at mount and unmount only.
+    pub mmp: RankedMutex<Option<crate::mmp::Mmp>>,
 }
 
 impl FsInner {
@@ -349,6 +353,7 @@ impl FsInner {
             alloc_all: Default::default(),
             adaptive: Default::default(),
             young: Default::default(),
+            mmp: RankedMutex::new(Rank::Leaf, None),
             ij: match ij {
                 Some(i) => std::sync::OnceLock::from(i),
                 None => std::sync::OnceLock::new(),
@@ -582,14 +587,32 @@ pub fn recover_device_with(
     if !before.has_journal() {
         return Ok((RecoveryReport::nothing(0), None));
     }
-    let (_, areas, iareas) = journal_areas(dev, &before)?;
-    let (report, ij) = recover_all(dev, &areas, &iareas, order)?;
+    let (jsb, areas, iareas) = journal_areas(dev, &before)?;
+    let replays = logs_need_recovery(dev, &jsb, &areas)?
+        || before.has_incompat(INCOMPAT_RECOVER)
+        || before.state & STATE_FC_REPLAY != 0;
+    if replays && before.has_incompat(crate::ondisk::features::INCOMPAT_MMP) {
+        // A replay writes the file system: hold it as a mount would (e2fsck does too).
+        return crate::mmp::while_held(dev, &before, || recover_held(dev, &before, &areas, &iareas, order));
+    }
+    recover_held(dev, &before, &areas, &iareas, order)
+}
+
+/// [`recover_device_with`] once nobody else may write the file system.
+fn recover_held(
+    dev: &Device,
+    before: &Superblock,
+    areas: &[JournalArea],
+    iareas: &[JournalArea],
+    order: Option<&[usize]>,
+) -> FsResult<(RecoveryReport, Option<crate::ijournal_replay::IjReplayReport>)> {
+    let (report, ij) = recover_all(dev, areas, iareas, order)?;
     // Read the superblock again: replay may have rewritten it (it is journalled like any
     // metadata: orphan list head, counts). Writing back the copy read before the replay
     // undid those changes (found by the crash harness: recovering twice gave a different
     // block 0 than recovering once).
     let (mut sb, _) = read_layout(&**dev)?;
-    let mut changed = keep_error_record(&before, &mut sb)?;
+    let mut changed = keep_error_record(before, &mut sb)?;
     if sb.has_incompat(INCOMPAT_RECOVER) {
         sb.feature_incompat &= !INCOMPAT_RECOVER;
         changed = true;
@@ -687,6 +710,9 @@ impl Fs {
         if !has_log && !opts.read_only {
             refuse_without_journal(&sb0, &opts)?;
         }
+        // Before anything is written (recovery included), as the kernel's mount; put back
+        // as found if the open fails later, cleared at unmount.
+        let mmp = if opts.read_only { None } else { crate::mmp::Mmp::take(&dev, &sb0, "cjfs")? };
         let (areas, iareas, needs_recovery) = if has_log {
             let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
             let needed = logs_need_recovery(&dev, &jsb, &areas)?
@@ -767,6 +793,15 @@ impl Fs {
         let uuid = sb.uuid;
         let inner = Arc::new(FsInner::assemble(dev, cache, journal, sb, descs, opts, ofile, None));
         let fs = Fs { inner };
+        if let Some(m) = mmp {
+            let w = Arc::downgrade(&fs.inner);
+            m.on_lost(Arc::new(move |why| {
+                if let Some(i) = w.upgrade() {
+                    i.journal.abort(why);
+                }
+            }));
+            *fs.inner.mmp.lock() = Some(m);
+        }
         // The root must be a directory we can read.
         let root = fs.inner.inodes.get(&fs.inner, ROOT_INO)?;
         if !root.state.read().d.is_dir() {
@@ -805,6 +840,9 @@ impl Fs {
             write_sb_direct(&fs.inner.dev, &sb)?;
             report.orphans_cleaned = crate::orphan::process_orphans(&fs.inner, chain, file)?;
         }
+        if let Some(m) = fs.inner.mmp.lock().as_mut() {
+            m.establish();
+        }
         Ok((fs, report))
     }
 
@@ -839,6 +877,10 @@ impl Fs {
         }
         inner.dev.write_block(sb_blk, b0.snapshot(), WriteTag::kind(BlockKind::Superblock))?;
         inner.dev.flush()?;
+        let mmp = inner.mmp.lock().take();
+        if let Some(m) = mmp {
+            m.release()?;
+        }
         Ok(())
     }
 

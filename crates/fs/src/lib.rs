@@ -24,6 +24,7 @@ mod inline_data;
 mod inode;
 pub mod meta;
 pub mod mkfs;
+pub mod mmp;
 mod namei;
 pub mod ondisk;
 mod ops;

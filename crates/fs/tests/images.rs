@@ -438,7 +438,6 @@ fn unsupported_features_are_refused_by_name() {
         ("^metadata_csum,^resize_inode,casefold", "casefold"),
         ("^metadata_csum,^resize_inode,quota", "quota"),
         ("^metadata_csum,^resize_inode,project", "project"),
-        ("^metadata_csum,^resize_inode,mmp", "mmp"),
     ] {
         let img: PathBuf = tmp.path().join(format!("{name}.img"));
         if mke2fs(&img, 4096, features, "128M").is_none() {

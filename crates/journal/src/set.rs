@@ -860,6 +860,12 @@ impl Journal {
         })
     }
 
+    /// Abort every log from outside (the file system found that another writer took the
+    /// device): every later handle, commit and waiter fails with `cause`.
+    pub fn abort(&self, cause: String) {
+        self.shared.abort(cause);
+    }
+
     /// The abort cause, if aborted (every log has it: abort fans out).
     pub fn aborted(&self) -> Option<String> {
         self.logs.iter().find_map(|l| l.aborted())

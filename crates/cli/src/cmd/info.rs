@@ -232,6 +232,16 @@ fn print_superblock(
     if sb.error_count != 0 {
         outln!("Errors recorded:       {}", sb.error_count);
     }
+    match cjfs_fs::mmp::read(dev, sb) {
+        None => {}
+        Some(Ok(m)) => outln!(
+            "MMP:                   block {}, update interval {} s: {}",
+            sb.mmp_block,
+            sb.mmp_interval,
+            m.state()
+        ),
+        Some(Err(e)) => outln!("MMP:                   block {}: unreadable: {e}", sb.mmp_block),
+    }
     Ok(())
 }
 

@@ -10,7 +10,9 @@
 //!   (descriptor blocks spread over the meta groups, as resize2fs leaves a file system grown
 //!   past its reserved GDT blocks: `Superblock::desc_block_location`),
 //!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`), `large_dir` (htree
-//!   directories up to two levels of interior nodes, see [`crate::ondisk::htree`]);
+//!   directories up to two levels of interior nodes, see [`crate::ondisk::htree`]), `mmp`
+//!   (multi-mount protection: a read-write open takes the MMP block and keeps it alive as
+//!   the kernel does, see [`crate::mmp`]);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
@@ -28,7 +30,7 @@
 //! block size, and the journal logs in it as JBD2 does.
 //!
 //! Read only ([`read_only_features`]): ro_compat features cjfs does not maintain (`quota`,
-//! `project`, `verity`, ...), `inline_data`, `mmp`, and no `extent` at all (ext2, ext3:
+//! `project`, `verity`, ...), `inline_data`, and no `extent` at all (ext2, ext3:
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
@@ -159,7 +161,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_RECOVER
     | INCOMPAT_CSUM_SEED
     | INCOMPAT_LARGEDIR
-    | INCOMPAT_META_BG;
+    | INCOMPAT_META_BG
+    | INCOMPAT_MMP;
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
@@ -292,10 +295,8 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
 pub const READ_ONLY_RO_COMPAT: u32 = !SUPPORTED_RO_COMPAT & !RO_COMPAT_BIGALLOC;
 
 /// incompat bits of features cjfs reads but does not write: `inline_data`
-/// (`crate::inline_data`), and `mmp`, whose multi-mount protection guards writers (the
-/// kernel checks it only for a read-write mount; cjfs does not run it, so it only reads).
-/// A file system with one opens read-only.
-pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA | INCOMPAT_MMP;
+/// (`crate::inline_data`). A file system with one opens read-only.
+pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA;
 
 /// How a file system is to be opened, for [`check_supported_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
