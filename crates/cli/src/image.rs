@@ -200,6 +200,7 @@ pub fn with_rw<T, R>(
 ) -> CliResult<R> {
     probe(image, Access::ReadWrite)?;
     let dev = open_device(image, false)?;
+    let mut mmp = hold_mmp(ctx, image, &dev)?;
     let run = |dev: Device| -> CliResult<(R, MountReport)> {
         let (fs, report) =
             Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
@@ -211,9 +212,36 @@ pub fn with_rw<T, R>(
     };
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     run(Arc::new(overlay))?;
+    if let Some(m) = mmp.as_mut() {
+        m.establish();
+    }
     let (r, report) = run(dev)?;
+    if let Some(m) = mmp {
+        m.release().map_err(|e| CliError::fs(image, e))?;
+    }
     note_recovery(ctx, image, &report);
     Ok(r)
+}
+
+/// Multi-mount protection (`mmp` images) for a command that opens the image more than once
+/// (the dry run on an overlay, then the real run): taken on the image itself, so the opens
+/// inside find it held by this process (`cjfs_fs::mmp`). Dropped before
+/// [`cjfs_fs::mmp::Mmp::establish`], it puts the block back as found.
+pub fn hold_mmp(ctx: &Ctx, image: &str, dev: &Device) -> CliResult<Option<cjfs_fs::mmp::Mmp>> {
+    if let Ok((sb, _)) = cjfs_fs::mkfs::read_layout(&**dev)
+        && let Some(Ok(m)) = cjfs_fs::mmp::read(dev, &sb)
+        && m.seq != cjfs_fs::mmp::SEQ_CLEAN
+        && m.seq != cjfs_fs::mmp::SEQ_FSCK
+    {
+        // The wait is the protocol's, not a hang: say so before it starts.
+        let watch = cjfs_fs::mmp::watch_time(sb.mmp_interval, m.check_interval).as_secs();
+        eprintln!(
+            "cjfs: {}: note: {image}: the MMP block is not clean ({}); watching it for {watch} s, then {watch} s more if it stays unchanged, as the kernel's mount does",
+            ctx.command,
+            m.state()
+        );
+    }
+    cjfs_fs::mmp::take_for(dev, "cjfs").map_err(|e| CliError::fs(image, e))
 }
 
 fn note_recovery(ctx: &Ctx, image: &str, r: &MountReport) {

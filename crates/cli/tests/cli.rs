@@ -1086,3 +1086,49 @@ fn a_file_system_with_an_external_journal_is_refused() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     refused_everywhere(&img, "external journal not supported");
 }
+
+/// `mmp` through the CLI: a refused write command (the dry run fails) leaves the image,
+/// MMP block included, byte-identical; a block left busy by a writer that crashed is taken
+/// after the protocol's watch (said on stderr first), the command runs once, and the block
+/// is left clean.
+#[test]
+fn mmp_images_are_written_by_the_cli() {
+    use std::os::unix::fs::FileExt;
+
+    use cjfs_fs::mmp::{MmpBlock, SEQ_CLEAN};
+    use cjfs_fs::ondisk::csum::Csum;
+    use cjfs_fs::ondisk::superblock::Superblock;
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let img = dir.path().join("mmp.img");
+    if !mkfs_ext4(&img, &["-O", "mmp"], "64M") {
+        return;
+    }
+    let i = s(&img);
+    ok(&["mkdir", i, "/d"]);
+    fails_unchanged(&img, &["mkdir", i, "/d"], "file exists");
+    // A writer that crashed: its sequence number stays.
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&img).expect("open");
+    let mut raw = vec![0u8; 1024];
+    f.read_exact_at(&mut raw, 1024).expect("superblock");
+    let sb = Superblock::decode(&raw).expect("superblock");
+    let (bs, block, csum) = (u64::from(sb.block_size()), sb.mmp_block, Csum::from_sb(&sb));
+    let mut buf = vec![0u8; bs as usize];
+    f.read_exact_at(&mut buf, block * bs).expect("mmp");
+    let mut m = MmpBlock::decode(&buf, &csum, block).expect("mmp");
+    // mke2fs's check interval (cjfs leaves the kernel's, twice the update interval).
+    (m.seq, m.check_interval) = (0x5eed, 5);
+    m.encode_into(&mut buf, &csum);
+    f.write_all_at(&buf, block * bs).expect("write mmp");
+    let t = std::time::Instant::now();
+    let out = ok(&["mkdir", i, "/after-crash"]);
+    let waited = t.elapsed();
+    let err = text(&out.stderr);
+    assert!(err.contains("the MMP block is not clean") && err.contains("watching it for 11 s"), "{err}");
+    assert!(waited >= std::time::Duration::from_secs(20), "two watches of 11 s: {waited:?}");
+    assert!(waited < std::time::Duration::from_secs(40), "watched once, not per open: {waited:?}");
+    f.read_exact_at(&mut buf, block * bs).expect("mmp");
+    assert_eq!(MmpBlock::decode(&buf, &csum, block).expect("mmp").seq, SEQ_CLEAN);
+    assert_eq!(text(&ok(&["ls", i]).stdout), "after-crash\nd\nlost+found\n");
+    assert_e2fsck_clean(&img);
+}

@@ -24,13 +24,20 @@
 //! block is read from and written to the device directly, never through the buffer cache,
 //! so another host's update is seen.
 //!
+//! A process may hold the block around several opens of the same file system (the CLI's
+//! dry run on an overlay and then the real run, or a recovery and the mount after it): an
+//! open that finds the sequence number a holder in this process last wrote (matched by the
+//! file system's UUID and MMP block) leaves the block to that holder instead of watching
+//! it as a stranger's.
+//!
 //! Layout of the block's first 1 KiB (`struct mmp_struct`): magic `0x004D4D50`, sequence
 //! (u32), time of the last update (u64 seconds), node name (64 bytes), device name (32),
 //! check interval (u16), padding, and at byte 1020 the CRC32C of bytes 0..1020 from the
 //! file system's checksum seed (`metadata_csum` only).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -189,6 +196,11 @@ struct Shared {
     dev: Device,
     block: u64,
     csum: Csum,
+    /// The file system's UUID (with `block`, how an open recognises a block this process
+    /// holds). Immutable.
+    uuid: [u8; 16],
+    /// The sequence number last written by this holder (`SEQ_CLEAN` once let go). Atomic.
+    current: AtomicU32,
     /// What to do when another writer took the file system, and a finding made before it
     /// was set. Lock: itself, a leaf (the callback runs after it is released).
     on_lost: RankedMutex<(Option<OnLost>, Option<String>)>,
@@ -205,6 +217,7 @@ impl Shared {
         m.encode_into(buf, &self.csum);
         let tag = WriteTag::kind(BlockKind::Superblock);
         self.dev.write_block(self.block, cjfs_blockdev::block_from_slice(buf), tag)?;
+        self.current.store(m.seq, Ordering::Release);
         Ok(())
     }
 
@@ -245,6 +258,19 @@ pub struct Mmp {
     established: bool,
 }
 
+/// The holders in this process (see the module documentation). Lock: itself, a leaf.
+static HELD: RankedMutex<Vec<Weak<Shared>>> = RankedMutex::new(Rank::Leaf, Vec::new());
+
+/// Whether a holder in this process last wrote `seq` to MMP block `block` of the file
+/// system with `uuid`.
+fn held_here(uuid: &[u8; 16], block: u64, seq: u32) -> bool {
+    let mut held = HELD.lock();
+    held.retain(|w| w.strong_count() > 0);
+    held.iter().filter_map(Weak::upgrade).any(|s| {
+        s.uuid == *uuid && s.block == block && seq != SEQ_CLEAN && s.current.load(Ordering::Acquire) == seq
+    })
+}
+
 /// How long the protocol watches a block that is not clean: `min(2 × check + 1, check + 60)`
 /// seconds, `check` being the largest of the superblock's update interval, the block's
 /// check interval and 5 s.
@@ -255,9 +281,10 @@ pub fn watch_time(update_interval: u16, block_check_interval: u16) -> Duration {
 
 impl Mmp {
     /// Take the file system on `dev` for writing, if its superblock `sb` has `mmp` (`None`
-    /// otherwise). May wait (see the module documentation); refuses with
-    /// [`FsError::InUse`] when another writer has it, and with [`FsError::Corrupt`] when
-    /// the block is not an MMP block, having written nothing.
+    /// otherwise, and when a holder in this process has it already). May wait (see the
+    /// module documentation); refuses with [`FsError::InUse`] when another writer has it,
+    /// and with [`FsError::Corrupt`] when the block is not an MMP block, having written
+    /// nothing.
     pub fn take(dev: &Device, sb: &Superblock, device_name: &str) -> FsResult<Option<Mmp>> {
         if !sb.has_incompat(INCOMPAT_MMP) {
             return Ok(None);
@@ -272,9 +299,15 @@ impl Mmp {
             dev: dev.clone(),
             block,
             csum: Csum::from_sb(sb),
+            uuid: sb.uuid,
+            current: AtomicU32::new(SEQ_CLEAN),
             on_lost: RankedMutex::new(Rank::Leaf, (None, None)),
         });
         let (original, found) = shared.read()?;
+        if held_here(&sb.uuid, block, found.seq) {
+            log::debug!("MMP block {block}: held by this process already");
+            return Ok(None);
+        }
         let watch = watch_time(sb.mmp_interval, found.check_interval);
         if found.seq == SEQ_FSCK {
             return Err(FsError::InUse(format!(
@@ -314,6 +347,7 @@ impl Mmp {
         };
         let mut buf = original.clone();
         shared.write(&mut buf, &mine)?;
+        HELD.lock().push(Arc::downgrade(&shared));
         let mut mmp = Mmp {
             shared,
             original,
@@ -437,6 +471,7 @@ impl Mmp {
             mine.time = now_secs();
             self.shared.write(&mut buf, &mine)
         } else {
+            self.shared.current.store(SEQ_CLEAN, Ordering::Release);
             let tag = WriteTag::kind(BlockKind::Superblock);
             let orig = cjfs_blockdev::block_from_slice(&self.original);
             self.shared.dev.write_block(self.shared.block, orig, tag)?;
@@ -482,6 +517,13 @@ impl MmpBlock {
             ),
         }
     }
+}
+
+/// Take the MMP block of the file system on `dev` (reading its superblock), for a caller
+/// that opens it several times (see the module documentation): `None` without `mmp`.
+pub fn take_for(dev: &Device, device_name: &str) -> FsResult<Option<Mmp>> {
+    let (sb, _) = crate::mkfs::read_layout(&**dev)?;
+    Mmp::take(dev, &sb, device_name)
 }
 
 /// `cjfs recover` and other writers outside a mount: hold the MMP block (if any) while `f`

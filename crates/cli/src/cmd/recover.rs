@@ -95,9 +95,16 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
         }
     }
     let dev = open_device(image, false)?;
+    let mut mmp = crate::image::hold_mmp(ctx, image, &dev)?;
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     recover_on(image, ctx, Arc::new(overlay))?;
+    if let Some(m) = mmp.as_mut() {
+        m.establish();
+    }
     let Outcome { replay: r, ijournal, errors, orphans, pending } = recover_on(image, ctx, dev)?;
+    if let Some(m) = mmp {
+        m.release().map_err(|e| CliError::fs(image, e))?;
+    }
     if !p.needs_recovery {
         outln!("{image}: {clean}");
     } else if r.needed {
