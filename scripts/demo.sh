@@ -51,7 +51,7 @@ echo "== iJournaling against JBD2: fsync tester (80 KiB write, 0.1 s pause, fsyn
 $cjfs bench run --workload fsync-tester --threads 1 --fsync-delay-ms 100 --bg-share 30 \
   --target sata=cjfs:sata-ssd --mode jbd2 --mode ijournal --duration 5 --reps 3 --seed 1 --quiet
 echo
-echo "== polling waits (XFS journaling paper) against condvar waits: emulated Optane-like SSD, varmail-split, 32 threads (wait-lock ms: time spent waiting for the journal's shared wait locks) =="
+echo "== polling waits (XFS journaling paper; cjfs polls) against condvar waits (cjfs-condvar): emulated Optane-like SSD, varmail-split, 32 threads (wait-lock ms: time spent waiting for the journal's shared wait locks) =="
 $cjfs bench run --target cjfs:optane --mode cjfs-condvar --mode cjfs --workload varmail-split \
   --threads 32 --duration 2 --reps 3 --seed 1 --out "$work/waits" --quiet \
   --compare docs/results/waits/intel-589f337/optane-32/results.json
