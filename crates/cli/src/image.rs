@@ -201,9 +201,10 @@ pub fn with_rw<T, R>(
     probe(image, Access::ReadWrite)?;
     let dev = open_device(image, false)?;
     let mut mmp = hold_mmp(ctx, image, &dev)?;
+    let mmp_held = mmp.as_ref().map(cjfs_fs::mmp::Mmp::handle);
     let run = |dev: Device| -> CliResult<(R, MountReport)> {
-        let (fs, report) =
-            Fs::open_with_report(dev, ctx.mount_options(false)).map_err(|e| CliError::fs(image, e))?;
+        let opts = MountOptions { mmp_held: mmp_held.clone(), ..ctx.mount_options(false) };
+        let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         let r = pre(&fs).and_then(|v| op(&fs, v));
         let u = unmount(image, fs);
         let r = r?;
@@ -212,6 +213,10 @@ pub fn with_rw<T, R>(
     };
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
     run(Arc::new(overlay))?;
+    if let Some(why) = mmp_held.as_ref().and_then(cjfs_fs::mmp::MmpHandle::lost) {
+        // Another writer took the file system during the dry run: the real run must not.
+        return Err(CliError::fs(image, FsError::InUse(why)));
+    }
     if let Some(m) = mmp.as_mut() {
         m.establish();
     }
@@ -224,8 +229,8 @@ pub fn with_rw<T, R>(
 }
 
 /// Multi-mount protection (`mmp` images) for a command that opens the image more than once
-/// (the dry run on an overlay, then the real run): taken on the image itself, so the opens
-/// inside find it held by this process (`cjfs_fs::mmp`). Dropped before
+/// (the dry run on an overlay, then the real run): taken once on the image itself and
+/// handed to each open (`MountOptions::mmp_held`, `cjfs_fs::mmp`). Dropped before
 /// [`cjfs_fs::mmp::Mmp::establish`], it puts the block back as found.
 pub fn hold_mmp(ctx: &Ctx, image: &str, dev: &Device) -> CliResult<Option<cjfs_fs::mmp::Mmp>> {
     if let Ok((sb, _)) = cjfs_fs::mkfs::read_layout(&**dev)

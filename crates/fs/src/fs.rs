@@ -583,6 +583,17 @@ pub fn recover_device_with(
     dev: &Device,
     order: Option<&[usize]>,
 ) -> FsResult<(RecoveryReport, Option<crate::ijournal_replay::IjReplayReport>)> {
+    recover_device_held(dev, order, None)
+}
+
+/// [`recover_device_with`] for a caller that holds the file system's MMP block (`mmp`
+/// images; `crate::mmp`) around this and the mount after it; without `held` a replay on
+/// such a file system takes the block for its duration.
+pub fn recover_device_held(
+    dev: &Device,
+    order: Option<&[usize]>,
+    held: Option<&crate::mmp::MmpHandle>,
+) -> FsResult<(RecoveryReport, Option<crate::ijournal_replay::IjReplayReport>)> {
     let (before, _) = read_layout(&**dev)?;
     if !before.has_journal() {
         return Ok((RecoveryReport::nothing(0), None));
@@ -593,7 +604,9 @@ pub fn recover_device_with(
         || before.state & STATE_FC_REPLAY != 0;
     if replays && before.has_incompat(crate::ondisk::features::INCOMPAT_MMP) {
         // A replay writes the file system: hold it as a mount would (e2fsck does too).
-        return crate::mmp::while_held(dev, &before, || recover_held(dev, &before, &areas, &iareas, order));
+        return crate::mmp::while_held(dev, &before, held, || {
+            recover_held(dev, &before, &areas, &iareas, order)
+        });
     }
     recover_held(dev, &before, &areas, &iareas, order)
 }
@@ -712,7 +725,15 @@ impl Fs {
         }
         // Before anything is written (recovery included), as the kernel's mount; put back
         // as found if the open fails later, cleared at unmount.
-        let mmp = if opts.read_only { None } else { crate::mmp::Mmp::take(&dev, &sb0, "cjfs")? };
+        let mmp = match &opts.mmp_held {
+            _ if opts.read_only => None,
+            Some(h) => {
+                h.check(&sb0)?;
+                None
+            }
+            None => crate::mmp::Mmp::take(&dev, &sb0, "cjfs")?,
+        };
+        let mmp_handle = mmp.as_ref().map(crate::mmp::Mmp::handle).or_else(|| opts.mmp_held.clone());
         let (areas, iareas, needs_recovery) = if has_log {
             let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
             let needed = logs_need_recovery(&dev, &jsb, &areas)?
@@ -793,15 +814,15 @@ impl Fs {
         let uuid = sb.uuid;
         let inner = Arc::new(FsInner::assemble(dev, cache, journal, sb, descs, opts, ofile, None));
         let fs = Fs { inner };
-        if let Some(m) = mmp {
+        if let Some(h) = mmp_handle.filter(|_| !fs.inner.opts.read_only) {
             let w = Arc::downgrade(&fs.inner);
-            m.on_lost(Arc::new(move |why| {
+            h.on_lost(Arc::new(move |why| {
                 if let Some(i) = w.upgrade() {
                     i.journal.abort(why);
                 }
             }));
-            *fs.inner.mmp.lock() = Some(m);
         }
+        *fs.inner.mmp.lock() = mmp;
         // The root must be a directory we can read.
         let root = fs.inner.inodes.get(&fs.inner, ROOT_INO)?;
         if !root.state.read().d.is_dir() {

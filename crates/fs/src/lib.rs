@@ -41,7 +41,10 @@ pub use adaptive::{AdaptiveStats, DEBT_BLOCKS, LARGE_BLOCKS, switch_cost_blocks}
 pub use alloc::{CallerGuard, act_as};
 pub use atime::AtimeUpdate;
 pub use error::{CsumStructure, FsError, FsResult};
-pub use fs::{Fs, Geometry, MountReport, recover_device, recover_device_scanning, recover_device_with};
+pub use fs::{
+    Fs, Geometry, MountReport, recover_device, recover_device_held, recover_device_scanning,
+    recover_device_with,
+};
 pub use ijournal::{Fallback, IjStats};
 pub use ijournal_replay::IjReplayReport;
 pub use mkfs::{MkfsOptions, mkfs};

@@ -7,37 +7,43 @@
 //! so a cjfs writer and a kernel mount (or e2fsprogs) keep each other out:
 //!
 //! - the block says clean (`EXT4_MMP_SEQ_CLEAN`): take it at once with a random sequence
-//!   number (as the kernel; e2fsprogs also waits here, which would cost every `cjfs put`
-//!   eleven seconds for a race the updater's check below catches later);
+//!   number and read it back (as the kernel; e2fsprogs also waits here, which would cost
+//!   every `cjfs put` eleven seconds). Two writers that take a clean block at the same
+//!   instant both succeed; the loser finds the winner's number at its first update and
+//!   aborts, having written for up to one update interval (the kernel, which reads back
+//!   only when an update was late, may not find it at all);
 //! - it says e2fsck holds it (`EXT4_MMP_SEQ_FSCK`): refuse;
 //! - any other number: someone had it open, or crashed with it open. Watch it for
 //!   `min(2 × interval + 1, interval + 60)` seconds (the interval: the larger of the
 //!   superblock's update interval, the block's check interval and 5 s); refuse if it
 //!   changed, else write a random number, watch again as long, and take it if ours stayed;
 //! - while open, a thread writes the next sequence number every update interval and first
-//!   reads the block back: a number or node name not its own means another writer took the
-//!   file system, and the journal is aborted (the kernel's `ext4_error` on the same finding)
-//!   so no further change reaches the device;
-//! - a clean unmount (or the file system dropped) writes `EXT4_MMP_SEQ_CLEAN`.
+//!   reads the block back: a number or node name not its own, or a block it cannot read,
+//!   means it can no longer vouch for being the only writer; the updater stops and the
+//!   journal is aborted (the kernel's `ext4_error` on the same finding), so no further
+//!   change is committed, and the holder's release reports it;
+//! - a clean unmount (or the file system dropped) writes `EXT4_MMP_SEQ_CLEAN`; an open
+//!   that fails after taking the block puts back the bytes it found (so a refused image
+//!   stays byte-identical; the kernel writes CLEAN there), unless another writer has
+//!   written it since.
 //!
 //! Only read-write opens take part, as in the kernel: a read-only open never writes. The
 //! block is read from and written to the device directly, never through the buffer cache,
 //! so another host's update is seen.
 //!
-//! A process may hold the block around several opens of the same file system (the CLI's
-//! dry run on an overlay and then the real run, or a recovery and the mount after it): an
-//! open that finds the sequence number a holder in this process last wrote (matched by the
-//! file system's UUID and MMP block) leaves the block to that holder instead of watching
-//! it as a stranger's.
+//! A caller that opens the same file system several times (the CLI's dry run on an overlay
+//! and then the real run, a recovery and the mount after it) takes the block once and hands
+//! each open its [`MmpHandle`] (`MountOptions::mmp_held`, [`crate::fs::recover_device_held`]):
+//! such an open does not take the block again, and aborts its journal if the holder loses
+//! it.
 //!
 //! Layout of the block's first 1 KiB (`struct mmp_struct`): magic `0x004D4D50`, sequence
 //! (u32), time of the last update (u64 seconds), node name (64 bytes), device name (32),
 //! check interval (u16), padding, and at byte 1020 the CRC32C of bytes 0..1020 from the
 //! file system's checksum seed (`metadata_csum` only).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -112,7 +118,8 @@ impl MmpBlock {
         let magic = u32_at(0);
         if magic != MMP_MAGIC {
             return Err(FsError::Corrupt(format!(
-                "MMP block {location}: mmp_magic = 0x{magic:08x}, expected 0x{MMP_MAGIC:08x}"
+                "MMP block {location}: mmp_magic = 0x{magic:08x}, expected 0x{MMP_MAGIC:08x} (e2fsck -f \
+                 repairs it)"
             )));
         }
         if csum.metadata() {
@@ -188,22 +195,26 @@ fn new_seq() -> u32 {
     }
 }
 
-/// What to do when another writer took the file system.
+/// What to do when the holder loses the block.
 pub type OnLost = Arc<dyn Fn(String) + Send + Sync>;
 
-/// What the updater thread shares with its owner.
+/// What the holder, its updater thread and the opens it hands the block to share.
 struct Shared {
     dev: Device,
     block: u64,
     csum: Csum,
-    /// The file system's UUID (with `block`, how an open recognises a block this process
-    /// holds). Immutable.
+    /// The file system's UUID (an open handed this checks it is the same file system).
+    /// Immutable.
     uuid: [u8; 16],
-    /// The sequence number last written by this holder (`SEQ_CLEAN` once let go). Atomic.
-    current: AtomicU32,
-    /// What to do when another writer took the file system, and a finding made before it
-    /// was set. Lock: itself, a leaf (the callback runs after it is released).
-    on_lost: RankedMutex<(Option<OnLost>, Option<String>)>,
+    /// Why the block was lost, once it is, and what to call then. Lock: itself, a leaf
+    /// (the callback runs after it is released).
+    lost: RankedMutex<Lost>,
+}
+
+#[derive(Default)]
+struct Lost {
+    finding: Option<String>,
+    callback: Option<OnLost>,
 }
 
 impl Shared {
@@ -217,58 +228,90 @@ impl Shared {
         m.encode_into(buf, &self.csum);
         let tag = WriteTag::kind(BlockKind::Superblock);
         self.dev.write_block(self.block, cjfs_blockdev::block_from_slice(buf), tag)?;
-        self.current.store(m.seq, Ordering::Release);
         Ok(())
     }
 
-    fn lost(&self, why: String) {
+    fn lose(&self, why: String) {
         log::error!("{why}");
         let f = {
-            let mut g = self.on_lost.lock();
-            if g.0.is_none() {
-                g.1 = Some(why.clone());
-            }
-            g.0.clone()
+            let mut g = self.lost.lock();
+            g.finding.get_or_insert_with(|| why.clone());
+            g.callback.clone()
         };
         if let Some(f) = f {
             f(why);
         }
+    }
+
+    fn finding(&self) -> Option<String> {
+        self.lost.lock().finding.clone()
     }
 }
 
 /// The block's bytes and fields as this writer last wrote them.
 type Held = (Box<[u8]>, MmpBlock);
 
-/// How the file system's MMP block was taken: the original bytes (to put back if the open
-/// fails after taking it) and the updater once the open succeeds.
+/// A taken MMP block: the original bytes (put back if the caller fails before
+/// [`Mmp::establish`]) and the updater that keeps the block alive.
 pub struct Mmp {
     shared: Arc<Shared>,
-    /// The block as found, written back by [`Mmp::restore`].
+    /// The block as found, written back by a drop before [`Mmp::establish`].
     original: Box<[u8]>,
-    /// Our current contents and sequence number (handed to the updater when it starts).
+    /// Our current contents (handed to the updater when it starts).
     mine: Option<Held>,
     interval: u64,
     /// Dropped to stop the updater.
     stop: Option<Sender<()>>,
-    /// The updater; it returns the block's contents for the clean write, or `None` when
-    /// another writer took the block.
+    /// The updater; it returns the block's contents for the last write, or `None` when the
+    /// block was lost.
     updater: Option<JoinHandle<Option<Held>>>,
-    /// Whether the block should be left clean (after a successful open) or restored when
-    /// this is dropped.
+    /// Whether a drop leaves the block clean (after a successful open) or puts back the
+    /// original.
     established: bool,
 }
 
-/// The holders in this process (see the module documentation). Lock: itself, a leaf.
-static HELD: RankedMutex<Vec<Weak<Shared>>> = RankedMutex::new(Rank::Leaf, Vec::new());
+/// A held block handed to an open (`MountOptions::mmp_held`): the open does not take the
+/// block again and aborts its journal if the holder loses it.
+#[derive(Clone)]
+pub struct MmpHandle(Arc<Shared>);
 
-/// Whether a holder in this process last wrote `seq` to MMP block `block` of the file
-/// system with `uuid`.
-fn held_here(uuid: &[u8; 16], block: u64, seq: u32) -> bool {
-    let mut held = HELD.lock();
-    held.retain(|w| w.strong_count() > 0);
-    held.iter().filter_map(Weak::upgrade).any(|s| {
-        s.uuid == *uuid && s.block == block && seq != SEQ_CLEAN && s.current.load(Ordering::Acquire) == seq
-    })
+impl std::fmt::Debug for MmpHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MmpHandle(block {})", self.0.block)
+    }
+}
+
+impl MmpHandle {
+    /// Whether this is the block of the file system `sb` describes; an error saying why not.
+    pub fn check(&self, sb: &Superblock) -> FsResult<()> {
+        if self.0.uuid != sb.uuid || self.0.block != sb.mmp_block || !sb.has_incompat(INCOMPAT_MMP) {
+            return Err(FsError::Invalid(format!(
+                "MMP block {} handed to the open of another file system (MMP block {})",
+                self.0.block, sb.mmp_block
+            )));
+        }
+        if let Some(why) = self.0.finding() {
+            return Err(FsError::InUse(why));
+        }
+        Ok(())
+    }
+
+    /// Call `f` if the block is lost (at once, if it is already); replaces an earlier one.
+    pub fn on_lost(&self, f: OnLost) {
+        let finding = {
+            let mut g = self.0.lost.lock();
+            g.callback = Some(f.clone());
+            g.finding.clone()
+        };
+        if let Some(why) = finding {
+            f(why);
+        }
+    }
+
+    /// Why the block was lost, if it was.
+    pub fn lost(&self) -> Option<String> {
+        self.0.finding()
+    }
 }
 
 /// How long the protocol watches a block that is not clean: `min(2 × check + 1, check + 60)`
@@ -281,10 +324,10 @@ pub fn watch_time(update_interval: u16, block_check_interval: u16) -> Duration {
 
 impl Mmp {
     /// Take the file system on `dev` for writing, if its superblock `sb` has `mmp` (`None`
-    /// otherwise, and when a holder in this process has it already). May wait (see the
-    /// module documentation); refuses with [`FsError::InUse`] when another writer has it,
-    /// and with [`FsError::Corrupt`] when the block is not an MMP block, having written
-    /// nothing.
+    /// otherwise). May wait (see the module documentation); refuses with
+    /// [`FsError::InUse`] when another writer has it, and with [`FsError::Corrupt`] when
+    /// the block is not an MMP block, having written nothing. `device_name` goes into the
+    /// block for whoever finds it held (at most 32 bytes are kept).
     pub fn take(dev: &Device, sb: &Superblock, device_name: &str) -> FsResult<Option<Mmp>> {
         if !sb.has_incompat(INCOMPAT_MMP) {
             return Ok(None);
@@ -300,14 +343,9 @@ impl Mmp {
             block,
             csum: Csum::from_sb(sb),
             uuid: sb.uuid,
-            current: AtomicU32::new(SEQ_CLEAN),
-            on_lost: RankedMutex::new(Rank::Leaf, (None, None)),
+            lost: RankedMutex::new(Rank::Leaf, Lost::default()),
         });
         let (original, found) = shared.read()?;
-        if held_here(&sb.uuid, block, found.seq) {
-            log::debug!("MMP block {block}: held by this process already");
-            return Ok(None);
-        }
         let watch = watch_time(sb.mmp_interval, found.check_interval);
         if found.seq == SEQ_FSCK {
             return Err(FsError::InUse(format!(
@@ -317,12 +355,11 @@ impl Mmp {
             )));
         }
         let busy = found.seq != SEQ_CLEAN;
-        let in_use = |now: &MmpBlock| {
+        let in_use = |now: &MmpBlock, when: &str| {
             FsError::InUse(format!(
                 "MMP block {block}: the file system is open for writing elsewhere ({}); its \
-                 sequence number changed while cjfs watched it for {} s",
-                now.holder(),
-                watch.as_secs()
+                 sequence number changed {when}",
+                now.holder()
             ))
         };
         if busy {
@@ -334,7 +371,7 @@ impl Mmp {
             std::thread::sleep(watch);
             let (_, again) = shared.read()?;
             if again.seq != found.seq {
-                return Err(in_use(&again));
+                return Err(in_use(&again, &format!("while cjfs watched it for {} s", watch.as_secs())));
             }
         }
         let interval = u64::from(sb.mmp_interval).max(1);
@@ -347,7 +384,6 @@ impl Mmp {
         };
         let mut buf = original.clone();
         shared.write(&mut buf, &mine)?;
-        HELD.lock().push(Arc::downgrade(&shared));
         let mut mmp = Mmp {
             shared,
             original,
@@ -357,39 +393,30 @@ impl Mmp {
             updater: None,
             established: false,
         };
+        // As the kernel: read back at once, and after a second watch when the block was
+        // found busy; a number not ours means someone else wrote in between.
         if busy {
-            // As the kernel: a block found busy is taken only after a second watch shows
-            // nobody else wrote over ours.
             std::thread::sleep(watch);
-            let (_, again) = mmp.shared.read()?;
-            let ours = &mmp.mine.as_ref().expect("set above").1;
-            if again.seq != ours.seq {
-                let e = in_use(&again);
-                // Not ours any more: leave the other writer's block alone.
-                mmp.established = true;
-                mmp.mine = None;
-                return Err(e);
-            }
+        }
+        let (_, again) = mmp.shared.read()?;
+        let ours = mmp.mine.as_ref().map_or(0, |(_, m)| m.seq);
+        if again.seq != ours {
+            // Not ours any more: leave the other writer's block alone.
+            mmp.mine = None;
+            mmp.established = true;
+            return Err(in_use(&again, "right after cjfs wrote its own"));
         }
         mmp.start_updater()?;
         Ok(Some(mmp))
     }
 
-    /// What to do if another writer takes the file system while it is open (the file system
-    /// aborts its journal). A finding made before this is set is handed over at once.
-    pub fn on_lost(&self, f: OnLost) {
-        let pending = {
-            let mut g = self.shared.on_lost.lock();
-            g.0 = Some(f.clone());
-            g.1.take()
-        };
-        if let Some(why) = pending {
-            f(why);
-        }
+    /// The handle an open of the same file system takes instead of the block.
+    pub fn handle(&self) -> MmpHandle {
+        MmpHandle(self.shared.clone())
     }
 
-    /// The open succeeded: from now on dropping this leaves the block clean instead of
-    /// putting the original back.
+    /// The caller's work succeeded: from now on dropping this leaves the block clean
+    /// instead of putting the original back.
     pub fn establish(&mut self) {
         self.established = true;
     }
@@ -402,25 +429,32 @@ impl Mmp {
         self.stop = Some(tx);
         let spawned = std::thread::Builder::new().name("cjfs-mmp".into()).spawn(move || {
             let mut seq = 0u32;
+            let mut last = Instant::now();
             // Until stopped (a message or the sender dropped): then hand the block back for
-            // the clean write.
+            // the last write.
             while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(interval) {
-                match shared.read() {
+                let stranger = match shared.read() {
                     Ok((_, now)) if now.seq != mine.seq || now.nodename != mine.nodename => {
-                        shared.lost(format!(
-                            "MMP block {}: another writer took the file system while it was \
-                             open here ({}); the journal is aborted",
-                            shared.block,
-                            now.holder()
-                        ));
-                        return None;
+                        Some(format!("another writer took it ({})", now.holder()))
                     }
-                    Ok(_) => {}
-                    Err(e) => log::warn!("MMP block {}: reading it back failed: {e}", shared.block),
+                    Ok(_) => None,
+                    Err(e) => Some(format!("it cannot be read back ({e})")),
+                };
+                if let Some(what) = stranger {
+                    shared.lose(format!(
+                        "MMP block {}: {what} while the file system was open for writing here; \
+                         the journal is aborted",
+                        shared.block
+                    ));
+                    return None;
                 }
                 seq = if seq >= SEQ_MAX { 1 } else { seq + 1 };
                 mine.seq = seq;
                 mine.time = now_secs();
+                // As kmmpd: a late update lengthens the watch others keep.
+                let late = 2 * last.elapsed().as_secs();
+                mine.check_interval = late.clamp(MIN_CHECK_INTERVAL, MAX_CHECK_INTERVAL) as u16;
+                last = Instant::now();
                 if let Err(e) = shared.write(&mut buf, &mine) {
                     // As kmmpd: reported, and tried again at the next interval.
                     log::error!("MMP block {}: writing the sequence number failed: {e}", shared.block);
@@ -434,8 +468,7 @@ impl Mmp {
                 Ok(())
             }
             Err(e) => {
-                // As the kernel when kmmpd cannot start: the open fails (dropping `self`
-                // puts the block back as found).
+                // As the kernel when kmmpd cannot start: the open fails, the block put back.
                 let tag = WriteTag::kind(BlockKind::Superblock);
                 let orig = cjfs_blockdev::block_from_slice(&self.original);
                 self.shared.dev.write_block(self.shared.block, orig, tag)?;
@@ -445,33 +478,42 @@ impl Mmp {
         }
     }
 
-    /// Stop the updater and write `EXT4_MMP_SEQ_CLEAN` (a clean unmount).
+    /// Stop the updater and write `EXT4_MMP_SEQ_CLEAN` (a clean unmount); an error if the
+    /// block was lost while held (whatever was written meanwhile may have met another
+    /// writer's changes: check the file system).
     pub fn release(mut self) -> FsResult<()> {
-        self.finish(true)
+        self.establish();
+        self.finish()?;
+        match self.shared.finding() {
+            Some(why) => Err(FsError::InUse(format!("{why}; check the file system with e2fsck -f"))),
+            None => Ok(()),
+        }
     }
 
-    /// Put the block back as it was found (an open that failed after taking it).
-    pub fn restore(mut self) -> FsResult<()> {
-        self.finish(false)
-    }
-
-    fn finish(&mut self, clean: bool) -> FsResult<()> {
+    /// Stop the updater; then write CLEAN (established) or put the original back, in
+    /// either case only while the block still holds our number.
+    fn finish(&mut self) -> FsResult<()> {
         drop(self.stop.take());
         let state = match self.updater.take() {
+            // The last owner dropped on the updater's own thread (its lost callback): it
+            // has written its last already.
+            Some(h) if h.thread().id() == std::thread::current().id() => None,
             Some(h) => h.join().unwrap_or(None),
             None => self.mine.take(),
         };
-        self.established = true;
         let Some((mut buf, mut mine)) = state else {
-            // Another writer owns the block now (or the updater never ran): leave it.
             return Ok(());
         };
-        if clean {
+        let (_, now) = self.shared.read()?;
+        if now.seq != mine.seq {
+            // Another writer's now: leave it.
+            return Ok(());
+        }
+        if self.established {
             mine.seq = SEQ_CLEAN;
             mine.time = now_secs();
             self.shared.write(&mut buf, &mine)
         } else {
-            self.shared.current.store(SEQ_CLEAN, Ordering::Release);
             let tag = WriteTag::kind(BlockKind::Superblock);
             let orig = cjfs_blockdev::block_from_slice(&self.original);
             self.shared.dev.write_block(self.shared.block, orig, tag)?;
@@ -482,11 +524,10 @@ impl Mmp {
 
 impl Drop for Mmp {
     fn drop(&mut self) {
-        if self.updater.is_some() || self.mine.is_some() {
-            let clean = self.established;
-            if let Err(e) = self.finish(clean) {
-                log::error!("MMP block {}: releasing it failed: {e}", self.shared.block);
-            }
+        if (self.updater.is_some() || self.mine.is_some())
+            && let Err(e) = self.finish()
+        {
+            log::error!("MMP block {}: releasing it failed: {e}", self.shared.block);
         }
     }
 }
@@ -519,25 +560,32 @@ impl MmpBlock {
     }
 }
 
-/// Take the MMP block of the file system on `dev` (reading its superblock), for a caller
-/// that opens it several times (see the module documentation): `None` without `mmp`.
+/// Take the MMP block of the file system on `dev` (reading its superblock) for a caller
+/// that opens it several times, handing each open [`Mmp::handle`]: `None` without `mmp`.
 pub fn take_for(dev: &Device, device_name: &str) -> FsResult<Option<Mmp>> {
     let (sb, _) = crate::mkfs::read_layout(&**dev)?;
     Mmp::take(dev, &sb, device_name)
 }
 
-/// `cjfs recover` and other writers outside a mount: hold the MMP block (if any) while `f`
-/// runs, then leave it clean.
-pub fn while_held<T>(dev: &Device, sb: &Superblock, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+/// Hold the MMP block (if any, and unless `held` says the caller holds it) while `f` runs:
+/// left clean if `f` succeeds, put back as found if it fails.
+pub fn while_held<T>(
+    dev: &Device,
+    sb: &Superblock,
+    held: Option<&MmpHandle>,
+    f: impl FnOnce() -> FsResult<T>,
+) -> FsResult<T> {
+    if let Some(h) = held {
+        h.check(sb)?;
+        return f();
+    }
     let Some(mut m) = Mmp::take(dev, sb, "cjfs")? else {
         return f();
     };
-    let started = Instant::now();
-    let r = f();
+    let r = f()?;
     m.establish();
-    log::debug!("MMP block held for {:?}", started.elapsed());
     m.release()?;
-    r
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -121,6 +121,7 @@ impl Rebuild {
             leave: crate::types::LeaveMode::Empty,
             dirsync: false,
             sync: false,
+            mmp_held: None,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         };

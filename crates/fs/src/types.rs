@@ -67,6 +67,10 @@ pub struct MountOptions {
     /// truncates, extended attribute and flag changes, and directory operations are durable
     /// when they return.
     pub sync: bool,
+    /// The MMP block (`mmp` images) as already taken by the caller, who opens the file
+    /// system more than once (`crate::mmp`): the open does not take it again and aborts
+    /// its journal if the holder loses it. `None`: a read-write open takes it itself.
+    pub mmp_held: Option<crate::mmp::MmpHandle>,
     /// Planted bugs for the crash harness' self-tests (`planted-bugs` builds only).
     #[cfg(feature = "planted-bugs")]
     pub bugs: crate::planted::FsBugs,
@@ -84,6 +88,7 @@ impl Default for MountOptions {
             leave: LeaveMode::Empty,
             dirsync: false,
             sync: false,
+            mmp_held: None,
             #[cfg(feature = "planted-bugs")]
             bugs: crate::planted::FsBugs::default(),
         }

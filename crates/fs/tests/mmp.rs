@@ -174,17 +174,20 @@ fn a_live_writer_or_e2fsck_elsewhere_keeps_cjfs_out() {
                 seq += 1;
                 write_mmp(&img, seq, "other-node");
             }
+            seq
         })
     };
     let t = Instant::now();
     let e = Fs::open(open_image(&img), rw()).expect_err("refused while another node writes");
     let waited = t.elapsed();
     stop.store(true, Ordering::Relaxed);
-    writer.join().expect("writer");
+    let last = writer.join().expect("writer");
     let m = e.to_string();
     assert!(matches!(e, FsError::InUse(_)) && m.contains("other-node"), "{m}");
     assert!(waited >= Duration::from_secs(10), "refused after the watch, not before: {waited:?}");
-    assert_eq!(read_mmp(&img).nodename[..10], *b"other-node", "cjfs wrote over the other node's block");
+    // Exactly what the other node wrote last: nothing of cjfs's in between or after.
+    let now = read_mmp(&img);
+    assert_eq!((now.seq, &now.nodename[..10]), (last, &b"other-node"[..]), "cjfs wrote the block");
 }
 
 /// A block left busy by a writer that crashed (its number no longer moves) is taken after
@@ -216,7 +219,7 @@ fn a_writer_taking_over_aborts_the_journal() {
     std::thread::sleep(Duration::from_secs(7));
     let aborted = fs.journal().aborted().expect("the journal is aborted");
     assert!(
-        aborted.contains("another writer took the file system") && aborted.contains("intruder"),
+        aborted.contains("another writer took it") && aborted.contains("intruder"),
         "{aborted}"
     );
     let e = fs.mkdir(ROOT_INO, b"after", 0o755, 0, 0).expect_err("a change after the takeover fails");
@@ -230,13 +233,29 @@ fn a_writer_taking_over_aborts_the_journal() {
 /// active on another node"), and mounts it once cjfs has let go. Root only.
 #[test]
 fn the_kernel_stays_out_while_cjfs_writes() {
+    if !is_root() {
+        println!("SKIP: not root, cannot loop-mount");
+        return;
+    }
     let tmp = tempfile::tempdir().expect("tmp");
     let Some(img) = mmp_image(tmp.path(), "kernel.img") else { return };
     let fs = Fs::open(open_image(&img), rw()).expect("open");
     let mnt = tmp.path().join("mnt");
-    if let Some(_m) = kernel_mount(&img, &mnt) {
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let t = Instant::now();
+    let out = Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt).output().expect("mount");
+    if out.status.success() {
+        let _ = Command::new("umount").arg(&mnt).status();
         panic!("the kernel mounted a file system cjfs has open for writing");
     }
+    // Refused by the MMP check (after its watch), not by a failure to set up the loop.
+    let waited = t.elapsed();
+    let dmesg = Command::new("dmesg").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let said = dmesg.as_deref().unwrap_or("").contains("already active on another node");
+    assert!(
+        waited >= Duration::from_secs(10) && said,
+        "kernel refusal after {waited:?}, dmesg said so: {said}"
+    );
     fs.unmount().expect("unmount");
     match kernel_mount(&img, &mnt) {
         Some(_m) => assert!(mnt.join("lost+found").is_dir()),
@@ -244,9 +263,9 @@ fn the_kernel_stays_out_while_cjfs_writes() {
     }
 }
 
-/// `recover_device` (`cjfs recover`) holds the block while it replays, as e2fsck does: a
-/// file system left needing recovery is replayed and left clean, and one e2fsck holds is
-/// refused with nothing written.
+/// `recover_device` (`cjfs recover`) takes the block to replay, as e2fsck does: a file
+/// system left needing recovery is refused with nothing written while e2fsck holds the
+/// block, and once it is clean is replayed and left clean.
 #[test]
 fn recovery_holds_the_block_while_it_replays() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -274,4 +293,31 @@ fn recovery_holds_the_block_while_it_replays() {
     let ino = fs.lookup(ROOT_INO, b"logged").expect("lookup").ino;
     assert_eq!(read_all(&fs, ino), b"in the log\n");
     fs.unmount().expect("unmount");
+}
+
+/// A caller that holds the block hands it to the open (`MountOptions::mmp_held`, as the CLI
+/// does for its dry run and real run): the open takes no block of its own and waits for
+/// nothing, its journal aborts when the holder loses the block, and the holder's release
+/// says so.
+#[test]
+fn a_held_block_is_handed_to_the_open() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some(img) = mmp_image(tmp.path(), "handed.img") else { return };
+    let dev = open_image(&img);
+    let held = cjfs_fs::mmp::take_for(&dev, "holder").expect("take").expect("an mmp image");
+    let taken = read_mmp(&img);
+    assert_eq!(&taken.bdevname[..6], b"holder");
+    let t = Instant::now();
+    let fs = Fs::open(dev.clone(), MountOptions { mmp_held: Some(held.handle()), ..rw() }).expect("open");
+    assert!(t.elapsed() < Duration::from_secs(3), "the open watched a block its caller holds");
+    assert_eq!(read_mmp(&img).seq, taken.seq, "the open took the block again");
+    fs.mkdir(ROOT_INO, b"before", 0o755, 0, 0).expect("mkdir");
+    write_mmp(&img, 99, "intruder");
+    std::thread::sleep(Duration::from_secs(7));
+    let aborted = fs.journal().aborted().expect("the journal is aborted when the holder loses the block");
+    assert!(aborted.contains("intruder"), "{aborted}");
+    drop(fs);
+    let e = held.release().expect_err("the release reports the loss");
+    assert!(matches!(e, FsError::InUse(_)) && e.to_string().contains("e2fsck"), "{e}");
+    assert_eq!(read_mmp(&img).seq, 99, "the intruder's block is left alone");
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use cjfs_blockdev::{Device, OverlayDevice};
 use cjfs_fs::mkfs::read_layout;
+use cjfs_fs::mmp::MmpHandle;
 use cjfs_fs::ondisk::superblock::STATE_ERROR;
-use cjfs_fs::{Fs, FsError, IjReplayReport, PendingOrphans, pending_orphans, recover_device_with};
+use cjfs_fs::{Fs, FsError, IjReplayReport, PendingOrphans, pending_orphans, recover_device_held};
 use cjfs_journal::JournalError;
 use cjfs_journal::recovery::RecoveryReport;
 
@@ -29,8 +30,8 @@ struct Outcome {
 /// Replay the journal on `dev` and, if anything was replayed or orphans are recorded (on
 /// the classic list, in the orphan file, or the `orphan_present` flag alone), mount
 /// read-write once so the orphans are released and the flag cleared.
-fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
-    let (replay, ijournal) = recover_device_with(&dev, None).map_err(|e| match e {
+fn recover_on(image: &str, ctx: &Ctx, dev: Device, mmp: Option<&MmpHandle>) -> CliResult<Outcome> {
+    let (replay, ijournal) = recover_device_held(&dev, None, mmp).map_err(|e| match e {
         FsError::Journal(JournalError::Damaged(why)) => CliError::Msg(format!(
             "{image}: the journal is damaged ({why}); nothing was replayed: `e2fsck -fy {image}` \
              replays the intact transactions and repairs the file system"
@@ -49,7 +50,7 @@ fn recover_on(image: &str, ctx: &Ctx, dev: Device) -> CliResult<Outcome> {
         // Also when nothing was replayed: a crash of a mount that wrote metadata in place
         // (`nojournal`) leaves the superblock's free counts behind the groups', and the
         // unmount stores them from the groups, as the kernel's mount does.
-        let opts = ctx.options.clone();
+        let opts = cjfs_fs::MountOptions { mmp_held: mmp.cloned(), ..ctx.options.clone() };
         let (fs, report) = Fs::open_with_report(dev, opts).map_err(|e| CliError::fs(image, e))?;
         fs.unmount().map_err(|e| CliError::fs(image, e))?;
         orphans = report.orphans_cleaned;
@@ -97,11 +98,13 @@ pub fn run(image: &str, ctx: &Ctx) -> CliResult<()> {
     let dev = open_device(image, false)?;
     let mut mmp = crate::image::hold_mmp(ctx, image, &dev)?;
     let overlay = OverlayDevice::new(dev.clone()).map_err(|e| CliError::fs(image, FsError::Device(e)))?;
-    recover_on(image, ctx, Arc::new(overlay))?;
+    let handle = mmp.as_ref().map(cjfs_fs::mmp::Mmp::handle);
+    recover_on(image, ctx, Arc::new(overlay), handle.as_ref())?;
     if let Some(m) = mmp.as_mut() {
         m.establish();
     }
-    let Outcome { replay: r, ijournal, errors, orphans, pending } = recover_on(image, ctx, dev)?;
+    let Outcome { replay: r, ijournal, errors, orphans, pending } =
+        recover_on(image, ctx, dev, handle.as_ref())?;
     if let Some(m) = mmp {
         m.release().map_err(|e| CliError::fs(image, e))?;
     }
