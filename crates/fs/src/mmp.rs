@@ -469,9 +469,7 @@ impl Mmp {
             }
             Err(e) => {
                 // As the kernel when kmmpd cannot start: the open fails, the block put back.
-                let tag = WriteTag::kind(BlockKind::Superblock);
-                let orig = cjfs_blockdev::block_from_slice(&self.original);
-                self.shared.dev.write_block(self.shared.block, orig, tag)?;
+                self.put_back()?;
                 self.established = true;
                 Err(FsError::Invalid(format!("MMP: cannot start the updater thread: {e}")))
             }
@@ -514,11 +512,16 @@ impl Mmp {
             mine.time = now_secs();
             self.shared.write(&mut buf, &mine)
         } else {
-            let tag = WriteTag::kind(BlockKind::Superblock);
-            let orig = cjfs_blockdev::block_from_slice(&self.original);
-            self.shared.dev.write_block(self.shared.block, orig, tag)?;
-            Ok(())
+            self.put_back()
         }
+    }
+
+    /// Write the block back as it was found.
+    fn put_back(&self) -> FsResult<()> {
+        let tag = WriteTag::kind(BlockKind::Superblock);
+        let orig = cjfs_blockdev::block_from_slice(&self.original);
+        self.shared.dev.write_block(self.shared.block, orig, tag)?;
+        Ok(())
     }
 }
 

@@ -45,13 +45,27 @@ fn mmp_image(dir: &Path, name: &str) -> Option<PathBuf> {
 }
 
 /// The image's MMP block number, its checksum rules and its block size.
-/// Read straight from the file: the image may be open (and locked) by a cjfs writer.
-fn mmp_where(img: &Path) -> (u64, Csum, u64) {
+/// The superblock, read straight from the file: the image may be open (and locked) by a
+/// cjfs writer.
+fn superblock(img: &Path) -> Superblock {
     let f = std::fs::File::open(img).expect("open");
     let mut raw = vec![0u8; 1024];
     f.read_exact_at(&mut raw, 1024).expect("read the superblock");
-    let sb = Superblock::decode(&raw).expect("superblock");
+    Superblock::decode(&raw).expect("superblock")
+}
+
+fn mmp_where(img: &Path) -> (u64, Csum, u64) {
+    let sb = superblock(img);
     (sb.mmp_block, Csum::from_sb(&sb), u64::from(sb.block_size()))
+}
+
+/// File `name` in the root holds `want`, read by a read-only open.
+fn assert_file(img: &Path, name: &[u8], want: &[u8]) {
+    let fs =
+        Fs::open(open_image(img), MountOptions { read_only: true, ..MountOptions::default() }).expect("ro");
+    let ino = fs.lookup(ROOT_INO, name).expect("lookup").ino;
+    assert_eq!(read_all(&fs, ino), want);
+    fs.unmount().expect("unmount");
 }
 
 /// The MMP block as it is on disk now.
@@ -80,10 +94,7 @@ fn write_mmp(img: &Path, seq: u32, node: &str) {
 
 /// Whether the superblock says the journal needs recovery.
 fn needs_recovery(img: &Path) -> bool {
-    let f = std::fs::File::open(img).expect("open");
-    let mut raw = vec![0u8; 1024];
-    f.read_exact_at(&mut raw, 1024).expect("read the superblock");
-    Superblock::decode(&raw).expect("superblock").has_incompat(cjfs_fs::ondisk::features::INCOMPAT_RECOVER)
+    superblock(img).has_incompat(cjfs_fs::ondisk::features::INCOMPAT_RECOVER)
 }
 
 fn hash(img: &Path) -> Vec<u8> {
@@ -136,11 +147,7 @@ fn an_open_takes_the_block_keeps_it_alive_and_leaves_it_clean() {
     fs.unmount().expect("unmount");
     assert_eq!(read_mmp(&img).seq, SEQ_CLEAN, "a clean unmount leaves the block clean");
     assert_fsck_clean(&img);
-    let fs =
-        Fs::open(open_image(&img), MountOptions { read_only: true, ..MountOptions::default() }).expect("ro");
-    let ino = fs.lookup(ROOT_INO, b"held").expect("lookup").ino;
-    assert_eq!(read_all(&fs, ino), b"written under multi-mount protection\n");
-    fs.unmount().expect("unmount");
+    assert_file(&img, b"held", b"written under multi-mount protection\n");
     if let Some(_m) = kernel_mount(&img, &tmp.path().join("mnt")) {
         let got = std::fs::read(tmp.path().join("mnt/held")).expect("the kernel reads the file");
         assert_eq!(got, b"written under multi-mount protection\n");
@@ -218,10 +225,7 @@ fn a_writer_taking_over_aborts_the_journal() {
     write_mmp(&img, 77, "intruder");
     std::thread::sleep(Duration::from_secs(7));
     let aborted = fs.journal().aborted().expect("the journal is aborted");
-    assert!(
-        aborted.contains("another writer took it") && aborted.contains("intruder"),
-        "{aborted}"
-    );
+    assert!(aborted.contains("another writer took it") && aborted.contains("intruder"), "{aborted}");
     let e = fs.mkdir(ROOT_INO, b"after", 0o755, 0, 0).expect_err("a change after the takeover fails");
     assert!(e.to_string().contains("another writer"), "{e}");
     drop(fs);
@@ -288,11 +292,7 @@ fn recovery_holds_the_block_while_it_replays() {
     assert!(!needs_recovery(&img), "recovered");
     assert_eq!(read_mmp(&img).seq, SEQ_CLEAN, "recovery leaves the block clean");
     assert_fsck_clean(&img);
-    let fs =
-        Fs::open(open_image(&img), MountOptions { read_only: true, ..MountOptions::default() }).expect("ro");
-    let ino = fs.lookup(ROOT_INO, b"logged").expect("lookup").ino;
-    assert_eq!(read_all(&fs, ino), b"in the log\n");
-    fs.unmount().expect("unmount");
+    assert_file(&img, b"logged", b"in the log\n");
 }
 
 /// A caller that holds the block hands it to the open (`MountOptions::mmp_held`, as the CLI
