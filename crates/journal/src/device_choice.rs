@@ -6,7 +6,10 @@
 //! mount would slow the mount, wear the device and still be noisier than the lab's
 //! interleaved repetitions. The figures behind each row are in
 //! `docs/results/file-device/README.md` (the file device) and `docs/results/cjfs/` (emulated
-//! devices with a cache barrier); rerun them and change a row when they change.
+//! devices with a cache barrier); rerun them and change a row when they change. Those figures
+//! predate polling waits in `cjfs` (589f337), which measured at or above its condvar waits at
+//! every point tried, and spun 0 ms on the slow devices (`docs/results/waits/`): the choice
+//! stands.
 
 use cjfs_blockdev::DeviceCaps;
 
