@@ -404,7 +404,12 @@ impl Mmp {
             // Not ours any more: leave the other writer's block alone.
             mmp.mine = None;
             mmp.established = true;
-            return Err(in_use(&again, "right after cjfs wrote its own"));
+            let when = if busy {
+                format!("in the {} s cjfs watched it after writing its own", watch.as_secs())
+            } else {
+                "right after cjfs wrote its own".to_string()
+            };
+            return Err(in_use(&again, &when));
         }
         mmp.start_updater()?;
         Ok(Some(mmp))
