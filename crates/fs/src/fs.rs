@@ -599,16 +599,27 @@ pub fn recover_device_held(
         return Ok((RecoveryReport::nothing(0), None));
     }
     let (jsb, areas, iareas) = journal_areas(dev, &before)?;
-    let replays = logs_need_recovery(dev, &jsb, &areas)?
-        || before.has_incompat(INCOMPAT_RECOVER)
-        || before.state & STATE_FC_REPLAY != 0;
-    if replays && before.has_incompat(crate::ondisk::features::INCOMPAT_MMP) {
+    if needs_replay(dev, &before, &jsb, &areas)? && before.has_incompat(crate::ondisk::features::INCOMPAT_MMP)
+    {
         // A replay writes the file system: hold it as a mount would (e2fsck does too).
         return crate::mmp::while_held(dev, &before, held, || {
             recover_held(dev, &before, &areas, &iareas, order)
         });
     }
     recover_held(dev, &before, &areas, &iareas, order)
+}
+
+/// Whether a mount or recovery of the file system `sb` describes has anything to replay:
+/// a log, the `needs_recovery` flag, or ext4 fast commits.
+fn needs_replay(
+    dev: &Device,
+    sb: &Superblock,
+    jsb: &JournalSuperblock,
+    areas: &[JournalArea],
+) -> FsResult<bool> {
+    Ok(logs_need_recovery(dev, jsb, areas)?
+        || sb.has_incompat(INCOMPAT_RECOVER)
+        || sb.state & STATE_FC_REPLAY != 0)
 }
 
 /// [`recover_device_with`] once nobody else may write the file system.
@@ -736,9 +747,7 @@ impl Fs {
         let mmp_handle = mmp.as_ref().map(crate::mmp::Mmp::handle).or_else(|| opts.mmp_held.clone());
         let (areas, iareas, needs_recovery) = if has_log {
             let (jsb, areas, iareas) = journal_areas(&dev, &sb0)?;
-            let needed = logs_need_recovery(&dev, &jsb, &areas)?
-                || sb0.has_incompat(INCOMPAT_RECOVER)
-                || sb0.state & STATE_FC_REPLAY != 0;
+            let needed = needs_replay(&dev, &sb0, &jsb, &areas)?;
             (areas, iareas, needed)
         } else {
             (Vec::new(), Vec::new(), false)
