@@ -422,14 +422,44 @@ fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> u8 {
     fs.inodes.get(fs, ino).map(|n| n.ftype).unwrap_or(0)
 }
 
-/// Refuse to change an inline directory: cjfs reads them only (their file systems open
-/// read-only, so no write reaches one; this keeps a change from meeting the index
-/// `ensure_index` builds for reading, which maps no block).
-fn refuse_inline(st: &InodeState) -> FsResult<()> {
-    if crate::inline_data::is_inline(st) {
-        return Err(FsError::Incompatible(format!("inline-data directory {} is read-only", st.ino)));
+/// Move inline directory `st`'s entries into a block of its own (`.` and `..` first), the
+/// inode becoming extent-mapped, before an entry is added (the kernel's
+/// `ext4_convert_inline_dir`, which it does when the new entry does not fit; here always, as
+/// cjfs adds entries only to blocks). Stored in `tx` at once, as [`drop_htree`] does: the
+/// block is allocated in `tx` even if the addition then fails. On failure `st` is unchanged.
+fn inline_to_block(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    if !crate::inline_data::is_inline(st) {
+        return Ok(());
     }
-    Ok(())
+    let saved = st.d.clone();
+    let r = inline_to_block_inner(tx, dir_ino, st);
+    if r.is_err() {
+        st.d = saved;
+    }
+    r
+}
+
+fn inline_to_block_inner(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    let (parent, ents) = crate::inline_data::take_dir(tx.fs, st)?;
+    let buf = crate::file::map_first_block(tx, st, dir_ino)?;
+    let end = entries_end(st, BlockKind::Leaf);
+    let ft = disk_ftype(tx.fs, FT_DIR);
+    let mut list: Vec<(Ino, &[u8], u8)> = vec![(dir_ino, b".", ft), (parent, b"..", ft)];
+    list.extend(ents.iter().map(|e| (e.ino, &e.name[..], e.file_type)));
+    dirent::init_block(&mut buf.write()[..end], &list)?;
+    seal_leaf(st, &buf);
+    st.d.size = st.csum.block_size as u64;
+    let free = block_max_free(&buf.read()[..end])?;
+    let names = ents
+        .into_iter()
+        .map(|e| {
+            let ftype = entry_ftype(tx.fs, e.ino, e.file_type);
+            (e.name.into(), DirSlot { ino: e.ino, ftype, lblk: 0 })
+        })
+        .collect();
+    st.set_index(DirIndex { free: vec![free], hint: 0 }, names);
+    st.datasync_tx = tx.h.tx_id();
+    crate::inode::store_inode(tx, dir_ino, st)
 }
 
 /// Look `name` up.
@@ -496,15 +526,15 @@ pub(crate) fn add_entry(
     ftype: u8,
 ) -> FsResult<()> {
     check_name(name)?;
-    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
     let params = DirParams::get(tx.fs);
     let on_disk = disk_ftype(tx.fs, ftype);
-    if !params.dir_index {
-        drop_htree(tx, st)?;
-    }
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+    }
+    inline_to_block(tx, dir_ino, st)?;
+    if !params.dir_index {
+        drop_htree(tx, st)?;
     }
     let hash = |v: u8, n: &[u8]| params.hash(v, n);
     let ctx = DxCtx { dir_ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
@@ -584,8 +614,10 @@ pub(crate) fn add_entry(
 
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
-    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
+    if crate::inline_data::is_inline(st) {
+        return remove_inline(tx, st, name);
+    }
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
     }
@@ -629,8 +661,10 @@ pub(crate) fn set_entry(
     ino: Ino,
     ftype: u8,
 ) -> FsResult<()> {
-    refuse_inline(st)?;
     ensure_index(tx.fs, st)?;
+    if crate::inline_data::is_inline(st) {
+        return set_inline(tx, st, name, ino, ftype);
+    }
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
     }
@@ -664,6 +698,50 @@ pub(crate) fn set_entry(
         s.ftype = ftype;
     }
     Ok(())
+}
+
+/// [`remove_entry`] in an inline directory: in place, needing no space (the kernel's
+/// `ext4_delete_inline_entry`); the inode is stored in `tx`.
+fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
+    let slot = st
+        .names
+        .0
+        .read()
+        .as_ref()
+        .and_then(|m| m.get(name).copied())
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let found = crate::inline_data::edit_dir(st, |region| Ok(dirent::remove(region, name)?.then_some(())))?;
+    if found.is_none() {
+        return Err(FsError::Corrupt(format!(
+            "inline directory {} does not hold {:?}, which its index names",
+            st.ino,
+            String::from_utf8_lossy(name)
+        )));
+    }
+    if let Some(m) = st.names.0.write().as_mut() {
+        m.remove(name);
+    }
+    crate::inode::store_inode(tx, st.ino, st)?;
+    Ok(slot)
+}
+
+/// [`set_entry`] in an inline directory: in place (`..` is the first four bytes of
+/// `i_block`); the inode is stored in `tx`.
+fn set_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8) -> FsResult<()> {
+    if name == b".." {
+        crate::inline_data::set_parent(st, ino);
+    } else {
+        let on_disk = disk_ftype(tx.fs, ftype);
+        let prev = crate::inline_data::edit_dir(st, |region| dirent::set_inode(region, name, ino, on_disk))?;
+        if prev.is_none() {
+            return Err(FsError::NotFound(String::from_utf8_lossy(name).into_owned()));
+        }
+        if let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(name)) {
+            s.ino = ino;
+            s.ftype = ftype;
+        }
+    }
+    crate::inode::store_inode(tx, st.ino, st)
 }
 
 /// Write the first block of a new directory (`.` and `..`) and map it.

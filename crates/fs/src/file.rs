@@ -85,10 +85,18 @@ pub(crate) fn map_lookup<M: crate::meta::MetaStore + ?Sized>(
     extent_tree::lookup(&st.d.block, store, st.csum, lblk)
 }
 
-/// Before a change to the mapping of a block-mapped inode: convert it to an extent tree in a
-/// transaction of its own ([`crate::block_map::to_extents`]); cjfs maps new blocks only with
-/// extents.
+/// Before a change to the mapping of a block-mapped or inline inode: convert it to an extent
+/// tree in a transaction of its own ([`crate::block_map::to_extents`],
+/// [`crate::inline_data::file_to_extents`]); cjfs maps new blocks only with extents.
 pub(crate) fn ensure_extents(fs: &FsInner, ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    if crate::inline_data::is_inline(st) {
+        // The block, its bitmap and descriptor, the inode (and the superblock's counts).
+        let mut tx = Tx::start(fs, 8)?;
+        crate::inline_data::file_to_extents(&mut tx, ino, st)?;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+        return Ok(());
+    }
     if !crate::block_map::is_block_mapped(st) {
         return Ok(());
     }
@@ -483,6 +491,23 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         let mut tx = Tx::start(fs, 64)?;
         crate::block_map::free_all(&mut tx, st, journals_data(fs, st))?;
         st.d.size = 0;
+        st.d.mtime = now;
+        st.d.ctime = now;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
+        return Ok(());
+    }
+    if crate::inline_data::is_inline(st) && new_size <= st.d.size {
+        // In place: emptying an inline file needs no block (a growth converts it below).
+        if new_size == 0 && st.d.size > 0 {
+            crate::adaptive::note_truncated_to_zero(fs, st);
+        }
+        let mut tx = Tx::start(fs, 8)?;
+        crate::inline_data::shrink(st, new_size)?;
+        if new_size != st.d.size {
+            st.datasync_tx = tx.h.tx_id();
+        }
+        st.d.size = new_size;
         st.d.mtime = now;
         st.d.ctime = now;
         store_inode(&mut tx, ino, st)?;

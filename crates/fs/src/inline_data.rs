@@ -8,14 +8,31 @@
 //! fill the rest of `i_block` (56 bytes) and, separately, the whole attribute value: two
 //! regions, as the kernel's `ext4_read_inline_dir` walks them.
 //!
-//! cjfs reads such inodes and does not write them: a file system with the feature opens
-//! read-only (`ondisk::features::READ_ONLY_INCOMPAT`), so no write path meets one.
+//! cjfs reads such inodes and changes them in place where that needs no new space, and
+//! otherwise moves their data into a block first, as the kernel does when inline data no
+//! longer fits (`ext4_convert_inline_data`, `ext4_convert_inline_dir`); it never makes a new
+//! inode inline (a valid choice: the kernel makes one inline only on its first small write).
+//!
+//! - a file's first write, growth, `fallocate` or hole punch: [`file_to_extents`] (one
+//!   block, written as the file's data mode writes data, in the caller's transaction);
+//! - a file shrunk: in place ([`shrink`], the kernel's `ext4_inline_data_truncate`), so that
+//!   emptying a file never needs a free block;
+//! - a directory's new entry: [`crate::dir`] moves every entry into a block (`.` and `..`
+//!   first), then adds it there;
+//! - a directory's removed or repointed entry (`unlink`, `rename`, `..` of a moved
+//!   directory): in place ([`edit_dir`]), so that removing a name never needs space either.
+//!
+//! `system.data` is kept first in the inode body: the kernel and e2fsck look for it only
+//! there.
 
 use crate::error::{FsError, FsResult};
+use crate::extent_tree::{self, Mapping};
 use crate::fs::FsInner;
 use crate::inode::InodeState;
 use crate::ondisk::dirent;
-use crate::ondisk::inode::EXT4_INLINE_DATA_FL;
+use crate::ondisk::inode::{EXT4_EXTENTS_FL, EXT4_INLINE_DATA_FL};
+use crate::ondisk::xattr as x;
+use crate::tx::Tx;
 use crate::types::Ino;
 
 /// Bytes of `i_block` (`EXT4_MIN_INLINE_DATA_SIZE`).
@@ -23,7 +40,7 @@ const IBLOCK_BYTES: usize = 60;
 /// The parent's inode number at the start of an inline directory (`EXT4_INLINE_DOTDOT_SIZE`).
 const DOTDOT_BYTES: usize = 4;
 /// The attribute holding the bytes past `i_block`.
-const DATA_XATTR: &[u8] = b"system.data";
+pub(crate) const DATA_XATTR: &[u8] = b"system.data";
 
 /// Whether the inode keeps its data inline.
 pub(crate) fn is_inline(st: &InodeState) -> bool {
@@ -115,4 +132,128 @@ pub(crate) fn dir_entries(fs: &FsInner, st: &InodeState) -> FsResult<(Ino, Vec<I
         return Err(FsError::Corrupt(format!("inline directory {}: parent inode {parent}", st.ino)));
     }
     Ok((parent, out))
+}
+
+/// The in-body attributes with `system.data` set to `value` (first, where the kernel and
+/// e2fsck look for it), or removed with `None`.
+fn set_tail(st: &mut InodeState, value: Option<&[u8]>) -> FsResult<()> {
+    let area = st.d.xattr_area();
+    if area.is_empty() {
+        // A 128-byte inode has no body for attributes: its inline data is `i_block` alone.
+        return match value {
+            Some(v) if !v.is_empty() => Err(FsError::Corrupt(format!(
+                "inode {}: {} bytes of inline data past i_block in a 128-byte inode",
+                st.ino,
+                v.len()
+            ))),
+            _ => Ok(()),
+        };
+    }
+    let mut list = if area.len() >= 4 && area[..4] == x::XATTR_MAGIC.to_le_bytes() {
+        x::parse_ibody(area)?
+    } else {
+        Vec::new()
+    };
+    list.retain(|(n, _)| n != DATA_XATTR);
+    if let Some(v) = value {
+        list.insert(0, (DATA_XATTR.to_vec(), v.to_vec()));
+    }
+    let body = x::build_ibody(&list, area.len())?;
+    st.d.set_xattr_area(&body)
+}
+
+/// Drop the inline data: no `system.data`, no inline flag, an empty extent tree.
+fn clear(st: &mut InodeState) -> FsResult<()> {
+    set_tail(st, None)?;
+    st.d.flags &= !EXT4_INLINE_DATA_FL;
+    st.d.flags |= EXT4_EXTENTS_FL;
+    extent_tree::init_root(&mut st.d.block);
+    Ok(())
+}
+
+/// Move inline file `st`'s bytes into a block of its own in `tx`, the inode becoming
+/// extent-mapped (the kernel's `ext4_convert_inline_data`). The block goes out as the file's
+/// data does: in the log with data journaling, else home before the commit (ordered). The
+/// caller stores the inode. On failure (ENOSPC) `st` is unchanged.
+pub(crate) fn file_to_extents(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsResult<()> {
+    let mut data = vec![0u8; st.d.size as usize];
+    if !data.is_empty() {
+        read(tx.fs, st, 0, &mut data)?;
+    }
+    let saved = st.d.clone();
+    clear(st)?;
+    st.datasync_tx = tx.h.tx_id();
+    if data.is_empty() {
+        return Ok(());
+    }
+    let goal = crate::alloc::inode_goal(tx.fs, ino);
+    let pblk = match crate::alloc::alloc_blocks(tx, goal, 1) {
+        Ok((pblk, _)) => pblk,
+        Err(e) => {
+            st.d = saved;
+            return Err(e);
+        }
+    };
+    // One extent in an empty root: no tree block to allocate, so this cannot run short.
+    let d = crate::file::insert_or_free(tx, st, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
+    crate::file::charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))?;
+    let buf = tx.fs.cache.get_new(pblk);
+    if crate::file::journals_data(tx.fs, st) {
+        tx.h.get_write_access(&buf)?;
+        buf.write()[..data.len()].copy_from_slice(&data);
+        tx.h.dirty_metadata(&buf)?;
+    } else {
+        buf.write()[..data.len()].copy_from_slice(&data);
+        tx.h.dirty_data(&buf)?;
+        st.dirty_data.push(buf);
+    }
+    Ok(())
+}
+
+/// Shrink inline file `st` to `new_size` (<= its size) in place, as the kernel's
+/// `ext4_inline_data_truncate`: the bytes past it zeroed in `i_block`, `system.data` cut to
+/// what lies past `i_block`. The caller sets the size and stores the inode.
+pub(crate) fn shrink(st: &mut InodeState, new_size: u64) -> FsResult<()> {
+    let n = new_size as usize;
+    let tail = tail(st)?;
+    let keep = n.saturating_sub(IBLOCK_BYTES).min(tail.len());
+    set_tail(st, Some(&tail[..keep]))?;
+    if n < IBLOCK_BYTES {
+        st.d.block[n..].fill(0);
+    }
+    Ok(())
+}
+
+/// Apply `f` to the region of inline directory `st` that holds live entry `name` (the rest
+/// of `i_block` or `system.data`) and keep the change. `f` returns `None` when the region
+/// does not hold the name; so does this when neither does.
+pub(crate) fn edit_dir<T>(
+    st: &mut InodeState,
+    mut f: impl FnMut(&mut [u8]) -> FsResult<Option<T>>,
+) -> FsResult<Option<T>> {
+    let mut head = st.d.block[DOTDOT_BYTES..IBLOCK_BYTES].to_vec();
+    if let Some(r) = f(&mut head)? {
+        st.d.block[DOTDOT_BYTES..IBLOCK_BYTES].copy_from_slice(&head);
+        return Ok(Some(r));
+    }
+    let mut tail = tail(st)?;
+    if let Some(r) = f(&mut tail)? {
+        set_tail(st, Some(&tail))?;
+        return Ok(Some(r));
+    }
+    Ok(None)
+}
+
+/// Point the `..` of inline directory `st` at `parent` (it is the first four bytes).
+pub(crate) fn set_parent(st: &mut InodeState, parent: Ino) {
+    st.d.block[..DOTDOT_BYTES].copy_from_slice(&parent.to_le_bytes());
+}
+
+/// Turn inline directory `st` into an empty extent-mapped inode of size 0, returning its
+/// parent and entries (the caller maps a block and writes them there; [`crate::dir`]).
+pub(crate) fn take_dir(fs: &FsInner, st: &mut InodeState) -> FsResult<(Ino, Vec<InlineEntry>)> {
+    let out = dir_entries(fs, st)?;
+    clear(st)?;
+    st.d.size = 0;
+    Ok(out)
 }

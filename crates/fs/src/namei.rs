@@ -415,6 +415,9 @@ fn parent_of(fs: &FsInner, ino: Ino) -> FsResult<Ino> {
     if st.freed || st.d.links_count == 0 || !st.d.is_dir() {
         return Err(FsError::NotFound(format!("directory inode {ino}")));
     }
+    if crate::inline_data::is_inline(&st) {
+        return Ok(crate::inline_data::dir_entries(fs, &st)?.0);
+    }
     let mut store = crate::tx::ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     let m = crate::file::map_lookup(&st, &mut store, 0)?
         .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no first block")))?;

@@ -225,7 +225,14 @@ pub(crate) fn init_list(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &X
 fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
     let area_len = st.d.xattr_area().len();
     let bs = tx.fs.geo.block_size;
-    let (ibody, block_list) = x::layout(list, area_len, bs).map_err(|e| match e {
+    // An inline inode's `system.data` goes first, so that it stays in the inode body: the
+    // kernel and e2fsck look for it only there.
+    let mut list = list.clone();
+    if let Some(i) = list.iter().position(|(n, _)| n == crate::inline_data::DATA_XATTR) {
+        let data = list.remove(i);
+        list.insert(0, data);
+    }
+    let (ibody, block_list) = x::layout(&list, area_len, bs).map_err(|e| match e {
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
         e => e,
     })?;

@@ -432,7 +432,6 @@ fn unsupported_features_are_refused_by_name() {
     let tmp = tmpdir();
     let mut tried = 0;
     for (features, name) in [
-        ("^metadata_csum,^resize_inode,inline_data", "inline_data"),
         ("^metadata_csum,^resize_inode,bigalloc", "bigalloc"),
         ("^metadata_csum,^resize_inode,encrypt", "encrypt"),
         ("^metadata_csum,^resize_inode,casefold", "casefold"),
@@ -885,4 +884,210 @@ fn the_kernel_reads_converted_ext3_and_meta_bg_images() {
         );
         fs.unmount().expect("unmount");
     }
+}
+
+/// `EXT4_INLINE_DATA_FL`: the inode keeps its data in itself.
+const INLINE_FL: u32 = 0x1000_0000;
+
+/// `inline_data` file systems are written. Files mke2fs stored inline take every kind of
+/// first change (overwrite, append, shrink, grow, truncate to zero, punch, zero a range,
+/// fallocate, unlink), then two random ones, checked against a model; shrinking keeps them
+/// inline. Inline directories lose and repoint entries in place (also in the part of the
+/// directory kept in `system.data`, which the kernel makes when it can mount here) and
+/// move into a block when an entry is added; a moved inline directory's `..` follows;
+/// `system.data` stays in the inode beside attributes added later. e2fsck, `check_image`
+/// and the kernel judge the result.
+#[test]
+fn inline_data_files_and_directories_change() {
+    use cjfs_fs::FallocMode;
+    let tmp = tmpdir();
+    let src = tmp.path().join("src");
+    for d in ["d", "a/inner", "b"] {
+        std::fs::create_dir_all(src.join(d)).expect("mkdir");
+    }
+    let sizes = [0usize, 6, 59, 60, 61, 100, 150, 300];
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for i in 0..27 {
+        let data = content(sizes[i % sizes.len()], i as u8);
+        std::fs::write(src.join(format!("f{i}")), &data).expect("write");
+        files.push((format!("f{i}"), data));
+    }
+    for n in ["n0", "n1", "n2"] {
+        std::fs::write(src.join("d").join(n), n).expect("write");
+    }
+    std::fs::write(src.join("a/inner/z"), b"z").expect("write");
+    std::fs::write(src.join("x"), content(150, 99)).expect("write");
+    let img = tmp.path().join("inline.img");
+    let s = src.to_str().expect("utf-8 path");
+    if mke2fs_with(&img, &["-t", "ext4", "-b", "4096", "-I", "512", "-O", "inline_data", "-d", s], "64M")
+        .is_none()
+    {
+        return;
+    }
+    // The kernel adds an inline directory that spills into `system.data` (mke2fs moves a
+    // directory into a block when `i_block` is full).
+    let mnt = tmp.path().join("mnt");
+    let kernel_dir = match kernel_mount(&img, &mnt) {
+        Some(m) => {
+            std::fs::create_dir(mnt.join("k")).expect("kernel mkdir");
+            for i in 0..12 {
+                std::fs::write(mnt.join(format!("k/e{i}")), format!("{i}")).expect("kernel write");
+            }
+            drop(m);
+            true
+        }
+        None => false,
+    };
+
+    let fs = mount(&img);
+    let ino = |fs: &Fs, p: &str| fs.resolve(p).expect(p);
+    let flags = |fs: &Fs, p: &str| fs.getattr(fs.resolve(p).expect(p)).expect("getattr").flags;
+    for p in ["/f5", "/d", "/a/inner", "/b", "/x"] {
+        assert_ne!(flags(&fs, p) & INLINE_FL, 0, "{p} is inline as mke2fs made it");
+    }
+    if kernel_dir {
+        assert_ne!(flags(&fs, "/k") & INLINE_FL, 0, "/k is inline as the kernel made it");
+        assert!(fs.getattr(ino(&fs, "/k")).expect("getattr").size > 60, "/k spills into system.data");
+    }
+
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n.max(1)
+    };
+    let mut gone = Vec::new();
+    for (i, (name, model)) in files.iter_mut().enumerate() {
+        let f = fs.lookup(ROOT_INO, name.as_bytes()).expect("lookup").ino;
+        assert_eq!(read_all(&fs, f), *model, "{name} as mke2fs wrote it");
+        for step in 0..3 {
+            let kind = if step == 0 { i % 9 } else { next(8) as usize };
+            let len = model.len() as u64;
+            let off = next(len + 200);
+            let n = 1 + next(if step == 0 { 100 } else { 9000 });
+            match kind {
+                0 | 1 => {
+                    let at = if kind == 0 { off } else { len + next(300) };
+                    let data = content(n as usize, (i + step) as u8 ^ 0x55);
+                    fs.write(f, at, &data).expect("write");
+                    let end = (at + n) as usize;
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[at as usize..end].copy_from_slice(&data);
+                }
+                2..=4 => {
+                    let size = match kind {
+                        2 => off.min(len),
+                        3 => len + n,
+                        _ => 0,
+                    };
+                    fs.setattr(f, &SetAttr { size: Some(size), ..SetAttr::default() }).expect("truncate");
+                    model.resize(size as usize, 0);
+                    if step == 0 && kind != 3 {
+                        assert_ne!(
+                            fs.getattr(f).expect("getattr").flags & INLINE_FL,
+                            0,
+                            "{name} shrunk in place"
+                        );
+                    }
+                }
+                5 | 6 => {
+                    let mode = if kind == 5 {
+                        FallocMode::PunchHole
+                    } else {
+                        FallocMode::ZeroRange { keep_size: true }
+                    };
+                    fs.fallocate(f, mode, off, n).expect("punch/zero");
+                    let end = ((off + n) as usize).min(model.len());
+                    if (off as usize) < end {
+                        model[off as usize..end].fill(0);
+                    }
+                }
+                7 => {
+                    fs.fallocate(f, FallocMode::Allocate, off, n).expect("fallocate");
+                    if model.len() < (off + n) as usize {
+                        model.resize((off + n) as usize, 0);
+                    }
+                }
+                _ => {
+                    fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink an inline file");
+                    gone.push(name.clone());
+                    break;
+                }
+            }
+            assert_eq!(read_all(&fs, f), *model, "{name} after step {step} (operation {kind})");
+        }
+    }
+    // Attributes beside the inline data: system.data stays in the inode body.
+    let x = ino(&fs, "/x");
+    fs.setxattr(x, b"user.small", b"s", XattrFlags::Create).expect("setxattr");
+    fs.setxattr(x, b"user.big", &content(400, 3), XattrFlags::Create).expect("setxattr");
+    assert_eq!(read_all(&fs, x), content(150, 99));
+    assert_ne!(flags(&fs, "/x") & INLINE_FL, 0);
+
+    // Entries removed and repointed in place; an added one moves the directory into a block.
+    let d = ino(&fs, "/d");
+    fs.unlink(d, b"n1").expect("unlink in an inline directory");
+    fs.rename(d, b"n0", d, b"n2", RenameFlags::default()).expect("rename over a name");
+    assert_ne!(flags(&fs, "/d") & INLINE_FL, 0, "/d changed in place");
+    fs.create(d, b"added", 0o644, 0, 0).expect("create in an inline directory");
+    assert_eq!(flags(&fs, "/d") & INLINE_FL, 0, "/d moved into a block");
+    let want: BTreeSet<Vec<u8>> = [b"n2".to_vec(), b"added".to_vec()].into();
+    assert_eq!(names(&fs, d), want);
+    assert_eq!(read_all(&fs, ino(&fs, "/d/n2")), b"n0");
+    // A moved inline directory: its `..` is rewritten in place, its new parent grows a block.
+    let (a, b) = (ino(&fs, "/a"), ino(&fs, "/b"));
+    fs.rename(a, b"inner", b, b"inner", RenameFlags::default()).expect("move an inline directory");
+    assert_ne!(flags(&fs, "/b/inner") & INLINE_FL, 0);
+    fs.rmdir(ROOT_INO, b"a").expect("rmdir an emptied inline directory");
+    if kernel_dir {
+        let k = ino(&fs, "/k");
+        for e in [b"e9".as_slice(), b"e5", b"e0"] {
+            fs.unlink(k, e).expect("unlink in system.data and i_block");
+        }
+        fs.rename(k, b"e1", k, b"e11", RenameFlags::default()).expect("rename over a name");
+        assert_ne!(flags(&fs, "/k") & INLINE_FL, 0, "/k changed in place");
+        fs.mkdir(k, b"sub", 0o755, 0, 0).expect("mkdir in an inline directory");
+        assert_eq!(flags(&fs, "/k") & INLINE_FL, 0, "/k moved into a block");
+    }
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+
+    let fs = mount(&img);
+    for (name, model) in &files {
+        match fs.lookup(ROOT_INO, name.as_bytes()) {
+            Ok(a) => assert_eq!(read_all(&fs, a.ino), *model, "{name} after a remount"),
+            Err(_) => assert!(gone.contains(name), "{name} lost"),
+        }
+    }
+    assert_eq!(fs.getxattr(ino(&fs, "/x"), b"user.big").expect("getxattr"), content(400, 3));
+    assert_eq!(read_all(&fs, ino(&fs, "/b/inner/z")), b"z");
+    let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+    assert!(r.errors.is_empty() && r.warnings.is_empty(), "{:?} {:?}", r.errors, r.warnings);
+    fs.unmount().expect("unmount");
+
+    let Some(m) = kernel_mount(&img, &mnt) else { return };
+    for (name, model) in &files {
+        match std::fs::read(mnt.join(name)) {
+            Ok(got) => assert!(got == *model, "the kernel reads {name}"),
+            Err(_) => assert!(gone.contains(name), "{name} lost"),
+        }
+    }
+    assert_eq!(std::fs::read(mnt.join("d/n2")).expect("kernel read"), b"n0");
+    assert_eq!(std::fs::read(mnt.join("b/inner/z")).expect("kernel read"), b"z");
+    let mut k: Vec<String> = std::fs::read_dir(mnt.join("k"))
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    k.sort();
+    let mut want: Vec<String> = [2, 3, 4, 6, 7, 8, 10, 11].iter().map(|i| format!("e{i}")).collect();
+    want.push("sub".into());
+    want.sort();
+    assert_eq!(k, want);
+    assert_eq!(std::fs::read(mnt.join("k/e11")).expect("kernel read"), b"1");
+    std::fs::write(mnt.join("b/inner/from-kernel"), b"k").expect("kernel write");
+    drop(m);
+    assert_fsck_clean(&img);
 }

@@ -1,11 +1,18 @@
-//! Crash consistency of the block-mapped files of an upgraded ext3 file system: an image
-//! made by `mke2fs -t ext3`, filled by `debugfs` and given `extent` by `tune2fs` (what an
-//! upgrade to ext4 does), is the base image of a workload that converts block-mapped
-//! files and a directory to extents (overwrite, partial truncate, a growing directory),
-//! frees one (unlink, truncate to zero) and fsyncs between; every crash state must recover
-//! to a state the operations allow, and e2fsck must find it clean, under every preset that
-//! runs on a file system made by mke2fs. The journal is ext3's own, a block-mapped inode. Skipped with a message without mke2fs, debugfs, tune2fs or
-//! e2fsck.
+//! Crash consistency on layouts e2fsprogs makes and cjfs converts when it first changes them.
+//!
+//! - Block-mapped files of an upgraded ext3 file system: an image made by `mke2fs -t ext3`,
+//!   filled by `debugfs` and given `extent` by `tune2fs` (what an upgrade to ext4 does), is
+//!   the base image of a workload that converts block-mapped files and a directory to
+//!   extents (overwrite, partial truncate, a growing directory), frees one (unlink, truncate
+//!   to zero) and fsyncs between. The journal is ext3's own, a block-mapped inode.
+//! - Inline data: an `inline_data` image filled by `mke2fs -d` (small files and directories
+//!   in their inodes) is the base of a workload that moves inline files and directories
+//!   into blocks (append, growth, a new entry), changes them in place (shrink, unlink, `..` of a
+//!   moved directory), frees them (unlink, rmdir) and fsyncs between.
+//!
+//! Every crash state must recover to a state the operations allow, and e2fsck must find it
+//! clean, under every preset that runs on a file system made by mke2fs. Skipped with a
+//! message without mke2fs, debugfs, tune2fs or e2fsck.
 //!
 //! Run in release mode: `cargo test --release -p cjfs-lab --test crash_ext3`.
 
@@ -78,13 +85,19 @@ fn block_mapped_conversion_is_crash_consistent() {
         Op::Unlink { path: "big".into() },
     ];
     let wl = Workload::sequential("ext3-block-mapped", Vec::new(), ops);
+    run_every_preset(&wl, &image);
+}
+
+/// Run `wl` on base image `image` under every preset that runs on a file system mke2fs made.
+fn run_every_preset(wl: &Workload, image: &[u8]) {
     for mode in ["jbd2", "cjfs", "ijournal", "joj", "adaptive", "zjournal+logs=1"] {
         let cfg = CrashConfig::new(mode);
         let bases = BaseCache::default();
-        bases.insert(&cfg, &[], image.clone()).expect("base image");
-        let r = crash::run_workload(&cfg, &wl, &bases, false);
+        bases.insert(&cfg, &[], image.to_vec()).expect("base image");
+        let r = crash::run_workload(&cfg, wl, &bases, false);
         eprintln!(
-            "{mode}: {} states, {} violations, e2fsck {} failed of {}{}",
+            "{} {mode}: {} states, {} violations, e2fsck {} failed of {}{}",
+            wl.name,
             r.states,
             r.violations,
             r.e2fsck_failures,
@@ -96,4 +109,78 @@ fn block_mapped_conversion_is_crash_consistent() {
         assert_eq!(r.violations, 0, "{mode}: {:?}", r.details);
         assert_eq!(r.e2fsck_failures, 0, "{mode}");
     }
+}
+
+/// An `inline_data` image of `blocks` 4 KiB blocks filled by `mke2fs -d`: files of 50 to
+/// 300 bytes and small directories, all kept in their 512-byte inodes.
+fn inline_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
+    let Some(mke2fs) = tool("mke2fs") else {
+        eprintln!("SKIP: mke2fs not installed");
+        return None;
+    };
+    let src = dir.join("src");
+    for d in ["d", "a/inner", "b"] {
+        std::fs::create_dir_all(src.join(d)).expect("mkdir");
+    }
+    for (name, len) in [("s1", 100usize), ("s2", 200), ("s3", 50), ("s4", 300)] {
+        std::fs::write(src.join(name), vec![name.as_bytes()[1]; len]).expect("write");
+    }
+    for n in ["n0", "n1", "n2"] {
+        std::fs::write(src.join("d").join(n), n).expect("write");
+    }
+    std::fs::write(src.join("a/inner/z"), b"z").expect("write");
+    let img = dir.join("inline.img");
+    run(Command::new(mke2fs)
+        .args([
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-I",
+            "512",
+            "-J",
+            "size=4",
+            "-O",
+            "inline_data",
+            "-d",
+        ])
+        .arg(&src)
+        .arg(&img)
+        .arg(format!("{blocks}")));
+    Some(std::fs::read(&img).expect("read image"))
+}
+
+#[test]
+fn inline_data_changes_are_crash_consistent() {
+    if !crash::check::e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let Some(image) = inline_image(dir.path(), crash::record::image_blocks(1)) else { return };
+    let w = |path: &str, off: u64, len: u64, seed: u32| Op::Write { path: path.into(), off, len, seed };
+    let fsync = |path: &str| Op::Fsync { path: path.into() };
+    let ops = vec![
+        w("s1", 100, 50, 1),
+        fsync("s1"),
+        Op::Truncate { path: "s2".into(), size: 80 },
+        fsync("s2"),
+        Op::Creat { path: "d/new".into() },
+        fsync("d/new"),
+        Op::Unlink { path: "d/n1".into() },
+        Op::Rename { from: "d/n0".into(), to: "d/n2".into() },
+        Op::Rename { from: "a/inner".into(), to: "b/inner".into() },
+        Op::Rmdir { path: "a".into() },
+        fsync("b/inner"),
+        Op::Truncate { path: "s3".into(), size: 0 },
+        w("s3", 0, 9000, 2),
+        fsync("s3"),
+        // Grown: its 300 bytes move into a block no write covers.
+        Op::Truncate { path: "s4".into(), size: 5000 },
+        fsync("s4"),
+        Op::Unlink { path: "s2".into() },
+    ];
+    let wl = Workload::sequential("inline-data", Vec::new(), ops);
+    run_every_preset(&wl, &image);
 }

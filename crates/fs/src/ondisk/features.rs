@@ -12,7 +12,9 @@
 //!   `metadata_csum_seed` (the checksum seed is then `s_checksum_seed`), `large_dir` (htree
 //!   directories up to two levels of interior nodes, see [`crate::ondisk::htree`]), `mmp`
 //!   (multi-mount protection: a read-write open takes the MMP block and keeps it alive as
-//!   the kernel does, see [`crate::mmp`]);
+//!   the kernel does, see [`crate::mmp`]), `inline_data` (small files and directories kept
+//!   in the inode: read, changed in place, or moved into a block when they grow, see
+//!   `crate::inline_data`);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
@@ -30,7 +32,7 @@
 //! block size, and the journal logs in it as JBD2 does.
 //!
 //! Read only ([`read_only_features`]): ro_compat features cjfs does not maintain (`quota`,
-//! `project`, `verity`, ...), `inline_data`, and no `extent` at all (ext2, ext3:
+//! `project`, `verity`, ...), and no `extent` at all (ext2, ext3:
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
@@ -162,7 +164,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_CSUM_SEED
     | INCOMPAT_LARGEDIR
     | INCOMPAT_META_BG
-    | INCOMPAT_MMP;
+    | INCOMPAT_MMP
+    | INCOMPAT_INLINE_DATA;
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
@@ -294,29 +297,24 @@ pub fn unsupported_features(sb: &Superblock) -> Vec<String> {
 /// `bigalloc`, whose cluster-sized bitmaps and group geometry cjfs does not read.
 pub const READ_ONLY_RO_COMPAT: u32 = !SUPPORTED_RO_COMPAT & !RO_COMPAT_BIGALLOC;
 
-/// incompat bits of features cjfs reads but does not write: `inline_data`
-/// (`crate::inline_data`). A file system with one opens read-only.
-pub const READ_ONLY_INCOMPAT: u32 = INCOMPAT_INLINE_DATA;
-
 /// How a file system is to be opened, for [`check_supported_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Read and write: every feature must be one cjfs maintains.
     ReadWrite,
     /// Read only: the features cjfs reads but does not maintain are allowed
-    /// ([`READ_ONLY_RO_COMPAT`], [`READ_ONLY_INCOMPAT`]), and compat features it does not know.
+    /// ([`READ_ONLY_RO_COMPAT`], no `extent`), and compat features it does not know.
     ReadOnly,
 }
 
 /// Names of the features of `sb` that keep cjfs from writing it but not from reading it
-/// ([`READ_ONLY_INCOMPAT`], [`READ_ONLY_RO_COMPAT`]; empty when there are none).
+/// ([`READ_ONLY_RO_COMPAT`], no `extent`; empty when there are none).
 ///
 /// A file system without `extent` (ext2, ext3) is named here as `^extent`: its files are
 /// block-mapped, which cjfs reads but never creates (`crate::block_map`), and an inode with
 /// an extent tree would be corrupt there.
 pub fn read_only_features(sb: &Superblock) -> Vec<String> {
-    let mut v = bit_names(FeatureKind::Incompat, sb.feature_incompat & READ_ONLY_INCOMPAT);
-    v.extend(bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT));
+    let mut v = bit_names(FeatureKind::RoCompat, sb.feature_ro_compat & READ_ONLY_RO_COMPAT);
     if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
         v.push(NO_EXTENTS.into());
     }
@@ -444,11 +442,11 @@ mod tests {
         assert!(e.contains("unsupported ext4 feature(s): casefold"), "{e}");
         let e = check_supported(&sb).unwrap_err().to_string();
         assert!(e.contains("unsupported ext4 feature(s): casefold, quota, FEATURE_R20"), "{e}");
-        // inline_data is read, not written.
+        // inline_data is read and written.
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
         assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("ext4 feature(s) inline_data, quota, FEATURE_R20 not maintained"), "{e}");
+        assert!(e.contains("ext4 feature(s) quota, FEATURE_R20 not maintained"), "{e}");
         // A compat feature cjfs does not write past stops no reader.
         sb.feature_ro_compat = MKFS_RO_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;
@@ -469,10 +467,10 @@ mod tests {
         sb.log_cluster_size = 2;
         sb.rev_level = 1;
         sb.feature_compat = MKFS_COMPAT | COMPAT_FAST_COMMIT | COMPAT_DIR_PREALLOC;
-        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
+        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_CASEFOLD;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_BIGALLOC;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): dir_prealloc, inline_data, bigalloc"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): dir_prealloc, casefold, bigalloc"), "{e}");
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_ORPHAN_PRESENT;
