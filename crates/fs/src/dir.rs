@@ -621,13 +621,7 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
     }
-    let slot = st
-        .names
-        .0
-        .read()
-        .as_ref()
-        .and_then(|m| m.get(name).copied())
-        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let slot = slot_of(st, name)?;
     let pblk = map_block(st, tx, slot.lblk)?;
     let (buf, end) = read_dir_block(tx.fs, st, slot.lblk, pblk)?;
     tx.write_access(&buf)?;
@@ -700,16 +694,20 @@ pub(crate) fn set_entry(
     Ok(())
 }
 
-/// [`remove_entry`] in an inline directory: in place, needing no space (the kernel's
-/// `ext4_delete_inline_entry`); the inode is stored in `tx`.
-fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
-    let slot = st
-        .names
+/// The index's slot of `name` (NotFound when the directory has no such entry).
+fn slot_of(st: &InodeState, name: &[u8]) -> FsResult<DirSlot> {
+    st.names
         .0
         .read()
         .as_ref()
         .and_then(|m| m.get(name).copied())
-        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))
+}
+
+/// [`remove_entry`] in an inline directory: in place, needing no space (the kernel's
+/// `ext4_delete_inline_entry`); the inode is stored in `tx`.
+fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
+    let slot = slot_of(st, name)?;
     let found = crate::inline_data::edit_dir(st, |region| Ok(dirent::remove(region, name)?.then_some(())))?;
     if found.is_none() {
         return Err(FsError::Corrupt(format!(

@@ -497,24 +497,11 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
         tx.stop()?;
         return Ok(());
     }
-    if crate::inline_data::is_inline(st) && new_size <= st.d.size {
-        // In place: emptying an inline file needs no block (a growth converts it below).
-        if new_size == 0 && st.d.size > 0 {
-            crate::adaptive::note_truncated_to_zero(fs, st);
-        }
-        let mut tx = Tx::start(fs, 8)?;
-        crate::inline_data::shrink(st, new_size)?;
-        if new_size != st.d.size {
-            st.datasync_tx = tx.h.tx_id();
-        }
-        st.d.size = new_size;
-        st.d.mtime = now;
-        st.d.ctime = now;
-        store_inode(&mut tx, ino, st)?;
-        tx.stop()?;
-        return Ok(());
+    // An inline file shrinks in place: emptying one needs no block (a growth converts it).
+    let inline_shrink = crate::inline_data::is_inline(st) && new_size <= st.d.size;
+    if !inline_shrink {
+        ensure_extents(fs, ino, st)?;
     }
-    ensure_extents(fs, ino, st)?;
     let jdata = journals_data(fs, st);
     let keep = new_size.div_ceil(bs);
     // Blocks may be mapped past i_size (fallocate keep-size): start from the last extent.
@@ -528,8 +515,14 @@ pub(crate) fn truncate(fs: &FsInner, ino: Ino, st: &mut InodeState, new_size: u6
     };
     // A truncation to the current size still drops blocks mapped past it, as ext4's
     // (`ext4_setattr` calls `ext4_truncate` whenever the size does not grow).
-    if new_size > st.d.size || (new_size == st.d.size && last_end <= keep) {
+    if inline_shrink || new_size > st.d.size || (new_size == st.d.size && last_end <= keep) {
+        if inline_shrink && new_size == 0 && st.d.size > 0 {
+            crate::adaptive::note_truncated_to_zero(fs, st);
+        }
         let mut tx = Tx::start(fs, 8)?;
+        if inline_shrink {
+            crate::inline_data::shrink(st, new_size)?;
+        }
         // Only a size change is needed to read the data back: a truncation to the same size
         // (SQLite's after every WAL checkpoint) changes times, which fdatasync need not
         // commit (ext4 sets `i_datasync_tid` only when `i_disksize` changes).
