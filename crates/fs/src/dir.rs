@@ -435,18 +435,34 @@ fn inline_to_block(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> FsResu
     let r = inline_to_block_inner(tx, dir_ino, st);
     if r.is_err() {
         st.d = saved;
+        // Rebuilt from the inline entries at the next use.
+        st.drop_index();
     }
     r
 }
 
 fn inline_to_block_inner(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> FsResult<()> {
-    let (parent, ents) = crate::inline_data::take_dir(tx.fs, st)?;
+    let (parent, ents, records) = crate::inline_data::take_dir(tx.fs, st)?;
     let buf = crate::file::map_first_block(tx, st, dir_ino)?;
     let end = entries_end(st, BlockKind::Leaf);
     let ft = disk_ftype(tx.fs, FT_DIR);
-    let mut list: Vec<(Ino, &[u8], u8)> = vec![(dir_ino, b".", ft), (parent, b"..", ft)];
-    list.extend(ents.iter().map(|e| (e.ino, &e.name[..], e.file_type)));
-    dirent::init_block(&mut buf.write()[..end], &list)?;
+    let at = INLINE_TO_BLOCK as usize + 4;
+    {
+        let mut w = buf.write();
+        if at + records.len() <= end {
+            // The records as they are, after `.` and `..`, the last one taking the rest of
+            // the block (the kernel's `ext4_finish_convert_inline_dir`): every entry keeps
+            // its readdir cookie ([`readdir_inline`]).
+            w[..end].fill(0);
+            dirent::init_block(&mut w[..at], &[(dir_ino, b".", ft), (parent, b"..", ft)])?;
+            w[at..at + records.len()].copy_from_slice(&records);
+            dirent::extend_last(&mut w[at..end])?;
+        } else {
+            let mut list: Vec<(Ino, &[u8], u8)> = vec![(dir_ino, b".", ft), (parent, b"..", ft)];
+            list.extend(ents.iter().map(|e| (e.ino, &e.name[..], e.file_type)));
+            dirent::init_block(&mut w[..end], &list)?;
+        }
+    }
     seal_leaf(st, &buf);
     st.d.size = st.csum.block_size as u64;
     let free = block_max_free(&buf.read()[..end])?;
@@ -855,7 +871,6 @@ fn readdir_hashed(
     }
     let from = offset.max(2);
     let want = max - out.len();
-    let legacy = version == htree::DX_HASH_LEGACY;
     let end = params.block_size - if st.csum.seed.is_some() { TAIL_SIZE } else { 0 };
     let mut cands: Vec<(u64, DirEntry)> = Vec::new();
     let take = |b: &[u8], is_root_block: bool, cands: &mut Vec<(u64, DirEntry)>| -> FsResult<()> {
@@ -865,14 +880,7 @@ fn readdir_hashed(
             if !e.is_live() || e.name == b"." || e.name == b".." {
                 continue;
             }
-            let (major, minor) = htree::dirhash(
-                htree::effective_hash_version(version, params.sb_flags),
-                e.name,
-                &params.hash_seed,
-            )?;
-            // The legacy hash has no minor part: a checksum of the name separates collisions.
-            let minor = if legacy { crate::ondisk::csum::crc32c(0, e.name) } else { minor };
-            let c = hash_cookie(major, minor);
+            let c = entry_hash_cookie(params, version, e.name)?;
             if c > from {
                 let kind = FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular);
                 cands.push((c, DirEntry { name: e.name.to_vec(), ino: e.inode, kind, next_offset: c }));
@@ -901,34 +909,85 @@ fn readdir_hashed(
     } else {
         store.read(0, |b| take(b, true, &mut cands))??;
     }
-    cands.sort_by(by_cookie);
-    // Entries sharing a cookie go out together: a reader resuming from it skips them all.
+    take_by_cookie(&mut out, cands, want);
+    Ok(out)
+}
+
+/// The hash-order readdir cookie of entry `name` in a directory hashed with `version`.
+fn entry_hash_cookie(params: &DirParams, version: u8, name: &[u8]) -> FsResult<u64> {
+    let (major, minor) =
+        htree::dirhash(htree::effective_hash_version(version, params.sb_flags), name, &params.hash_seed)?;
+    // The legacy hash has no minor part: a checksum of the name separates collisions.
+    let minor = if version == htree::DX_HASH_LEGACY { crate::ondisk::csum::crc32c(0, name) } else { minor };
+    Ok(hash_cookie(major, minor))
+}
+
+/// Append the `want` candidates of lowest cookie to `out`, in cookie order; entries sharing
+/// a cookie go out together (a reader resuming from it skips them all).
+fn take_by_cookie(out: &mut Vec<DirEntry>, mut cands: Vec<(u64, DirEntry)>, want: usize) {
+    cands.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
     let mut n = want.min(cands.len());
     while n > 0 && n < cands.len() && cands[n].0 == cands[n - 1].0 {
         n += 1;
     }
     out.extend(cands.into_iter().take(n).map(|(_, e)| e));
-    Ok(out)
 }
 
-/// [`readdir_on_disk`] of an inline directory: `.` and `..` (which it does not store) at
-/// cookies 1 and 2, then each record at the cookie of its end in the inline stream, past 2.
+/// How far an inline directory's records move when it goes into a block: the stream's
+/// 4-byte parent becomes the 12-byte `.` and 12-byte `..` records (the kernel's
+/// `extra_offset`). An inline record's linear cookie is where it would end in the block.
+const INLINE_TO_BLOCK: u64 = 20;
+
+/// [`readdir_on_disk`] of an inline directory, in the cookies the directory keeps once it
+/// moves into a block: read in hash order when a single block would be (`dir_index`, as
+/// the kernel's `is_dx_dir` holds for inline directories), else linear cookies as in the
+/// block, `.` ending at 12, `..` at 24, each record [`INLINE_TO_BLOCK`] past its end in
+/// the stream.
 fn readdir_inline(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
     let (parent, ents) = crate::inline_data::dir_entries(fs, st)?;
-    let dots = [(&b"."[..], st.ino, 1u64), (&b".."[..], parent, 2)];
-    let dots = dots.into_iter().map(|(name, ino, next)| DirEntry {
-        name: name.to_vec(),
-        ino,
-        kind: FileType::Directory,
-        next_offset: next,
-    });
-    let rest = ents.into_iter().map(|e| DirEntry {
-        kind: FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular),
-        name: e.name,
-        ino: e.ino,
-        next_offset: 2 + e.end,
-    });
-    Ok(dots.chain(rest).filter(|e| e.next_offset > offset).take(max).collect())
+    let params = DirParams::get(fs);
+    let kind = |code: u8| FileType::from_dirent_code(code).unwrap_or(FileType::Regular);
+    let hashed = params.dir_index && params.def_hash_version <= DX_HASH_TEA;
+    let (dot_end, dotdot_end) = if hashed { (1, 2) } else { (12, 24) };
+    let mut out: Vec<DirEntry> = [(&b"."[..], st.ino, dot_end), (&b".."[..], parent, dotdot_end)]
+        .into_iter()
+        .filter(|&(_, _, next)| next > offset)
+        .map(|(name, ino, next)| DirEntry {
+            name: name.to_vec(),
+            ino,
+            kind: FileType::Directory,
+            next_offset: next,
+        })
+        .take(max)
+        .collect();
+    let want = max - out.len();
+    if hashed {
+        let from = offset.max(2);
+        let mut cands = Vec::new();
+        for e in ents {
+            let c = entry_hash_cookie(&params, params.def_hash_version, &e.name)?;
+            if c > from {
+                cands.push((
+                    c,
+                    DirEntry { kind: kind(e.file_type), name: e.name, ino: e.ino, next_offset: c },
+                ));
+            }
+        }
+        take_by_cookie(&mut out, cands, want);
+        return Ok(out);
+    }
+    let rest = ents
+        .into_iter()
+        // A record that absorbed a removed one starts before the cookie: it was returned.
+        .filter(|e| e.start + INLINE_TO_BLOCK >= offset && e.end + INLINE_TO_BLOCK > offset)
+        .map(|e| DirEntry {
+            kind: kind(e.file_type),
+            name: e.name,
+            ino: e.ino,
+            next_offset: e.end + INLINE_TO_BLOCK,
+        });
+    out.extend(rest.take(want));
+    Ok(out)
 }
 
 /// Entries from `offset` on (at most `max`). Offsets are stable cookies: hash-based for a

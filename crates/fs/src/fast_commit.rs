@@ -55,7 +55,6 @@ pub struct FcReplayReport {
 /// Offset of `i_block` in an on-disk inode, and of `i_generation` after it.
 const I_BLOCK: usize = 0x28;
 const I_GENERATION: usize = 0x64;
-const I_EXTRA_ISIZE: usize = 0x80;
 
 /// Replay the fast-commit area of the journal whose primary log is `primary` (its normal
 /// log already replayed: the superblock says the log is clean and names the next
@@ -152,12 +151,9 @@ fn install_inode(rb: &Rebuild, ino: Ino, raw: &[u8]) -> FsResult<()> {
         return Err(FsError::Corrupt(format!("fast commit: inode {ino} out of range")));
     }
     let isz = fs.geo.inode_size as usize;
-    let len = if isz > 128 && raw.len() >= I_EXTRA_ISIZE + 2 {
-        let extra = usize::from(u16::from_le_bytes([raw[I_EXTRA_ISIZE], raw[I_EXTRA_ISIZE + 1]]));
-        (128 + extra).min(isz).min(raw.len())
-    } else {
-        128
-    };
+    // The whole record, in-inode attributes included (the kernel logs and replays the full
+    // inode: an inline inode's `system.data` must come with its `i_size`).
+    let len = raw.len().min(isz);
     let node = fs.inodes.get(fs, ino)?;
     let mut st = node.state.write();
     let mut bytes = st.d.to_bytes();

@@ -99,7 +99,10 @@ pub(crate) struct InlineEntry {
     pub ino: Ino,
     /// The record's file type byte.
     pub file_type: u8,
-    /// Where the record ends in the directory's stream (a stable readdir cookie).
+    /// Where the record starts in the directory's stream (the parent's 4 bytes, then
+    /// `i_block`'s records, then `system.data`'s).
+    pub start: u64,
+    /// Where it ends.
     pub end: u64,
 }
 
@@ -123,6 +126,7 @@ pub(crate) fn dir_entries(fs: &FsInner, st: &InodeState) -> FsResult<(Ino, Vec<I
                     name: e.name.to_vec(),
                     ino: e.inode,
                     file_type: e.file_type,
+                    start: (base + e.offset) as u64,
                     end: (base + e.offset + e.rec_len) as u64,
                 });
             }
@@ -181,29 +185,41 @@ pub(crate) fn file_to_extents(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) ->
         read(tx.fs, st, 0, &mut data)?;
     }
     let saved = st.d.clone();
+    let r = move_into_block(tx, ino, st, &data);
+    if r.is_err() {
+        st.d = saved;
+    }
+    r
+}
+
+/// [`file_to_extents`] once the bytes are read.
+fn move_into_block(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, data: &[u8]) -> FsResult<()> {
     clear(st)?;
     st.datasync_tx = tx.h.tx_id();
     if data.is_empty() {
         return Ok(());
     }
     let goal = crate::alloc::inode_goal(tx.fs, ino);
-    let pblk = match crate::alloc::alloc_blocks(tx, goal, 1) {
-        Ok((pblk, _)) => pblk,
-        Err(e) => {
-            st.d = saved;
-            return Err(e);
-        }
-    };
+    let (pblk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
     // One extent in an empty root: no tree block to allocate, so this cannot run short.
     let d = crate::file::insert_or_free(tx, st, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
     crate::file::charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))?;
     let buf = tx.fs.cache.get_new(pblk);
-    if crate::file::journals_data(tx.fs, st) {
+    // As `crate::file::write` places a fresh block: logged with data journaling, or when
+    // the journal must (a block whose home contents an unconfirmed commit sums), else
+    // written home before the commit.
+    let jdata = crate::file::journals_data(tx.fs, st);
+    let logged = if jdata {
         tx.h.get_write_access(&buf)?;
-        buf.write()[..data.len()].copy_from_slice(&data);
+        true
+    } else {
+        let left = crate::adaptive::images_left(tx.fs, st);
+        crate::adaptive::before_in_place(tx, st, &buf, left)?
+    };
+    buf.write()[..data.len()].copy_from_slice(data);
+    if logged {
         tx.h.dirty_metadata(&buf)?;
     } else {
-        buf.write()[..data.len()].copy_from_slice(&data);
         tx.h.dirty_data(&buf)?;
         st.dirty_data.push(buf);
     }
@@ -250,10 +266,14 @@ pub(crate) fn set_parent(st: &mut InodeState, parent: Ino) {
 }
 
 /// Turn inline directory `st` into an empty extent-mapped inode of size 0, returning its
-/// parent and entries (the caller maps a block and writes them there; [`crate::dir`]).
-pub(crate) fn take_dir(fs: &FsInner, st: &mut InodeState) -> FsResult<(Ino, Vec<InlineEntry>)> {
-    let out = dir_entries(fs, st)?;
+/// parent, its entries and its records as they are stored (the stream past the parent:
+/// the rest of `i_block`, then `system.data`), for the caller to write into a block
+/// ([`crate::dir`]).
+pub(crate) fn take_dir(fs: &FsInner, st: &mut InodeState) -> FsResult<(Ino, Vec<InlineEntry>, Vec<u8>)> {
+    let (parent, ents) = dir_entries(fs, st)?;
+    let mut records = st.d.block[DOTDOT_BYTES..IBLOCK_BYTES].to_vec();
+    records.extend(tail(st)?);
     clear(st)?;
     st.d.size = 0;
-    Ok(out)
+    Ok((parent, ents, records))
 }

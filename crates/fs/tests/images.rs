@@ -1091,3 +1091,74 @@ fn inline_data_files_and_directories_change() {
     drop(m);
     assert_fsck_clean(&img);
 }
+
+/// readdir of inline directories resumes where it left off across in-place removals and
+/// across the move into a block, read in hash order (`dir_index`, as the kernel reads
+/// inline directories then) and linearly (without it): every entry present throughout is
+/// returned exactly once.
+#[test]
+fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
+    let tmp = tmpdir();
+    for features in ["inline_data", "inline_data,^dir_index"] {
+        // Four short names: mke2fs keeps them in i_block (it moves a fuller directory into a
+        // block rather than into system.data).
+        let src = tmp.path().join(format!("src-{features}"));
+        std::fs::create_dir_all(src.join("d")).expect("mkdir");
+        for i in 0..4 {
+            std::fs::write(src.join(format!("d/e{i}")), format!("{i}")).expect("write");
+        }
+        let s = src.to_str().expect("utf-8 path");
+        for change in ["unlink", "create"] {
+            let img = tmp.path().join(format!("{features}-{change}.img"));
+            let args = ["-t", "ext4", "-b", "4096", "-I", "1024", "-O", features, "-d", s];
+            if mke2fs_with(&img, &args, "32M").is_none() {
+                return;
+            }
+            let fs = mount(&img);
+            let d = fs.resolve("/d").expect("d");
+            if change == "create" {
+                // A hole first: e1's record goes to e0, which the move into a block keeps.
+                fs.unlink(d, b"e1").expect("unlink");
+            }
+            assert_ne!(fs.getattr(d).expect("getattr").flags & INLINE_FL, 0, "{features}: /d is inline");
+            let first = fs.readdir(d, 0, 3).expect("readdir");
+            let mut seen: Vec<Vec<u8>> = first.iter().map(|e| e.name.clone()).collect();
+            let cookie = first.last().expect("entries").next_offset;
+            if change == "unlink" {
+                // The entry after the last one returned: read linearly, its record goes to
+                // that one, whose end moves past the cookie.
+                let all = fs.readdir(d, 0, 100).expect("readdir");
+                let next = all[3].name.clone();
+                fs.unlink(d, &next).expect("unlink");
+                assert_ne!(
+                    fs.getattr(d).expect("getattr").flags & INLINE_FL,
+                    0,
+                    "{features}: unlinked in place"
+                );
+            } else {
+                fs.create(d, b"new", 0o644, 0, 0).expect("create");
+                assert_eq!(
+                    fs.getattr(d).expect("getattr").flags & INLINE_FL,
+                    0,
+                    "{features}: moved into a block"
+                );
+            }
+            let mut off = cookie;
+            loop {
+                let page = fs.readdir(d, off, 1).expect("readdir");
+                let Some(last) = page.last() else { break };
+                off = last.next_offset;
+                seen.extend(page.into_iter().map(|e| e.name));
+            }
+            seen.retain(|n| n != b"new");
+            let mut sorted = seen.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), seen.len(), "{features}, {change}: an entry came twice: {seen:?}");
+            let want = 5;
+            assert_eq!(seen.len(), want, "{features}, {change}: entries missing: {seen:?}");
+            fs.unmount().expect("unmount");
+            assert_fsck_clean(&img);
+        }
+    }
+}

@@ -2298,15 +2298,23 @@ fn live_fast_commits(img: &Path) -> bool {
 /// A kernel image made with `-O fast_commit`, copied while the kernel holds fast commits
 /// newer than its last full commit (fsyncs of new files, appends, a truncate, an unlink, a
 /// hard link): cjfs refused such journals before; now it replays the fast commits and gets
-/// what `e2fsck -fy` gets, and the kernel saw.
+/// what `e2fsck -fy` gets, and the kernel saw. Also with `inline_data`: an inline file
+/// appended in place by the kernel is logged as a whole inode, `system.data` with its size.
 #[test]
 fn kernel_fast_commit_image_replays_like_e2fsck() {
     require!(need_tools(&["mke2fs", "e2fsck", "cp"]));
     require!(kernel_env());
-    let label = "kernel image -O fast_commit";
+    for features in ["fast_commit,^orphan_file", "fast_commit,^orphan_file,inline_data"] {
+        kernel_fast_commit_case(features);
+    }
+}
+
+fn kernel_fast_commit_case(features: &str) {
+    let inline = features.contains("inline_data");
+    let label = &format!("kernel image -O {features}");
     let dir = tmpdir();
     let img = dir.path().join("fc.img");
-    let o = mke2fs(&img, "fast_commit,^orphan_file", 256);
+    let o = mke2fs(&img, features, 256);
     assert_eq!(o.code, 0, "mke2fs -O fast_commit: {}", o.text());
     assert_ne!(sb_features(&img).0 & 0x400, 0, "mke2fs made no fast_commit image");
     let mnt = dir.path().join("mnt");
@@ -2319,6 +2327,9 @@ fn kernel_fast_commit_image_replays_like_e2fsck() {
     h_file(&mnt, &mut m, "/d/old", 0o644, 0, 0, &pattern(20_000, 301));
     h_file(&mnt, &mut m, "/d/gone", 0o644, 0, 0, &pattern(9_000, 302));
     h_file(&mnt, &mut m, "/trunc", 0o644, 0, 0, &pattern(70_000, 303));
+    if inline {
+        h_file(&mnt, &mut m, "/small", 0o644, 0, 0, &pattern(50, 304));
+    }
     syncfs(&mnt);
     let mut crash = None;
     for attempt in 0..4 {
@@ -2336,6 +2347,11 @@ fn kernel_fast_commit_image_replays_like_e2fsck() {
         f.set_len(10_000 - attempt as u64).expect("truncate");
         f.sync_all().expect("fsync");
         m.get_mut("/trunc").data.truncate(10_000 - attempt);
+        if attempt == 0 && inline {
+            // Still inline after the append (60 bytes of i_block, the rest in system.data).
+            h_write_at(&mnt, &mut m, "/small", 50, &pattern(70, 305));
+            fsync("/small");
+        }
         if attempt == 0 {
             std::fs::remove_file(habs(&mnt, "/d/gone")).expect("unlink");
             m.unlink("/d/gone");
@@ -2378,9 +2394,19 @@ fn kernel_fast_commit_image_replays_like_e2fsck() {
         println!("{label}: e2fsck reconnected {p} (the unlinked file); cjfs freed it, as the kernel does");
         theirs.tree.remove(p);
     }
-    assert_same(label, "cjfs", &ours, "e2fsck", &theirs, false);
+    if inline {
+        // e2fsck 1.47.0's own replay of these fast commits with inline_data stops short (it
+        // then finds entries naming unused inodes and repairs): the kernel is the judge here.
+        println!("{label}: e2fsck -fy's replay is not compared (see its output above)");
+    } else {
+        assert_same(label, "cjfs", &ours, "e2fsck", &theirs, false);
+    }
     assert_same(label, "cjfs", &ours, "kernel", &kernel_view, false);
-    println!("{label}: {} paths, cjfs and e2fsck -fy agree", ours.tree.len());
+    println!(
+        "{label}: {} paths, cjfs agrees with the kernel{}",
+        ours.tree.len(),
+        if inline { "" } else { " and e2fsck -fy" }
+    );
 }
 
 /// Judge 6: the single-I/O commit (the `joj` preset) on images with and without

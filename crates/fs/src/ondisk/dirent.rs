@@ -331,6 +331,29 @@ pub fn init_block(block: &mut [u8], entries: &[(u32, &[u8], u8)]) -> FsResult<()
     Ok(())
 }
 
+/// Give the last record of the chain filling the start of `block` the rest of `block` (the
+/// chain's records are valid and end before `block` does; the bytes after it are zero).
+pub fn extend_last(block: &mut [u8]) -> FsResult<()> {
+    let mut last = None;
+    let mut off = 0;
+    while off + MIN_REC_LEN <= block.len() {
+        let rec_len = usize::from(get_u16(block, off + DE_REC_LEN));
+        if rec_len == 0 {
+            break;
+        }
+        last = Some(off);
+        off += rec_len;
+    }
+    let Some(last) = last else {
+        return Err(FsError::Corrupt("directory records: none to extend".into()));
+    };
+    if off > block.len() {
+        return Err(FsError::Corrupt(format!("directory record at {last} runs past the block")));
+    }
+    put_u16(block, last + DE_REC_LEN, (block.len() - last) as u16);
+    Ok(())
+}
+
 /// First block of a new directory: `.` (`self_ino`, rec_len 12) and `..` (`parent_ino`,
 /// taking the rest of the `block_size`-byte block).
 pub fn make_dot_block(self_ino: u32, parent_ino: u32, block_size: usize) -> Box<[u8]> {
