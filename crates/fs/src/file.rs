@@ -452,6 +452,44 @@ fn zero_partial(
     Ok(())
 }
 
+/// Turn the written blocks of logical `start..end` (exclusive) unwritten, keeping them
+/// mapped to the same physical blocks (they read as zeros from now on; no data is written
+/// and no block freed). Returns how many blocks changed. Runs inside `tx`; a tree block a
+/// split needs may be allocated (on ENOSPC there, the blocks of that extent are freed, so
+/// the range still reads as zeros).
+fn to_unwritten(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32) -> FsResult<u64> {
+    let written: Vec<Mapping> = extent_tree::extents_in_range(&st.d.block, tx, st.csum, start, end)?
+        .into_iter()
+        .filter(|m| !m.unwritten)
+        .collect();
+    let mut n = 0u64;
+    for m in written {
+        let (a, b) = (m.lblk.max(start), (m.end().min(u64::from(end))) as u32);
+        let (_, removed) = extent_tree::remove_range(&mut st.d.block, tx, st.csum, a, b)?;
+        let mut grown = i64::from(removed.blocks_allocated) - i64::from(removed.blocks_freed);
+        let mut lblk = a;
+        while lblk < b {
+            let len = (b - lblk).min(Mapping::max_len(true));
+            let pblk = m.pblk + u64::from(lblk - m.lblk);
+            let piece = Mapping { lblk, pblk, len, unwritten: true };
+            match extent_tree::insert(&mut st.d.block, tx, st.csum, piece, pblk) {
+                Ok(d) => grown += i64::from(d.blocks_allocated) - i64::from(d.blocks_freed),
+                Err(e) => {
+                    // Unmapped now: free what is left of this extent, as a punch would.
+                    let revoke = journals_data(tx.fs, st) || crate::adaptive::images_left(tx.fs, st);
+                    crate::alloc::free_blocks(tx, pblk, b - lblk, revoke)?;
+                    charge_blocks(tx.fs, st, grown - i64::from(b - lblk))?;
+                    return Err(e);
+                }
+            }
+            lblk += len;
+        }
+        charge_blocks(tx.fs, st, grown)?;
+        n += u64::from(b - a);
+    }
+    Ok(n)
+}
+
 /// Unmap logical blocks `start..end` (exclusive), freeing them, in bounded transactions'
 /// worth of work. Runs inside `tx`.
 fn unmap_range(tx: &mut Tx<'_>, st: &mut InodeState, start: u32, end: u32, jdata: bool) -> FsResult<()> {
@@ -608,40 +646,40 @@ pub(crate) fn fallocate(
         extent_tree::init_root(&mut st.d.block);
     }
     let jdata = journals_data(fs, st);
-    let (punch, alloc, keep_size) = match mode {
-        FallocMode::Allocate => (false, true, false),
-        FallocMode::KeepSize => (false, true, true),
-        FallocMode::PunchHole => (true, false, true),
-        FallocMode::ZeroRange { keep_size } => (true, true, keep_size),
+    // A zero range allocates the holes first (as unwritten blocks, which read as zeros, so
+    // an ENOSPC there changes no byte), then turns the written blocks inside it unwritten in
+    // place and zeroes the partial ones at its edges (the kernel's `ext4_zero_range`): no
+    // block is freed and allocated again, so it needs no more space than the holes.
+    let (punch, alloc, keep_size, zero) = match mode {
+        FallocMode::Allocate => (false, true, false, false),
+        FallocMode::KeepSize => (false, true, true, false),
+        FallocMode::PunchHole => (true, false, true, false),
+        FallocMode::ZeroRange { keep_size } => (false, true, keep_size, true),
     };
-    if punch {
-        let mut tx = Tx::start(fs, 64)?;
-        let first_full = off.div_ceil(bs);
-        let end_full = end / bs;
-        if first_full < end_full {
-            unmap_range(&mut tx, st, first_full as u32, end_full as u32, jdata)?;
-        }
+    let zero_edges = |tx: &mut Tx<'_>, st: &mut InodeState| -> FsResult<()> {
         // Partial blocks at the edges are zeroed in place.
         let (fb, lb) = (off / bs, (end - 1) / bs);
         if fb == lb {
             if !(off.is_multiple_of(bs) && end % bs == 0) {
-                zero_partial(
-                    &mut tx,
-                    st,
-                    fb as u32,
-                    (off % bs) as usize,
-                    ((end - 1) % bs + 1) as usize,
-                    jdata,
-                )?;
+                zero_partial(tx, st, fb as u32, (off % bs) as usize, ((end - 1) % bs + 1) as usize, jdata)?;
             }
         } else {
             if !off.is_multiple_of(bs) {
-                zero_partial(&mut tx, st, fb as u32, (off % bs) as usize, bs as usize, jdata)?;
+                zero_partial(tx, st, fb as u32, (off % bs) as usize, bs as usize, jdata)?;
             }
             if end % bs != 0 {
-                zero_partial(&mut tx, st, lb as u32, 0, (end % bs) as usize, jdata)?;
+                zero_partial(tx, st, lb as u32, 0, (end % bs) as usize, jdata)?;
             }
         }
+        Ok(())
+    };
+    let (first_full, end_full) = (off.div_ceil(bs), end / bs);
+    if punch {
+        let mut tx = Tx::start(fs, 64)?;
+        if first_full < end_full {
+            unmap_range(&mut tx, st, first_full as u32, end_full as u32, jdata)?;
+        }
+        zero_edges(&mut tx, st)?;
         st.d.ctime = Timestamp::now();
         st.d.mtime = st.d.ctime;
         store_inode(&mut tx, ino, st)?;
@@ -713,6 +751,20 @@ pub(crate) fn fallocate(
                 return Err(e);
             }
         }
+    }
+    if zero {
+        let mut tx = Tx::start(fs, 64)?;
+        if first_full < end_full {
+            let n = to_unwritten(&mut tx, st, first_full as u32, end_full as u32)?;
+            if n > 0 {
+                st.datasync_tx = tx.h.tx_id();
+            }
+        }
+        zero_edges(&mut tx, st)?;
+        st.d.ctime = Timestamp::now();
+        st.d.mtime = st.d.ctime;
+        store_inode(&mut tx, ino, st)?;
+        tx.stop()?;
     }
     if !alloc && !keep_size && end > st.d.size {
         truncate(fs, ino, st, end)?;

@@ -112,6 +112,19 @@ pub(crate) fn set(
     flags: XattrFlags,
 ) -> FsResult<()> {
     x::split_name(name)?;
+    let mut list = list_all(fs, st)?;
+    let pos = list.iter().position(|(n, _)| n == name);
+    // EEXIST and ENODATA come before ENOSPC, as in ext4 (`ext4_xattr_set_handle` looks the
+    // name up first).
+    match (pos, value, flags) {
+        (Some(_), Some(_), XattrFlags::Create) => {
+            return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        (None, Some(_), XattrFlags::Replace) | (None, None, _) => {
+            return Err(FsError::NoAttr(String::from_utf8_lossy(name).into_owned()));
+        }
+        _ => {}
+    }
     if let Some(v) = value
         && v.len() > fs.geo.block_size - 64
     {
@@ -122,20 +135,14 @@ pub(crate) fn set(
             fs.geo.block_size
         )));
     }
-    let mut list = list_all(fs, st)?;
-    let pos = list.iter().position(|(n, _)| n == name);
-    match (pos, value, flags) {
-        (Some(_), Some(_), XattrFlags::Create) => {
-            return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
-        }
-        (None, Some(_), XattrFlags::Replace) | (None, None, _) => {
-            return Err(FsError::NoAttr(String::from_utf8_lossy(name).into_owned()));
-        }
-        (Some(i), Some(v), _) => list[i].1 = v.to_vec(),
-        (None, Some(v), _) => list.push((name.to_vec(), v.to_vec())),
-        (Some(i), None, _) => {
+    match (pos, value) {
+        (Some(i), Some(v)) => list[i].1 = v.to_vec(),
+        (None, Some(v)) => list.push((name.to_vec(), v.to_vec())),
+        (Some(i), None) => {
             list.remove(i);
         }
+        // Refused above.
+        (None, None) => {}
     }
     commit(fs, ino, st, Some(&list), None)
 }
@@ -198,7 +205,12 @@ fn commit(
     let mut tx = Tx::start(fs, 8)?;
     if let Some(list) = list {
         let had_block = st.d.file_acl != 0;
-        write_all(&mut tx, ino, st, list)?;
+        let saved = st.d.clone();
+        if let Err(e) = write_all(&mut tx, ino, st, list) {
+            // Refused before anything changed (ENOSPC, too large): the inode as it was.
+            st.d = saved;
+            return Err(e);
+        }
         if had_block || st.d.file_acl != 0 {
             crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, tx.h.tx_id());
         }
@@ -236,8 +248,8 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
         e => e,
     })?;
-    st.d.set_xattr_area(&ibody)?;
     if block_list.is_empty() {
+        st.d.set_xattr_area(&ibody)?;
         free_block(tx, st)?;
         return Ok(());
     }
@@ -254,24 +266,33 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
     } else {
         false
     };
-    if shared {
-        // Copy on write: leave the shared block to its other users.
-        free_block(tx, st)?;
-    }
-    let buf = if st.d.file_acl == 0 {
-        // Near the inode's group, as ext4 does. (This used to pass inode 0, which
-        // underflowed in `inode_group` and panicked on the first block-sized xattr.)
+    // A new block (none yet, or copy on write of a shared one) is allocated before anything
+    // changes: ENOSPC leaves the attributes as they were. Near the inode's group, as ext4
+    // does.
+    let fresh = if st.d.file_acl == 0 || shared {
         let goal = crate::alloc::inode_goal(tx.fs, ino);
-        let (blk, _) = crate::alloc::alloc_blocks(tx, goal, 1)?;
-        st.d.file_acl = blk;
-        crate::file::charge_blocks(tx.fs, st, 1)?;
-        let b = tx.fs.cache.get_new(blk);
-        tx.h.get_create_access(&b)?;
-        b
+        Some(crate::alloc::alloc_blocks(tx, goal, 1)?.0)
     } else {
-        let b = read_block(tx.fs, ino, st.d.file_acl)?;
-        tx.h.get_write_access(&b)?;
-        b
+        None
+    };
+    st.d.set_xattr_area(&ibody)?;
+    let buf = match fresh {
+        Some(blk) => {
+            if shared {
+                // Leave the shared block to its other users.
+                free_block(tx, st)?;
+            }
+            st.d.file_acl = blk;
+            crate::file::charge_blocks(tx.fs, st, 1)?;
+            let b = tx.fs.cache.get_new(blk);
+            tx.h.get_create_access(&b)?;
+            b
+        }
+        None => {
+            let b = read_block(tx.fs, ino, st.d.file_acl)?;
+            tx.h.get_write_access(&b)?;
+            b
+        }
     };
     buf.write().copy_from_slice(&img);
     seal(tx.fs, &buf);

@@ -274,3 +274,55 @@ fn concurrent_writers_near_full_never_overcommit() {
     fs.unmount().expect("unmount");
     assert_fsck_clean(&path);
 }
+
+/// On a full file system a refused change changes nothing: a setxattr whose new value needs
+/// an xattr block keeps the old value (in memory and, after a later change of the inode,
+/// on disk), a zero range over written data that needs a block for a hole leaves every byte
+/// as it was, and a refused flag still says EEXIST or ENODATA before ENOSPC, as ext4.
+#[test]
+fn refused_setxattr_and_zero_range_change_nothing() {
+    use cjfs_fs::XattrFlags;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, dev) = fresh_image(dir.path(), "refused.img", 32);
+    let fs = mount(dev);
+    let bs = u64::from(fs.statfs().bsize);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create");
+    let data = chunk(7, 0, 3 * bs as usize);
+    fs.write(f.ino, 0, &data).expect("write");
+    fs.setxattr(f.ino, b"user.a", &[b'x'; 25], XattrFlags::Any).expect("setxattr");
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).expect("create");
+    fill(&fs, filler.ino, 2, 1 << 16);
+    fill(&fs, filler.ino, 2, bs as usize);
+    let big = vec![b'y'; 3 * bs as usize / 4];
+    match fs.setxattr(f.ino, b"user.a", &big, XattrFlags::Any) {
+        Err(FsError::NoSpace(_)) => {}
+        other => panic!("setxattr on a full file system: {other:?}"),
+    }
+    assert_eq!(fs.getxattr(f.ino, b"user.a").expect("old value kept"), vec![b'x'; 25]);
+    fs.setattr(f.ino, &SetAttr { mode: Some(0o600), ..SetAttr::default() }).expect("chmod");
+    match fs.setxattr(f.ino, b"user.missing", &big, XattrFlags::Replace) {
+        Err(FsError::NoAttr(_)) => {}
+        other => panic!("replace of a missing name: {other:?}"),
+    }
+    match fs.setxattr(f.ino, b"user.a", &vec![b'z'; bs as usize], XattrFlags::Create) {
+        Err(FsError::Exists(_)) => {}
+        other => panic!("create of an existing name: {other:?}"),
+    }
+    // A zero range reaching into a hole past the data: the hole needs blocks there are none of.
+    let r = fs.fallocate(f.ino, FallocMode::ZeroRange { keep_size: true }, 100, 40 * bs);
+    assert!(matches!(r, Err(FsError::NoSpace(_))), "zero range on a full file system: {r:?}");
+    assert!(read_all(&fs, f.ino) == data, "a refused zero range changed the data");
+    // With room, the same range reads as zeros and the file keeps its blocks.
+    fs.unlink(ROOT_INO, b"filler").expect("unlink");
+    fs.fsync(ROOT_INO, false).expect("commit the free");
+    fs.fallocate(f.ino, FallocMode::ZeroRange { keep_size: true }, 100, 40 * bs).expect("zero range");
+    let got = read_all(&fs, f.ino);
+    assert!(got[..100] == data[..100] && got[100..].iter().all(|&b| b == 0), "zero range");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&path);
+    let fs = mount(open_image(&path));
+    assert_eq!(fs.getxattr(f.ino, b"user.a").expect("on disk"), vec![b'x'; 25]);
+    let got = read_all(&fs, f.ino);
+    assert!(got[..100] == data[..100] && got[100..].iter().all(|&b| b == 0), "zero range after remount");
+    fs.unmount().expect("unmount");
+}
