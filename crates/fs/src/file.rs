@@ -435,6 +435,21 @@ fn zero_partial(
     }
     let Some(pblk) = m.pblk_of(lblk) else { return Ok(()) };
     let buf = tx.fs.cache.read(pblk)?;
+    change_data_block(tx, st, buf, jdata, |b| b[from..to].fill(0))?;
+    Ok(())
+}
+
+/// Change data block `buf` of `st` in `tx` with `f`, written as the file's data is: in the
+/// log with data journaling (`jdata`) or when the block must be logged
+/// ([`crate::adaptive::before_in_place`]), else home before the commit (ordered). Returns
+/// whether it was logged.
+pub(crate) fn change_data_block(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    buf: Arc<Buffer>,
+    jdata: bool,
+    f: impl FnOnce(&mut [u8]),
+) -> FsResult<bool> {
     let logged = if jdata {
         tx.h.get_write_access(&buf)?;
         true
@@ -442,14 +457,14 @@ fn zero_partial(
         let left = crate::adaptive::images_left(tx.fs, st);
         crate::adaptive::before_in_place(tx, st, &buf, left)?
     };
-    buf.write()[from..to].fill(0);
+    f(&mut buf.write()[..]);
     if logged {
         tx.h.dirty_metadata(&buf)?;
     } else {
         tx.h.dirty_data(&buf)?;
         st.dirty_data.push(buf);
     }
-    Ok(())
+    Ok(logged)
 }
 
 /// Turn the written blocks of logical `start..end` (exclusive) unwritten, keeping them

@@ -205,24 +205,9 @@ fn move_into_block(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, data: &[u8]) 
     let d = crate::file::insert_or_free(tx, st, Mapping { lblk: 0, pblk, len: 1, unwritten: false }, goal)?;
     crate::file::charge_blocks(tx.fs, st, 1 + i64::from(d.blocks_allocated))?;
     let buf = tx.fs.cache.get_new(pblk);
-    // As `crate::file::write` places a fresh block: logged with data journaling, or when
-    // the journal must (a block whose home contents an unconfirmed commit sums), else
-    // written home before the commit.
+    // As `crate::file::write` places a fresh block.
     let jdata = crate::file::journals_data(tx.fs, st);
-    let logged = if jdata {
-        tx.h.get_write_access(&buf)?;
-        true
-    } else {
-        let left = crate::adaptive::images_left(tx.fs, st);
-        crate::adaptive::before_in_place(tx, st, &buf, left)?
-    };
-    buf.write()[..data.len()].copy_from_slice(data);
-    if logged {
-        tx.h.dirty_metadata(&buf)?;
-    } else {
-        tx.h.dirty_data(&buf)?;
-        st.dirty_data.push(buf);
-    }
+    crate::file::change_data_block(tx, st, buf, jdata, |b| b[..data.len()].copy_from_slice(data))?;
     Ok(())
 }
 

@@ -687,6 +687,65 @@ fn meta_bg_images_read_and_change() {
     fs.unmount().expect("unmount");
 }
 
+/// One change of file `ino` (named `name` in the root) and of its model `model`, by `kind`:
+/// 0 overwrite at `off`, 1 append `pad` bytes past the end, 2 shrink to `off`, 3 grow by
+/// `n`, 4 truncate to zero, 5 punch or 6 zero `n` bytes at `off`, 7 fallocate them, 8
+/// unlink (then false: the file is gone). Written data is `n` bytes of pattern `seed`.
+fn change_file(
+    fs: &Fs,
+    ino: Ino,
+    name: &str,
+    model: &mut Vec<u8>,
+    kind: usize,
+    at: (u64, u64, u64),
+    seed: u8,
+) -> bool {
+    use cjfs_fs::FallocMode;
+    let (off, n, pad) = at;
+    let len = model.len() as u64;
+    match kind {
+        0 | 1 => {
+            let at = if kind == 0 { off } else { len + pad };
+            let data = content(n as usize, seed ^ 0x55);
+            fs.write(ino, at, &data).expect("write");
+            let end = (at + n) as usize;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[at as usize..end].copy_from_slice(&data);
+        }
+        2..=4 => {
+            let size = match kind {
+                2 => off.min(len),
+                3 => len + n,
+                _ => 0,
+            };
+            fs.setattr(ino, &SetAttr { size: Some(size), ..SetAttr::default() }).expect("truncate");
+            model.resize(size as usize, 0);
+        }
+        5 | 6 => {
+            let mode =
+                if kind == 5 { FallocMode::PunchHole } else { FallocMode::ZeroRange { keep_size: true } };
+            fs.fallocate(ino, mode, off, n).expect("punch/zero");
+            let end = ((off + n) as usize).min(model.len());
+            if (off as usize) < end {
+                model[off as usize..end].fill(0);
+            }
+        }
+        7 => {
+            fs.fallocate(ino, FallocMode::Allocate, off, n).expect("fallocate");
+            if model.len() < (off + n) as usize {
+                model.resize((off + n) as usize, 0);
+            }
+        }
+        _ => {
+            fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink");
+            return false;
+        }
+    }
+    true
+}
+
 /// The first change to each of many block-mapped files of an upgraded ext3 file system is a
 /// different operation (overwrite, append, shrink, grow, truncate to zero, punch, zero a
 /// range, fallocate, unlink), on files of every map depth, sparse ones among them (a
@@ -694,7 +753,6 @@ fn meta_bg_images_read_and_change() {
 /// A model of each file checks every read; e2fsck and `check_image` judge the result.
 #[test]
 fn block_mapped_files_survive_every_first_change() {
-    use cjfs_fs::FallocMode;
     let tmp = tmpdir();
     let img = tmp.path().join("ext3ops.img");
     if mke2fs_with(&img, &["-t", "ext3", "-b", "1024"], "96M").is_none() {
@@ -758,52 +816,10 @@ fn block_mapped_files_survive_every_first_change() {
         for step in 0..3 {
             let kind = if step == 0 { i % 9 } else { next(8) as usize };
             let len = model.len() as u64;
-            let off = next(len + 4096);
-            let n = 1 + next(70_000);
-            match kind {
-                0 | 1 => {
-                    // Overwrite inside, or append past the end.
-                    let at = if kind == 0 { off } else { len + next(5000) };
-                    let data = content(n as usize, (i + step) as u8 ^ 0x55);
-                    fs.write(ino, at, &data).expect("write");
-                    let end = (at + n) as usize;
-                    if model.len() < end {
-                        model.resize(end, 0);
-                    }
-                    model[at as usize..end].copy_from_slice(&data);
-                }
-                2..=4 => {
-                    let size = match kind {
-                        2 => off.min(len),
-                        3 => len + n,
-                        _ => 0,
-                    };
-                    fs.setattr(ino, &SetAttr { size: Some(size), ..SetAttr::default() }).expect("truncate");
-                    model.resize(size as usize, 0);
-                }
-                5 | 6 => {
-                    let mode = if kind == 5 {
-                        FallocMode::PunchHole
-                    } else {
-                        FallocMode::ZeroRange { keep_size: true }
-                    };
-                    fs.fallocate(ino, mode, off, n).expect("punch/zero");
-                    let end = ((off + n) as usize).min(model.len());
-                    if (off as usize) < end {
-                        model[off as usize..end].fill(0);
-                    }
-                }
-                7 => {
-                    fs.fallocate(ino, FallocMode::Allocate, off, n).expect("fallocate");
-                    if model.len() < (off + n) as usize {
-                        model.resize((off + n) as usize, 0);
-                    }
-                }
-                _ => {
-                    fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink");
-                    gone.push(name.clone());
-                    break;
-                }
+            let (off, n, pad) = (next(len + 4096), 1 + next(70_000), next(5000));
+            if !change_file(&fs, ino, name, model, kind, (off, n, pad), (i + step) as u8) {
+                gone.push(name.clone());
+                break;
             }
             assert_eq!(read_all(&fs, ino), *model, "{name} after step {step} (operation {kind})");
         }
@@ -899,7 +915,6 @@ const INLINE_FL: u32 = 0x1000_0000;
 /// and the kernel judge the result.
 #[test]
 fn inline_data_files_and_directories_change() {
-    use cjfs_fs::FallocMode;
     let tmp = tmpdir();
     let src = tmp.path().join("src");
     for d in ["d", "a/inner", "b"] {
@@ -964,58 +979,13 @@ fn inline_data_files_and_directories_change() {
         for step in 0..3 {
             let kind = if step == 0 { i % 9 } else { next(8) as usize };
             let len = model.len() as u64;
-            let off = next(len + 200);
-            let n = 1 + next(if step == 0 { 100 } else { 9000 });
-            match kind {
-                0 | 1 => {
-                    let at = if kind == 0 { off } else { len + next(300) };
-                    let data = content(n as usize, (i + step) as u8 ^ 0x55);
-                    fs.write(f, at, &data).expect("write");
-                    let end = (at + n) as usize;
-                    if model.len() < end {
-                        model.resize(end, 0);
-                    }
-                    model[at as usize..end].copy_from_slice(&data);
-                }
-                2..=4 => {
-                    let size = match kind {
-                        2 => off.min(len),
-                        3 => len + n,
-                        _ => 0,
-                    };
-                    fs.setattr(f, &SetAttr { size: Some(size), ..SetAttr::default() }).expect("truncate");
-                    model.resize(size as usize, 0);
-                    if step == 0 && kind != 3 {
-                        assert_ne!(
-                            fs.getattr(f).expect("getattr").flags & INLINE_FL,
-                            0,
-                            "{name} shrunk in place"
-                        );
-                    }
-                }
-                5 | 6 => {
-                    let mode = if kind == 5 {
-                        FallocMode::PunchHole
-                    } else {
-                        FallocMode::ZeroRange { keep_size: true }
-                    };
-                    fs.fallocate(f, mode, off, n).expect("punch/zero");
-                    let end = ((off + n) as usize).min(model.len());
-                    if (off as usize) < end {
-                        model[off as usize..end].fill(0);
-                    }
-                }
-                7 => {
-                    fs.fallocate(f, FallocMode::Allocate, off, n).expect("fallocate");
-                    if model.len() < (off + n) as usize {
-                        model.resize((off + n) as usize, 0);
-                    }
-                }
-                _ => {
-                    fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink an inline file");
-                    gone.push(name.clone());
-                    break;
-                }
+            let (off, n, pad) = (next(len + 200), 1 + next(if step == 0 { 100 } else { 9000 }), next(300));
+            if !change_file(&fs, f, name, model, kind, (off, n, pad), (i + step) as u8) {
+                gone.push(name.clone());
+                break;
+            }
+            if step == 0 && (kind == 2 || kind == 4) {
+                assert_ne!(fs.getattr(f).expect("getattr").flags & INLINE_FL, 0, "{name} shrunk in place");
             }
             assert_eq!(read_all(&fs, f), *model, "{name} after step {step} (operation {kind})");
         }
