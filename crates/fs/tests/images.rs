@@ -687,6 +687,16 @@ fn meta_bg_images_read_and_change() {
     fs.unmount().expect("unmount");
 }
 
+/// A xorshift stream from `seed`: each call gives a number below its argument (0 for 0).
+fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n.max(1)
+    }
+}
+
 /// One change of file `ino` (named `name` in the root) and of its model `model`, by `kind`:
 /// 0 overwrite at `off`, 1 append `pad` bytes past the end, 2 shrink to `off`, 3 grow by
 /// `n`, 4 truncate to zero, 5 punch or 6 zero `n` bytes at `off`, 7 fallocate them, 8
@@ -797,13 +807,7 @@ fn block_mapped_files_survive_every_first_change() {
         return;
     }
     let fs = mount(&img);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n.max(1)
-    };
+    let mut next = below(0x9e37_79b9_7f4a_7c15u64);
     let mut gone = Vec::new();
     for (i, (name, model)) in files.iter_mut().enumerate() {
         let ino = fs.lookup(ROOT_INO, name.as_bytes()).expect("lookup").ino;
@@ -965,13 +969,7 @@ fn inline_data_files_and_directories_change() {
         assert!(fs.getattr(ino(&fs, "/k")).expect("getattr").size > 60, "/k spills into system.data");
     }
 
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n.max(1)
-    };
+    let mut next = below(0x2545_f491_4f6c_dd1du64);
     let mut gone = Vec::new();
     for (i, (name, model)) in files.iter_mut().enumerate() {
         let f = fs.lookup(ROOT_INO, name.as_bytes()).expect("lookup").ino;
