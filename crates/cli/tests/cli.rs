@@ -1013,7 +1013,7 @@ fn inline_data_file_systems_are_read_and_written() {
     assert!(check.contains("0 error(s), 0 warning(s)"), "{check}");
     let local = dir.path().join("x");
     std::fs::write(&local, b"x").expect("write");
-    // An inline directory gains an entry (it moves into a block), an inline file is
+    // Inline directories gain an entry (in place where it fits), an inline file is
     // replaced by a larger one (it moves into a block) and another removed.
     ok(&["put", i, s(&local), "/few/deep/x"]);
     ok(&["mkdir", i, "/empty/y"]);

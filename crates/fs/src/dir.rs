@@ -369,7 +369,7 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
         return Ok(());
     }
     if crate::inline_data::is_inline(st) {
-        // Read only (the feature opens the file system read-only): no block has room to track.
+        // No block has room to track: an addition finds its place in the inode.
         let (_, ents) = crate::inline_data::dir_entries(fs, st)?;
         let names = ents
             .into_iter()
@@ -423,14 +423,10 @@ fn entry_ftype(fs: &FsInner, ino: Ino, byte: u8) -> u8 {
 }
 
 /// Move inline directory `st`'s entries into a block of its own (`.` and `..` first), the
-/// inode becoming extent-mapped, before an entry is added (the kernel's
-/// `ext4_convert_inline_dir`, which it does when the new entry does not fit; here always, as
-/// cjfs adds entries only to blocks). Stored in `tx` at once, as [`drop_htree`] does: the
+/// inode becoming extent-mapped, before an entry that does not fit inline is added (the
+/// kernel's `ext4_convert_inline_dir`). Stored in `tx` at once, as [`drop_htree`] does: the
 /// block is allocated in `tx` even if the addition then fails. On failure `st` is unchanged.
 fn inline_to_block(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> FsResult<()> {
-    if !crate::inline_data::is_inline(st) {
-        return Ok(());
-    }
     let saved = st.d.clone();
     let r = inline_to_block_inner(tx, dir_ino, st);
     if r.is_err() {
@@ -548,7 +544,15 @@ pub(crate) fn add_entry(
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
-    inline_to_block(tx, dir_ino, st)?;
+    if crate::inline_data::is_inline(st) {
+        if crate::inline_data::add_dir_entry(st, name, ino, on_disk)? {
+            if let Some(m) = st.names.0.write().as_mut() {
+                m.insert(name.into(), DirSlot { ino, ftype, lblk: 0 });
+            }
+            return Ok(());
+        }
+        inline_to_block(tx, dir_ino, st)?;
+    }
     if !params.dir_index {
         drop_htree(tx, st)?;
     }

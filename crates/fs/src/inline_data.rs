@@ -8,7 +8,7 @@
 //! fill the rest of `i_block` (56 bytes) and, separately, the whole attribute value: two
 //! regions, as the kernel's `ext4_read_inline_dir` walks them.
 //!
-//! cjfs reads such inodes and changes them in place where that needs no new space, and
+//! cjfs reads such inodes and changes them in place where they have the room, and
 //! otherwise moves their data into a block first, as the kernel does when inline data no
 //! longer fits (`ext4_convert_inline_data`, `ext4_convert_inline_dir`); it never makes a new
 //! inode inline (a valid choice: the kernel makes one inline only on its first small write).
@@ -17,8 +17,8 @@
 //!   block, written as the file's data mode writes data, in the caller's transaction);
 //! - a file shrunk: in place ([`shrink`], the kernel's `ext4_inline_data_truncate`), so that
 //!   emptying a file never needs a free block;
-//! - a directory's new entry: [`crate::dir`] moves every entry into a block (`.` and `..`
-//!   first), then adds it there;
+//! - a directory's new entry: in place where it fits ([`add_dir_entry`]), else
+//!   [`crate::dir`] moves every entry into a block (`.` and `..` first), then adds it there;
 //! - a directory's removed or repointed entry (`unlink`, `rename`, `..` of a moved
 //!   directory): in place ([`edit_dir`]), so that removing a name never needs space either.
 //!
@@ -153,17 +153,23 @@ fn set_tail(st: &mut InodeState, value: Option<&[u8]>) -> FsResult<()> {
             _ => Ok(()),
         };
     }
+    let mut list = other_attrs(area)?;
+    if let Some(v) = value {
+        list.insert(0, (DATA_XATTR.to_vec(), v.to_vec()));
+    }
+    let body = x::build_ibody(&list, area.len())?;
+    st.d.set_xattr_area(&body)
+}
+
+/// The in-body attributes of `area` other than `system.data`.
+fn other_attrs(area: &[u8]) -> FsResult<x::XattrList> {
     let mut list = if area.len() >= 4 && area[..4] == x::XATTR_MAGIC.to_le_bytes() {
         x::parse_ibody(area)?
     } else {
         Vec::new()
     };
     list.retain(|(n, _)| n != DATA_XATTR);
-    if let Some(v) = value {
-        list.insert(0, (DATA_XATTR.to_vec(), v.to_vec()));
-    }
-    let body = x::build_ibody(&list, area.len())?;
-    st.d.set_xattr_area(&body)
+    Ok(list)
 }
 
 /// Drop the inline data: no `system.data`, no inline flag, an empty extent tree.
@@ -243,6 +249,49 @@ pub(crate) fn edit_dir<T>(
         return Ok(Some(r));
     }
     Ok(None)
+}
+
+/// Add record (`ino`, `name`, `ftype`) to inline directory `st` in place, as the kernel's
+/// `ext4_try_add_inline_entry`: in the rest of `i_block`, else in `system.data`; an empty
+/// `system.data` first grows to all the room the inode body has (`ext4_update_inline_dir`,
+/// the directory's size following). Returns whether it fitted; when not, `st` is unchanged
+/// and the caller moves the directory into a block.
+pub(crate) fn add_dir_entry(st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8) -> FsResult<bool> {
+    let mut head = st.d.block[DOTDOT_BYTES..IBLOCK_BYTES].to_vec();
+    if let Some(off) = dirent::find_space(&head, name.len())? {
+        dirent::insert(&mut head, off, ino, name, ftype)?;
+        st.d.block[DOTDOT_BYTES..IBLOCK_BYTES].copy_from_slice(&head);
+        return Ok(true);
+    }
+    let mut tail = tail(st)?;
+    if tail.is_empty() {
+        let room = tail_room(st)?;
+        // As the kernel: not worth it below two minimal records.
+        if room <= dirent::rec_len_for(1) {
+            return Ok(false);
+        }
+        tail = vec![0; room];
+        dirent::init_block(&mut tail, &[])?;
+    }
+    let Some(off) = dirent::find_space(&tail, name.len())? else {
+        return Ok(false);
+    };
+    dirent::insert(&mut tail, off, ino, name, ftype)?;
+    set_tail(st, Some(&tail))?;
+    st.d.size = (IBLOCK_BYTES + tail.len()) as u64;
+    Ok(true)
+}
+
+/// The largest `system.data` value the inode body holds beside its other attributes, in
+/// whole 4-byte units (the kernel's `get_max_inline_xattr_value_size`).
+fn tail_room(st: &InodeState) -> FsResult<usize> {
+    let area = st.d.xattr_area();
+    if area.is_empty() {
+        return Ok(0);
+    }
+    let mut list = other_attrs(area)?;
+    list.push((DATA_XATTR.to_vec(), Vec::new()));
+    Ok(area.len().saturating_sub(x::ibody_size(&list)?) & !3)
 }
 
 /// Point the `..` of inline directory `st` at `parent` (it is the first four bytes).

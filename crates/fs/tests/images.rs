@@ -909,12 +909,34 @@ fn the_kernel_reads_converted_ext3_and_meta_bg_images() {
 /// `EXT4_INLINE_DATA_FL`: the inode keeps its data in itself.
 const INLINE_FL: u32 = 0x1000_0000;
 
+/// Create empty files `{prefix}0`, `{prefix}1`, ... in inline directory `d` until one moves it
+/// into a block: the ones before stay in the inode, the first in `i_block`'s room or in
+/// `system.data` as it grows. Returns the names made and how many went in place.
+fn add_until_block(fs: &Fs, d: Ino, prefix: &str) -> (Vec<Vec<u8>>, usize) {
+    let inline = |fs: &Fs| fs.getattr(d).expect("getattr").flags & INLINE_FL != 0;
+    assert!(inline(fs), "{prefix}: the directory starts inline");
+    let mut made = Vec::new();
+    let mut spilled = false;
+    for i in 0..200 {
+        let name = format!("{prefix}{i}").into_bytes();
+        fs.create(d, &name, 0o644, 0, 0).expect("create in an inline directory");
+        made.push(name);
+        if !inline(fs) {
+            return (made, i);
+        }
+        let size = fs.getattr(d).expect("getattr").size;
+        spilled |= size > 60;
+        assert_eq!(size % 4, 0, "{prefix}: an inline directory's size is i_block and system.data");
+    }
+    panic!("{prefix}: 200 entries and the directory is still inline (spilled: {spilled})");
+}
+
 /// `inline_data` file systems are written. Files mke2fs stored inline take every kind of
 /// first change (overwrite, append, shrink, grow, truncate to zero, punch, zero a range,
 /// fallocate, unlink), then two random ones, checked against a model; shrinking keeps them
-/// inline. Inline directories lose and repoint entries in place (also in the part of the
-/// directory kept in `system.data`, which the kernel makes when it can mount here) and
-/// move into a block when an entry is added; a moved inline directory's `..` follows;
+/// inline. Inline directories lose, repoint and gain entries in place (also in the part of
+/// the directory kept in `system.data`, which grows for them, and which the kernel makes when
+/// it can mount here) and move into a block when an entry no longer fits; a moved inline directory's `..` follows;
 /// `system.data` stays in the inode beside attributes added later. e2fsck, `check_image`
 /// and the kernel judge the result.
 #[test]
@@ -995,20 +1017,35 @@ fn inline_data_files_and_directories_change() {
     assert_eq!(read_all(&fs, x), content(150, 99));
     assert_ne!(flags(&fs, "/x") & INLINE_FL, 0);
 
-    // Entries removed and repointed in place; an added one moves the directory into a block.
+    // Entries removed and repointed in place; added ones go in place (i_block, then
+    // system.data grown to the inode's room) until one moves the directory into a block.
     let d = ino(&fs, "/d");
     fs.unlink(d, b"n1").expect("unlink in an inline directory");
     fs.rename(d, b"n0", d, b"n2", RenameFlags::default()).expect("rename over a name");
     assert_ne!(flags(&fs, "/d") & INLINE_FL, 0, "/d changed in place");
-    fs.create(d, b"added", 0o644, 0, 0).expect("create in an inline directory");
-    assert_eq!(flags(&fs, "/d") & INLINE_FL, 0, "/d moved into a block");
-    let want: BTreeSet<Vec<u8>> = [b"n2".to_vec(), b"added".to_vec()].into();
+    let (added, in_place) = add_until_block(&fs, d, "added");
+    // 512-byte inodes: 44 bytes of i_block and 324 of system.data for 12- and 16-byte records.
+    assert!(in_place >= 20, "/d took {in_place} entries in place");
+    let mut want: BTreeSet<Vec<u8>> = added.iter().cloned().collect();
+    want.insert(b"n2".to_vec());
     assert_eq!(names(&fs, d), want);
+    let want_d = want;
     assert_eq!(read_all(&fs, ino(&fs, "/d/n2")), b"n0");
     // A moved inline directory: its `..` is rewritten in place, its new parent grows a block.
     let (a, b) = (ino(&fs, "/a"), ino(&fs, "/b"));
     fs.rename(a, b"inner", b, b"inner", RenameFlags::default()).expect("move an inline directory");
     assert_ne!(flags(&fs, "/b/inner") & INLINE_FL, 0);
+    // /b took inner in place; more names spill into a system.data it grows, all left inline
+    // for e2fsck and the kernel to read.
+    let mut want_b: BTreeSet<Vec<u8>> = [b"inner".to_vec()].into();
+    for i in 0..8 {
+        let name = format!("p{i}").into_bytes();
+        fs.create(b, &name, 0o644, 0, 0).expect("create in an inline directory");
+        want_b.insert(name);
+    }
+    assert_ne!(flags(&fs, "/b") & INLINE_FL, 0, "/b kept its entries inline");
+    assert!(fs.getattr(b).expect("getattr").size > 60, "/b spilled into system.data");
+    assert_eq!(names(&fs, b), want_b);
     fs.rmdir(ROOT_INO, b"a").expect("rmdir an emptied inline directory");
     if kernel_dir {
         let k = ino(&fs, "/k");
@@ -1017,8 +1054,10 @@ fn inline_data_files_and_directories_change() {
         }
         fs.rename(k, b"e1", k, b"e11", RenameFlags::default()).expect("rename over a name");
         assert_ne!(flags(&fs, "/k") & INLINE_FL, 0, "/k changed in place");
+        // Into system.data, which the kernel grew to the inode's room.
         fs.mkdir(k, b"sub", 0o755, 0, 0).expect("mkdir in an inline directory");
-        assert_eq!(flags(&fs, "/k") & INLINE_FL, 0, "/k moved into a block");
+        assert_ne!(flags(&fs, "/k") & INLINE_FL, 0, "/k gained sub in place");
+        add_until_block(&fs, k, "m");
     }
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
@@ -1050,10 +1089,17 @@ fn inline_data_files_and_directories_change() {
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
         .collect();
     k.sort();
+    k.retain(|n| !n.starts_with('m'));
     let mut want: Vec<String> = [2, 3, 4, 6, 7, 8, 10, 11].iter().map(|i| format!("e{i}")).collect();
     want.push("sub".into());
     want.sort();
     assert_eq!(k, want);
+    let kernel_names = |dir: &str| -> BTreeSet<Vec<u8>> {
+        let entries = std::fs::read_dir(mnt.join(dir)).expect("readdir");
+        entries.map(|e| e.expect("entry").file_name().into_encoded_bytes()).collect()
+    };
+    assert_eq!(kernel_names("d"), want_d, "the kernel lists /d");
+    assert_eq!(kernel_names("b"), want_b, "the kernel lists /b");
     assert_eq!(std::fs::read(mnt.join("k/e11")).expect("kernel read"), b"1");
     std::fs::write(mnt.join("b/inner/from-kernel"), b"k").expect("kernel write");
     drop(m);
@@ -1061,7 +1107,7 @@ fn inline_data_files_and_directories_change() {
 }
 
 /// readdir of inline directories resumes where it left off across in-place removals and
-/// across the move into a block, read in hash order (`dir_index`, as the kernel reads
+/// additions and across the move into a block, read in hash order (`dir_index`, as the kernel reads
 /// inline directories then) and linearly (without it): every entry present throughout is
 /// returned exactly once.
 #[test]
@@ -1076,7 +1122,7 @@ fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
             std::fs::write(src.join(format!("d/e{i}")), format!("{i}")).expect("write");
         }
         let s = src.to_str().expect("utf-8 path");
-        for change in ["unlink", "create"] {
+        for change in ["unlink", "create", "spill"] {
             let img = tmp.path().join(format!("{features}-{change}.img"));
             let args = ["-t", "ext4", "-b", "4096", "-I", "1024", "-O", features, "-d", s];
             if mke2fs_with(&img, &args, "32M").is_none() {
@@ -1084,8 +1130,9 @@ fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
             }
             let fs = mount(&img);
             let d = fs.resolve("/d").expect("d");
-            if change == "create" {
-                // A hole first: e1's record goes to e0, which the move into a block keeps.
+            if change != "unlink" {
+                // A hole first: e1's record goes to e0, which an added entry or the move
+                // into a block keeps.
                 fs.unlink(d, b"e1").expect("unlink");
             }
             assert_ne!(fs.getattr(d).expect("getattr").flags & INLINE_FL, 0, "{features}: /d is inline");
@@ -1103,13 +1150,15 @@ fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
                     0,
                     "{features}: unlinked in place"
                 );
-            } else {
+            } else if change == "create" {
                 fs.create(d, b"new", 0o644, 0, 0).expect("create");
-                assert_eq!(
+                assert_ne!(
                     fs.getattr(d).expect("getattr").flags & INLINE_FL,
                     0,
-                    "{features}: moved into a block"
+                    "{features}: added in place"
                 );
+            } else {
+                add_until_block(&fs, d, "new");
             }
             let mut off = cookie;
             loop {
@@ -1118,7 +1167,7 @@ fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
                 off = last.next_offset;
                 seen.extend(page.into_iter().map(|e| e.name));
             }
-            seen.retain(|n| n != b"new");
+            seen.retain(|n| !n.starts_with(b"new"));
             let mut sorted = seen.clone();
             sorted.sort();
             sorted.dedup();
@@ -1129,4 +1178,57 @@ fn inline_directory_readdir_survives_removals_and_the_move_into_a_block() {
             assert_fsck_clean(&img);
         }
     }
+}
+
+/// On a full file system an inline directory still gains entries in place, needing no
+/// block; the entry that would move it into a block is refused with ENOSPC and changes
+/// nothing (the directory stays inline with every name it had, e2fsck clean).
+#[test]
+fn a_full_file_system_still_adds_entries_to_inline_directories() {
+    let tmp = tmpdir();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("d")).expect("mkdir");
+    std::fs::write(src.join("d/a"), b"a").expect("write");
+    let img = tmp.path().join("full.img");
+    let s = src.to_str().expect("utf-8 path");
+    let args = ["-t", "ext4", "-b", "4096", "-I", "512", "-m", "0", "-O", "inline_data", "-d", s];
+    if mke2fs_with(&img, &args, "16M").is_none() {
+        return;
+    }
+    let fs = mount(&img);
+    let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).expect("create").ino;
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        match fs.write(big, off, &chunk) {
+            Ok(n) => off += n as u64,
+            Err(FsError::NoSpace(_)) => break,
+            Err(e) => panic!("write at {off}: {e}"),
+        }
+    }
+    assert_eq!(fs.statfs().bavail, 0, "the file system is full");
+    let d = fs.resolve("/d").expect("d");
+    let (added, in_place) = {
+        let mut made = vec![b"a".to_vec()];
+        let mut n = 0;
+        loop {
+            let name = format!("entry-{n}").into_bytes();
+            match fs.create(d, &name, 0o644, 0, 0) {
+                Ok(_) => made.push(name),
+                Err(FsError::NoSpace(_)) => break,
+                Err(e) => panic!("create {n}: {e}"),
+            }
+            n += 1;
+            assert!(n < 200, "200 entries and no ENOSPC");
+        }
+        (made.into_iter().collect::<BTreeSet<_>>(), n)
+    };
+    assert!(in_place >= 10, "{in_place} entries went in place");
+    assert_ne!(fs.getattr(d).expect("getattr").flags & INLINE_FL, 0, "/d stays inline");
+    assert_eq!(names(&fs, d), added);
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+    let fs = mount(&img);
+    assert_eq!(names(&fs, fs.resolve("/d").expect("d")), added, "after a remount");
+    fs.unmount().expect("unmount");
 }

@@ -6,9 +6,10 @@
 //!   extents (overwrite, partial truncate, a growing directory), frees one (unlink, truncate
 //!   to zero) and fsyncs between. The journal is ext3's own, a block-mapped inode.
 //! - Inline data: an `inline_data` image filled by `mke2fs -d` (small files and directories
-//!   in their inodes) is the base of a workload that moves inline files and directories
-//!   into blocks (append, growth, a new entry), changes them in place (shrink, unlink, `..` of a
-//!   moved directory), frees them (unlink, rmdir) and fsyncs between.
+//!   in their inodes) is the base of a workload that changes inline files and directories in
+//!   place (shrink, unlink, new entries in `i_block` and a grown `system.data`, `..` of a
+//!   moved directory), moves them into blocks (append, growth, an entry that no longer
+//!   fits), frees them (unlink, rmdir) and fsyncs between.
 //!
 //! Every crash state must recover to a state the operations allow, and e2fsck must find it
 //! clean, under every preset that runs on a file system made by mke2fs. Skipped with a
@@ -166,12 +167,18 @@ fn inline_data_changes_are_crash_consistent() {
         fsync("s1"),
         Op::Truncate { path: "s2".into(), size: 80 },
         fsync("s2"),
-        // In place first, then the new entry moves the directory into a block.
+        // In place first: a removal, a repointed name, a new entry in i_block, one in a
+        // system.data grown for it; then one that fits neither moves the directory into a
+        // block (a 512-byte inode holds 324 bytes of system.data).
         Op::Unlink { path: "d/n1".into() },
         Op::Rename { from: "d/n0".into(), to: "d/n2".into() },
         fsync("d"),
         Op::Creat { path: "d/new".into() },
         fsync("d/new"),
+        Op::Creat { path: format!("d/{}", "l".repeat(120)) },
+        fsync("d"),
+        Op::Creat { path: format!("d/{}", "m".repeat(220)) },
+        fsync("d"),
         Op::Rename { from: "a/inner".into(), to: "b/inner".into() },
         Op::Rmdir { path: "a".into() },
         fsync("b/inner"),
