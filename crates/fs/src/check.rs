@@ -35,6 +35,13 @@ pub struct InodeCheck {
     pub tree_blocks: Vec<u64>,
     /// The extended attribute block, if any (may be shared between inodes).
     pub xattr_block: Option<u64>,
+    /// EA inodes its attributes name, with their value sizes: those of its body's entries
+    /// (`ea_inode`).
+    pub ea_body: Vec<(u32, u32)>,
+    /// The same for its xattr block's entries.
+    pub ea_block: Vec<(u32, u32)>,
+    /// For an EA inode (`EXT4_EA_INODE_FL`), its stored reference count.
+    pub ea_refcount: Option<u64>,
     /// `i_blocks` as stored, in 512-byte units.
     pub blocks_512: u64,
     /// The file system's block size in bytes.
@@ -42,10 +49,15 @@ pub struct InodeCheck {
 }
 
 impl InodeCheck {
-    /// File system blocks the inode owns: data extents, tree blocks and the xattr block.
+    /// File system blocks `i_blocks` should count: data extents, tree blocks, the xattr
+    /// block, and the blocks of each EA inode value its attributes name (as the kernel
+    /// charges them to the owner, and e2fsck counts them).
     pub fn counted_blocks(&self) -> u64 {
         let data: u64 = self.extents.iter().map(|m| u64::from(m.len)).sum();
-        data + self.tree_blocks.len() as u64 + u64::from(self.xattr_block.is_some())
+        let bs = u64::from(self.block_size);
+        let ea: u64 =
+            self.ea_body.iter().chain(&self.ea_block).map(|&(_, size)| u64::from(size).div_ceil(bs)).sum();
+        data + self.tree_blocks.len() as u64 + u64::from(self.xattr_block.is_some()) + ea
     }
 
     /// Blocks `i_blocks` claims, in file system blocks.
@@ -80,6 +92,9 @@ impl Fs {
             extents: Vec::new(),
             tree_blocks: Vec::new(),
             xattr_block: None,
+            ea_body: Vec::new(),
+            ea_block: Vec::new(),
+            ea_refcount: crate::xattr::ea_refcount(&st),
             blocks_512: d.blocks_512(inner.geo.huge_file, inner.geo.block_size as u32),
             block_size: inner.geo.block_size as u32,
         };
@@ -94,6 +109,7 @@ impl Fs {
             crate::xattr::read_block(inner, ino, d.file_acl)?;
             out.xattr_block = Some(d.file_acl);
         }
+        (out.ea_body, out.ea_block) = crate::xattr::ea_refs_of(inner, &st).map_err(|e| prefix(ino, e))?;
         if d.has_extents() {
             let mut store = ReadStore { cache: &inner.cache, limit };
             extent_tree::check(&d.block, &mut store, st.csum).map_err(|e| prefix(ino, e))?;

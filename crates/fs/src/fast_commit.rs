@@ -254,7 +254,8 @@ fn free_runs(fs: &crate::fs::FsInner, start: u64, len: u64) -> FsResult<Vec<(u64
     Ok(out)
 }
 
-/// `i_blocks` from what the inode maps now (data, tree blocks, xattr block).
+/// `i_blocks` from what the inode maps now (data, tree blocks, xattr block, and the values
+/// of EA inodes its attributes name, as e2fsck counts them).
 fn recount_blocks(rb: &Rebuild, ino: Ino) -> FsResult<()> {
     let fs = &rb.fs;
     let node = fs.inodes.get(fs, ino)?;
@@ -262,7 +263,7 @@ fn recount_blocks(rb: &Rebuild, ino: Ino) -> FsResult<()> {
     if st.d.mode == 0 || st.d.links_count == 0 {
         return Ok(());
     }
-    let mut n: u64 = u64::from(st.d.file_acl != 0);
+    let mut n: u64 = u64::from(st.d.file_acl != 0) + crate::xattr::ea_blocks(fs, &st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
     if st.d.flags & EXT4_EXTENTS_FL != 0 {
         extent_tree::for_each_extent(&st.d.block, &mut store, st.csum, |m| n += u64::from(m.len))?;

@@ -631,8 +631,9 @@ pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
         return crate::block_map::free_all(tx, st, revoke);
     }
     if st.d.flags & EXT4_EXTENTS_FL != 0 && !crate::namei::is_fast_symlink(st) {
-        // Symlink and directory blocks are journalled: revoke them.
-        let revoke = journals_data(tx.fs, st) || !st.d.is_reg();
+        // Symlink, directory and EA inode blocks are journalled: revoke them.
+        let ea = st.d.flags & crate::ondisk::inode::EXT4_EA_INODE_FL != 0;
+        let revoke = journals_data(tx.fs, st) || !st.d.is_reg() || ea;
         unmap_range(tx, st, 0, u32::MAX, revoke)?;
     }
     Ok(())

@@ -80,6 +80,9 @@ pub struct Geometry {
     /// `inline_data` feature: an inode flagged `EXT4_INLINE_DATA_FL` keeps its data in itself
     /// (`crate::inline_data`); without the feature such a flag is corruption.
     pub inline_data: bool,
+    /// `ea_inode` feature: an extended attribute's value may live in an inode of its own
+    /// (`crate::xattr`).
+    pub ea_inode: bool,
     /// Where each block of the primary group descriptor table is
     /// ([`Superblock::desc_block_location`]: in a row after the superblock, or spread over
     /// the meta groups with `meta_bg`).
@@ -112,6 +115,7 @@ impl Geometry {
             huge_file: sb.has_huge_file(),
             filetype: sb.has_filetype(),
             inline_data: sb.has_incompat(crate::ondisk::features::INCOMPAT_INLINE_DATA),
+            ea_inode: sb.has_incompat(crate::ondisk::features::INCOMPAT_EA_INODE),
             desc_blocks: (0..sb.gdt_blocks()).map(|i| sb.desc_block_location(i)).collect(),
             reserved_blocks: sb.r_blocks_count,
             metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {

@@ -32,7 +32,7 @@
 //! on the path that reuses a name a rename, an exchange or rmdir removed from the same
 //! directory, not durably yet (recovery may still find the old entry, and dropping it would
 //! lose the inode that moved away; a name freed only by unlinks is reused by the record
-//! itself, [`NewEntry::replace`]); an xattr block changed; an orphan
+//! itself, [`NewEntry::replace`]); an xattr block or an EA inode changed; an orphan
 //! (unlinked while open, or being freed); journaled data (data=journal, `chattr +j`); a
 //! symlink whose target is in a block, while new; a record larger than its header or the
 //! area; an area full even after forgetting every dead record. Deletions, renames and
@@ -100,7 +100,7 @@ pub enum Fallback {
     /// A name on the file's path reuses a name a rename, an exchange or rmdir removed from its
     /// directory, not durably yet.
     NameReuse,
-    /// The file's xattr block changed.
+    /// The file's xattr block, or an EA inode holding one of its values, changed.
     XattrBlock,
     /// The file is an orphan (unlinked while open) or being freed.
     Orphan,

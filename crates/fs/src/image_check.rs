@@ -27,7 +27,7 @@
 //! journal's log contents (only its inode's blocks), and flags or fields cjfs ignores. So
 //! an image this check passes can still fail e2fsck; a clean e2fsck is the final word.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use crate::check::InodeCheck;
 use crate::error::FsResult;
@@ -104,6 +104,9 @@ struct Walker<'a> {
     owned: BitSet,
     owned_count: u64,
     xattr_blocks: HashSet<u64>,
+    /// References to each EA inode found (`ea_inode`): one per body entry, one per entry
+    /// of each distinct xattr block.
+    ea_refs: BTreeMap<Ino, u64>,
     dup_blocks: u64,
     dirs: u64,
     files: u64,
@@ -148,10 +151,16 @@ impl<'a> Walker<'a> {
             self.claim(b, 1, &format!("{what} (extent tree block)"));
             n += 1;
         }
+        for &(ino, _) in &c.ea_body {
+            *self.ea_refs.entry(ino).or_default() += 1;
+        }
         if let Some(b) = c.xattr_block {
             // Xattr blocks may be shared between inodes (refcounted).
             if self.xattr_blocks.insert(b) {
                 self.claim(b, 1, &format!("{what} (xattr block)"));
+                for &(ino, _) in &c.ea_block {
+                    *self.ea_refs.entry(ino).or_default() += 1;
+                }
             }
         }
         if c.stored_blocks() != c.counted_blocks() {
@@ -306,15 +315,11 @@ impl<'a> Walker<'a> {
         if c.dtime != 0 {
             self.report.error(format!("{what}: reachable but has a deletion time ({})", c.dtime));
         }
+        if c.ea_refcount.is_some() {
+            self.report.error(format!("{what}: an EA inode (it holds an attribute value) in a directory"));
+        }
         let owned = self.claim_inode(&c, &what);
         self.data_blocks += owned;
-        if c.stored_blocks() != c.counted_blocks() {
-            self.report.error(format!(
-                "{what}: i_blocks says {} block(s) but the inode owns {}",
-                c.stored_blocks(),
-                c.counted_blocks()
-            ));
-        }
         match kind {
             FileType::Directory => {
                 self.dirs += 1;
@@ -418,6 +423,35 @@ impl<'a> Walker<'a> {
         problems.sort();
         for p in problems {
             self.report.error(p);
+        }
+    }
+
+    /// EA inodes (`ea_inode`): in no directory, each is owned through the attributes that
+    /// name it; its stored reference count must match the references found.
+    fn check_ea_inodes(&mut self) {
+        for (ino, refs) in std::mem::take(&mut self.ea_refs) {
+            let what = format!("EA inode {ino}");
+            let c = match self.fs.check_inode(ino) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.report.error(format!("{what}: {e}"));
+                    continue;
+                }
+            };
+            if self.seen.contains_key(&ino) {
+                self.report.error(format!("{what}: also reached as {}", self.seen[&ino].path));
+                continue;
+            }
+            self.seen.insert(ino, Seen { path: format!("<{what}>"), kind: None, links: c.links, refs: 1 });
+            self.meta_blocks += self.claim_inode(&c, &what);
+            match c.ea_refcount {
+                None => self.report.error(format!("{what}: named by an attribute but not flagged EA_INODE")),
+                Some(stored) if stored != refs => self
+                    .report
+                    .error(format!("{what}: reference count {stored} but {refs} reference(s) found")),
+                Some(_) if c.links != 1 => self.report.error(format!("{what}: link count {}", c.links)),
+                Some(_) => {}
+            }
         }
     }
 
@@ -718,6 +752,7 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         seen: HashMap::new(),
         owned_count: 0,
         xattr_blocks: HashSet::new(),
+        ea_refs: BTreeMap::new(),
         dup_blocks: 0,
         dirs: 0,
         files: 0,
@@ -779,6 +814,7 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         }
     }
     w.walk();
+    w.check_ea_inodes();
     w.check_orphans();
     w.check_links();
     w.check_bitmaps(&descs);

@@ -63,8 +63,8 @@ fn check_feature(fs: &FsInner, st: &InodeState) -> FsResult<()> {
 fn tail(st: &InodeState) -> FsResult<Vec<u8>> {
     // In the inode body only, as the kernel looks for it (`ext4_xattr_ibody_find`): a damaged
     // external attribute block does not keep an inline file from being read.
-    let list = crate::ondisk::xattr::parse_ibody(st.d.xattr_area())?;
-    Ok(list.into_iter().find(|(n, _)| n == DATA_XATTR).map(|(_, v)| v).unwrap_or_default())
+    let list = x::parse_ibody_stored(st.d.xattr_area())?;
+    Ok(list.into_iter().find(|a| a.name == DATA_XATTR).map(|a| a.value).unwrap_or_default())
 }
 
 /// Read up to `buf.len()` bytes at `off` of an inline file (`off` < `i_size`).
@@ -155,20 +155,17 @@ fn set_tail(st: &mut InodeState, value: Option<&[u8]>) -> FsResult<()> {
     }
     let mut list = other_attrs(area)?;
     if let Some(v) = value {
-        list.insert(0, (DATA_XATTR.to_vec(), v.to_vec()));
+        list.insert(0, x::Stored { name: DATA_XATTR.to_vec(), value: v.to_vec(), ea: None });
     }
-    let body = x::build_ibody(&list, area.len())?;
+    let body = x::build_ibody_stored(&list, area.len())?;
     st.d.set_xattr_area(&body)
 }
 
-/// The in-body attributes of `area` other than `system.data`.
-fn other_attrs(area: &[u8]) -> FsResult<x::XattrList> {
-    let mut list = if area.len() >= 4 && area[..4] == x::XATTR_MAGIC.to_le_bytes() {
-        x::parse_ibody(area)?
-    } else {
-        Vec::new()
-    };
-    list.retain(|(n, _)| n != DATA_XATTR);
+/// The in-body attributes of `area` other than `system.data`, as stored (a value in an EA
+/// inode stays there).
+fn other_attrs(area: &[u8]) -> FsResult<Vec<x::Stored>> {
+    let mut list = x::parse_ibody_stored(area)?;
+    list.retain(|a| a.name != DATA_XATTR);
     Ok(list)
 }
 
@@ -290,8 +287,8 @@ fn tail_room(st: &InodeState) -> FsResult<usize> {
         return Ok(0);
     }
     let mut list = other_attrs(area)?;
-    list.push((DATA_XATTR.to_vec(), Vec::new()));
-    Ok(area.len().saturating_sub(x::ibody_size(&list)?) & !3)
+    list.push(x::Stored { name: DATA_XATTR.to_vec(), value: Vec::new(), ea: None });
+    Ok(area.len().saturating_sub(x::ibody_size_stored(&list)?) & !3)
 }
 
 /// Point the `..` of inline directory `st` at `parent` (it is the first four bytes).

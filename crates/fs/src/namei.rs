@@ -167,7 +167,7 @@ fn make_node(
 fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<()> {
     crate::file::free_all(tx, st)?;
     // An inherited ACL's xattr block too.
-    crate::xattr::free_block(tx, st)?;
+    crate::xattr::free_all(tx, st)?;
     st.d.links_count = 0;
     st.d.size = 0;
     st.d.dtime = Timestamp::now().sec as u32;

@@ -366,7 +366,7 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     }
     let mut tx = Tx::start(fs, 32)?;
     crate::file::free_all(&mut tx, st)?;
-    crate::xattr::free_block(&mut tx, st)?;
+    crate::xattr::free_all(&mut tx, st)?;
     del(&mut tx, node.ino, st)?;
     let is_dir = st.d.is_dir();
     st.d.links_count = 0;

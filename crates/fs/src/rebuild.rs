@@ -443,7 +443,7 @@ impl Rebuild {
             st.d.links_count = if is_dir { 0 } else { st.d.links_count - 1 };
             if st.d.links_count == 0 {
                 crate::file::free_all(&mut tx, &mut st)?;
-                crate::xattr::free_block(&mut tx, &mut st)?;
+                crate::xattr::free_all(&mut tx, &mut st)?;
                 st.d.size = 0;
                 st.d.dtime = fs.sb.lock().wtime.max(1) as u32;
                 store_inode(&mut tx, ino, &mut st)?;

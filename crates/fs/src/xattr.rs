@@ -1,18 +1,46 @@
-//! Extended attributes: in the inode's extra space first, then in one external block.
+//! Extended attributes: in the inode's extra space first, then in one external block, and
+//! with the `ea_inode` feature a value in an inode of its own (an *EA inode*).
 //!
 //! With `metadata_csum` the block is checked against `h_checksum` when it enters the cache
 //! ([`read_block`]) and written with a fresh one whenever it changes.
+//!
+//! # EA inodes (`ea_inode`)
+//!
+//! As the kernel's `fs/ext4/xattr.c`: a value longer than a block can hold
+//! (`EXT4_XATTR_MIN_LARGE_EA_SIZE`), or one that no longer fits beside the others, goes into
+//! a regular inode flagged `EXT4_EA_INODE_FL`, in no directory, one link, its data blocks
+//! journalled as metadata. The EA inode keeps the crc32c of the value (seeded as metadata
+//! checksums are) in `i_atime` and its reference count in `i_ctime` (high 32 bits) and
+//! `l_i_version` (low); the entry names it (`e_value_inum`) with the value's size and an
+//! entry hash over the name and that crc. Every holder counts one reference: each inode body
+//! entry, and each entry of an xattr block (however many inodes share the block). The owner's
+//! `i_blocks` also counts the value's blocks for each reference it holds, in its body or its
+//! block (quota charges the owner; e2fsck checks `i_blocks` so).
+//!
+//! cjfs makes a new EA inode for every value it moves out (the kernel may share one between
+//! equal values through its cache; both are valid), keeps an unchanged value's EA inode when
+//! the attributes are rewritten, and frees an EA inode with its last reference, in the same
+//! transaction. EA inodes are locked only inside a transaction, after the owner, in ascending
+//! inode order, and nothing else is locked or waited for while holding one; readers take
+//! them shared without a transaction.
 
 use std::sync::Arc;
 
 use cjfs_journal::Buffer;
 
+use std::collections::BTreeMap;
+
 use crate::error::{CsumStructure, FsError, FsResult};
+use crate::extent_tree::Mapping;
 use crate::fs::FsInner;
-use crate::inode::{InodeState, store_inode};
-use crate::ondisk::xattr::{self as x, H_REFCOUNT, XattrList};
+use crate::inode::{Inode, InodeState, store_inode};
+use crate::ondisk::inode::{EXT4_EA_INODE_FL, EXT4_EXTENTS_FL, S_IFREG};
+use crate::ondisk::xattr::{self as x, EaRef, H_REFCOUNT, Stored, XattrList};
 use crate::tx::Tx;
 use crate::types::{Ino, Timestamp};
+
+/// Largest value the VFS passes to `setxattr` (`XATTR_SIZE_MAX`).
+const VALUE_MAX: usize = 65536;
 
 /// How `set` treats an existing attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,18 +107,166 @@ pub(crate) fn listed(name: &[u8], privileged: bool) -> bool {
     check_namespace(name).is_ok() && (privileged || !name.starts_with(b"trusted."))
 }
 
-/// Every attribute of the inode.
+/// An inode's attributes as stored: in its body, in its block, and the block's reference
+/// count (0 without a block).
+struct Current {
+    ibody: Vec<Stored>,
+    block: Vec<Stored>,
+    block_refcount: u32,
+}
+
+impl Current {
+    fn read(fs: &FsInner, st: &InodeState) -> FsResult<Current> {
+        let ibody = x::parse_ibody_stored(st.d.xattr_area())?;
+        let (block, block_refcount) = if st.d.file_acl != 0 {
+            let b = read_block(fs, st.ino, st.d.file_acl)?;
+            let xb = x::XattrBlock::decode(&b.read()[..])?;
+            (xb.stored()?, xb.refcount)
+        } else {
+            (Vec::new(), 0)
+        };
+        if !fs.geo.ea_inode
+            && let Some(r) = ibody.iter().chain(&block).find_map(|a| a.ea)
+        {
+            return Err(FsError::Corrupt(format!(
+                "inode {}: extended attribute value in inode {} without the ea_inode feature",
+                st.ino, r.inum
+            )));
+        }
+        Ok(Current { ibody, block, block_refcount })
+    }
+
+    /// The EA inode references this inode's attributes hold and give up when rewritten or
+    /// freed: every body entry's, and the block's if no other inode shares it.
+    fn released_refs(&self) -> impl Iterator<Item = EaRef> + '_ {
+        let block: &[Stored] = if self.block_refcount == 1 { &self.block } else { &[] };
+        self.ibody.iter().chain(block).filter_map(|a| a.ea)
+    }
+}
+
+/// Blocks charged to an inode's `i_blocks` for the EA inode values its body and its block
+/// name.
+fn ea_charge(bs: usize, ibody: &[Stored], block: &[Stored]) -> i64 {
+    ibody.iter().chain(block).filter_map(|a| a.ea).map(|r| (r.size as usize).div_ceil(bs) as i64).sum()
+}
+
+/// (EA inode, value size) of each attribute kept in an EA inode.
+pub(crate) type EaRefs = Vec<(u32, u32)>;
+
+/// The EA inode references of an inode's attributes: its body's entries, then its block's
+/// (empty without `ea_inode`).
+pub(crate) fn ea_refs_of(fs: &FsInner, st: &InodeState) -> FsResult<(EaRefs, EaRefs)> {
+    if !fs.geo.ea_inode {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let cur = Current::read(fs, st)?;
+    let refs = |l: &[Stored]| l.iter().filter_map(|a| a.ea).map(|r| (r.inum, r.size)).collect();
+    Ok((refs(&cur.ibody), refs(&cur.block)))
+}
+
+/// An EA inode's stored reference count (`None` for any other inode).
+pub(crate) fn ea_refcount(st: &InodeState) -> Option<u64> {
+    (st.d.flags & EXT4_EA_INODE_FL != 0).then(|| ea_refs(st))
+}
+
+/// Blocks the inode's `i_blocks` counts for the EA inode values it names (0 without
+/// `ea_inode`).
+pub(crate) fn ea_blocks(fs: &FsInner, st: &InodeState) -> FsResult<u64> {
+    if !fs.geo.ea_inode {
+        return Ok(0);
+    }
+    let cur = Current::read(fs, st)?;
+    Ok(ea_charge(fs.geo.block_size, &cur.ibody, &cur.block) as u64)
+}
+
+/// The crc32c an EA inode keeps of its value (`ext4_xattr_inode_hash`: seeded as metadata
+/// checksums are, from the UUID when there are none).
+fn value_hash(fs: &FsInner, value: &[u8]) -> u32 {
+    let seed =
+        if fs.csum.metadata() { fs.csum.seed() } else { crate::ondisk::csum::crc32c(!0, fs.csum.uuid()) };
+    crate::ondisk::csum::crc32c(seed, value)
+}
+
+/// An EA inode's reference count (`i_ctime` high, `l_i_version` low).
+fn ea_refs(st: &InodeState) -> u64 {
+    ((st.d.ctime.sec as u64 & 0xffff_ffff) << 32) | u64::from(st.d.version)
+}
+
+fn set_ea_refs(st: &mut InodeState, refs: u64) {
+    st.d.ctime = Timestamp::new((refs >> 32) as i64, 0);
+    st.d.version = refs as u32;
+}
+
+/// The EA inode `r.inum` that attribute `name` of inode `owner` names, checked as the
+/// kernel's `ext4_xattr_inode_iget` does.
+fn ea_inode(fs: &FsInner, owner: Ino, name: &[u8], r: &EaRef) -> FsResult<std::sync::Arc<Inode>> {
+    let bad = |why: String| {
+        FsError::Corrupt(format!(
+            "inode {owner}: extended attribute {:?} names EA inode {}: {why}",
+            String::from_utf8_lossy(name),
+            r.inum
+        ))
+    };
+    if r.inum < fs.geo.first_ino || r.inum > fs.geo.inodes_count || r.inum == owner {
+        return Err(bad("not an inode that can hold a value".into()));
+    }
+    let node = fs.inodes.get(fs, r.inum)?;
+    {
+        let est = node.state.read();
+        if est.d.flags & EXT4_EA_INODE_FL == 0 || est.d.links_count == 0 || !est.d.is_reg() || est.freed {
+            return Err(bad("not an EA inode in use".into()));
+        }
+        if est.d.size != u64::from(r.size) {
+            return Err(bad(format!("it holds {} bytes, the entry says {}", est.d.size, r.size)));
+        }
+    }
+    Ok(node)
+}
+
+/// The value of attribute `name` kept in EA inode `r`, its hashes verified as the kernel's
+/// `ext4_xattr_inode_verify_hashes` does.
+fn read_ea_value(fs: &FsInner, owner: Ino, name: &[u8], r: &EaRef) -> FsResult<Vec<u8>> {
+    let node = ea_inode(fs, owner, name, r)?;
+    let est = node.state.read();
+    let mut value = vec![0u8; r.size as usize];
+    let mut got = 0;
+    while got < value.len() {
+        let n = crate::file::read(fs, &est, got as u64, &mut value[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let hash = value_hash(fs, &value[..got]);
+    let (_, suffix) = x::split_name(name)?;
+    let entry_ok = |h: u32| {
+        x::entry_hash(suffix, &h.to_le_bytes()) == r.entry_hash
+            || x::entry_hash_signed(suffix, &h.to_le_bytes()) == r.entry_hash
+    };
+    if got != value.len() || est.d.atime.sec as u32 != hash || !entry_ok(hash) {
+        return Err(FsError::Corrupt(format!(
+            "inode {owner}: extended attribute {:?} in EA inode {}: value or hash damaged",
+            String::from_utf8_lossy(name),
+            r.inum
+        )));
+    }
+    Ok(value)
+}
+
+/// Every attribute of the inode, values read from their EA inodes.
 pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
-    let mut out = Vec::new();
-    let area = st.d.xattr_area();
-    if area.len() >= 4 && area[..4] == x::XATTR_MAGIC.to_le_bytes() {
-        out.extend(x::parse_ibody(area)?);
-    }
-    if st.d.file_acl != 0 {
-        let b = read_block(fs, st.ino, st.d.file_acl)?;
-        out.extend(x::parse_block(&b.read()[..])?);
-    }
-    Ok(out)
+    let cur = Current::read(fs, st)?;
+    cur.ibody
+        .into_iter()
+        .chain(cur.block)
+        .map(|a| match a.ea {
+            Some(r) => {
+                let v = read_ea_value(fs, st.ino, &a.name, &r)?;
+                Ok((a.name, v))
+            }
+            None => Ok((a.name, a.value)),
+        })
+        .collect()
 }
 
 /// One attribute's value.
@@ -125,15 +301,8 @@ pub(crate) fn set(
         }
         _ => {}
     }
-    if let Some(v) = value
-        && v.len() > fs.geo.block_size - 64
-    {
-        // ENOSPC as ext4 (no `ea_inode`): the value fits neither the inode nor one block.
-        return Err(FsError::NoSpace(format!(
-            "xattr value of {} bytes does not fit in one {}-byte xattr block",
-            v.len(),
-            fs.geo.block_size
-        )));
+    if let Some(v) = value {
+        check_value_len(fs, v.len(), "xattr value")?;
     }
     match (pos, value) {
         (Some(i), Some(v)) => list[i].1 = v.to_vec(),
@@ -160,14 +329,8 @@ pub(crate) fn set_acl(
     mode: Option<u16>,
 ) -> FsResult<()> {
     x::split_name(name)?;
-    if let Some(v) = value
-        && v.len() > fs.geo.block_size - 64
-    {
-        return Err(FsError::NoSpace(format!(
-            "POSIX ACL of {} bytes does not fit in one {}-byte xattr block",
-            v.len(),
-            fs.geo.block_size
-        )));
+    if let Some(v) = value {
+        check_value_len(fs, v.len(), "POSIX ACL")?;
     }
     let mut list = list_all(fs, st)?;
     let pos = list.iter().position(|(n, _)| n == name);
@@ -193,6 +356,34 @@ pub(crate) fn set_acl(
     commit(fs, ino, st, changed.then_some(&list), mode)
 }
 
+/// ENOSPC for a value no place can hold, as ext4: without `ea_inode` one that fits neither
+/// the inode nor one block; with it, one past what the VFS passes.
+fn check_value_len(fs: &FsInner, len: usize, what: &str) -> FsResult<()> {
+    if fs.geo.ea_inode {
+        if len > VALUE_MAX {
+            return Err(FsError::NoSpace(format!("{what} of {len} bytes (at most {VALUE_MAX})")));
+        }
+    } else if len > fs.geo.block_size - 64 {
+        return Err(FsError::NoSpace(format!(
+            "{what} of {len} bytes does not fit in one {}-byte xattr block",
+            fs.geo.block_size
+        )));
+    }
+    Ok(())
+}
+
+/// Journal credits to rewrite an inode's attributes as `list`: the inode, the block and
+/// its bitmap and descriptor, and with `ea_inode` a new EA inode for any value (its inode,
+/// bitmaps, descriptors, data and a tree block) plus each old EA inode's record.
+fn credits(fs: &FsInner, list: &XattrList, old_refs: usize) -> u32 {
+    if !fs.geo.ea_inode {
+        return 8;
+    }
+    let bs = fs.geo.block_size;
+    let new: usize = list.iter().map(|(_, v)| v.len().div_ceil(bs) + 8).sum();
+    (8 + new + 4 * old_refs).min(u32::MAX as usize) as u32
+}
+
 /// One transaction: the inode's attributes replaced by `list` (when given), its mode set to
 /// `mode` (when given), ctime now.
 fn commit(
@@ -202,17 +393,23 @@ fn commit(
     list: Option<&XattrList>,
     mode: Option<u16>,
 ) -> FsResult<()> {
-    let mut tx = Tx::start(fs, 8)?;
+    let old_refs = if fs.geo.ea_inode { Current::read(fs, st)?.released_refs().count() } else { 0 };
+    let mut tx = Tx::start(fs, list.map_or(8, |l| credits(fs, l, old_refs)))?;
     if let Some(list) = list {
-        let had_block = st.d.file_acl != 0;
         let saved = st.d.clone();
-        if let Err(e) = write_all(&mut tx, ino, st, list) {
-            // Refused before anything changed (ENOSPC, too large): the inode as it was.
-            st.d = saved;
-            return Err(e);
-        }
-        if had_block || st.d.file_acl != 0 {
-            crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, tx.h.tx_id());
+        match write_all(&mut tx, ino, st, list) {
+            Ok(outside) => {
+                if outside {
+                    let id = tx.h.tx_id();
+                    crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::XattrBlock, id);
+                }
+            }
+            Err(e) => {
+                // Refused before anything changed (ENOSPC, too large): the inode as it was.
+                st.d = saved;
+                tx.stop()?;
+                return Err(e);
+            }
         }
     }
     if let Some(m) = mode {
@@ -226,17 +423,175 @@ fn commit(
 
 /// The first attributes of an inode made in `tx` (its inherited ACLs).
 pub(crate) fn init_list(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
-    write_all(tx, ino, st, list)?;
-    if st.d.file_acl != 0 {
+    if write_all(tx, ino, st, list)? {
         let id = tx.h.tx_id();
         crate::ijournal::note_unsafe(tx.fs, &st.ij, crate::ijournal::Fallback::XattrBlock, id);
     }
     Ok(())
 }
 
-fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
-    let area_len = st.d.xattr_area().len();
+/// Which attributes of `list` (in that order) keep their values in EA inodes: an unchanged
+/// value its old one (`Some(r)`), a value too large for a block or, when the rest does not
+/// fit, the largest ones a new one (`Some` with inode 0 until it is made). `None` where
+/// the value stays in the area; [`FsError::NoSpace`] when even that does not fit.
+fn place(
+    fs: &FsInner,
+    st: &InodeState,
+    old: &Current,
+    list: &XattrList,
+    area_len: usize,
+) -> FsResult<Vec<Stored>> {
+    let bs = fs.geo.block_size;
+    let mut stored = Stored::plain(list);
+    if !fs.geo.ea_inode {
+        return Ok(stored);
+    }
+    let old_ea: Vec<&Stored> = old.ibody.iter().chain(&old.block).filter(|a| a.ea.is_some()).collect();
+    let placeholder = |len: usize| Some(EaRef { inum: 0, size: len as u32, entry_hash: 0 });
+    for a in stored.iter_mut() {
+        let kept = old_ea.iter().find(|o| o.name == a.name).and_then(|o| o.ea).filter(|r| {
+            r.size as usize == a.value.len()
+                && read_ea_value(fs, st.ino, &a.name, r).is_ok_and(|v| v == a.value)
+        });
+        if kept.is_some() {
+            a.ea = kept;
+        } else if x::value_len(a.value.len()) > bs - 56 {
+            // `EXT4_XATTR_MIN_LARGE_EA_SIZE`: no block could hold it beside a header.
+            a.ea = placeholder(a.value.len());
+        }
+    }
+    loop {
+        match x::layout_stored(&stored, area_len, bs) {
+            Ok(_) => return Ok(stored),
+            Err(FsError::NoSpace(m)) => {
+                // The kernel retries a value that does not fit in an EA inode.
+                let Some(big) = stored
+                    .iter_mut()
+                    .filter(|a| {
+                        a.ea.is_none() && !a.value.is_empty() && a.name != crate::inline_data::DATA_XATTR
+                    })
+                    .max_by_key(|a| a.value.len())
+                else {
+                    return Err(FsError::NoSpace(m));
+                };
+                big.ea = placeholder(big.value.len());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Make an EA inode holding `value` for attribute `name` of inode `owner` (`ext4_xattr_inode_create`:
+/// a regular file of the owner's ids, `EXT4_EA_INODE_FL`, one link, no references yet, the
+/// value's hash in `i_atime`), its data journalled as metadata. On failure nothing is left
+/// allocated.
+fn make_ea_inode(
+    tx: &mut Tx<'_>,
+    owner: &InodeState,
+    name: &[u8],
+    value: &[u8],
+) -> FsResult<(std::sync::Arc<Inode>, EaRef)> {
+    let fs = tx.fs;
+    let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(owner.ino), false)?;
+    let mut d = crate::ondisk::inode::Inode::new(fs.geo.inode_size as usize, 32);
+    let now = Timestamp::now();
+    let hash = value_hash(fs, value);
+    d.mode = S_IFREG | 0o600;
+    d.uid = owner.d.uid;
+    d.gid = owner.d.gid;
+    d.atime = Timestamp::new(i64::from(hash), 0);
+    d.mtime = now;
+    d.crtime = now;
+    d.links_count = 1;
+    d.size = value.len() as u64;
+    d.flags = EXT4_EA_INODE_FL | EXT4_EXTENTS_FL;
+    d.generation = rand::random();
+    crate::extent_tree::init_root(&mut d.block);
+    let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
+    let mut est = node.state.write();
+    set_ea_refs(&mut est, 0);
+    let written = write_ea_data(tx, &mut est, value);
+    let r = written.and_then(|()| store_inode(tx, ino, &mut est));
+    if let Err(e) = r {
+        free_ea_inode(tx, &node, &mut est)?;
+        return Err(e);
+    }
+    drop(est);
+    let (_, suffix) = x::split_name(name)?;
+    let entry_hash = x::entry_hash(suffix, &hash.to_le_bytes());
+    Ok((node, EaRef { inum: ino, size: value.len() as u32, entry_hash }))
+}
+
+/// Map and write the blocks of new EA inode `est` holding `value`, in as few runs as the
+/// allocator gives.
+fn write_ea_data(tx: &mut Tx<'_>, est: &mut InodeState, value: &[u8]) -> FsResult<()> {
     let bs = tx.fs.geo.block_size;
+    let n = value.len().div_ceil(bs) as u32;
+    let mut goal = crate::alloc::inode_goal(tx.fs, est.ino);
+    let mut lblk = 0u32;
+    while lblk < n {
+        let (pblk, got) = crate::alloc::alloc_blocks(tx, goal, n - lblk)?;
+        let m = Mapping { lblk, pblk, len: got, unwritten: false };
+        let d = crate::file::insert_or_free(tx, est, m, goal)?;
+        crate::file::charge_blocks(tx.fs, est, i64::from(got) + i64::from(d.blocks_allocated))?;
+        for i in 0..got {
+            let off = (lblk + i) as usize * bs;
+            let end = (off + bs).min(value.len());
+            let b = tx.fs.cache.get_new(pblk + u64::from(i));
+            tx.h.get_create_access(&b)?;
+            let mut w = b.write();
+            w.fill(0);
+            w[..end - off].copy_from_slice(&value[off..end]);
+        }
+        lblk += got;
+        goal = pblk + u64::from(got);
+    }
+    Ok(())
+}
+
+/// Free EA inode `node` (its last reference gone, or never taken): its blocks (revoked:
+/// they were journalled), then the inode.
+fn free_ea_inode(tx: &mut Tx<'_>, node: &std::sync::Arc<Inode>, est: &mut InodeState) -> FsResult<()> {
+    crate::file::free_all(tx, est)?;
+    est.d.links_count = 0;
+    est.d.size = 0;
+    est.d.dtime = Timestamp::now().sec as u32;
+    store_inode(tx, node.ino, est)?;
+    crate::alloc::free_inode(tx, node.ino, false)?;
+    est.freed = true;
+    tx.fs.inodes.remove(node);
+    Ok(())
+}
+
+/// Add `delta` references to each EA inode (ascending inode order, the lock order among
+/// them), freeing one whose count reaches 0. `made` are the ones this change created.
+fn adjust_refs(tx: &mut Tx<'_>, delta: &BTreeMap<u32, i64>, made: &[std::sync::Arc<Inode>]) -> FsResult<()> {
+    for (&inum, &d) in delta {
+        if d == 0 {
+            continue;
+        }
+        let node = match made.iter().find(|n| n.ino == inum) {
+            Some(n) => n.clone(),
+            None => tx.fs.inodes.get(tx.fs, inum)?,
+        };
+        let mut est = node.state.write();
+        let refs = ea_refs(&est) as i64 + d;
+        if refs <= 0 {
+            free_ea_inode(tx, &node, &mut est)?;
+        } else {
+            set_ea_refs(&mut est, refs as u64);
+            store_inode(tx, inum, &mut est)?;
+        }
+    }
+    Ok(())
+}
+
+/// Replace the inode's attributes by `list` in `tx` (the caller stores the inode). Returns
+/// whether anything outside the inode record took part (an xattr block, an EA inode).
+fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<bool> {
+    let fs = tx.fs;
+    let area_len = st.d.xattr_area().len();
+    let bs = fs.geo.block_size;
     // An inline inode's `system.data` goes first, so that it stays in the inode body: the
     // kernel and e2fsck look for it only there.
     let mut list = list.clone();
@@ -244,16 +599,68 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
         let data = list.remove(i);
         list.insert(0, data);
     }
-    let (ibody, block_list) = x::layout(&list, area_len, bs).map_err(|e| match e {
+    let nospace = |e| match e {
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
         e => e,
-    })?;
+    };
+    let old = Current::read(fs, st)?;
+    let mut stored = place(fs, st, &old, &list, area_len).map_err(nospace)?;
+    let mut made = Vec::new();
+    let placed = (|| {
+        for a in stored.iter_mut() {
+            if a.ea.is_some_and(|r| r.inum == 0) {
+                let (node, r) = make_ea_inode(tx, st, &a.name, &a.value)?;
+                made.push(node);
+                a.ea = Some(r);
+            }
+            if a.ea.is_some() {
+                a.value.clear();
+            }
+        }
+        let (ibody, block_list) = x::layout_stored(&stored, area_len, bs).map_err(nospace)?;
+        write_placed(tx, ino, st, &ibody, &block_list)?;
+        Ok(block_list)
+    })();
+    let block_list = match placed {
+        Ok(b) => b,
+        Err(e) => {
+            // Nothing of the inode changed: the new EA inodes go back.
+            for node in &made {
+                free_ea_inode(tx, node, &mut node.state.write())?;
+            }
+            return Err(e);
+        }
+    };
+    let new_ibody = x::parse_ibody_stored(st.d.xattr_area())?;
+    let mut delta: BTreeMap<u32, i64> = BTreeMap::new();
+    for r in old.released_refs() {
+        *delta.entry(r.inum).or_default() -= 1;
+    }
+    for r in new_ibody.iter().chain(&block_list).filter_map(|a| a.ea) {
+        *delta.entry(r.inum).or_default() += 1;
+    }
+    adjust_refs(tx, &delta, &made)?;
+    let charge = ea_charge(bs, &new_ibody, &block_list) - ea_charge(bs, &old.ibody, &old.block);
+    crate::file::charge_blocks(fs, st, charge)?;
+    Ok(old.block_refcount != 0 || !block_list.is_empty() || !delta.is_empty())
+}
+
+/// Write the laid-out attributes: the inode body `ibody`, and `block_list` into the
+/// inode's own block (a new one when it has none or shares it), or no block.
+fn write_placed(
+    tx: &mut Tx<'_>,
+    ino: Ino,
+    st: &mut InodeState,
+    ibody: &[u8],
+    block_list: &[Stored],
+) -> FsResult<()> {
+    let bs = tx.fs.geo.block_size;
     if block_list.is_empty() {
-        st.d.set_xattr_area(&ibody)?;
+        st.d.set_xattr_area(ibody)?;
         free_block(tx, st)?;
         return Ok(());
     }
-    let img = x::build_block(&block_list, 1, bs)?;
+    let img = x::build_block_stored(block_list, 1, bs)?;
     let shared = if st.d.file_acl != 0 {
         let b = read_block(tx.fs, ino, st.d.file_acl)?;
         let r = u32::from_le_bytes([
@@ -275,7 +682,7 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
     } else {
         None
     };
-    st.d.set_xattr_area(&ibody)?;
+    st.d.set_xattr_area(ibody)?;
     let buf = match fresh {
         Some(blk) => {
             if shared {
@@ -299,8 +706,26 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
     Ok(())
 }
 
-/// Drop the inode's reference to its xattr block, freeing it when unshared.
-pub(crate) fn free_block(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+/// Drop every attribute of an inode being freed: its references to EA inodes (freeing those
+/// it held last) and its xattr block (freed when unshared). The caller stores the inode.
+pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    if tx.fs.geo.ea_inode {
+        let old = Current::read(tx.fs, st)?;
+        let mut delta: BTreeMap<u32, i64> = BTreeMap::new();
+        for r in old.released_refs() {
+            *delta.entry(r.inum).or_default() -= 1;
+        }
+        adjust_refs(tx, &delta, &[])?;
+        let charge = ea_charge(tx.fs.geo.block_size, &old.ibody, &old.block);
+        crate::file::charge_blocks(tx.fs, st, -charge)?;
+        st.d.set_xattr_area(&vec![0; st.d.xattr_area().len()])?;
+    }
+    free_block(tx, st)
+}
+
+/// Drop the inode's reference to its xattr block, freeing it when unshared (its EA inode
+/// references stay with it while shared: see [`write_all`] and [`free_all`]).
+fn free_block(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     let blk = st.d.file_acl;
     if blk == 0 {
         return Ok(());

@@ -1232,3 +1232,138 @@ fn a_full_file_system_still_adds_entries_to_inline_directories() {
     assert_eq!(names(&fs, fs.resolve("/d").expect("d")), added, "after a remount");
     fs.unmount().expect("unmount");
 }
+
+/// Set attribute `name` of `path` through the kernel.
+fn kernel_setxattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    let n = std::ffi::CString::new(name).expect("name");
+    // SAFETY: valid NUL-terminated strings and a buffer of `value.len()` bytes.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(r, 0, "kernel setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// Attribute `name` of `path` as the kernel reads it.
+fn kernel_getxattr(path: &Path, name: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    let n = std::ffi::CString::new(name).expect("name");
+    let mut buf = vec![0u8; 70000];
+    // SAFETY: valid NUL-terminated strings and a buffer of `buf.len()` bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0, "kernel getxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+    buf.truncate(r as usize);
+    buf
+}
+
+/// `ea_inode` file systems: values the kernel put in EA inodes (one shared by two files)
+/// are read; cjfs replaces, removes and adds values that go into EA inodes (too large for a
+/// block, or not fitting beside the others), keeps an unchanged one's inode, frees one with
+/// its last reference (a removed attribute, an unlinked file) and refuses a value past the
+/// VFS limit. e2fsck, `check_image` and the kernel judge the result.
+#[test]
+fn ea_inode_values_are_read_and_written() {
+    let tmp = tmpdir();
+    for (bs, isize) in [("4096", "256"), ("1024", "512")] {
+        let img = tmp.path().join(format!("ea-{bs}.img"));
+        if mke2fs_with(&img, &["-t", "ext4", "-b", bs, "-I", isize, "-O", "ea_inode"], "64M").is_none() {
+            return;
+        }
+        let shared = content(10_000, 1);
+        let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+        let mnt = tmp.path().join(format!("mnt-{bs}"));
+        let kernel = match kernel_mount(&img, &mnt) {
+            Some(m) => {
+                for f in ["k1", "k2", "k3"] {
+                    std::fs::write(mnt.join(f), f).expect("kernel write");
+                }
+                // Equal values: the kernel shares one EA inode between them (refcount 2).
+                kernel_setxattr(&mnt.join("k1"), "user.big", &shared);
+                kernel_setxattr(&mnt.join("k2"), "user.big", &shared);
+                for (i, n) in ["user.m1", "user.m2", "user.m3"].iter().enumerate() {
+                    kernel_setxattr(&mnt.join("k3"), n, &content(1500, 10 + i as u8));
+                }
+                kernel_setxattr(&mnt.join("k3"), "user.huge", &content(65536, 9));
+                drop(m);
+                assert_fsck_clean(&img);
+                model.insert("k1", [("user.big".to_string(), shared.clone())].into());
+                model.insert("k2", [("user.big".to_string(), shared.clone())].into());
+                true
+            }
+            None => false,
+        };
+        let fs = mount(&img);
+        if kernel {
+            let k3 = fs.resolve("/k3").expect("k3");
+            assert_eq!(fs.getxattr(k3, b"user.huge").expect("kernel's huge value"), content(65536, 9));
+            for (i, n) in [&b"user.m1"[..], b"user.m2", b"user.m3"].iter().enumerate() {
+                assert_eq!(fs.getxattr(k3, n).expect("kernel value"), content(1500, 10 + i as u8));
+            }
+            let k1 = fs.resolve("/k1").expect("k1");
+            assert_eq!(fs.getxattr(k1, b"user.big").expect("shared value"), shared);
+            // Replaced in k1 (the shared inode keeps k2's reference), removed from k2 (freed).
+            let v = content(20_000, 2);
+            fs.setxattr(k1, b"user.big", &v, XattrFlags::Any).expect("replace a shared value");
+            model.get_mut("k1").expect("k1").insert("user.big".into(), v);
+            let k2 = fs.resolve("/k2").expect("k2");
+            fs.setxattr(k2, b"user.small", b"s", XattrFlags::Create).expect("small beside");
+            model.get_mut("k2").expect("k2").insert("user.small".into(), b"s".to_vec());
+            fs.removexattr(k2, b"user.big").expect("remove the last reference");
+            model.get_mut("k2").expect("k2").remove("user.big");
+            fs.unlink(ROOT_INO, b"k3").expect("unlink a file with EA inodes");
+        }
+        let c1 = fs.create(ROOT_INO, b"c1", 0o644, 0, 0).expect("create").ino;
+        let mut m1 = BTreeMap::new();
+        // Too large for a block; then four that do not all fit beside it in the block.
+        for (n, len, seed) in
+            [("user.a", 5000, 3u8), ("user.b", 10, 4), ("user.c", 1500, 5), ("user.d", 1500, 6)]
+        {
+            let v = content(len, seed);
+            fs.setxattr(c1, n.as_bytes(), &v, XattrFlags::Create).expect("setxattr");
+            m1.insert(n.to_string(), v);
+        }
+        let e = content(1400, 7);
+        fs.setxattr(c1, b"user.e", &e, XattrFlags::Create).expect("one more that needs an EA inode");
+        m1.insert("user.e".into(), e);
+        // Rewriting the list keeps the unchanged values where they are.
+        fs.setxattr(c1, b"user.b", b"changed", XattrFlags::Replace).expect("replace a small one");
+        m1.insert("user.b".into(), b"changed".to_vec());
+        model.insert("c1", m1);
+        let c2 = fs.create(ROOT_INO, b"c2", 0o644, 0, 0).expect("create").ino;
+        fs.setxattr(c2, b"user.max", &content(65536, 8), XattrFlags::Create).expect("the VFS limit");
+        let e = fs.setxattr(c2, b"user.over", &content(65537, 8), XattrFlags::Create).expect_err("past it");
+        assert!(matches!(e, FsError::NoSpace(_)), "{e}");
+        fs.unlink(ROOT_INO, b"c2").expect("unlink");
+        for (f, attrs) in &model {
+            let ino = fs.resolve(&format!("/{f}")).expect("file");
+            for (n, v) in attrs {
+                assert_eq!(&fs.getxattr(ino, n.as_bytes()).expect("getxattr"), v, "{f} {n}");
+            }
+        }
+        fs.unmount().expect("unmount");
+        assert_fsck_clean(&img);
+        let fs = mount(&img);
+        let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+        assert!(r.errors.is_empty() && r.warnings.is_empty(), "{bs}: {:?} {:?}", r.errors, r.warnings);
+        for (f, attrs) in &model {
+            let ino = fs.resolve(&format!("/{f}")).expect("file");
+            let mut names: Vec<Vec<u8>> = fs.listxattr(ino).expect("listxattr");
+            names.sort();
+            let want: Vec<Vec<u8>> = attrs.keys().map(|n| n.as_bytes().to_vec()).collect();
+            assert_eq!(names, want, "{f} after a remount");
+            for (n, v) in attrs {
+                assert_eq!(&fs.getxattr(ino, n.as_bytes()).expect("getxattr"), v, "{f} {n} after a remount");
+            }
+        }
+        fs.unmount().expect("unmount");
+        let Some(m) = kernel_mount(&img, &mnt) else { continue };
+        for (f, attrs) in &model {
+            for (n, v) in attrs {
+                assert!(kernel_getxattr(&mnt.join(f), n) == *v, "the kernel reads {f} {n}");
+            }
+        }
+        kernel_setxattr(&mnt.join("c1"), "user.a", &content(9000, 11));
+        drop(m);
+        assert_fsck_clean(&img);
+    }
+}

@@ -10,6 +10,8 @@
 //!   place (shrink, unlink, new entries in `i_block` and a grown `system.data`, `..` of a
 //!   moved directory), moves them into blocks (append, growth, an entry that no longer
 //!   fits), frees them (unlink, rmdir) and fsyncs between.
+//! - EA inodes: on an `ea_inode` image, attribute values kept in inodes of their own are
+//!   made, replaced, removed and freed with their file.
 //!
 //! Every crash state must recover to a state the operations allow, and e2fsck must find it
 //! clean, under every preset that runs on a file system made by mke2fs. Skipped with a
@@ -86,6 +88,62 @@ fn block_mapped_conversion_is_crash_consistent() {
         Op::Unlink { path: "big".into() },
     ];
     let wl = Workload::sequential("ext3-block-mapped", Vec::new(), ops);
+    run_every_preset(&wl, &image);
+}
+
+/// An `ea_inode` image of `blocks` 4 KiB blocks made by mke2fs (256-byte inodes).
+fn ea_inode_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
+    let Some(mke2fs) = tool("mke2fs") else {
+        eprintln!("SKIP: mke2fs not installed");
+        return None;
+    };
+    let img = dir.join("ea.img");
+    run(Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256", "-J", "size=4", "-O", "ea_inode"])
+        .arg(&img)
+        .arg(format!("{blocks}")));
+    Some(std::fs::read(&img).expect("read image"))
+}
+
+/// Extended attribute values in EA inodes (`ea_inode`): made (a value too large for a
+/// block, one that no longer fits beside others), replaced, removed and freed with their
+/// file, fsyncs between; the EA inode, its journalled data, its reference count and the
+/// owner's `i_blocks` must agree in every crash state.
+#[test]
+fn ea_inode_changes_are_crash_consistent() {
+    if !crash::check::e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let Some(image) = ea_inode_image(dir.path(), crash::record::image_blocks(1)) else { return };
+    let set = |path: &str, name: &str, len: u32, seed: u32| Op::SetXattr {
+        path: path.into(),
+        name: name.into(),
+        len,
+        seed,
+    };
+    let fsync = |path: &str| Op::Fsync { path: path.into() };
+    let ops = vec![
+        Op::Creat { path: "a".into() },
+        set("a", "user.big", 10_000, 1),
+        fsync("a"),
+        set("a", "user.s", 10, 2),
+        set("a", "user.big", 12_000, 3),
+        fsync("a"),
+        Op::Creat { path: "b".into() },
+        set("b", "user.c", 1500, 4),
+        set("b", "user.d", 1500, 5),
+        set("b", "user.e", 1500, 6),
+        fsync("b"),
+        Op::RemoveXattr { path: "a".into(), name: "user.big".into() },
+        fsync("a"),
+        set("b", "user.f", 20_000, 7),
+        Op::Unlink { path: "b".into() },
+        Op::Creat { path: "c".into() },
+        set("c", "user.g", 30_000, 8),
+        fsync("c"),
+    ];
+    let wl = Workload::sequential("ea-inode", Vec::new(), ops);
     run_every_preset(&wl, &image);
 }
 

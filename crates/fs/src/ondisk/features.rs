@@ -14,7 +14,8 @@
 //!   (multi-mount protection: a read-write open takes the MMP block and keeps it alive as
 //!   the kernel does, see [`crate::mmp`]), `inline_data` (small files and directories kept
 //!   in the inode: read, changed in place, or moved into a block when they grow, see
-//!   `crate::inline_data`);
+//!   `crate::inline_data`), `ea_inode` (extended attribute values in inodes of their own,
+//!   see `crate::xattr`);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
@@ -36,7 +37,7 @@
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
-//! Everything else (`bigalloc`, `casefold`, `encrypt`, `ea_inode`, ...) is
+//! Everything else (`bigalloc`, `casefold`, `encrypt`, ...) is
 //! refused with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
@@ -165,7 +166,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_LARGEDIR
     | INCOMPAT_META_BG
     | INCOMPAT_MMP
-    | INCOMPAT_INLINE_DATA;
+    | INCOMPAT_INLINE_DATA
+    | INCOMPAT_EA_INODE;
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE

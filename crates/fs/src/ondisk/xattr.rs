@@ -5,7 +5,9 @@
 //! zero bytes, and the values packed (4-byte aligned) from the end of the area downwards.
 //! In the inode, value offsets count from the first entry; in a block, from the block
 //! start. Names are stored as a namespace index plus a suffix (`user.foo` = index 1,
-//! `foo`). Values in separate inodes (`ea_inode`) are not supported.
+//! `foo`). With the `ea_inode` feature an entry may instead name an inode holding its value
+//! (`e_value_inum`, `e_value_offs` 0, the entry hash over the value's hash instead of the
+//! value): [`EaRef`]; `crate::xattr` reads and writes those inodes.
 //!
 //! Attribute lists are `Vec<(full name, value)>` of bytes. POSIX ACL values
 //! (`system.posix_acl_*`) are stored in ext4's own compact ACL format ([`crate::ondisk::acl`]);
@@ -185,6 +187,20 @@ pub fn block_hash(entry_hashes: impl IntoIterator<Item = u32>) -> u32 {
     hash
 }
 
+/// Largest value an EA inode may hold (`EXT4_XATTR_SIZE_MAX`).
+pub const EA_INODE_VALUE_MAX: u32 = 1 << 24;
+
+/// An entry's value kept in an EA inode (`ea_inode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EaRef {
+    /// `e_value_inum`: the inode holding the value.
+    pub inum: u32,
+    /// `e_value_size`: the value's length.
+    pub size: u32,
+    /// `e_hash`: the entry hash, over the name and the value's hash (kept in the EA inode).
+    pub entry_hash: u32,
+}
+
 /// One parsed entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEntry {
@@ -192,10 +208,31 @@ pub struct RawEntry {
     pub name_index: u8,
     /// Name suffix.
     pub name: Vec<u8>,
-    /// The value.
+    /// The value (empty when it is in an EA inode).
     pub value: Vec<u8>,
     /// `e_hash` as stored.
     pub hash: u32,
+    /// The EA inode holding the value, if any.
+    pub ea: Option<EaRef>,
+}
+
+/// An attribute as stored: its full name, and its value either in the area (`value`) or in
+/// an EA inode (`ea`, `value` then empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Full name (`user.foo`).
+    pub name: Vec<u8>,
+    /// The value when it is kept in the area.
+    pub value: Vec<u8>,
+    /// The EA inode holding the value, if any.
+    pub ea: Option<EaRef>,
+}
+
+impl Stored {
+    /// Attributes whose values are all kept in the area.
+    pub fn plain(list: &[(Vec<u8>, Vec<u8>)]) -> Vec<Stored> {
+        list.iter().map(|(n, v)| Stored { name: n.clone(), value: v.clone(), ea: None }).collect()
+    }
 }
 
 /// Parse entries starting at `first` of `buf`, values relative to `value_base`, everything
@@ -234,10 +271,16 @@ fn parse_entries(buf: &[u8], first: usize, value_base: usize, what: &str) -> FsR
         let inum = get_u32(buf, h + E_VALUE_INUM);
         let size = get_u32(buf, h + E_VALUE_SIZE) as usize;
         let offs = get_u16(buf, h + E_VALUE_OFFS) as usize;
-        if inum != 0 {
-            return bad(format!("entry at offset {h}: e_value_inum = {inum} (ea_inode is not supported)"));
-        }
-        let value = if size == 0 {
+        let ea = if inum != 0 {
+            // The kernel's `ext4_xattr_check_entries`; an empty value is never in an inode.
+            if size == 0 || size as u32 > EA_INODE_VALUE_MAX {
+                return bad(format!("entry at offset {h}: e_value_inum = {inum} with e_value_size = {size}"));
+            }
+            Some(EaRef { inum, size: size as u32, entry_hash: get_u32(buf, h + E_HASH) })
+        } else {
+            None
+        };
+        let value = if size == 0 || ea.is_some() {
             Vec::new()
         } else {
             let v = value_base + offs;
@@ -254,13 +297,30 @@ fn parse_entries(buf: &[u8], first: usize, value_base: usize, what: &str) -> FsR
             name: buf[h + E_NAME..h + E_NAME + name_len].to_vec(),
             value,
             hash: get_u32(buf, h + E_HASH),
+            ea,
         });
     }
     Ok(out)
 }
 
 fn to_list(entries: Vec<RawEntry>) -> FsResult<XattrList> {
-    entries.into_iter().map(|e| Ok((join_name(e.name_index, &e.name)?, e.value))).collect()
+    entries
+        .into_iter()
+        .map(|e| match e.ea {
+            Some(r) => Err(FsError::Incompatible(format!(
+                "extended attribute value in EA inode {} (read through the file system)",
+                r.inum
+            ))),
+            None => Ok((join_name(e.name_index, &e.name)?, e.value)),
+        })
+        .collect()
+}
+
+fn to_stored(entries: Vec<RawEntry>) -> FsResult<Vec<Stored>> {
+    entries
+        .into_iter()
+        .map(|e| Ok(Stored { name: join_name(e.name_index, &e.name)?, value: e.value, ea: e.ea }))
+        .collect()
 }
 
 /// Raw entries of an in-inode area (the bytes from `128 + i_extra_isize` to the end of the
@@ -272,9 +332,15 @@ pub fn parse_ibody_raw(area: &[u8]) -> FsResult<Vec<RawEntry>> {
     parse_entries(area, IBODY_HEADER_SIZE, IBODY_HEADER_SIZE, "in-inode xattrs")
 }
 
-/// Attributes of an in-inode area (see [`parse_ibody_raw`]).
+/// Attributes of an in-inode area (see [`parse_ibody_raw`]); [`FsError::Incompatible`]
+/// for a value kept in an EA inode (see [`parse_ibody_stored`]).
 pub fn parse_ibody(area: &[u8]) -> FsResult<XattrList> {
     to_list(parse_ibody_raw(area)?)
+}
+
+/// Attributes of an in-inode area as stored, EA inode references included.
+pub fn parse_ibody_stored(area: &[u8]) -> FsResult<Vec<Stored>> {
+    to_stored(parse_ibody_raw(area)?)
 }
 
 /// A parsed external xattr block.
@@ -314,9 +380,15 @@ impl XattrBlock {
         })
     }
 
-    /// The attributes as (full name, value).
+    /// The attributes as (full name, value); [`FsError::Incompatible`] for a value kept in
+    /// an EA inode (see [`XattrBlock::stored`]).
     pub fn attrs(&self) -> FsResult<XattrList> {
         to_list(self.entries.clone())
+    }
+
+    /// The attributes as stored, EA inode references included.
+    pub fn stored(&self) -> FsResult<Vec<Stored>> {
+        to_stored(self.entries.clone())
     }
 }
 
@@ -329,32 +401,38 @@ struct Prepared<'a> {
     index: u8,
     suffix: &'a [u8],
     value: &'a [u8],
+    ea: Option<EaRef>,
 }
 
-fn prepare(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<Vec<Prepared<'_>>> {
+fn prepare(attrs: &[Stored]) -> FsResult<Vec<Prepared<'_>>> {
     let mut v: Vec<Prepared<'_>> = Vec::with_capacity(attrs.len());
-    for (name, value) in attrs {
-        let (index, suffix) = split_name(name)?;
+    for a in attrs {
+        let (index, suffix) = split_name(&a.name)?;
         if v.iter().any(|p| p.index == index && p.suffix == suffix) {
             return Err(FsError::Invalid(format!(
                 "duplicate extended attribute {:?}",
-                String::from_utf8_lossy(name)
+                String::from_utf8_lossy(&a.name)
             )));
         }
-        if value.len() > u16::MAX as usize {
-            return Err(FsError::Range(format!("xattr value of {} bytes", value.len())));
+        if a.ea.is_none() && a.value.len() > u16::MAX as usize {
+            return Err(FsError::Range(format!("xattr value of {} bytes", a.value.len())));
         }
-        v.push(Prepared { index, suffix, value });
+        v.push(Prepared { index, suffix, value: &a.value, ea: a.ea });
     }
     Ok(v)
 }
 
 fn space(p: &Prepared<'_>) -> usize {
-    entry_len(p.suffix.len()) + value_len(p.value.len())
+    entry_len(p.suffix.len()) + if p.ea.is_some() { 0 } else { value_len(p.value.len()) }
 }
 
 /// Bytes an in-inode area needs for `attrs` (0 for none).
 pub fn ibody_size(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<usize> {
+    ibody_size_stored(&Stored::plain(attrs))
+}
+
+/// [`ibody_size`] of attributes as stored (a value in an EA inode takes no room).
+pub fn ibody_size_stored(attrs: &[Stored]) -> FsResult<usize> {
     let p = prepare(attrs)?;
     if p.is_empty() {
         return Ok(0);
@@ -364,6 +442,10 @@ pub fn ibody_size(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<usize> {
 
 /// Bytes an xattr block needs for `attrs`.
 pub fn block_size_needed(attrs: &[(Vec<u8>, Vec<u8>)]) -> FsResult<usize> {
+    block_size_needed_stored(&Stored::plain(attrs))
+}
+
+fn block_size_needed_stored(attrs: &[Stored]) -> FsResult<usize> {
     let p = prepare(attrs)?;
     Ok(BLOCK_HEADER_SIZE + 4 + p.iter().map(space).sum::<usize>())
 }
@@ -375,19 +457,20 @@ fn write_entries(buf: &mut [u8], first: usize, value_base: usize, entries: &[Pre
     let mut vend = buf.len();
     let mut hashes = Vec::with_capacity(entries.len());
     for p in entries {
-        let hash = entry_hash(p.suffix, p.value);
-        let voffs = if p.value.is_empty() {
-            0
-        } else {
-            vend -= value_len(p.value.len());
-            buf[vend..vend + p.value.len()].copy_from_slice(p.value);
-            vend - value_base
+        let (hash, voffs, inum, size) = match p.ea {
+            Some(r) => (r.entry_hash, 0, r.inum, r.size),
+            None if p.value.is_empty() => (entry_hash(p.suffix, p.value), 0, 0, 0),
+            None => {
+                vend -= value_len(p.value.len());
+                buf[vend..vend + p.value.len()].copy_from_slice(p.value);
+                (entry_hash(p.suffix, p.value), vend - value_base, 0, p.value.len() as u32)
+            }
         };
         buf[off + E_NAME_LEN] = p.suffix.len() as u8;
         buf[off + E_NAME_INDEX] = p.index;
         put_u16(buf, off + E_VALUE_OFFS, voffs as u16);
-        put_u32(buf, off + E_VALUE_INUM, 0);
-        put_u32(buf, off + E_VALUE_SIZE, p.value.len() as u32);
+        put_u32(buf, off + E_VALUE_INUM, inum);
+        put_u32(buf, off + E_VALUE_SIZE, size);
         put_u32(buf, off + E_HASH, hash);
         buf[off + E_NAME..off + E_NAME + p.suffix.len()].copy_from_slice(p.suffix);
         off += entry_len(p.suffix.len());
@@ -399,6 +482,11 @@ fn write_entries(buf: &mut [u8], first: usize, value_base: usize, entries: &[Pre
 /// Build an in-inode area of exactly `area_len` bytes holding `attrs` (in the given
 /// order). No attributes gives all zeros. [`FsError::NoSpace`] if they do not fit.
 pub fn build_ibody(attrs: &[(Vec<u8>, Vec<u8>)], area_len: usize) -> FsResult<Vec<u8>> {
+    build_ibody_stored(&Stored::plain(attrs), area_len)
+}
+
+/// [`build_ibody`] of attributes as stored.
+pub fn build_ibody_stored(attrs: &[Stored], area_len: usize) -> FsResult<Vec<u8>> {
     let p = prepare(attrs)?;
     let mut buf = vec![0u8; area_len];
     if p.is_empty() {
@@ -417,6 +505,11 @@ pub fn build_ibody(attrs: &[(Vec<u8>, Vec<u8>)], area_len: usize) -> FsResult<Ve
 /// name length, name) as ext4 expects, with entry hashes, the block hash, `h_blocks` = 1
 /// and `h_refcount` = `refcount`. [`FsError::NoSpace`] if they do not fit.
 pub fn build_block(attrs: &[(Vec<u8>, Vec<u8>)], refcount: u32, block_len: usize) -> FsResult<Vec<u8>> {
+    build_block_stored(&Stored::plain(attrs), refcount, block_len)
+}
+
+/// [`build_block`] of attributes as stored.
+pub fn build_block_stored(attrs: &[Stored], refcount: u32, block_len: usize) -> FsResult<Vec<u8>> {
     let mut p = prepare(attrs)?;
     p.sort_by(|a, b| (a.index, a.suffix.len(), a.suffix).cmp(&(b.index, b.suffix.len(), b.suffix)));
     let need = BLOCK_HEADER_SIZE + 4 + p.iter().map(space).sum::<usize>();
@@ -441,10 +534,20 @@ pub fn layout(
     ibody_len: usize,
     block_len: usize,
 ) -> FsResult<(Vec<u8>, XattrList)> {
+    let (ibody, rest) = layout_stored(&Stored::plain(attrs), ibody_len, block_len)?;
+    Ok((ibody, rest.into_iter().map(|a| (a.name, a.value)).collect()))
+}
+
+/// [`layout`] of attributes as stored.
+pub fn layout_stored(
+    attrs: &[Stored],
+    ibody_len: usize,
+    block_len: usize,
+) -> FsResult<(Vec<u8>, Vec<Stored>)> {
     let p = prepare(attrs)?;
     let mut used = IBODY_HEADER_SIZE + 4;
-    let mut inode_list: XattrList = Vec::new();
-    let mut block_list: XattrList = Vec::new();
+    let mut inode_list = Vec::new();
+    let mut block_list = Vec::new();
     for (i, pr) in p.iter().enumerate() {
         if used + space(pr) <= ibody_len {
             used += space(pr);
@@ -453,12 +556,12 @@ pub fn layout(
             block_list.push(attrs[i].clone());
         }
     }
-    if !block_list.is_empty() && block_size_needed(&block_list)? > block_len {
+    if !block_list.is_empty() && block_size_needed_stored(&block_list)? > block_len {
         return Err(FsError::NoSpace(format!(
             "extended attributes do not fit the inode and one {block_len}-byte block"
         )));
     }
-    Ok((build_ibody(&inode_list, ibody_len)?, block_list))
+    Ok((build_ibody_stored(&inode_list, ibody_len)?, block_list))
 }
 
 /// `h_checksum` of the xattr block `block` at block number `blocknr` with file system seed
