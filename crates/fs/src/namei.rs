@@ -162,9 +162,9 @@ fn make_node(
     Ok(node)
 }
 
-/// Undo a new inode inside the transaction that allocated it: free its blocks and the inode
-/// itself, and forget it.
-fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<()> {
+/// Undo a new inode inside the transaction that allocated it (or free one nothing names
+/// any more, an EA inode): free its blocks and the inode itself, and forget it.
+pub(crate) fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<()> {
     crate::file::free_all(tx, st)?;
     // An inherited ACL's xattr block too.
     crate::xattr::free_all(tx, st)?;

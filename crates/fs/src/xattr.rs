@@ -552,15 +552,7 @@ fn write_ea_data(tx: &mut Tx<'_>, est: &mut InodeState, value: &[u8]) -> FsResul
 /// Free EA inode `node` (its last reference gone, or never taken): its blocks (revoked:
 /// they were journalled), then the inode.
 fn free_ea_inode(tx: &mut Tx<'_>, node: &std::sync::Arc<Inode>, est: &mut InodeState) -> FsResult<()> {
-    crate::file::free_all(tx, est)?;
-    est.d.links_count = 0;
-    est.d.size = 0;
-    est.d.dtime = Timestamp::now().sec as u32;
-    store_inode(tx, node.ino, est)?;
-    crate::alloc::free_inode(tx, node.ino, false)?;
-    est.freed = true;
-    tx.fs.inodes.remove(node);
-    Ok(())
+    crate::namei::discard_new(tx, node, est, false)
 }
 
 /// Add `delta` references to each EA inode (ascending inode order, the lock order among
