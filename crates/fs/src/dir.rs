@@ -545,7 +545,11 @@ pub(crate) fn add_entry(
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
     if crate::inline_data::is_inline(st) {
+        let size = st.d.size;
         if crate::inline_data::add_dir_entry(st, name, ino, on_disk)? {
+            if st.d.size != size {
+                st.datasync_tx = tx.h.tx_id();
+            }
             if let Some(m) = st.names.0.write().as_mut() {
                 m.insert(name.into(), DirSlot { ino, ftype, lblk: 0 });
             }

@@ -164,7 +164,12 @@ fn make_node(
 
 /// Undo a new inode inside the transaction that allocated it (or free one nothing names
 /// any more, an EA inode): free its blocks and the inode itself, and forget it.
-pub(crate) fn discard_new(tx: &mut Tx<'_>, node: &Arc<Inode>, st: &mut InodeState, is_dir: bool) -> FsResult<()> {
+pub(crate) fn discard_new(
+    tx: &mut Tx<'_>,
+    node: &Arc<Inode>,
+    st: &mut InodeState,
+    is_dir: bool,
+) -> FsResult<()> {
     crate::file::free_all(tx, st)?;
     // An inherited ACL's xattr block too.
     crate::xattr::free_all(tx, st)?;
@@ -317,7 +322,9 @@ pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> Fs
     ps.d.ctime = now;
     store_inode(&mut tx, ino, &mut st)?;
     store_inode(&mut tx, newparent, &mut ps)?;
-    tx.stop()?;
+    // The directory may have grown (a new block, a longer inline `system.data`):
+    // fdatasync of it must commit this, as after a create.
+    ps.datasync_tx = tx.stop()?;
     drop(st);
     Ok(node)
 }

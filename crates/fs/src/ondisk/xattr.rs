@@ -452,18 +452,33 @@ fn block_size_needed_stored(attrs: &[Stored]) -> FsResult<usize> {
 
 /// Write entries and values into `buf[first..]`; values from the end downwards, offsets
 /// relative to `value_base`. Returns the entry hashes in order. Caller checked the space.
-fn write_entries(buf: &mut [u8], first: usize, value_base: usize, entries: &[Prepared<'_>]) -> Vec<u32> {
+///
+/// An in-inode entry whose value is in the area gets `e_hash` 0 (`in_block` false), as the
+/// kernel's `ext4_xattr_set_entry` writes it: the kernel changes some such values in place
+/// without rehashing (an inline directory's `system.data`), and e2fsck reads a nonzero hash
+/// as one to check.
+fn write_entries(
+    buf: &mut [u8],
+    first: usize,
+    value_base: usize,
+    entries: &[Prepared<'_>],
+    in_block: bool,
+) -> Vec<u32> {
     let mut off = first;
     let mut vend = buf.len();
     let mut hashes = Vec::with_capacity(entries.len());
     for p in entries {
         let (hash, voffs, inum, size) = match p.ea {
             Some(r) => (r.entry_hash, 0, r.inum, r.size),
-            None if p.value.is_empty() => (entry_hash(p.suffix, p.value), 0, 0, 0),
             None => {
-                vend -= value_len(p.value.len());
-                buf[vend..vend + p.value.len()].copy_from_slice(p.value);
-                (entry_hash(p.suffix, p.value), vend - value_base, 0, p.value.len() as u32)
+                let hash = if in_block { entry_hash(p.suffix, p.value) } else { 0 };
+                if p.value.is_empty() {
+                    (hash, 0, 0, 0)
+                } else {
+                    vend -= value_len(p.value.len());
+                    buf[vend..vend + p.value.len()].copy_from_slice(p.value);
+                    (hash, vend - value_base, 0, p.value.len() as u32)
+                }
             }
         };
         buf[off + E_NAME_LEN] = p.suffix.len() as u8;
@@ -497,7 +512,7 @@ pub fn build_ibody_stored(attrs: &[Stored], area_len: usize) -> FsResult<Vec<u8>
         return Err(FsError::NoSpace(format!("in-inode xattrs need {need} bytes, the inode has {area_len}")));
     }
     put_u32(&mut buf, 0, XATTR_MAGIC);
-    write_entries(&mut buf, IBODY_HEADER_SIZE, IBODY_HEADER_SIZE, &p);
+    write_entries(&mut buf, IBODY_HEADER_SIZE, IBODY_HEADER_SIZE, &p, false);
     Ok(buf)
 }
 
@@ -520,7 +535,7 @@ pub fn build_block_stored(attrs: &[Stored], refcount: u32, block_len: usize) -> 
     put_u32(&mut buf, H_MAGIC, XATTR_MAGIC);
     put_u32(&mut buf, H_REFCOUNT, refcount);
     put_u32(&mut buf, H_BLOCKS, 1);
-    let hashes = write_entries(&mut buf, BLOCK_HEADER_SIZE, 0, &p);
+    let hashes = write_entries(&mut buf, BLOCK_HEADER_SIZE, 0, &p, true);
     put_u32(&mut buf, H_HASH, block_hash(hashes));
     Ok(buf)
 }
