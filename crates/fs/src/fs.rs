@@ -9,7 +9,9 @@
 //! 2. inode locks (`Inode::state`): a directory before anything in it; a rename's two
 //!    parents ancestor-first (else ascending inode number), then its two children
 //!    directory-first (else ascending inode number) — the check allows several, their
-//!    order is this rule's;
+//!    order is this rule's; an inode's xattr block lock (`FsInner::xattr_block_locks`)
+//!    after the inode, then EA inodes (`ea_inode`) in ascending order, inside a
+//!    transaction;
 //! 3. a journal handle (started after the inode locks, never while waiting for one);
 //! 4. an inode cache shard;
 //! 5. `FsInner::orphan_lock`;
@@ -48,6 +50,9 @@ use crate::ondisk::superblock::{
     STATE_ERROR, STATE_FC_REPLAY, STATE_VALID, SUPERBLOCK_SIZE, Superblock, sb_location,
 };
 use crate::types::{MountOptions, ROOT_INO};
+
+/// Stripes of [`FsInner::xattr_block_locks`].
+pub(crate) const XATTR_BLOCK_LOCKS: usize = 64;
 
 /// Fixed numbers derived from the superblock.
 #[derive(Debug, Clone)]
@@ -309,6 +314,12 @@ pub(crate) struct FsInner {
     /// Multi-mount protection held while open for writing (`mmp` images). Lock: itself, a
     /// leaf, taken at mount and unmount only.
     pub mmp: RankedMutex<Option<crate::mmp::Mmp>>,
+    /// Xattr block locks, striped by block number (`crate::xattr`): one is held while an
+    /// inode changes or drops the xattr block it has, so that inodes sharing a block do not
+    /// lose each other's `h_refcount` (and, with `ea_inode`, EA inode reference) updates
+    /// (the kernel locks the block's buffer). Ranked as an inode lock: taken after the
+    /// owner's, before any EA inode's, one at a time.
+    pub xattr_block_locks: Vec<RankedMutex<()>>,
 }
 
 impl FsInner {
@@ -358,6 +369,7 @@ impl FsInner {
             adaptive: Default::default(),
             young: Default::default(),
             mmp: RankedMutex::new(Rank::Leaf, None),
+            xattr_block_locks: (0..XATTR_BLOCK_LOCKS).map(|_| RankedMutex::new(Rank::FsInode, ())).collect(),
             ij: match ij {
                 Some(i) => std::sync::OnceLock::from(i),
                 None => std::sync::OnceLock::new(),

@@ -578,6 +578,12 @@ fn adjust_refs(tx: &mut Tx<'_>, delta: &BTreeMap<u32, i64>, made: &[std::sync::A
     Ok(())
 }
 
+/// The lock of xattr block `blk`, held while an inode changes or drops it (`None` for no
+/// block): see `FsInner::xattr_block_locks`.
+fn block_lock(fs: &FsInner, blk: u64) -> Option<cjfs_journal::lock_rank::RankedGuard<'_, ()>> {
+    (blk != 0).then(|| fs.xattr_block_locks[(blk % crate::fs::XATTR_BLOCK_LOCKS as u64) as usize].lock())
+}
+
 /// Replace the inode's attributes by `list` in `tx` (the caller stores the inode). Returns
 /// whether anything outside the inode record took part (an xattr block, an EA inode).
 fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<bool> {
@@ -595,6 +601,7 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
         FsError::NoSpace(m) => FsError::NoSpace(format!("extended attributes do not fit: {m}")),
         e => e,
     };
+    let _block = block_lock(fs, st.d.file_acl);
     let old = Current::read(fs, st)?;
     let mut stored = place(fs, st, &old, &list, area_len).map_err(nospace)?;
     let mut made = Vec::new();
@@ -701,6 +708,7 @@ fn write_placed(
 /// Drop every attribute of an inode being freed: its references to EA inodes (freeing those
 /// it held last) and its xattr block (freed when unshared). The caller stores the inode.
 pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
+    let _block = block_lock(tx.fs, st.d.file_acl);
     if tx.fs.geo.ea_inode {
         let old = Current::read(tx.fs, st)?;
         let mut delta: BTreeMap<u32, i64> = BTreeMap::new();

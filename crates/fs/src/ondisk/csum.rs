@@ -75,7 +75,8 @@ impl Csum {
         } else if sb.feature_ro_compat & RO_COMPAT_GDT_CSUM != 0 {
             Csum { kind: CsumKind::Gdt, seed: 0, uuid: sb.uuid, is64, block_size }
         } else {
-            Csum { block_size, ..Csum::none() }
+            // The UUID still seeds EA inode value hashes (`ea_inode` without checksums).
+            Csum { block_size, uuid: sb.uuid, ..Csum::none() }
         }
     }
 
