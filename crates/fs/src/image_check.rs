@@ -107,6 +107,8 @@ struct Walker<'a> {
     /// References to each EA inode found (`ea_inode`): one per body entry, one per entry
     /// of each distinct xattr block.
     ea_refs: BTreeMap<Ino, u64>,
+    /// Xattr blocks whose EA inode references are counted.
+    ea_ref_blocks: HashSet<u64>,
     dup_blocks: u64,
     dirs: u64,
     files: u64,
@@ -151,16 +153,11 @@ impl<'a> Walker<'a> {
             self.claim(b, 1, &format!("{what} (extent tree block)"));
             n += 1;
         }
-        for &(ino, _) in &c.ea_body {
-            *self.ea_refs.entry(ino).or_default() += 1;
-        }
+        self.count_ea_refs(c);
         if let Some(b) = c.xattr_block {
             // Xattr blocks may be shared between inodes (refcounted).
             if self.xattr_blocks.insert(b) {
                 self.claim(b, 1, &format!("{what} (xattr block)"));
-                for &(ino, _) in &c.ea_block {
-                    *self.ea_refs.entry(ino).or_default() += 1;
-                }
             }
         }
         if c.stored_blocks() != c.counted_blocks() {
@@ -171,6 +168,16 @@ impl<'a> Walker<'a> {
             ));
         }
         n
+    }
+
+    /// Count the EA inode references of inode `c`'s attributes: one per body entry, one
+    /// per entry of each distinct xattr block.
+    fn count_ea_refs(&mut self, c: &InodeCheck) {
+        let block = c.xattr_block.is_some_and(|b| self.ea_ref_blocks.insert(b));
+        let block_refs: &[(u32, u32)] = if block { &c.ea_block } else { &[] };
+        for &(ino, _) in c.ea_body.iter().chain(block_refs) {
+            *self.ea_refs.entry(ino).or_default() += 1;
+        }
     }
 
     /// Static metadata: the blocks before the first group, superblock and GDT copies (with
@@ -631,6 +638,8 @@ impl Walker<'_> {
                     return;
                 }
                 Ok(c) => {
+                    // Its attributes still hold their EA inodes until it is freed.
+                    self.count_ea_refs(&c);
                     from = format!("inode {head}'s i_dtime");
                     head = c.dtime;
                 }
@@ -669,7 +678,7 @@ impl Walker<'_> {
                     Ok(c) if c.mode == 0 => {
                         self.report.error(format!("orphan file: entry {ino} is a free inode"))
                     }
-                    Ok(_) => {}
+                    Ok(c) => self.count_ea_refs(&c),
                     Err(e) => self.report.error(format!("orphan file: entry {ino}: {e}")),
                 }
             }
@@ -753,6 +762,7 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         owned_count: 0,
         xattr_blocks: HashSet::new(),
         ea_refs: BTreeMap::new(),
+        ea_ref_blocks: HashSet::new(),
         dup_blocks: 0,
         dirs: 0,
         files: 0,
@@ -814,8 +824,8 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         }
     }
     w.walk();
-    w.check_ea_inodes();
     w.check_orphans();
+    w.check_ea_inodes();
     w.check_links();
     w.check_bitmaps(&descs);
     Ok(ImageReport {

@@ -681,11 +681,7 @@ impl Fs {
     pub fn listxattr_as(&self, ino: Ino, privileged: bool) -> FsResult<Vec<Vec<u8>>> {
         let node = self.node(ino)?;
         let st = self.read_state(&node)?;
-        Ok(xattr::list_all(&self.inner, &st)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .filter(|n| xattr::listed(n, privileged))
-            .collect())
+        Ok(xattr::names(&self.inner, &st)?.into_iter().filter(|n| xattr::listed(n, privileged)).collect())
     }
 
     /// One attribute's value. POSIX ACLs come in the user-space format (`a_version` 2),

@@ -364,7 +364,9 @@ pub(crate) fn evict(fs: &FsInner, node: &Arc<Inode>, st: &mut InodeState) -> FsR
     {
         crate::file::truncate(fs, node.ino, st, 0)?;
     }
-    let mut tx = Tx::start(fs, 32)?;
+    // Each EA inode the attributes free: its record, bitmaps, descriptors, tree blocks.
+    let ea = crate::xattr::ea_refs_of(fs, st).map(|(b, k)| b.len() + k.len()).unwrap_or(0);
+    let mut tx = Tx::start(fs, 32 + 8 * ea as u32)?;
     crate::file::free_all(&mut tx, st)?;
     crate::xattr::free_all(&mut tx, st)?;
     del(&mut tx, node.ino, st)?;

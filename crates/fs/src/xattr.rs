@@ -18,9 +18,10 @@
 //! block (quota charges the owner; e2fsck checks `i_blocks` so).
 //!
 //! cjfs makes a new EA inode for every value it moves out (the kernel may share one between
-//! equal values through its cache; both are valid), keeps an unchanged value's EA inode when
-//! the attributes are rewritten, and frees an EA inode with its last reference, in the same
-//! transaction. EA inodes are locked only inside a transaction, after the owner, in ascending
+//! equal values through its cache; both are valid); an attribute a change does not touch
+//! keeps its EA inode, its value not even read (reading, listing and removing never need any
+//! value but the one asked for, so one damaged EA inode spoils only its own attribute); an
+//! EA inode is freed with its last reference, in the same transaction. EA inodes are locked only inside a transaction, after the owner, in ascending
 //! inode order, and nothing else is locked or waited for while holding one; readers take
 //! them shared without a transaction.
 
@@ -134,6 +135,24 @@ impl Current {
             )));
         }
         Ok(Current { ibody, block, block_refcount })
+    }
+
+    /// Check that every EA inode the attributes name is one (flag, link, size), before
+    /// anything changes their reference counts.
+    fn check_refs(&self, fs: &FsInner, owner: Ino) -> FsResult<()> {
+        for a in self.ibody.iter().chain(&self.block) {
+            if let Some(r) = &a.ea {
+                ea_inode(fs, owner, &a.name, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every attribute as stored, the body's first (values in EA inodes not read).
+    fn all(self) -> Vec<Stored> {
+        let mut v = self.ibody;
+        v.extend(self.block);
+        v
     }
 
     /// The EA inode references this inode's attributes hold and give up when rewritten or
@@ -253,29 +272,23 @@ fn read_ea_value(fs: &FsInner, owner: Ino, name: &[u8], r: &EaRef) -> FsResult<V
     Ok(value)
 }
 
-/// Every attribute of the inode, values read from their EA inodes.
-pub(crate) fn list_all(fs: &FsInner, st: &InodeState) -> FsResult<XattrList> {
-    let cur = Current::read(fs, st)?;
-    cur.ibody
-        .into_iter()
-        .chain(cur.block)
-        .map(|a| match a.ea {
-            Some(r) => {
-                let v = read_ea_value(fs, st.ino, &a.name, &r)?;
-                Ok((a.name, v))
-            }
-            None => Ok((a.name, a.value)),
-        })
-        .collect()
+/// The names of the inode's attributes (no value is read: a damaged EA inode does not keep
+/// the others from being listed, as in the kernel).
+pub(crate) fn names(fs: &FsInner, st: &InodeState) -> FsResult<Vec<Vec<u8>>> {
+    Ok(Current::read(fs, st)?.all().into_iter().map(|a| a.name).collect())
 }
 
-/// One attribute's value.
+/// One attribute's value (only its own EA inode is read).
 pub(crate) fn get(fs: &FsInner, st: &InodeState, name: &[u8]) -> FsResult<Vec<u8>> {
-    list_all(fs, st)?
+    let a = Current::read(fs, st)?
+        .all()
         .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v)
-        .ok_or_else(|| FsError::NoAttr(String::from_utf8_lossy(name).into_owned()))
+        .find(|a| a.name == name)
+        .ok_or_else(|| FsError::NoAttr(String::from_utf8_lossy(name).into_owned()))?;
+    match a.ea {
+        Some(r) => read_ea_value(fs, st.ino, name, &r),
+        None => Ok(a.value),
+    }
 }
 
 /// Set (or with `value = None` remove) an attribute.
@@ -288,8 +301,9 @@ pub(crate) fn set(
     flags: XattrFlags,
 ) -> FsResult<()> {
     x::split_name(name)?;
-    let mut list = list_all(fs, st)?;
-    let pos = list.iter().position(|(n, _)| n == name);
+    // The others stay as stored: a value in an EA inode is neither read nor moved.
+    let mut list = Current::read(fs, st)?.all();
+    let pos = list.iter().position(|a| a.name == name);
     // EEXIST and ENODATA come before ENOSPC, as in ext4 (`ext4_xattr_set_handle` looks the
     // name up first).
     match (pos, value, flags) {
@@ -304,16 +318,17 @@ pub(crate) fn set(
     if let Some(v) = value {
         check_value_len(fs, v.len(), "xattr value")?;
     }
+    let new = |v: &[u8]| Stored { name: name.to_vec(), value: v.to_vec(), ea: None };
     match (pos, value) {
-        (Some(i), Some(v)) => list[i].1 = v.to_vec(),
-        (None, Some(v)) => list.push((name.to_vec(), v.to_vec())),
+        (Some(i), Some(v)) => list[i] = new(v),
+        (None, Some(v)) => list.push(new(v)),
         (Some(i), None) => {
             list.remove(i);
         }
         // Refused above.
         (None, None) => {}
     }
-    commit(fs, ino, st, Some(&list), None)
+    commit(fs, ino, st, Some(list), None)
 }
 
 /// Set (or with `value = None` remove) a POSIX ACL attribute, already in ext4's format, and
@@ -332,15 +347,16 @@ pub(crate) fn set_acl(
     if let Some(v) = value {
         check_value_len(fs, v.len(), "POSIX ACL")?;
     }
-    let mut list = list_all(fs, st)?;
-    let pos = list.iter().position(|(n, _)| n == name);
+    let mut list = Current::read(fs, st)?.all();
+    let pos = list.iter().position(|a| a.name == name);
+    let new = |v: &[u8]| Stored { name: name.to_vec(), value: v.to_vec(), ea: None };
     let changed = match (pos, value) {
         (Some(i), Some(v)) => {
-            list[i].1 = v.to_vec();
+            list[i] = new(v);
             true
         }
         (None, Some(v)) => {
-            list.push((name.to_vec(), v.to_vec()));
+            list.push(new(v));
             true
         }
         (Some(i), None) => {
@@ -353,7 +369,7 @@ pub(crate) fn set_acl(
     if !changed && mode.is_none() {
         return Ok(());
     }
-    commit(fs, ino, st, changed.then_some(&list), mode)
+    commit(fs, ino, st, changed.then_some(list), mode)
 }
 
 /// ENOSPC for a value no place can hold, as ext4: without `ea_inode` one that fits neither
@@ -375,12 +391,12 @@ fn check_value_len(fs: &FsInner, len: usize, what: &str) -> FsResult<()> {
 /// Journal credits to rewrite an inode's attributes as `list`: the inode, the block and
 /// its bitmap and descriptor, and with `ea_inode` a new EA inode for any value (its inode,
 /// bitmaps, descriptors, data and a tree block) plus each old EA inode's record.
-fn credits(fs: &FsInner, list: &XattrList, old_refs: usize) -> u32 {
+fn credits(fs: &FsInner, list: &[Stored], old_refs: usize) -> u32 {
     if !fs.geo.ea_inode {
         return 8;
     }
     let bs = fs.geo.block_size;
-    let new: usize = list.iter().map(|(_, v)| v.len().div_ceil(bs) + 8).sum();
+    let new: usize = list.iter().map(|a| a.value.len().div_ceil(bs) + 8).sum();
     (8 + new + 4 * old_refs).min(u32::MAX as usize) as u32
 }
 
@@ -390,11 +406,11 @@ fn commit(
     fs: &FsInner,
     ino: Ino,
     st: &mut InodeState,
-    list: Option<&XattrList>,
+    list: Option<Vec<Stored>>,
     mode: Option<u16>,
 ) -> FsResult<()> {
     let old_refs = if fs.geo.ea_inode { Current::read(fs, st)?.released_refs().count() } else { 0 };
-    let mut tx = Tx::start(fs, list.map_or(8, |l| credits(fs, l, old_refs)))?;
+    let mut tx = Tx::start(fs, list.as_deref().map_or(8, |l| credits(fs, l, old_refs)))?;
     if let Some(list) = list {
         let saved = st.d.clone();
         match write_all(&mut tx, ino, st, list) {
@@ -423,39 +439,26 @@ fn commit(
 
 /// The first attributes of an inode made in `tx` (its inherited ACLs).
 pub(crate) fn init_list(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<()> {
-    if write_all(tx, ino, st, list)? {
+    if write_all(tx, ino, st, Stored::plain(list))? {
         let id = tx.h.tx_id();
         crate::ijournal::note_unsafe(tx.fs, &st.ij, crate::ijournal::Fallback::XattrBlock, id);
     }
     Ok(())
 }
 
-/// Which attributes of `list` (in that order) keep their values in EA inodes: an unchanged
-/// value its old one (`Some(r)`), a value too large for a block or, when the rest does not
-/// fit, the largest ones a new one (`Some` with inode 0 until it is made). `None` where
-/// the value stays in the area; [`FsError::NoSpace`] when even that does not fit.
-fn place(
-    fs: &FsInner,
-    st: &InodeState,
-    old: &Current,
-    list: &XattrList,
-    area_len: usize,
-) -> FsResult<Vec<Stored>> {
+/// Where each attribute of `list` keeps its value: one already in an EA inode stays there
+/// (an attribute the change does not touch is neither read nor moved); with `ea_inode` a
+/// new value too large for a block, and when the rest does not fit the largest new ones,
+/// get a new EA inode (`ea` with inode 0 until it is made). [`FsError::NoSpace`] when even
+/// that does not fit.
+fn place(fs: &FsInner, mut stored: Vec<Stored>, area_len: usize) -> FsResult<Vec<Stored>> {
     let bs = fs.geo.block_size;
-    let mut stored = Stored::plain(list);
     if !fs.geo.ea_inode {
         return Ok(stored);
     }
-    let old_ea: Vec<&Stored> = old.ibody.iter().chain(&old.block).filter(|a| a.ea.is_some()).collect();
     let placeholder = |len: usize| Some(EaRef { inum: 0, size: len as u32, entry_hash: 0 });
-    for a in stored.iter_mut() {
-        let kept = old_ea.iter().find(|o| o.name == a.name).and_then(|o| o.ea).filter(|r| {
-            r.size as usize == a.value.len()
-                && read_ea_value(fs, st.ino, &a.name, r).is_ok_and(|v| v == a.value)
-        });
-        if kept.is_some() {
-            a.ea = kept;
-        } else if x::value_len(a.value.len()) > bs - 56 {
+    for a in stored.iter_mut().filter(|a| a.ea.is_none()) {
+        if x::value_len(a.value.len()) > bs - 56 {
             // `EXT4_XATTR_MIN_LARGE_EA_SIZE`: no block could hold it beside a header.
             a.ea = placeholder(a.value.len());
         }
@@ -586,14 +589,13 @@ fn block_lock(fs: &FsInner, blk: u64) -> Option<cjfs_journal::lock_rank::RankedG
 
 /// Replace the inode's attributes by `list` in `tx` (the caller stores the inode). Returns
 /// whether anything outside the inode record took part (an xattr block, an EA inode).
-fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -> FsResult<bool> {
+fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, mut list: Vec<Stored>) -> FsResult<bool> {
     let fs = tx.fs;
     let area_len = st.d.xattr_area().len();
     let bs = fs.geo.block_size;
     // An inline inode's `system.data` goes first, so that it stays in the inode body: the
     // kernel and e2fsck look for it only there.
-    let mut list = list.clone();
-    if let Some(i) = list.iter().position(|(n, _)| n == crate::inline_data::DATA_XATTR) {
+    if let Some(i) = list.iter().position(|a| a.name == crate::inline_data::DATA_XATTR) {
         let data = list.remove(i);
         list.insert(0, data);
     }
@@ -603,7 +605,8 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, list: &XattrList) -
     };
     let _block = block_lock(fs, st.d.file_acl);
     let old = Current::read(fs, st)?;
-    let mut stored = place(fs, st, &old, &list, area_len).map_err(nospace)?;
+    old.check_refs(fs, st.ino)?;
+    let mut stored = place(fs, list, area_len).map_err(nospace)?;
     let mut made = Vec::new();
     let placed = (|| {
         for a in stored.iter_mut() {
@@ -711,6 +714,7 @@ pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     let _block = block_lock(tx.fs, st.d.file_acl);
     if tx.fs.geo.ea_inode {
         let old = Current::read(tx.fs, st)?;
+        old.check_refs(tx.fs, st.ino)?;
         let mut delta: BTreeMap<u32, i64> = BTreeMap::new();
         for r in old.released_refs() {
             *delta.entry(r.inum).or_default() -= 1;

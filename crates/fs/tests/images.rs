@@ -1371,3 +1371,39 @@ fn ea_inode_values_are_read_and_written() {
         assert_fsck_clean(&img);
     }
 }
+
+/// A damaged EA inode value (a byte of its data, which e2fsck does not check) spoils only
+/// its own attribute, as in the kernel: the file's attributes are still listed, the others
+/// read and changed, and the damaged one reads as corrupt and can be removed.
+#[test]
+fn a_damaged_ea_value_spoils_only_its_attribute() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("ea-damaged.img");
+    if mke2fs_with(&img, &["-t", "ext4", "-b", "4096", "-I", "256", "-O", "ea_inode"], "32M").is_none() {
+        return;
+    }
+    let fs = mount(&img);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    fs.setxattr(f, b"user.small", b"s", XattrFlags::Create).expect("setxattr");
+    fs.setxattr(f, b"user.big", &content(10_000, 5), XattrFlags::Create).expect("setxattr");
+    fs.unmount().expect("unmount");
+    // The EA inode is the first one after f, made in the same group.
+    let Some(stat) = debugfs_r(&img, &format!("stat <{}>", f + 1)) else { return };
+    assert!(stat.contains("Flags: 0x280000"), "inode {} is the EA inode: {stat}", f + 1);
+    let bmap = debugfs_r(&img, &format!("bmap <{}> 0", f + 1)).expect("debugfs");
+    let blk: u64 = bmap.trim().parse().expect("block number");
+    let mut bytes = std::fs::read(&img).expect("read image");
+    bytes[blk as usize * 4096 + 100] ^= 0xff;
+    std::fs::write(&img, &bytes).expect("write image");
+    let fs = mount(&img);
+    let mut names = fs.listxattr(f).expect("listed despite the damage");
+    names.sort();
+    assert_eq!(names, vec![b"user.big".to_vec(), b"user.small".to_vec()]);
+    assert_eq!(fs.getxattr(f, b"user.small").expect("the other value"), b"s");
+    let e = fs.getxattr(f, b"user.big").expect_err("damaged");
+    assert!(matches!(e, FsError::Corrupt(_)), "{e}");
+    fs.setxattr(f, b"user.new", b"n", XattrFlags::Create).expect("a change beside it");
+    fs.removexattr(f, b"user.big").expect("the damaged one removed");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+}
