@@ -263,7 +263,7 @@ pub(crate) fn add_dir_entry(st: &mut InodeState, name: &[u8], ino: Ino, ftype: u
     let mut tail = tail(st)?;
     if tail.is_empty() {
         let room = tail_room(st)?;
-        // As the kernel: not worth it below two minimal records.
+        // As the kernel (`ext4_update_inline_dir`): not for the room of one minimal record or less.
         if room <= dirent::rec_len_for(1) {
             return Ok(false);
         }
