@@ -113,8 +113,9 @@ fn make_node(
         check_subdir_room(fs, parent, &ps)?;
     }
     let (mode, acls) = crate::acl::inherit(fs, parent, &ps, mode, umask)?;
-    // An inherited ACL may need an xattr block (and its bitmap and group descriptor).
-    let credits = credits + if acls.is_empty() { 0 } else { 4 };
+    // An inherited ACL may need an xattr block (and its bitmap and group descriptor), or
+    // with `ea_inode` an EA inode and its data.
+    let credits = credits + crate::xattr::init_credits(fs, &acls);
     let mut tx = Tx::start(fs, credits)?;
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let mut d = new_disk_inode(fs, mode, uid, gid);

@@ -388,6 +388,12 @@ fn check_value_len(fs: &FsInner, len: usize, what: &str) -> FsResult<()> {
     Ok(())
 }
 
+/// Journal credits for a new inode's first attributes `list` (its inherited ACLs):
+/// nothing for none, else as [`credits`] with nothing to give up.
+pub(crate) fn init_credits(fs: &FsInner, list: &XattrList) -> u32 {
+    if list.is_empty() { 0 } else { credits(fs, &Stored::plain(list), 0) }
+}
+
 /// Journal credits to rewrite an inode's attributes as `list`: the inode, the block and
 /// its bitmap and descriptor, and with `ea_inode` a new EA inode for any value (its inode,
 /// bitmaps, descriptors, data and a tree block) plus each old EA inode's record.
