@@ -21,15 +21,15 @@
 //! equal values through its cache; both are valid); an attribute a change does not touch
 //! keeps its EA inode, its value not even read (reading, listing and removing never need any
 //! value but the one asked for, so one damaged EA inode spoils only its own attribute); an
-//! EA inode is freed with its last reference, in the same transaction. EA inodes are locked only inside a transaction, after the owner, in ascending
-//! inode order, and nothing else is locked or waited for while holding one; readers take
-//! them shared without a transaction.
+//! EA inode is freed with its last reference, in the same transaction. EA inodes are
+//! locked only inside a transaction, after the owner, in ascending inode order, and nothing
+//! else is locked or waited for while holding one; readers take them shared without a
+//! transaction.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cjfs_journal::Buffer;
-
-use std::collections::BTreeMap;
 
 use crate::error::{CsumStructure, FsError, FsResult};
 use crate::extent_tree::Mapping;
@@ -161,6 +161,15 @@ impl Current {
         let block: &[Stored] = if self.block_refcount == 1 { &self.block } else { &[] };
         self.ibody.iter().chain(block).filter_map(|a| a.ea)
     }
+
+    /// One reference less on each EA inode [`Current::released_refs`] names.
+    fn release(&self) -> BTreeMap<u32, i64> {
+        let mut delta = BTreeMap::new();
+        for r in self.released_refs() {
+            *delta.entry(r.inum).or_default() -= 1;
+        }
+        delta
+    }
 }
 
 /// Blocks charged to an inode's `i_blocks` for the EA inode values its body and its block
@@ -218,7 +227,7 @@ fn set_ea_refs(st: &mut InodeState, refs: u64) {
 
 /// The EA inode `r.inum` that attribute `name` of inode `owner` names, checked as the
 /// kernel's `ext4_xattr_inode_iget` does.
-fn ea_inode(fs: &FsInner, owner: Ino, name: &[u8], r: &EaRef) -> FsResult<std::sync::Arc<Inode>> {
+fn ea_inode(fs: &FsInner, owner: Ino, name: &[u8], r: &EaRef) -> FsResult<Arc<Inode>> {
     let bad = |why: String| {
         FsError::Corrupt(format!(
             "inode {owner}: extended attribute {:?} names EA inode {}: {why}",
@@ -302,7 +311,9 @@ pub(crate) fn set(
 ) -> FsResult<()> {
     x::split_name(name)?;
     // The others stay as stored: a value in an EA inode is neither read nor moved.
-    let mut list = Current::read(fs, st)?.all();
+    let cur = Current::read(fs, st)?;
+    let released = cur.released_refs().count();
+    let mut list = cur.all();
     let pos = list.iter().position(|a| a.name == name);
     // EEXIST and ENODATA come before ENOSPC, as in ext4 (`ext4_xattr_set_handle` looks the
     // name up first).
@@ -328,7 +339,7 @@ pub(crate) fn set(
         // Refused above.
         (None, None) => {}
     }
-    commit(fs, ino, st, Some(list), None)
+    commit(fs, ino, st, Some((list, released)), None)
 }
 
 /// Set (or with `value = None` remove) a POSIX ACL attribute, already in ext4's format, and
@@ -347,7 +358,9 @@ pub(crate) fn set_acl(
     if let Some(v) = value {
         check_value_len(fs, v.len(), "POSIX ACL")?;
     }
-    let mut list = Current::read(fs, st)?.all();
+    let cur = Current::read(fs, st)?;
+    let released = cur.released_refs().count();
+    let mut list = cur.all();
     let pos = list.iter().position(|a| a.name == name);
     let new = |v: &[u8]| Stored { name: name.to_vec(), value: v.to_vec(), ea: None };
     let changed = match (pos, value) {
@@ -369,7 +382,7 @@ pub(crate) fn set_acl(
     if !changed && mode.is_none() {
         return Ok(());
     }
-    commit(fs, ino, st, changed.then_some(list), mode)
+    commit(fs, ino, st, changed.then_some((list, released)), mode)
 }
 
 /// ENOSPC for a value no place can hold, as ext4: without `ea_inode` one that fits neither
@@ -406,18 +419,18 @@ fn credits(fs: &FsInner, list: &[Stored], old_refs: usize) -> u32 {
     (8 + new + 4 * old_refs).min(u32::MAX as usize) as u32
 }
 
-/// One transaction: the inode's attributes replaced by `list` (when given), its mode set to
-/// `mode` (when given), ctime now.
+/// One transaction: the inode's attributes replaced by `list` (when given, with the number
+/// of EA inode references the old ones give up), its mode set to `mode` (when given), ctime
+/// now.
 fn commit(
     fs: &FsInner,
     ino: Ino,
     st: &mut InodeState,
-    list: Option<Vec<Stored>>,
+    list: Option<(Vec<Stored>, usize)>,
     mode: Option<u16>,
 ) -> FsResult<()> {
-    let old_refs = if fs.geo.ea_inode { Current::read(fs, st)?.released_refs().count() } else { 0 };
-    let mut tx = Tx::start(fs, list.as_deref().map_or(8, |l| credits(fs, l, old_refs)))?;
-    if let Some(list) = list {
+    let mut tx = Tx::start(fs, list.as_ref().map_or(8, |(l, released)| credits(fs, l, *released)))?;
+    if let Some((list, _)) = list {
         let saved = st.d.clone();
         match write_all(&mut tx, ino, st, list) {
             Ok(outside) => {
@@ -499,7 +512,7 @@ fn make_ea_inode(
     owner: &InodeState,
     name: &[u8],
     value: &[u8],
-) -> FsResult<(std::sync::Arc<Inode>, EaRef)> {
+) -> FsResult<(Arc<Inode>, EaRef)> {
     let fs = tx.fs;
     let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(owner.ino), false)?;
     let mut d = crate::ondisk::inode::Inode::new(fs.geo.inode_size as usize, 32);
@@ -560,13 +573,13 @@ fn write_ea_data(tx: &mut Tx<'_>, est: &mut InodeState, value: &[u8]) -> FsResul
 
 /// Free EA inode `node` (its last reference gone, or never taken): its blocks (revoked:
 /// they were journalled), then the inode.
-fn free_ea_inode(tx: &mut Tx<'_>, node: &std::sync::Arc<Inode>, est: &mut InodeState) -> FsResult<()> {
+fn free_ea_inode(tx: &mut Tx<'_>, node: &Arc<Inode>, est: &mut InodeState) -> FsResult<()> {
     crate::namei::discard_new(tx, node, est, false)
 }
 
 /// Add `delta` references to each EA inode (ascending inode order, the lock order among
 /// them), freeing one whose count reaches 0. `made` are the ones this change created.
-fn adjust_refs(tx: &mut Tx<'_>, delta: &BTreeMap<u32, i64>, made: &[std::sync::Arc<Inode>]) -> FsResult<()> {
+fn adjust_refs(tx: &mut Tx<'_>, delta: &BTreeMap<u32, i64>, made: &[Arc<Inode>]) -> FsResult<()> {
     for (&inum, &d) in delta {
         if d == 0 {
             continue;
@@ -626,10 +639,10 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, mut list: Vec<Store
             }
         }
         let (ibody, block_list) = x::layout_stored(&stored, area_len, bs).map_err(nospace)?;
-        write_placed(tx, ino, st, &ibody, &block_list)?;
-        Ok(block_list)
+        write_placed(tx, ino, st, &ibody, &block_list, old.block_refcount > 1)?;
+        Ok(!block_list.is_empty())
     })();
-    let block_list = match placed {
+    let has_block = match placed {
         Ok(b) => b,
         Err(e) => {
             // Nothing of the inode changed: the new EA inodes go back.
@@ -639,28 +652,28 @@ fn write_all(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState, mut list: Vec<Store
             return Err(e);
         }
     };
-    let new_ibody = x::parse_ibody_stored(st.d.xattr_area())?;
-    let mut delta: BTreeMap<u32, i64> = BTreeMap::new();
-    for r in old.released_refs() {
-        *delta.entry(r.inum).or_default() -= 1;
-    }
-    for r in new_ibody.iter().chain(&block_list).filter_map(|a| a.ea) {
+    // Every new entry is a new holder: in the body, or in a block written for this inode
+    // alone.
+    let mut delta = old.release();
+    for r in stored.iter().filter_map(|a| a.ea) {
         *delta.entry(r.inum).or_default() += 1;
     }
     adjust_refs(tx, &delta, &made)?;
-    let charge = ea_charge(bs, &new_ibody, &block_list) - ea_charge(bs, &old.ibody, &old.block);
+    let charge = ea_charge(bs, &stored, &[]) - ea_charge(bs, &old.ibody, &old.block);
     crate::file::charge_blocks(fs, st, charge)?;
-    Ok(old.block_refcount != 0 || !block_list.is_empty() || !delta.is_empty())
+    Ok(old.block_refcount != 0 || has_block || !delta.is_empty())
 }
 
 /// Write the laid-out attributes: the inode body `ibody`, and `block_list` into the
-/// inode's own block (a new one when it has none or shares it), or no block.
+/// inode's own block (a new one when it has none or `shared` it with other inodes), or no
+/// block.
 fn write_placed(
     tx: &mut Tx<'_>,
     ino: Ino,
     st: &mut InodeState,
     ibody: &[u8],
     block_list: &[Stored],
+    shared: bool,
 ) -> FsResult<()> {
     let bs = tx.fs.geo.block_size;
     if block_list.is_empty() {
@@ -669,18 +682,6 @@ fn write_placed(
         return Ok(());
     }
     let img = x::build_block_stored(block_list, 1, bs)?;
-    let shared = if st.d.file_acl != 0 {
-        let b = read_block(tx.fs, ino, st.d.file_acl)?;
-        let r = u32::from_le_bytes([
-            b.read()[H_REFCOUNT],
-            b.read()[H_REFCOUNT + 1],
-            b.read()[H_REFCOUNT + 2],
-            b.read()[H_REFCOUNT + 3],
-        ]);
-        r > 1
-    } else {
-        false
-    };
     // A new block (none yet, or copy on write of a shared one) is allocated before anything
     // changes: ENOSPC leaves the attributes as they were. Near the inode's group, as ext4
     // does.
@@ -721,11 +722,7 @@ pub(crate) fn free_all(tx: &mut Tx<'_>, st: &mut InodeState) -> FsResult<()> {
     if tx.fs.geo.ea_inode {
         let old = Current::read(tx.fs, st)?;
         old.check_refs(tx.fs, st.ino)?;
-        let mut delta: BTreeMap<u32, i64> = BTreeMap::new();
-        for r in old.released_refs() {
-            *delta.entry(r.inum).or_default() -= 1;
-        }
-        adjust_refs(tx, &delta, &[])?;
+        adjust_refs(tx, &old.release(), &[])?;
         let charge = ea_charge(tx.fs.geo.block_size, &old.ibody, &old.block);
         crate::file::charge_blocks(tx.fs, st, -charge)?;
         st.d.set_xattr_area(&vec![0; st.d.xattr_area().len()])?;
