@@ -21,7 +21,7 @@ use cjfs_fs::mkfs::read_layout;
 use cjfs_fs::ondisk::features::{INCOMPAT_CSUM_SEED, RO_COMPAT_GDT_CSUM, RO_COMPAT_METADATA_CSUM};
 use cjfs_fs::ondisk::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, GroupDesc};
 use cjfs_fs::{Fs, Ino, MkfsOptions, ROOT_INO, RenameFlags, XattrFlags, mkfs};
-use common::{assert_fsck_clean, mount, open_image, which};
+use common::{assert_fsck_clean, get_xattr, mount, open_image, set_xattr, which};
 
 /// `EXT4_INDEX_FL`.
 const INDEX_FL: u32 = 0x1000;
@@ -84,27 +84,6 @@ fn mkfs_ext4(img: &Path, features: Option<&str>) {
     }
     let o = c.arg(img).arg("600M").output().expect("run mkfs.ext4");
     assert!(o.status.success(), "mkfs.ext4 failed: {}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
-    let n = std::ffi::CString::new(name).expect("name");
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(r, 0, "setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
-}
-
-fn get_xattr(path: &Path, name: &str) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
-    let n = std::ffi::CString::new(name).expect("name");
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(r >= 0, "getxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
-    buf.truncate(r as usize);
-    buf
 }
 
 /// What the kernel writes into a fresh image.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cjfs_blockdev::{Device, FileDevice, FileDeviceOptions};
 use cjfs_fs::{FileType, Fs, FsError, Ino, MountOptions, ROOT_INO, RenameFlags, SetAttr, XattrFlags};
-use common::{assert_fsck_clean, kernel_mount, which};
+use common::{assert_fsck_clean, get_xattr, kernel_mount, set_xattr, which};
 
 /// `EXT4_INDEX_FL`: the directory has an htree index.
 const INDEX_FL: u32 = 0x1000;
@@ -1237,29 +1237,6 @@ fn a_full_file_system_still_adds_entries_to_inline_directories() {
     fs.unmount().expect("unmount");
 }
 
-/// Set attribute `name` of `path` through the kernel.
-fn kernel_setxattr(path: &Path, name: &str, value: &[u8]) {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
-    let n = std::ffi::CString::new(name).expect("name");
-    // SAFETY: valid NUL-terminated strings and a buffer of `value.len()` bytes.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(r, 0, "kernel setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
-}
-
-/// Attribute `name` of `path` as the kernel reads it.
-fn kernel_getxattr(path: &Path, name: &str) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
-    let n = std::ffi::CString::new(name).expect("name");
-    let mut buf = vec![0u8; 70000];
-    // SAFETY: valid NUL-terminated strings and a buffer of `buf.len()` bytes.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(r >= 0, "kernel getxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
-    buf.truncate(r as usize);
-    buf
-}
-
 /// `ea_inode` file systems: values the kernel put in EA inodes (one shared by two files)
 /// are read; cjfs replaces, removes and adds values that go into EA inodes (too large for a
 /// block, or not fitting beside the others), keeps an unchanged one's inode, frees one with
@@ -1282,12 +1259,12 @@ fn ea_inode_values_are_read_and_written() {
                     std::fs::write(mnt.join(f), f).expect("kernel write");
                 }
                 // Equal values: the kernel shares one EA inode between them (refcount 2).
-                kernel_setxattr(&mnt.join("k1"), "user.big", &shared);
-                kernel_setxattr(&mnt.join("k2"), "user.big", &shared);
+                set_xattr(&mnt.join("k1"), "user.big", &shared);
+                set_xattr(&mnt.join("k2"), "user.big", &shared);
                 for (i, n) in ["user.m1", "user.m2", "user.m3"].iter().enumerate() {
-                    kernel_setxattr(&mnt.join("k3"), n, &content(1500, 10 + i as u8));
+                    set_xattr(&mnt.join("k3"), n, &content(1500, 10 + i as u8));
                 }
-                kernel_setxattr(&mnt.join("k3"), "user.huge", &content(65536, 9));
+                set_xattr(&mnt.join("k3"), "user.huge", &content(65536, 9));
                 drop(m);
                 assert_fsck_clean(&img);
                 model.insert("k1", [("user.big".to_string(), shared.clone())].into());
@@ -1363,10 +1340,10 @@ fn ea_inode_values_are_read_and_written() {
         let Some(m) = kernel_mount(&img, &mnt) else { continue };
         for (f, attrs) in &model {
             for (n, v) in attrs {
-                assert!(kernel_getxattr(&mnt.join(f), n) == *v, "the kernel reads {f} {n}");
+                assert!(get_xattr(&mnt.join(f), n) == *v, "the kernel reads {f} {n}");
             }
         }
-        kernel_setxattr(&mnt.join("c1"), "user.a", &content(9000, 11));
+        set_xattr(&mnt.join("c1"), "user.a", &content(9000, 11));
         drop(m);
         assert_fsck_clean(&img);
     }

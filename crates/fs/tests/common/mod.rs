@@ -92,3 +92,26 @@ pub fn kernel_mount(img: &Path, mnt: &Path) -> Option<KernelMount> {
     }
     Some(KernelMount(mnt.to_path_buf()))
 }
+
+/// Set attribute `name` of `path` through the kernel.
+pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    let n = std::ffi::CString::new(name).expect("name");
+    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(r, 0, "setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// Attribute `name` of `path` as the kernel reads it (up to the VFS's 64 KiB).
+pub fn get_xattr(path: &Path, name: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    let n = std::ffi::CString::new(name).expect("name");
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0, "getxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+    buf.truncate(r as usize);
+    buf
+}
