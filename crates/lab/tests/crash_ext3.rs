@@ -91,17 +91,27 @@ fn block_mapped_conversion_is_crash_consistent() {
     run_every_preset(&wl, &image);
 }
 
-/// An `ea_inode` image of `blocks` 4 KiB blocks made by mke2fs (256-byte inodes).
-fn ea_inode_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
+/// An ext4 image `name` of `blocks` 4 KiB blocks with a 4 MiB journal made by
+/// `mke2fs -I <inode_size> -O <features>`, filled from `src` when given (`-d`).
+fn mke2fs_image(
+    dir: &Path,
+    name: &str,
+    inode_size: &str,
+    features: &str,
+    src: Option<&Path>,
+    blocks: u64,
+) -> Option<Vec<u8>> {
     let Some(mke2fs) = tool("mke2fs") else {
         eprintln!("SKIP: mke2fs not installed");
         return None;
     };
-    let img = dir.join("ea.img");
-    run(Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256", "-J", "size=4", "-O", "ea_inode"])
-        .arg(&img)
-        .arg(format!("{blocks}")));
+    let img = dir.join(name);
+    let mut cmd = Command::new(mke2fs);
+    cmd.args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", inode_size, "-J", "size=4", "-O", features]);
+    if let Some(src) = src {
+        cmd.arg("-d").arg(src);
+    }
+    run(cmd.arg(&img).arg(format!("{blocks}")));
     Some(std::fs::read(&img).expect("read image"))
 }
 
@@ -115,7 +125,8 @@ fn ea_inode_changes_are_crash_consistent() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmpdir");
-    let Some(image) = ea_inode_image(dir.path(), crash::record::image_blocks(1)) else { return };
+    let blocks = crash::record::image_blocks(1);
+    let Some(image) = mke2fs_image(dir.path(), "ea.img", "256", "ea_inode", None, blocks) else { return };
     let set = |path: &str, name: &str, len: u32, seed: u32| Op::SetXattr {
         path: path.into(),
         name: name.into(),
@@ -173,10 +184,6 @@ fn run_every_preset(wl: &Workload, image: &[u8]) {
 /// An `inline_data` image of `blocks` 4 KiB blocks filled by `mke2fs -d`: files of 50 to
 /// 300 bytes and small directories, all kept in their 512-byte inodes.
 fn inline_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
-    let Some(mke2fs) = tool("mke2fs") else {
-        eprintln!("SKIP: mke2fs not installed");
-        return None;
-    };
     let src = dir.join("src");
     for d in ["d", "a/inner", "b"] {
         std::fs::create_dir_all(src.join(d)).expect("mkdir");
@@ -188,27 +195,7 @@ fn inline_image(dir: &Path, blocks: u64) -> Option<Vec<u8>> {
         std::fs::write(src.join("d").join(n), n).expect("write");
     }
     std::fs::write(src.join("a/inner/z"), b"z").expect("write");
-    let img = dir.join("inline.img");
-    run(Command::new(mke2fs)
-        .args([
-            "-q",
-            "-F",
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-I",
-            "512",
-            "-J",
-            "size=4",
-            "-O",
-            "inline_data",
-            "-d",
-        ])
-        .arg(&src)
-        .arg(&img)
-        .arg(format!("{blocks}")));
-    Some(std::fs::read(&img).expect("read image"))
+    mke2fs_image(dir, "inline.img", "512", "inline_data", Some(&src), blocks)
 }
 
 #[test]
