@@ -97,6 +97,9 @@ pub enum FsError {
     /// Cross-device or otherwise invalid rename (e.g. a directory into its own subtree).
     #[error("invalid rename: {0}")]
     InvalidRename(String),
+    /// A link or rename across project quota boundaries (`EXDEV`).
+    #[error("cross-project link or rename: {0}")]
+    CrossProject(String),
     /// A stale inode handle.
     #[error("stale inode {0}")]
     Stale(u32),
@@ -135,6 +138,7 @@ impl FsError {
             FsError::Perm(_) => EPERM,
             FsError::Access(_) => EACCES,
             FsError::InvalidRename(_) => EINVAL,
+            FsError::CrossProject(_) => EXDEV,
             FsError::Stale(_) => ESTALE,
             FsError::InUse(_) => EBUSY,
         }

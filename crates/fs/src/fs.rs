@@ -13,7 +13,7 @@
 //!    after the inode, then EA inodes (`ea_inode`) in ascending order, inside a
 //!    transaction;
 //! 3. a journal handle (started after the inode locks, never while waiting for one);
-//! 4. an inode cache shard;
+//! 4. an inode cache shard, or a quota file (`crate::quota`, one at a time);
 //! 5. `FsInner::orphan_lock`;
 //! 6. a group's allocator lock (`FsInner::groups[g]`), one group at a time;
 //! 7. `FsInner::sb` (the in-memory superblock);
@@ -88,6 +88,9 @@ pub struct Geometry {
     /// `ea_inode` feature: an extended attribute's value may live in an inode of its own
     /// (`crate::xattr`).
     pub ea_inode: bool,
+    /// `project` feature: inodes carry a project id (`i_projid`), inherited from a
+    /// directory flagged `EXT4_PROJINHERIT_FL`.
+    pub project: bool,
     /// Where each block of the primary group descriptor table is
     /// ([`Superblock::desc_block_location`]: in a row after the superblock, or spread over
     /// the meta groups with `meta_bg`).
@@ -121,6 +124,7 @@ impl Geometry {
             filetype: sb.has_filetype(),
             inline_data: sb.has_incompat(crate::ondisk::features::INCOMPAT_INLINE_DATA),
             ea_inode: sb.has_incompat(crate::ondisk::features::INCOMPAT_EA_INODE),
+            project: sb.feature_ro_compat & crate::ondisk::features::RO_COMPAT_PROJECT != 0,
             desc_blocks: (0..sb.gdt_blocks()).map(|i| sb.desc_block_location(i)).collect(),
             reserved_blocks: sb.r_blocks_count,
             metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {
@@ -320,6 +324,9 @@ pub(crate) struct FsInner {
     /// (the kernel locks the block's buffer). Ranked as an inode lock: taken after the
     /// owner's, before any EA inode's, one at a time.
     pub xattr_block_locks: Vec<RankedMutex<()>>,
+    /// Quota usage (`quota` images opened for writing; see `crate::quota`). Set once at
+    /// mount, before any inode is loaded (each records its charge when loaded).
+    pub quota: std::sync::OnceLock<crate::quota::Quotas>,
 }
 
 impl FsInner {
@@ -375,6 +382,7 @@ impl FsInner {
                 None => std::sync::OnceLock::new(),
             },
             overhead: std::sync::OnceLock::new(),
+            quota: std::sync::OnceLock::new(),
         }
     }
 }
@@ -848,6 +856,11 @@ impl Fs {
             }));
         }
         *fs.inner.mmp.lock() = mmp;
+        if !fs.inner.opts.read_only
+            && let Some(q) = crate::quota::Quotas::load(&fs.inner)?
+        {
+            let _ = fs.inner.quota.set(q);
+        }
         // The root must be a directory we can read.
         let root = fs.inner.inodes.get(&fs.inner, ROOT_INO)?;
         if !root.state.read().d.is_dir() {
@@ -943,6 +956,15 @@ impl Fs {
     /// What the adaptive data mode (the `adaptive` preset) switched so far.
     pub fn adaptive_stats(&self) -> crate::AdaptiveStats {
         self.inner.adaptive.snapshot()
+    }
+
+    /// The usage the quota file of `kind` records for `id`: `(bytes, inodes)`; `None` when
+    /// the id has no entry, or the file system keeps no such quota (or is open read-only).
+    pub fn quota_usage(&self, kind: crate::QuotaKind, id: u32) -> FsResult<Option<(u64, u64)>> {
+        match self.inner.quota.get() {
+            Some(q) => q.usage(&self.inner, kind as usize, id),
+            None => Ok(None),
+        }
     }
 
     /// Core-aware allocation: `(own, all)` — block and inode allocations served from the

@@ -35,7 +35,8 @@
 //! itself, [`NewEntry::replace`]); an xattr block or an EA inode changed; an orphan
 //! (unlinked while open, or being freed); journaled data (data=journal, `chattr +j`); a
 //! symlink whose target is in a block, while new; a record larger than its header or the
-//! area; an area full even after forgetting every dead record. Deletions, renames and
+//! area; an area full even after forgetting every dead record; a change of the file's quota
+//! charge (its blocks, owner or life, on `quota` images: `crate::quota`). Deletions, renames and
 //! indexed directories need no fallback of their own beyond these: records carry entries
 //! as names, and recovery inserts them with the directory code (htree included).
 //!
@@ -112,11 +113,14 @@ pub enum Fallback {
     TooLarge,
     /// The area is full of records no durable commit has made dead yet.
     AreaFull,
+    /// The file's quota charge (blocks, owner, life) changed: an i-transaction carries no
+    /// quota block (`crate::quota`).
+    Quota,
 }
 
 impl Fallback {
     /// Every reason, in report order.
-    pub const ALL: [Fallback; 11] = [
+    pub const ALL: [Fallback; 12] = [
         Fallback::Directory,
         Fallback::HardLink,
         Fallback::Rename,
@@ -128,6 +132,7 @@ impl Fallback {
         Fallback::SymlinkBlock,
         Fallback::TooLarge,
         Fallback::AreaFull,
+        Fallback::Quota,
     ];
 
     /// Short name for reports.
@@ -144,6 +149,7 @@ impl Fallback {
             Fallback::SymlinkBlock => "symlink-block",
             Fallback::TooLarge => "too-large",
             Fallback::AreaFull => "area-full",
+            Fallback::Quota => "quota",
         }
     }
 

@@ -58,6 +58,9 @@ pub(crate) struct InodeState {
     /// iJournaling: external extent tree blocks changed, each with the last transaction that
     /// changed it (forgotten once that one is durable).
     pub ij_tree: std::collections::BTreeMap<u64, TxId>,
+    /// What the stored record is charged to the quota files (`crate::quota`; `None` when
+    /// nothing is, or the file system keeps no quota).
+    pub charge: Option<crate::quota::Charge>,
 }
 
 /// One cached inode. `state` is the per-inode lock (taken before any journal handle).
@@ -225,7 +228,7 @@ impl InodeState {
     }
 
     fn new(fs: &FsInner, ino: Ino, d: DiskInode) -> Self {
-        InodeState {
+        let mut st = InodeState {
             ino,
             csum: fs.csum.for_inode(ino, d.generation),
             d,
@@ -242,7 +245,12 @@ impl InodeState {
             freed: false,
             ij: Arc::new(RankedMutex::new(Rank::Leaf, crate::ijournal::IjInode::default())),
             ij_tree: std::collections::BTreeMap::new(),
+            charge: None,
+        };
+        if let Some(q) = fs.quota.get() {
+            st.charge = crate::quota::current(fs, q, &st);
         }
+        st
     }
 }
 
@@ -344,6 +352,27 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
         }
     }
     st.meta_tx = tx.h.tx_id();
+    if let Some(q) = tx.fs.quota.get() {
+        let now = crate::quota::current(tx.fs, q, st);
+        if now != st.charge {
+            q.transfer(tx, st.charge, now)?;
+            st.charge = now;
+            // The quota file's own tree blocks are none of this inode's.
+            tx.tree.clear();
+            crate::ijournal::note_unsafe(tx.fs, &st.ij, crate::ijournal::Fallback::Quota, tx.h.tx_id());
+        }
+    }
+    Ok(())
+}
+
+/// Write a record that has no cached inode (a quota file's) into its table block under the
+/// transaction.
+pub(crate) fn store_record(tx: &mut Tx<'_>, ino: Ino, d: &mut DiskInode) -> FsResult<()> {
+    let (blk, off) = inode_location(tx.fs, ino);
+    let buf = tx.fs.cache.read(blk)?;
+    tx.h.get_write_access(&buf)?;
+    d.fit_times();
+    d.encode_into(&mut buf.write()[off..off + tx.fs.geo.inode_size as usize], &tx.fs.csum, ino);
     Ok(())
 }
 

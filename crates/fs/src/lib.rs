@@ -32,6 +32,7 @@ mod orphan;
 mod planted;
 pub mod preset;
 pub mod protect;
+mod quota;
 mod rebuild;
 mod tx;
 pub mod types;
@@ -51,5 +52,6 @@ pub use mkfs::{MkfsOptions, mkfs};
 pub use orphan::{PendingOrphans, pending_orphans};
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;
+pub use quota::QuotaKind;
 pub use types::*;
 pub use xattr::XattrFlags;

@@ -15,8 +15,8 @@ use crate::fs::FsInner;
 use crate::inode::{Inode, InodeState, store_inode};
 use crate::ondisk::dirent::file_type_from_mode;
 use crate::ondisk::inode::{
-    EXT4_EXTENTS_FL, EXT4_FL_INHERITED, EXT4_INDEX_FL, Inode as DiskInode, S_IFCHR, S_IFDIR, S_IFLNK, S_IFMT,
-    mask_flags,
+    EXT4_EXTENTS_FL, EXT4_FL_INHERITED, EXT4_INDEX_FL, EXT4_PROJINHERIT_FL, Inode as DiskInode, S_IFCHR,
+    S_IFDIR, S_IFLNK, S_IFMT, mask_flags,
 };
 use crate::tx::Tx;
 use crate::types::{FileType, Ino, RenameFlags, Timestamp};
@@ -67,6 +67,18 @@ fn dir_guard<'a>(node: &'a Arc<Inode>) -> FsResult<RankedWrite<'a, InodeState>> 
         return Err(FsError::NotFound(format!("directory inode {} was removed", node.ino)));
     }
     Ok(g)
+}
+
+/// Refuse to give `inode` a name in `dir` when `dir` hands down a project id `inode` does not
+/// have (`EXDEV`, as `ext4_link` and `ext4_rename`: project quota would be bypassed).
+fn same_project(fs: &FsInner, dir: &InodeState, inode: &InodeState) -> FsResult<()> {
+    if fs.geo.project && dir.d.flags & EXT4_PROJINHERIT_FL != 0 && dir.d.projid != inode.d.projid {
+        return Err(FsError::CrossProject(format!(
+            "inode {} has project {}, directory {} hands down project {}",
+            inode.ino, inode.d.projid, dir.ino, dir.d.projid
+        )));
+    }
+    Ok(())
 }
 
 /// Fresh inode record.
@@ -124,6 +136,10 @@ fn make_node(
     // data-journals every file made there with no journal flush, `+D`/`+S` make the
     // subdirectories synchronous too, `+A` spares the new files' access times.
     d.flags |= mask_flags(mode, ps.d.flags & EXT4_FL_INHERITED);
+    // As `__ext4_new_inode`: a directory flagged for it hands its project id down.
+    if fs.geo.project && ps.d.flags & EXT4_PROJINHERIT_FL != 0 {
+        d.projid = ps.d.projid;
+    }
     let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
     let mut st = node.state.write();
     let made = (|| {
@@ -313,6 +329,7 @@ pub(crate) fn link(fs: &FsInner, ino: Ino, newparent: Ino, newname: &[u8]) -> Fs
     }
     crate::protect::may_add_entry(newparent, &ps)?;
     crate::protect::may_change(ino, &st, "hard link")?;
+    same_project(fs, &ps, &st)?;
     let mut tx = Tx::start(fs, 16)?;
     dir::add_entry(&mut tx, newparent, &mut ps, newname, ino, file_type_from_mode(st.d.mode))?;
     crate::ijournal::note_hard_link(fs, &st.ij, tx.h.tx_id());
@@ -590,6 +607,12 @@ pub(crate) fn rename(
         }
         if !src_is_dir && dgs.d.is_dir() {
             return Err(FsError::IsDir(String::from_utf8_lossy(newname).into_owned()));
+        }
+    }
+    if !same || flags.exchange {
+        same_project(fs, g2.as_deref().unwrap_or(&*g1), &sg)?;
+        if let (true, Some(dgs)) = (flags.exchange, dg.as_deref()) {
+            same_project(fs, &g1, dgs)?;
         }
     }
     {

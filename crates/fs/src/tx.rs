@@ -26,6 +26,8 @@ impl<'a> Tx<'a> {
         if fs.opts.read_only {
             return Err(FsError::ReadOnly);
         }
+        // A change of an inode's charge updates the quota files in the same transaction.
+        let credits = credits + fs.quota.get().map_or(0, crate::quota::Quotas::credits);
         let credits = credits.min(fs.journal.max_tx_blocks());
         Ok(Tx { fs, h: fs.journal.start(credits)?, tree: Vec::new() })
     }

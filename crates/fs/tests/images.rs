@@ -435,8 +435,6 @@ fn unsupported_features_are_refused_by_name() {
         ("^metadata_csum,^resize_inode,bigalloc", "bigalloc"),
         ("^metadata_csum,^resize_inode,encrypt", "encrypt"),
         ("^metadata_csum,^resize_inode,casefold", "casefold"),
-        ("^metadata_csum,^resize_inode,quota", "quota"),
-        ("^metadata_csum,^resize_inode,project", "project"),
     ] {
         let img: PathBuf = tmp.path().join(format!("{name}.img"));
         if mke2fs(&img, 4096, features, "128M").is_none() {
@@ -444,15 +442,6 @@ fn unsupported_features_are_refused_by_name() {
         }
         tried += 1;
         refused(&img, name);
-        if matches!(name, "quota" | "project") {
-            // A ro_compat feature cjfs does not maintain: opened read-only, as ext4 does,
-            // and its quota files are owned.
-            let fs = Fs::open(open(&img), MountOptions { read_only: true, ..MountOptions::default() })
-                .expect("read-only open");
-            let r = cjfs_fs::image_check::check_image(&fs).expect("check");
-            assert!(r.errors.is_empty() && r.warnings.is_empty(), "{name}: {:?} {:?}", r.errors, r.warnings);
-            fs.unmount().expect("unmount");
-        }
         let _ = std::fs::remove_file(&img);
     }
     eprintln!("{tried} feature images refused");
@@ -1383,4 +1372,98 @@ fn a_damaged_ea_value_spoils_only_its_attribute() {
     fs.removexattr(f, b"user.big").expect("the damaged one removed");
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
+}
+
+/// `mkfs.ext4 -O quota,project` (with `ea_inode`, 4 KiB and 1 KiB blocks): cjfs keeps each
+/// user's, group's and project's usage exact through creates, writes, truncates, chowns,
+/// EA-inode attributes, unlinks and a remount, inserting hundreds of new ids (the quota
+/// files grow); `e2fsck -fn`, which recounts every usage, finds the image clean. A link or
+/// rename into a directory handing down another project id is refused with EXDEV, and new
+/// inodes there inherit its project.
+#[test]
+fn quota_usage_follows_every_change() {
+    use cjfs_fs::QuotaKind;
+    let tmp = tmpdir();
+    for bs in ["4096", "1024"] {
+        let img = tmp.path().join(format!("quota-{bs}.img"));
+        if mke2fs_with(&img, &["-t", "ext4", "-b", bs, "-I", "256", "-O", "quota,project,ea_inode"], "64M")
+            .is_none()
+        {
+            return;
+        }
+        // A project directory (cjfs cannot set a project id: no FS_IOC_FSSETXATTR), then
+        // e2fsck -fy moves its usage to project 42.
+        if debugfs(
+            &img,
+            "mkdir /proj\nset_inode_field /proj projid 42\nset_inode_field /proj flags 0x20080000\n",
+        )
+        .is_none()
+        {
+            return;
+        }
+        assert!(e2fsck_exit(&img, &["-fy"]).is_some_and(|c| c <= 1), "e2fsck -fy after debugfs");
+        assert_fsck_clean(&img);
+        let fs = mount(&img);
+        let proj = fs.resolve("/proj").expect("/proj");
+        // Ids whose bytes differ at every level of the quota tree.
+        let ids: Vec<u32> = (0..240u32).map(|i| 1000 + i * 37 + (i % 5) * 0x0103_0000).collect();
+        let mut files = Vec::new();
+        for (i, &uid) in ids.iter().enumerate() {
+            let name = format!("f{i}");
+            let a = fs.create(ROOT_INO, name.as_bytes(), 0o644, uid, 100 + (i as u32 % 7)).expect("create");
+            fs.write(a.ino, 0, &content(i * 700 % 20_000, i as u8)).expect("write");
+            files.push((name, a.ino));
+        }
+        let u = fs.quota_usage(QuotaKind::User, ids[3]).expect("usage").expect("an entry for a new uid");
+        let a = fs.getattr(files[3].1).expect("getattr");
+        assert_eq!(u, (a.blocks * 512, 1), "uid {}'s usage is its one file", ids[3]);
+        // New inodes below /proj inherit project 42; cross-project names are refused.
+        let sub = fs.mkdir(proj, b"sub", 0o755, 7, 7).expect("mkdir in /proj").ino;
+        let p = fs.create(sub, b"pf", 0o644, 7, 7).expect("create in /proj/sub").ino;
+        fs.write(p, 0, &content(50_000, 3)).expect("write");
+        let pu = fs.quota_usage(QuotaKind::Project, 42).expect("usage");
+        assert!(pu.is_some_and(|(b, n)| b >= 50_000 && n == 3), "project 42: {pu:?}");
+        match fs.link(files[0].1, proj, b"l") {
+            Err(FsError::CrossProject(_)) => {}
+            r => panic!("link into another project: {r:?}"),
+        }
+        match fs.rename(ROOT_INO, b"f1", proj, b"r", RenameFlags::default()) {
+            Err(e) => assert_eq!(e.errno(), libc::EXDEV, "{e}"),
+            Ok(()) => panic!("rename into another project succeeded"),
+        }
+        fs.link(p, sub, b"pf2").expect("link within the project");
+        // Owners change; an attribute in an EA inode counts one more inode.
+        for (name, ino) in files.iter().step_by(3) {
+            let set = SetAttr { uid: Some(5000), gid: Some(5000), ..Default::default() };
+            fs.setattr(*ino, &set).unwrap_or_else(|e| panic!("chown {name}: {e}"));
+        }
+        fs.setxattr(files[1].1, b"user.big", &content(9000, 1), XattrFlags::Create).expect("EA inode value");
+        let set = SetAttr { size: Some(100), ..Default::default() };
+        fs.setattr(files[2].1, &set).expect("truncate");
+        for (name, _) in files.iter().skip(4).step_by(4) {
+            fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink");
+        }
+        fs.unmount().expect("unmount");
+        assert_fsck_clean(&img);
+
+        let fs = mount(&img);
+        let (b, n) = fs.quota_usage(QuotaKind::User, 5000).expect("usage").expect("uid 5000");
+        assert!(b > 0 && n >= 40, "uid 5000: {b} bytes, {n} inodes");
+        // Everything uid 5000 owns goes: its usage returns to zero.
+        for (i, (name, ino)) in files.iter().enumerate() {
+            if i % 3 == 0 && !(i >= 4 && (i - 4) % 4 == 0) {
+                let _ = ino;
+                fs.unlink(ROOT_INO, name.as_bytes()).expect("unlink uid 5000's file");
+            }
+        }
+        assert_eq!(fs.quota_usage(QuotaKind::User, 5000).expect("usage"), Some((0, 0)));
+        fs.removexattr(files[1].1, b"user.big").expect("removexattr");
+        fs.unlink(sub, b"pf").expect("unlink");
+        fs.unmount().expect("unmount");
+        assert_fsck_clean(&img);
+        let fs = Fs::open(open(&img), MountOptions { read_only: true, ..Default::default() }).expect("ro");
+        let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+        assert!(r.errors.is_empty() && r.warnings.is_empty(), "{:?} {:?}", r.errors, r.warnings);
+        fs.unmount().expect("unmount");
+    }
 }

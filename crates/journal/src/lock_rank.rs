@@ -30,6 +30,8 @@ pub enum Rank {
     FsInode = 10,
     /// File system: one shard of the inode cache.
     FsInodeCache = 14,
+    /// File system: a quota file (`cjfs_fs`'s quota), one at a time, inside a transaction.
+    FsQuota = 16,
     /// File system: orphan list edits.
     FsOrphan = 18,
     /// File system: a group's allocator state, one group at a time.

@@ -20,7 +20,11 @@
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
 //!   directory leaves and htree nodes, xattr blocks, orphan file blocks;
-//!   `s_checksum_type` must be 1), `orphan_present` (with `orphan_file` only).
+//!   `s_checksum_type` must be 1), `orphan_present` (with `orphan_file` only), `quota`
+//!   (usage kept in the hidden quota files, limits kept but not enforced, see
+//!   `crate::quota`), `project` (project ids inherited from directories flagged
+//!   `EXT4_PROJINHERIT_FL`; a link or rename into such a directory from another project is
+//!   refused with `EXDEV`, as the kernel does).
 //!
 //! Both checksum features allow uninitialised groups (`BLOCK_UNINIT`, `INODE_UNINIT`,
 //! `bg_itable_unused`): their bitmaps are synthesized instead of read
@@ -32,8 +36,8 @@
 //! picks for small, medium and large images); the device is opened with the file system's
 //! block size, and the journal logs in it as JBD2 does.
 //!
-//! Read only ([`read_only_features`]): ro_compat features cjfs does not maintain (`quota`,
-//! `project`, `verity`, ...), and no `extent` at all (ext2, ext3:
+//! Read only ([`read_only_features`]): ro_compat features cjfs does not maintain
+//! (`verity`, `readonly`, ...), and no `extent` at all (ext2, ext3:
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
@@ -176,7 +180,9 @@ pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_EXTRA_ISIZE
     | RO_COMPAT_GDT_CSUM
     | RO_COMPAT_METADATA_CSUM
-    | RO_COMPAT_ORPHAN_PRESENT;
+    | RO_COMPAT_ORPHAN_PRESENT
+    | RO_COMPAT_QUOTA
+    | RO_COMPAT_PROJECT;
 
 /// compat bits `mkfs` sets.
 pub const MKFS_COMPAT: u32 = COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_DIR_INDEX;
@@ -434,21 +440,21 @@ mod tests {
         sb.rev_level = 1;
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;
-        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_QUOTA | (1 << 20);
+        sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_VERITY | (1 << 20);
         assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("ext4 feature(s) quota, FEATURE_R20 not maintained by cjfs"), "{e}");
+        assert!(e.contains("ext4 feature(s) verity, FEATURE_R20 not maintained by cjfs"), "{e}");
         // An incompat feature still refuses both, naming everything unsupported.
         sb.feature_incompat |= INCOMPAT_CASEFOLD;
         let e = check_supported_for(&sb, Access::ReadOnly).unwrap_err().to_string();
         assert!(e.contains("unsupported ext4 feature(s): casefold"), "{e}");
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): casefold, quota, FEATURE_R20"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): casefold, verity, FEATURE_R20"), "{e}");
         // inline_data is read and written.
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
         assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("ext4 feature(s) quota, FEATURE_R20 not maintained"), "{e}");
+        assert!(e.contains("ext4 feature(s) verity, FEATURE_R20 not maintained"), "{e}");
         // A compat feature cjfs does not write past stops no reader.
         sb.feature_ro_compat = MKFS_RO_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;

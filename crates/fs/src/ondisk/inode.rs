@@ -139,6 +139,7 @@ pub const EXT4_FL_INHERITED: u32 = EXT4_SECRM_FL
     | EXT4_JOURNAL_DATA_FL
     | EXT4_NOTAIL_FL
     | EXT4_DIRSYNC_FL
+    | EXT4_PROJINHERIT_FL
     | EXT4_CASEFOLD_FL;
 
 /// The flags an inode of type `mode` (its `S_IFMT` bits) may carry (ext4's
