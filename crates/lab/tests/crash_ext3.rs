@@ -158,6 +158,51 @@ fn ea_inode_changes_are_crash_consistent() {
     run_every_preset(&wl, &image);
 }
 
+/// Quota usage (`quota,project`, with `ea_inode`): files made, grown, truncated, given new
+/// owners (ids the quota files have no entry for yet, so entries and tree blocks are
+/// inserted), given an attribute in an EA inode (one more inode charged), unlinked while a
+/// later fsync makes it all durable; in every crash state e2fsck recounts each user's,
+/// group's and project's usage and must find the quota files agreeing.
+#[test]
+fn quota_usage_is_crash_consistent() {
+    if !crash::check::e2fsck_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let blocks = crash::record::image_blocks(1);
+    let Some(image) = mke2fs_image(dir.path(), "quota.img", "256", "quota,project,ea_inode", None, blocks)
+    else {
+        return;
+    };
+    let write = |path: &str, off: u64, len: u64, seed: u32| Op::Write { path: path.into(), off, len, seed };
+    let chown = |path: &str, uid: u32, gid: u32| Op::Chown { path: path.into(), uid, gid };
+    let fsync = |path: &str| Op::Fsync { path: path.into() };
+    let ops = vec![
+        Op::Creat { path: "a".into() },
+        write("a", 0, 20_000, 1),
+        fsync("a"),
+        chown("a", 1000, 1000),
+        Op::Creat { path: "b".into() },
+        write("b", 0, 70_000, 2),
+        chown("b", 0x0101_0203, 77),
+        fsync("b"),
+        Op::SetXattr { path: "a".into(), name: "user.big".into(), len: 9000, seed: 3 },
+        Op::Truncate { path: "a".into(), size: 5000 },
+        fsync("a"),
+        Op::Mkdir { path: "d".into() },
+        Op::Creat { path: "d/c".into() },
+        write("d/c", 0, 12_000, 4),
+        chown("d/c", 1000, 0x00ff_fffe),
+        Op::Unlink { path: "b".into() },
+        fsync("d/c"),
+        chown("a", 0, 0),
+        Op::Unlink { path: "a".into() },
+        Op::Sync,
+    ];
+    let wl = Workload::sequential("quota", Vec::new(), ops);
+    run_every_preset(&wl, &image);
+}
+
 /// Run `wl` on base image `image` under every preset that runs on a file system mke2fs made.
 fn run_every_preset(wl: &Workload, image: &[u8]) {
     for mode in ["jbd2", "cjfs", "ijournal", "joj", "adaptive", "zjournal+logs=1"] {

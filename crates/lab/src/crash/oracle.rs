@@ -729,7 +729,13 @@ impl Model {
                 }
             }
             // The data mode is not part of the logical state.
-            Op::SetJournalData { .. } | Op::Fsync { .. } | Op::Fdatasync { .. } | Op::Sync | Op::Unmount => {}
+            // The model keeps no owners (a chown's effect is checked by e2fsck's quota count).
+            Op::SetJournalData { .. }
+            | Op::Chown { .. }
+            | Op::Fsync { .. }
+            | Op::Fdatasync { .. }
+            | Op::Sync
+            | Op::Unmount => {}
         }
         ch
     }

@@ -156,6 +156,17 @@ pub enum Op {
         /// Every update synchronous (`+S`) or not (`-S`).
         sync: bool,
     },
+    /// Change the owner and group (`chown`): on a `quota` image the file's usage moves from
+    /// the old ids' entries to the new ones' (the oracle keeps no owners; e2fsck recounts
+    /// every usage in each crash state).
+    Chown {
+        /// Path.
+        path: String,
+        /// New uid.
+        uid: u32,
+        /// New gid.
+        gid: u32,
+    },
     /// fsync (a file or a directory).
     Fsync {
         /// Path.
@@ -195,6 +206,7 @@ impl Op {
                 format!("chattr {}D {}S {path}", sign(*dirsync), sign(*sync))
             }
             Op::Truncate { path, size } => format!("truncate {path} {size}"),
+            Op::Chown { path, uid, gid } => format!("chown {uid}:{gid} {path}"),
             Op::Fallocate { path, mode, off, len } => format!("fallocate {path} {mode} off={off} len={len}"),
             Op::Link { from, to } => format!("link {from} {to}"),
             Op::Unlink { path } => format!("unlink {path}"),
@@ -403,6 +415,13 @@ pub fn exec(fs: &Fs, op: &Op) -> Result<Option<Ino>, FsError> {
             fs.set_flags(fs.resolve(path)?, EXT4_DIRSYNC_FL | EXT4_SYNC_FL, flags)?;
             Ok(None)
         }
+        Op::Chown { path, uid, gid } => {
+            fs.setattr(
+                fs.resolve(path)?,
+                &SetAttr { uid: Some(*uid), gid: Some(*gid), ..SetAttr::default() },
+            )?;
+            Ok(None)
+        }
         Op::Fsync { path } => {
             fs.fsync(fs.resolve(path)?, false)?;
             Ok(None)
@@ -563,6 +582,7 @@ pub fn ace_persist(m: &Model, op: &Op, which: u8) -> Option<Op> {
         | Op::Fallocate { path, .. }
         | Op::Symlink { path, .. }
         | Op::SetXattr { path, .. }
+        | Op::Chown { path, .. }
         | Op::RemoveXattr { path, .. } => (Some(path.clone()), split_path(path).0.to_string()),
         Op::Link { to, .. } | Op::Rename { to, .. } => (Some(to.clone()), split_path(to).0.to_string()),
         Op::Unlink { path } | Op::Rmdir { path } => (None, split_path(path).0.to_string()),
