@@ -29,6 +29,8 @@ pub struct InodeCheck {
     pub size: u64,
     /// `i_flags`.
     pub flags: u32,
+    /// Owner, group and project id (`i_projid`; 0 without the `project` feature).
+    pub ids: [u32; 3],
     /// Data extents in logical order (empty for fast symlinks, devices, fifos, sockets).
     pub extents: Vec<Mapping>,
     /// Extent tree blocks (non-root nodes).
@@ -89,6 +91,7 @@ impl Fs {
             dtime: d.dtime,
             size: d.size,
             flags: d.flags,
+            ids: [d.uid, d.gid, if inner.geo.project { d.projid } else { 0 }],
             extents: Vec::new(),
             tree_blocks: Vec::new(),
             xattr_block: None,

@@ -27,7 +27,7 @@
 //! journal's log contents (only its inode's blocks), and flags or fields cjfs ignores. So
 //! an image this check passes can still fail e2fsck; a clean e2fsck is the final word.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::check::InodeCheck;
 use crate::error::FsResult;
@@ -110,6 +110,10 @@ struct Walker<'a> {
     /// Xattr blocks whose EA inode references are counted.
     ea_ref_blocks: HashSet<u64>,
     dup_blocks: u64,
+    /// The quota files (`quota` images), and the usage the inodes charge to each id of
+    /// each kind.
+    quota: Option<crate::quota::Quotas>,
+    usage: [BTreeMap<u32, (u64, u64)>; 3],
     dirs: u64,
     files: u64,
     others: u64,
@@ -168,6 +172,51 @@ impl<'a> Walker<'a> {
             ));
         }
         n
+    }
+
+    /// Charge inode `c`, in use, to its ids' usage as `e2fsck` counts it (see
+    /// `crate::quota`).
+    fn charge_quota(&mut self, c: &InodeCheck) {
+        let Some(q) = &self.quota else { return };
+        if !q.charges(c.ino, c.flags) {
+            return;
+        }
+        let inodes = 1 + (c.ea_body.len() + c.ea_block.len()) as u64;
+        for (kind, u) in self.usage.iter_mut().enumerate() {
+            let e = u.entry(c.ids[kind]).or_default();
+            e.0 += c.blocks_512 * 512;
+            e.1 += inodes;
+        }
+    }
+
+    /// Each quota file's usage against what the inodes found charge.
+    fn check_quota(&mut self) {
+        let Some(q) = &self.quota else { return };
+        for kind in 0..3 {
+            let file = match q.all(&self.fs.inner, kind) {
+                Ok(Some(f)) => f,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.report.error(format!("{} quota: {e}", crate::quota::Quotas::name(kind)));
+                    continue;
+                }
+            };
+            let ids: BTreeSet<u32> = file.keys().chain(self.usage[kind].keys()).copied().collect();
+            for id in ids {
+                let has = file.get(&id).copied().unwrap_or_default();
+                let want = self.usage[kind].get(&id).copied().unwrap_or_default();
+                if has != want {
+                    self.report.error(format!(
+                        "{} quota id {id}: the quota file says {} bytes in {} inodes, the inodes hold {} bytes in {}",
+                        crate::quota::Quotas::name(kind),
+                        has.0,
+                        has.1,
+                        want.0,
+                        want.1
+                    ));
+                }
+            }
+        }
     }
 
     /// Count the EA inode references of inode `c`'s attributes: one per body entry, one
@@ -327,6 +376,7 @@ impl<'a> Walker<'a> {
         }
         let owned = self.claim_inode(&c, &what);
         self.data_blocks += owned;
+        self.charge_quota(&c);
         match kind {
             FileType::Directory => {
                 self.dirs += 1;
@@ -638,8 +688,10 @@ impl Walker<'_> {
                     return;
                 }
                 Ok(c) => {
-                    // Its attributes still hold their EA inodes until it is freed.
+                    // Its attributes still hold their EA inodes, and it its quota, until
+                    // it is freed.
                     self.count_ea_refs(&c);
+                    self.charge_quota(&c);
                     from = format!("inode {head}'s i_dtime");
                     head = c.dtime;
                 }
@@ -678,7 +730,10 @@ impl Walker<'_> {
                     Ok(c) if c.mode == 0 => {
                         self.report.error(format!("orphan file: entry {ino} is a free inode"))
                     }
-                    Ok(c) => self.count_ea_refs(&c),
+                    Ok(c) => {
+                        self.count_ea_refs(&c);
+                        self.charge_quota(&c);
+                    }
                     Err(e) => self.report.error(format!("orphan file: entry {ino}: {e}")),
                 }
             }
@@ -764,6 +819,8 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         ea_refs: BTreeMap::new(),
         ea_ref_blocks: HashSet::new(),
         dup_blocks: 0,
+        quota: None,
+        usage: Default::default(),
         dirs: 0,
         files: 0,
         others: 0,
@@ -799,8 +856,7 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
         w.claim(sb.mmp_block, 1, "MMP block");
         w.meta_blocks += 1;
     }
-    // Quota files (a file system opened read-only for its `quota` feature) are in use but in
-    // no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
+    // Quota files are in use but in no directory, as the orphan file is; inodes 3 and 4 are reserved, a project quota file
     // is an ordinary inode number.
     let quota = sb.feature_ro_compat & RO_COMPAT_QUOTA != 0;
     let project = quota && sb.feature_ro_compat & RO_COMPAT_PROJECT != 0;
@@ -823,9 +879,14 @@ pub fn check_image(fs: &Fs) -> FsResult<ImageReport> {
             Err(e) => w.report.error(format!("{what} quota file inode {ino}: {e}")),
         }
     }
+    match crate::quota::Quotas::load(&fs.inner) {
+        Ok(q) => w.quota = q,
+        Err(e) => w.report.error(format!("quota files: {e}")),
+    }
     w.walk();
     w.check_orphans();
     w.check_ea_inodes();
+    w.check_quota();
     w.check_links();
     w.check_bitmaps(&descs);
     Ok(ImageReport {

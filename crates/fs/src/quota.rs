@@ -203,9 +203,37 @@ impl Quotas {
     }
 
     fn charged(&self, ino: Ino, d: &DiskInode) -> bool {
+        self.charges(ino, d.flags)
+    }
+
+    /// Whether an inode in use numbered `ino` with flags `flags` is charged to quota.
+    pub fn charges(&self, ino: Ino, flags: u32) -> bool {
         (ino == ROOT_INO || ino >= self.first_ino)
             && !self.uncharged.contains(&ino)
-            && d.flags & EXT4_EA_INODE_FL == 0
+            && flags & EXT4_EA_INODE_FL == 0
+    }
+
+    /// Every entry of the quota file of `kind`: id → (bytes, inodes). `None` when there is
+    /// no such file.
+    pub fn all(
+        &self,
+        fs: &FsInner,
+        kind: usize,
+    ) -> FsResult<Option<std::collections::BTreeMap<u32, (u64, u64)>>> {
+        let Some(f) = &self.files[kind] else { return Ok(None) };
+        let q = f.lock();
+        let mut out = std::collections::BTreeMap::new();
+        for (&id, &off) in &q.entries {
+            let (buf, at) = q.locate(fs, off)?;
+            let b = buf.read();
+            out.insert(id, (le64(&b[..], at + E_CURSPACE), le64(&b[..], at + E_CURINODES)));
+        }
+        Ok(Some(out))
+    }
+
+    /// The name of quota `kind` ("user", "group", "project").
+    pub fn name(kind: usize) -> &'static str {
+        NAMES[kind]
     }
 
     /// Journal credits a change of one inode's charge may need: each file's entries of the

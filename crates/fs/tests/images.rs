@@ -1401,6 +1401,12 @@ fn quota_usage_follows_every_change() {
         {
             return;
         }
+        // debugfs moved no usage: `cjfs check` finds project 42's missing, as e2fsck does.
+        let ro = MountOptions { read_only: true, ..Default::default() };
+        let fs = Fs::open(open(&img), ro.clone()).expect("ro");
+        let r = cjfs_fs::image_check::check_image(&fs).expect("check");
+        assert!(r.errors.iter().any(|e| e.contains("project quota id 42")), "{:?}", r.errors);
+        fs.unmount().expect("unmount");
         assert!(e2fsck_exit(&img, &["-fy"]).is_some_and(|c| c <= 1), "e2fsck -fy after debugfs");
         assert_fsck_clean(&img);
         let fs = mount(&img);
@@ -1461,7 +1467,7 @@ fn quota_usage_follows_every_change() {
         fs.unlink(sub, b"pf").expect("unlink");
         fs.unmount().expect("unmount");
         assert_fsck_clean(&img);
-        let fs = Fs::open(open(&img), MountOptions { read_only: true, ..Default::default() }).expect("ro");
+        let fs = Fs::open(open(&img), ro).expect("ro");
         let r = cjfs_fs::image_check::check_image(&fs).expect("check");
         assert!(r.errors.is_empty() && r.warnings.is_empty(), "{:?} {:?}", r.errors, r.warnings);
         fs.unmount().expect("unmount");
