@@ -235,6 +235,8 @@ pub struct Attr {
     pub rdev: u32,
     /// ext4 inode flags.
     pub flags: u32,
+    /// Project id (`i_projid`; 0 without the `project` feature).
+    pub projid: u32,
     /// Inode generation.
     pub generation: u32,
 }

@@ -1444,6 +1444,12 @@ fn quota_usage_follows_every_change() {
             fs.setattr(*ino, &set).unwrap_or_else(|e| panic!("chown {name}: {e}"));
         }
         fs.setxattr(files[1].1, b"user.big", &content(9000, 1), XattrFlags::Create).expect("EA inode value");
+        // A project id set directly (chattr -p): the file's usage moves to project 9.
+        let a5 = fs.set_project(files[5].1, 9).expect("set_project");
+        assert_eq!(
+            (a5.projid, fs.quota_usage(QuotaKind::Project, 9).expect("usage")),
+            (9, Some((a5.blocks * 512, 1)))
+        );
         let set = SetAttr { size: Some(100), ..Default::default() };
         fs.setattr(files[2].1, &set).expect("truncate");
         for (name, _) in files.iter().skip(4).step_by(4) {

@@ -1056,6 +1056,7 @@ impl Filesystem for CjfsFuse {
                 let a = try_reply!(self.fs.getattr(ino), reply);
                 let mut out = [0u8; FSXATTR_SIZE];
                 out[..4].copy_from_slice(&xflags_of(a.flags).to_ne_bytes());
+                out[12..16].copy_from_slice(&a.projid.to_ne_bytes());
                 let n = (out_size as usize).min(FSXATTR_SIZE);
                 reply.ioctl(0, &out[..n]);
             }
@@ -1065,13 +1066,26 @@ impl Filesystem for CjfsFuse {
                 };
                 let a = try_reply!(self.fs.getattr(ino), reply);
                 let word = |i: usize| u32::from_ne_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
-                // Extent size hints and project ids are not supported.
-                if word(4) != 0 || word(12) != 0 {
+                // Extent size hints are not supported.
+                if word(4) != 0 {
                     return reply.error(Errno::EOPNOTSUPP);
                 }
                 let mapped = XFLAG_MAP.iter().fold(0, |m, (f, _)| m | f);
                 let new = (a.flags & !mapped) | iflags_of(word(0));
-                try_reply!(self.change_flags(req, ino, a.flags, new), reply);
+                // As `ext4_ioctl_check_immutable`: the project id may change in the call that
+                // clears immutable and append-only, or sets them, not while they stay.
+                let protect = cjfs_fs::protect::PROTECT_FLAGS;
+                let unprotects = a.flags & protect != 0 && new & protect == 0;
+                if unprotects {
+                    try_reply!(self.change_flags(req, ino, a.flags, new), reply);
+                }
+                if word(12) != a.projid {
+                    try_reply!(self.fs.set_project(ino, word(12)), reply);
+                    self.invalidate_attrs(ino);
+                }
+                if !unprotects {
+                    try_reply!(self.change_flags(req, ino, a.flags, new), reply);
+                }
                 reply.ioctl(0, &[]);
             }
             _ => reply.error(Errno::ENOTTY),
@@ -1148,6 +1162,7 @@ fn dummy_attr(ino: Ino) -> Attr {
         crtime: t,
         rdev: 0,
         flags: 0,
+        projid: 0,
         generation: 0,
     }
 }
