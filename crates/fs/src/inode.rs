@@ -168,6 +168,8 @@ impl InodeCache {
     /// Install a freshly allocated inode.
     pub fn insert_new(&self, fs: &FsInner, ino: Ino, d: DiskInode, tx: TxId) -> Arc<Inode> {
         let mut st = InodeState::new(fs, ino, d);
+        // Nothing is charged for it until its record is first stored.
+        st.charge = None;
         st.meta_tx = tx;
         st.datasync_tx = tx;
         let node = Arc::new(Inode::new(ino, st));
@@ -247,8 +249,10 @@ impl InodeState {
             ij_tree: std::collections::BTreeMap::new(),
             charge: None,
         };
+        // Loaded from disk: whatever is in use is charged, an orphan without links too (it
+        // is marked an orphan only later, by the mount's orphan processing).
         if let Some(q) = fs.quota.get() {
-            st.charge = crate::quota::current(fs, q, &st);
+            st.charge = crate::quota::current(fs, q, &st, st.d.mode != 0);
         }
         st
     }
@@ -353,7 +357,8 @@ pub(crate) fn store_inode(tx: &mut Tx<'_>, ino: Ino, st: &mut InodeState) -> FsR
     }
     st.meta_tx = tx.h.tx_id();
     if let Some(q) = tx.fs.quota.get() {
-        let now = crate::quota::current(tx.fs, q, st);
+        let live = st.d.links_count > 0 || st.orphan;
+        let now = crate::quota::current(tx.fs, q, st, live);
         if now != st.charge {
             q.transfer(tx, st.charge, now)?;
             st.charge = now;

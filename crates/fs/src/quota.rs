@@ -286,10 +286,10 @@ impl Quotas {
     }
 }
 
-/// The charge of `st`'s record as stored now (see [`Charge`]), with the EA values counted
-/// when the file system has `ea_inode`.
-pub(crate) fn current(fs: &FsInner, q: &Quotas, st: &InodeState) -> Option<Charge> {
-    let live = st.d.links_count > 0 || st.orphan;
+/// The charge of `st`'s record (see [`Charge`]), with the EA values counted when the file
+/// system has `ea_inode`; `live`: the inode is in use (a record without links is, while it
+/// is an orphan; when stored by the code that frees it, it is not).
+pub(crate) fn current(fs: &FsInner, q: &Quotas, st: &InodeState, live: bool) -> Option<Charge> {
     if !live || st.d.mode == 0 || !q.charged(st.ino, &st.d) {
         return None;
     }

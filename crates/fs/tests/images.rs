@@ -1471,8 +1471,29 @@ fn quota_usage_follows_every_change() {
         assert_eq!(fs.quota_usage(QuotaKind::User, 5000).expect("usage"), Some((0, 0)));
         fs.removexattr(files[1].1, b"user.big").expect("removexattr");
         fs.unlink(sub, b"pf").expect("unlink");
+        // A crash while an unlinked file is open: the next mount frees the orphan, and its
+        // usage with it.
+        let o = fs.create(ROOT_INO, b"doomed", 0o644, 3000, 3000).expect("create").ino;
+        fs.write(o, 0, &content(100_000, 5)).expect("write");
+        fs.open_file(o).expect("open");
+        fs.unlink(ROOT_INO, b"doomed").expect("unlink");
+        fs.fsync(o, false).expect("fsync");
+        fs.journal().force().expect("force");
+        assert!(
+            fs.quota_usage(QuotaKind::User, 3000)
+                .expect("usage")
+                .is_some_and(|(b, n)| b >= 100_000 && n == 1)
+        );
+        let crashed = tmp.path().join(format!("quota-{bs}-crash.img"));
+        std::fs::copy(&img, &crashed).expect("copy the image mid-mount");
+        fs.release(o).expect("release");
         fs.unmount().expect("unmount");
         assert_fsck_clean(&img);
+        let (fs, report) = Fs::open_with_report(open(&crashed), MountOptions::default()).expect("recover");
+        assert_eq!(report.orphans_cleaned, 1, "the orphan is freed");
+        assert_eq!(fs.quota_usage(QuotaKind::User, 3000).expect("usage"), Some((0, 0)));
+        fs.unmount().expect("unmount");
+        assert_fsck_clean(&crashed);
         let fs = Fs::open(open(&img), ro).expect("ro");
         let r = cjfs_fs::image_check::check_image(&fs).expect("check");
         assert!(r.errors.is_empty() && r.warnings.is_empty(), "{:?} {:?}", r.errors, r.warnings);
