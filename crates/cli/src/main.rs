@@ -163,6 +163,12 @@ enum Command {
         /// Path inside the image (a final symbolic link is not followed).
         path: OsString,
     },
+    /// Show the usage and limits the quota files record per user, group and project
+    /// (`quota`/`project` images; reads only).
+    Quota {
+        /// Image file or block device.
+        image: String,
+    },
     /// Replay the image's journal and report what was replayed.
     Recover {
         /// Image file or block device.
@@ -247,6 +253,7 @@ impl Command {
             Command::Mv { .. } => "mv",
             Command::Ln { .. } => "ln",
             Command::Stat { .. } => "stat",
+            Command::Quota { .. } => "quota",
             Command::Recover { .. } => "recover",
             Command::Check { .. } => "check",
             Command::Bench(_) => "bench",
@@ -293,6 +300,7 @@ fn run(cli: Cli) -> CliResult<()> {
             cmd::files::ln(&image, &ctx, target.as_bytes(), link.as_bytes(), symbolic)
         }
         Command::Stat { image, path } => cmd::files::stat(&image, &ctx, path.as_bytes()),
+        Command::Quota { image } => cmd::quota::run(&image, &ctx),
         Command::Recover { image } => cmd::recover::run(&image, &ctx),
         Command::Check { image, no_e2fsck } => cmd::check::run(&image, &ctx, !no_e2fsck),
         Command::Bench(a) => bench::run(a),

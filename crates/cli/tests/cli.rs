@@ -921,6 +921,10 @@ fn ro_compat_features_cjfs_does_not_maintain_open_read_only() {
     assert_e2fsck_clean(&img);
     let check = text(&ok(&["check", i]).stdout);
     assert!(check.contains("0 error(s), 0 warning(s)"), "{check}");
+    let quota = text(&ok(&["quota", i]).stdout);
+    for kind in ["user", "group", "project"] {
+        assert!(quota.contains(&format!("{kind} quota: 1 id(s)")), "{quota}");
+    }
 
     // verity: opened read-only.
     let v = dir.path().join("verity.img");

@@ -967,6 +967,18 @@ impl Fs {
         }
     }
 
+    /// Every entry of the quota file of `kind`, by id (usage and the limits kept); `None`
+    /// when the file system keeps no such quota. Works on a read-only open too.
+    pub fn quota_report(&self, kind: crate::QuotaKind) -> FsResult<Option<Vec<crate::QuotaEntry>>> {
+        match self.inner.quota.get() {
+            Some(q) => q.entries(&self.inner, kind as usize),
+            None => match crate::quota::Quotas::load(&self.inner)? {
+                Some(q) => q.entries(&self.inner, kind as usize),
+                None => Ok(None),
+            },
+        }
+    }
+
     /// Core-aware allocation: `(own, all)` — block and inode allocations served from the
     /// caller's own range of groups, and all allocations counted, since mount.
     pub fn alloc_counts(&self) -> (u64, u64) {

@@ -193,11 +193,11 @@ impl<'a> Walker<'a> {
     fn check_quota(&mut self) {
         let Some(q) = &self.quota else { return };
         for kind in 0..3 {
-            let file = match q.all(&self.fs.inner, kind) {
-                Ok(Some(f)) => f,
+            let file: BTreeMap<u32, (u64, u64)> = match q.entries(&self.fs.inner, kind) {
+                Ok(Some(f)) => f.into_iter().map(|e| (e.id, (e.bytes, e.inodes))).collect(),
                 Ok(None) => continue,
                 Err(e) => {
-                    self.report.error(format!("{} quota: {e}", crate::quota::Quotas::name(kind)));
+                    self.report.error(format!("{} quota: {e}", crate::QuotaKind::ALL[kind].name()));
                     continue;
                 }
             };
@@ -208,7 +208,7 @@ impl<'a> Walker<'a> {
                 if has != want {
                     self.report.error(format!(
                         "{} quota id {id}: the quota file says {} bytes in {} inodes, the inodes hold {} bytes in {}",
-                        crate::quota::Quotas::name(kind),
+                        crate::QuotaKind::ALL[kind].name(),
                         has.0,
                         has.1,
                         want.0,

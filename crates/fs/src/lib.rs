@@ -52,6 +52,6 @@ pub use mkfs::{MkfsOptions, mkfs};
 pub use orphan::{PendingOrphans, pending_orphans};
 #[cfg(feature = "planted-bugs")]
 pub use planted::FsBugs;
-pub use quota::QuotaKind;
+pub use quota::{QuotaEntry, QuotaKind};
 pub use types::*;
 pub use xattr::XattrFlags;

@@ -71,8 +71,10 @@ const INFO: usize = 8;
 
 // Fields of an entry.
 const E_ID: usize = 0;
+const E_IHARD: usize = 8;
 const E_ISOFT: usize = 16;
 const E_CURINODES: usize = 24;
+const E_BHARD: usize = 32;
 const E_BSOFT: usize = 40;
 const E_CURSPACE: usize = 48;
 const E_BTIME: usize = 56;
@@ -87,6 +89,31 @@ pub enum QuotaKind {
     Group = 1,
     /// Per project id (`s_prj_quota_inum`, with the `project` feature).
     Project = 2,
+}
+
+impl QuotaKind {
+    /// All three, in the order of the superblock's fields.
+    pub const ALL: [QuotaKind; 3] = [QuotaKind::User, QuotaKind::Group, QuotaKind::Project];
+
+    /// "user", "group" or "project".
+    pub fn name(self) -> &'static str {
+        NAMES[self as usize]
+    }
+}
+
+/// One id's entry in a quota file, as [`crate::Fs::quota_report`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaEntry {
+    /// The user, group or project id.
+    pub id: u32,
+    /// Bytes charged (`dqb_curspace`).
+    pub bytes: u64,
+    /// Inodes charged (`dqb_curinodes`).
+    pub inodes: u64,
+    /// Block soft and hard limits, in bytes (0: none; kept, not enforced).
+    pub bytes_limits: (u64, u64),
+    /// Inode soft and hard limits (0: none; kept, not enforced).
+    pub inodes_limits: (u64, u64),
 }
 
 /// The three kinds of quota, in the order of the superblock's fields.
@@ -213,27 +240,26 @@ impl Quotas {
             && flags & EXT4_EA_INODE_FL == 0
     }
 
-    /// Every entry of the quota file of `kind`: id → (bytes, inodes). `None` when there is
-    /// no such file.
-    pub fn all(
-        &self,
-        fs: &FsInner,
-        kind: usize,
-    ) -> FsResult<Option<std::collections::BTreeMap<u32, (u64, u64)>>> {
+    /// Every entry of the quota file of `kind`, by id. `None` when there is no such file.
+    pub fn entries(&self, fs: &FsInner, kind: usize) -> FsResult<Option<Vec<QuotaEntry>>> {
         let Some(f) = &self.files[kind] else { return Ok(None) };
         let q = f.lock();
-        let mut out = std::collections::BTreeMap::new();
+        let mut out = Vec::with_capacity(q.entries.len());
         for (&id, &off) in &q.entries {
             let (buf, at) = q.locate(fs, off)?;
             let b = buf.read();
-            out.insert(id, (le64(&b[..], at + E_CURSPACE), le64(&b[..], at + E_CURINODES)));
+            let e = &b[at..at + ENTRY];
+            let kib = |at| le64(e, at).saturating_mul(QBLK as u64);
+            out.push(QuotaEntry {
+                id,
+                bytes: le64(e, E_CURSPACE),
+                inodes: le64(e, E_CURINODES),
+                bytes_limits: (kib(E_BSOFT), kib(E_BHARD)),
+                inodes_limits: (le64(e, E_ISOFT), le64(e, E_IHARD)),
+            });
         }
+        out.sort_by_key(|e| e.id);
         Ok(Some(out))
-    }
-
-    /// The name of quota `kind` ("user", "group", "project").
-    pub fn name(kind: usize) -> &'static str {
-        NAMES[kind]
     }
 
     /// Journal credits a change of one inode's charge may need: each file's entries of the

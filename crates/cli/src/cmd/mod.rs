@@ -4,4 +4,5 @@ pub mod check;
 pub mod files;
 pub mod info;
 pub mod mkfs;
+pub mod quota;
 pub mod recover;
