@@ -287,7 +287,7 @@ fn corrupt_journal_superblock() {
 }
 
 #[test]
-fn unsupported_feature_casefold() {
+fn unsupported_feature_encrypt() {
     let Some(mke2fs) = tool("mke2fs") else {
         println!("SKIP: mke2fs not installed");
         return;
@@ -295,13 +295,13 @@ fn unsupported_feature_casefold() {
     let dir = tempfile::tempdir().expect("tmp");
     let img = dir.path().join("csum.img");
     let o = Command::new(mke2fs)
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,casefold"])
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "metadata_csum,encrypt"])
         .arg(&img)
         .arg("64M")
         .output()
         .expect("mke2fs");
     assert!(o.status.success(), "mke2fs: {}", text(&o.stderr));
-    refused_everywhere(&img, "casefold");
+    refused_everywhere(&img, "encrypt");
     // mkfs refuses to overwrite it without --force and leaves it alone.
     let before = hash_file(&img);
     fails(&["mkfs", s(&img), "--size", "64M"], "--force");

@@ -327,3 +327,51 @@ fn a_verity_file_system_mounts_read_only_a_quota_one_read_write() {
         String::from_utf8_lossy(&fsck.stderr)
     );
 }
+
+/// A casefold file system through the mount: `chattr +F` on an empty directory, then names
+/// match whatever their case (the kernel's name cache, which compares bytes, keeps no entry
+/// there), writes through one spelling show through another, and e2fsck finds the hashes
+/// right.
+#[test]
+fn a_casefolded_directory_through_the_mount() {
+    if let Some(why) = fuse_missing() {
+        println!("SKIP: a_casefolded_directory_through_the_mount: {why}");
+        return;
+    }
+    let have = Command::new("sh").arg("-c").arg("command -v mkfs.ext4 chattr e2fsck").output();
+    if !have.map(|o| o.status.success()).unwrap_or(false) {
+        println!("SKIP: a_casefolded_directory_through_the_mount: e2fsprogs is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("cf.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let st =
+        Command::new("mkfs.ext4").args(["-q", "-F", "-O", "casefold"]).arg(&img).arg("64M").output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let run = |args: &[&std::ffi::OsStr]| Command::new(bin()).args(args).output().unwrap();
+    let out = run(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    let st = Command::new("chattr").arg("+F").arg(&d).output().unwrap();
+    assert!(st.status.success(), "chattr +F: {}", String::from_utf8_lossy(&st.stderr));
+    assert!(!d.join("README.txt").exists(), "a lookup before the file exists");
+    std::fs::write(d.join("ReadMe.TXT"), b"one").unwrap();
+    assert_eq!(std::fs::read(d.join("README.txt")).unwrap(), b"one");
+    std::fs::write(d.join("readme.txt"), b"two").unwrap();
+    assert_eq!(std::fs::read(d.join("ReadMe.TXT")).unwrap(), b"two");
+    std::fs::write(d.join("Stra\u{DF}e"), b"street").unwrap();
+    assert_eq!(std::fs::read(d.join("STRASSE")).unwrap(), b"street");
+    let names: Vec<String> =
+        std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"ReadMe.TXT".to_string()), "the name as first given: {names:?}");
+    std::fs::remove_file(d.join("README.TXT")).unwrap();
+    assert!(!d.join("ReadMe.TXT").exists(), "removed through another spelling");
+    let out = run(&["umount".as_ref(), mnt.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fsck = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
+    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
+}

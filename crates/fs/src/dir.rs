@@ -23,6 +23,7 @@
 //! node), each with a checksum record: a linear reader of a checksummed directory expects
 //! one in every block.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -36,7 +37,7 @@ use crate::meta::MetaStore;
 use crate::ondisk::dirent::{self, FT_DIR, TAIL_SIZE, rec_len_for};
 use crate::ondisk::features::INCOMPAT_LARGEDIR;
 use crate::ondisk::htree::{self, DX_HASH_TEA};
-use crate::ondisk::inode::{EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
+use crate::ondisk::inode::{EXT4_CASEFOLD_FL, EXT4_INDEX_FL, EXT4_INLINE_DATA_FL};
 use crate::ondisk::superblock::{get_u16, get_u32};
 use crate::tx::{ReadStore, Tx};
 use crate::types::{DirEntry, FileType, Ino, NAME_MAX};
@@ -60,6 +61,51 @@ pub(crate) struct DirIndex {
     pub free: Vec<u16>,
     /// First block that may have room.
     pub hint: usize,
+    /// A casefolded directory's names as stored, by name-map key, where the two differ
+    /// (see [`name_key`]).
+    pub stored: HashMap<Box<[u8]>, Box<[u8]>>,
+}
+
+/// Whether `st` is a casefolded directory: its names are matched and hashed casefolded
+/// (`crate::casefold`), as the kernel does for `EXT4_CASEFOLD_FL`.
+pub(crate) fn folds(fs: &FsInner, st: &InodeState) -> bool {
+    fs.geo.casefold.is_some() && st.d.flags & EXT4_CASEFOLD_FL != 0
+}
+
+/// The key of `name` in a name map, and what is hashed for it: its casefolded form when
+/// `fold` (its bytes when it cannot be folded, as the kernel falls back), else itself.
+fn key_with(fold: bool, name: &[u8]) -> Cow<'_, [u8]> {
+    match fold.then(|| crate::casefold::casefold(name)).flatten() {
+        Some(k) => Cow::Owned(k),
+        None => Cow::Borrowed(name),
+    }
+}
+
+/// The key of `name` in `st`'s name map ([`key_with`]).
+pub(crate) fn name_key<'a>(fs: &FsInner, st: &InodeState, name: &'a [u8]) -> Cow<'a, [u8]> {
+    key_with(folds(fs, st), name)
+}
+
+/// Record entry `name` (as stored) at `slot` in `st`'s name map.
+fn map_insert(st: &mut InodeState, fold: bool, name: &[u8], slot: DirSlot) {
+    let key = key_with(fold, name);
+    if key.as_ref() != name
+        && let Some(d) = st.dir.as_mut()
+    {
+        d.stored.insert(key.as_ref().into(), name.into());
+    }
+    if let Some(m) = st.names.0.write().as_mut() {
+        m.insert(key.into_owned().into(), slot);
+    }
+}
+
+/// The entry `name` matches in `st`, as stored (itself outside casefolded directories).
+fn stored_name<'a>(st: &InodeState, fold: bool, name: &'a [u8]) -> Cow<'a, [u8]> {
+    let key = key_with(fold, name);
+    match st.dir.as_ref().and_then(|d| d.stored.get(key.as_ref())) {
+        Some(n) => Cow::Owned(n.to_vec()),
+        None => key,
+    }
 }
 
 fn block_max_free(block: &[u8]) -> FsResult<u16> {
@@ -340,7 +386,7 @@ fn finish_dx(
 ) -> FsResult<()> {
     match placed {
         Ok(p) => {
-            note_placed(st, name, ino, ftype, p);
+            note_placed(tx.fs, st, name, ino, ftype, p);
             Ok(())
         }
         Err(e) => {
@@ -352,15 +398,16 @@ fn finish_dx(
 }
 
 /// Record in the name map where a change put names.
-fn note_placed(st: &InodeState, name: &[u8], ino: Ino, ftype: u8, placed: dx::Placed) {
+fn note_placed(fs: &FsInner, st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8, placed: dx::Placed) {
+    let fold = folds(fs, st);
     if let Some(m) = st.names.0.write().as_mut() {
         for (n, lblk) in placed.moved {
-            if let Some(s) = m.get_mut(&n) {
+            if let Some(s) = m.get_mut(key_with(fold, &n).as_ref()) {
                 s.lblk = lblk;
             }
         }
-        m.insert(name.into(), DirSlot { ino, ftype, lblk: placed.lblk });
     }
+    map_insert(st, fold, name, DirSlot { ino, ftype, lblk: placed.lblk });
 }
 
 /// Build the directory's index if it is not built yet.
@@ -371,20 +418,18 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
     if crate::inline_data::is_inline(st) {
         // No block has room to track: an addition finds its place in the inode.
         let (_, ents) = crate::inline_data::dir_entries(fs, st)?;
-        let names = ents
-            .into_iter()
-            .filter(|e| e.name != b"." && e.name != b"..")
-            .map(|e| {
-                let ftype = entry_ftype(fs, e.ino, e.file_type);
-                (e.name.into(), DirSlot { ino: e.ino, ftype, lblk: 0 })
-            })
-            .collect();
-        st.set_index(DirIndex { free: Vec::new(), hint: 0 }, names);
+        st.set_index(DirIndex::default(), HashMap::new());
+        let fold = folds(fs, st);
+        for e in ents.into_iter().filter(|e| e.name != b"." && e.name != b"..") {
+            let ftype = entry_ftype(fs, e.ino, e.file_type);
+            map_insert(st, fold, &e.name, DirSlot { ino: e.ino, ftype, lblk: 0 });
+        }
         return Ok(());
     }
     let nblocks = dir_blocks(st)?;
     let mut store = ReadStore { cache: &fs.cache, limit: fs.geo.blocks_count };
-    let mut idx = DirIndex { free: Vec::with_capacity(nblocks as usize), hint: 0 };
+    let fold = folds(fs, st);
+    let mut idx = DirIndex { free: Vec::with_capacity(nblocks as usize), ..DirIndex::default() };
     let mut names = HashMap::new();
     for lblk in 0..nblocks {
         let pblk = map_block(st, &mut store, lblk)?;
@@ -396,7 +441,11 @@ pub(crate) fn ensure_index(fs: &FsInner, st: &mut InodeState) -> FsResult<()> {
             best = best.max(e.free_len());
             if e.is_live() && e.name != b"." && e.name != b".." {
                 let ftype = entry_ftype(fs, e.inode, e.file_type);
-                names.insert(e.name.into(), DirSlot { ino: e.inode, ftype, lblk });
+                let key = key_with(fold, e.name);
+                if key.as_ref() != e.name {
+                    idx.stored.insert(key.as_ref().into(), e.name.into());
+                }
+                names.insert(key.into_owned().into(), DirSlot { ino: e.inode, ftype, lblk });
             }
         }
         idx.free.push(best as u16);
@@ -462,14 +511,12 @@ fn inline_to_block_inner(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> 
     seal_leaf(st, &buf);
     st.d.size = st.csum.block_size as u64;
     let free = block_max_free(&buf.read()[..end])?;
-    let names = ents
-        .into_iter()
-        .map(|e| {
-            let ftype = entry_ftype(tx.fs, e.ino, e.file_type);
-            (e.name.into(), DirSlot { ino: e.ino, ftype, lblk: 0 })
-        })
-        .collect();
-    st.set_index(DirIndex { free: vec![free], hint: 0 }, names);
+    st.set_index(DirIndex { free: vec![free], ..DirIndex::default() }, HashMap::new());
+    let fold = folds(tx.fs, st);
+    for e in ents {
+        let ftype = entry_ftype(tx.fs, e.ino, e.file_type);
+        map_insert(st, fold, &e.name, DirSlot { ino: e.ino, ftype, lblk: 0 });
+    }
     st.datasync_tx = tx.h.tx_id();
     crate::inode::store_inode(tx, dir_ino, st)
 }
@@ -478,7 +525,8 @@ fn inline_to_block_inner(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> 
 pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult<Option<DirSlot>> {
     check_len(name)?;
     ensure_index(fs, st)?;
-    Ok(st.names.0.read().as_ref().and_then(|m| m.get(name).copied()))
+    let key = name_key(fs, st, name);
+    Ok(st.names.0.read().as_ref().and_then(|m| m.get(key.as_ref()).copied()))
 }
 
 /// Clear the htree flag before the first change (leaves a valid linear directory). With
@@ -541,7 +589,15 @@ pub(crate) fn add_entry(
     ensure_index(tx.fs, st)?;
     let params = DirParams::get(tx.fs);
     let on_disk = disk_ftype(tx.fs, ftype);
-    if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(name)) {
+    let fold = folds(tx.fs, st);
+    if fold && tx.fs.geo.casefold == Some(true) && crate::casefold::casefold(name).is_none() {
+        // Strict encoding: only names that fold (valid UTF-8 of assigned code points).
+        return Err(FsError::Invalid(format!(
+            "name {:?} is not valid UTF-8 of Unicode 12.1 characters (strict casefold encoding)",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(key_with(fold, name).as_ref())) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }
     if crate::inline_data::is_inline(st) {
@@ -550,9 +606,7 @@ pub(crate) fn add_entry(
             if st.d.size != size {
                 st.datasync_tx = tx.h.tx_id();
             }
-            if let Some(m) = st.names.0.write().as_mut() {
-                m.insert(name.into(), DirSlot { ino, ftype, lblk: 0 });
-            }
+            map_insert(st, fold, name, DirSlot { ino, ftype, lblk: 0 });
             return Ok(());
         }
         inline_to_block(tx, dir_ino, st)?;
@@ -560,7 +614,7 @@ pub(crate) fn add_entry(
     if !params.dir_index {
         drop_htree(tx, st)?;
     }
-    let hash = |v: u8, n: &[u8]| params.hash(v, n);
+    let hash = |v: u8, n: &[u8]| params.hash(v, &key_with(fold, n));
     let ctx = DxCtx { dir_ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
     if params.indexed(st) {
         let placed = {
@@ -592,9 +646,7 @@ pub(crate) fn add_entry(
                 if let Some(d) = st.dir.as_mut() {
                     d.free[b] = newfree;
                 }
-                if let Some(m) = st.names.0.write().as_mut() {
-                    m.insert(name.into(), DirSlot { ino, ftype, lblk: b as u32 });
-                }
+                map_insert(st, fold, name, DirSlot { ino, ftype, lblk: b as u32 });
                 return Ok(());
             }
             None => {
@@ -630,22 +682,23 @@ pub(crate) fn add_entry(
     if let Some(d) = st.dir.as_mut() {
         d.free.push(newfree);
     }
-    if let Some(m) = st.names.0.write().as_mut() {
-        m.insert(name.into(), DirSlot { ino, ftype, lblk });
-    }
+    map_insert(st, fold, name, DirSlot { ino, ftype, lblk });
     Ok(())
 }
 
 /// Remove `name`; returns its slot.
 pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
     ensure_index(tx.fs, st)?;
+    let fold = folds(tx.fs, st);
+    let key = key_with(fold, name).into_owned();
+    let name = &stored_name(st, fold, name).into_owned()[..];
     if crate::inline_data::is_inline(st) {
-        return remove_inline(tx, st, name);
+        return remove_inline(tx, st, &key, name);
     }
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
     }
-    let slot = slot_of(st, name)?;
+    let slot = slot_of(st, &key)?;
     let pblk = map_block(st, tx, slot.lblk)?;
     let (buf, end) = read_dir_block(tx.fs, st, slot.lblk, pblk)?;
     tx.write_access(&buf)?;
@@ -661,9 +714,7 @@ pub(crate) fn remove_entry(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) ->
         block_max_free(&w[..end])?
     };
     seal_leaf(st, &buf);
-    if let Some(m) = st.names.0.write().as_mut() {
-        m.remove(name);
-    }
+    forget(st, &key);
     if let Some(d) = st.dir.as_mut() {
         d.free[slot.lblk as usize] = newfree;
         d.hint = d.hint.min(slot.lblk as usize);
@@ -680,8 +731,11 @@ pub(crate) fn set_entry(
     ftype: u8,
 ) -> FsResult<()> {
     ensure_index(tx.fs, st)?;
+    let fold = folds(tx.fs, st);
+    let key = key_with(fold, name).into_owned();
+    let name = &stored_name(st, fold, name).into_owned()[..];
     if crate::inline_data::is_inline(st) {
-        return set_inline(tx, st, name, ino, ftype);
+        return set_inline(tx, st, (&key, name), ino, ftype);
     }
     if !DirParams::get(tx.fs).dir_index {
         drop_htree(tx, st)?;
@@ -693,7 +747,7 @@ pub(crate) fn set_entry(
             .0
             .read()
             .as_ref()
-            .and_then(|m| m.get(name).map(|s| s.lblk))
+            .and_then(|m| m.get(&key[..]).map(|s| s.lblk))
             .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?
     };
     let pblk = map_block(st, tx, lblk)?;
@@ -710,7 +764,7 @@ pub(crate) fn set_entry(
         )));
     }
     if name != b".."
-        && let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(name))
+        && let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(&key[..]))
     {
         s.ino = ino;
         s.ftype = ftype;
@@ -718,20 +772,30 @@ pub(crate) fn set_entry(
     Ok(())
 }
 
-/// The index's slot of `name` (NotFound when the directory has no such entry).
-fn slot_of(st: &InodeState, name: &[u8]) -> FsResult<DirSlot> {
+/// The index's slot of name-map key `key` (NotFound when the directory has no such entry).
+fn slot_of(st: &InodeState, key: &[u8]) -> FsResult<DirSlot> {
     st.names
         .0
         .read()
         .as_ref()
-        .and_then(|m| m.get(name).copied())
-        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))
+        .and_then(|m| m.get(key).copied())
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(key).into_owned()))
+}
+
+/// Drop name-map key `key` (an entry removed).
+fn forget(st: &mut InodeState, key: &[u8]) {
+    if let Some(m) = st.names.0.write().as_mut() {
+        m.remove(key);
+    }
+    if let Some(d) = st.dir.as_mut() {
+        d.stored.remove(key);
+    }
 }
 
 /// [`remove_entry`] in an inline directory: in place, needing no space (the kernel's
 /// `ext4_delete_inline_entry`); the inode is stored in `tx`.
-fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<DirSlot> {
-    let slot = slot_of(st, name)?;
+fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, key: &[u8], name: &[u8]) -> FsResult<DirSlot> {
+    let slot = slot_of(st, key)?;
     let found = crate::inline_data::edit_dir(st, |region| Ok(dirent::remove(region, name)?.then_some(())))?;
     if found.is_none() {
         return Err(FsError::Corrupt(format!(
@@ -740,16 +804,20 @@ fn remove_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8]) -> FsResult<
             String::from_utf8_lossy(name)
         )));
     }
-    if let Some(m) = st.names.0.write().as_mut() {
-        m.remove(name);
-    }
+    forget(st, key);
     crate::inode::store_inode(tx, st.ino, st)?;
     Ok(slot)
 }
 
 /// [`set_entry`] in an inline directory: in place (`..` is the first four bytes of
 /// `i_block`); the inode is stored in `tx`.
-fn set_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8], ino: Ino, ftype: u8) -> FsResult<()> {
+fn set_inline(
+    tx: &mut Tx<'_>,
+    st: &mut InodeState,
+    (key, name): (&[u8], &[u8]),
+    ino: Ino,
+    ftype: u8,
+) -> FsResult<()> {
     if name == b".." {
         crate::inline_data::set_parent(st, ino);
     } else {
@@ -758,7 +826,7 @@ fn set_inline(tx: &mut Tx<'_>, st: &mut InodeState, name: &[u8], ino: Ino, ftype
         if prev.is_none() {
             return Err(FsError::NotFound(String::from_utf8_lossy(name).into_owned()));
         }
-        if let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(name)) {
+        if let Some(s) = st.names.0.write().as_mut().and_then(|m| m.get_mut(key)) {
             s.ino = ino;
             s.ftype = ftype;
         }
@@ -857,6 +925,7 @@ fn readdir_hashed(
 ) -> FsResult<Vec<DirEntry>> {
     let mut store = ReadDirStore { fs, st, block_size: params.block_size };
     let max_ino = fs.geo.inodes_count;
+    let fold = folds(fs, st);
     let mut out = Vec::new();
     if offset < 2 {
         let dots = store.read(0, |b| -> FsResult<Vec<(u32, Vec<u8>)>> {
@@ -888,7 +957,7 @@ fn readdir_hashed(
             if !e.is_live() || e.name == b"." || e.name == b".." {
                 continue;
             }
-            let c = entry_hash_cookie(params, version, e.name)?;
+            let c = entry_hash_cookie(params, version, &key_with(fold, e.name))?;
             if c > from {
                 let kind = FileType::from_dirent_code(e.file_type).unwrap_or(FileType::Regular);
                 cands.push((c, DirEntry { name: e.name.to_vec(), ino: e.inode, kind, next_offset: c }));
@@ -899,7 +968,7 @@ fn readdir_hashed(
     let by_cookie =
         |a: &(u64, DirEntry), b: &(u64, DirEntry)| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name));
     if params.indexed(st) {
-        let hash = |v: u8, n: &[u8]| params.hash(v, n);
+        let hash = |v: u8, n: &[u8]| params.hash(v, &key_with(fold, n));
         let ctx =
             DxCtx { dir_ino: st.ino, hash: &hash, max_levels: htree::max_indirect_levels(params.large_dir) };
         dx::scan_leaves(&mut store, &ctx, cookie_major(from), |s, _, leaf, next| {
@@ -973,7 +1042,7 @@ fn readdir_inline(fs: &FsInner, st: &InodeState, offset: u64, max: usize) -> FsR
         let from = offset.max(2);
         let mut cands = Vec::new();
         for e in ents {
-            let c = entry_hash_cookie(&params, params.def_hash_version, &e.name)?;
+            let c = entry_hash_cookie(&params, params.def_hash_version, &key_with(folds(fs, st), &e.name))?;
             if c > from {
                 cands.push((
                     c,

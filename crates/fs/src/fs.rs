@@ -88,6 +88,9 @@ pub struct Geometry {
     /// `ea_inode` feature: an extended attribute's value may live in an inode of its own
     /// (`crate::xattr`).
     pub ea_inode: bool,
+    /// `casefold` feature: `Some(strict)` (strict: names must fold, `EXT4_ENC_STRICT_MODE_FL`);
+    /// directories flagged `EXT4_CASEFOLD_FL` match names casefolded (`crate::casefold`).
+    pub casefold: Option<bool>,
     /// `project` feature: inodes carry a project id (`i_projid`), inherited from a
     /// directory flagged `EXT4_PROJINHERIT_FL`.
     pub project: bool,
@@ -125,6 +128,9 @@ impl Geometry {
             inline_data: sb.has_incompat(crate::ondisk::features::INCOMPAT_INLINE_DATA),
             ea_inode: sb.has_incompat(crate::ondisk::features::INCOMPAT_EA_INODE),
             project: sb.feature_ro_compat & crate::ondisk::features::RO_COMPAT_PROJECT != 0,
+            casefold: sb
+                .has_incompat(crate::ondisk::features::INCOMPAT_CASEFOLD)
+                .then_some(sb.encoding_flags & crate::ondisk::features::ENCODING_STRICT != 0),
             desc_blocks: (0..sb.gdt_blocks()).map(|i| sb.desc_block_location(i)).collect(),
             reserved_blocks: sb.r_blocks_count,
             metadata_reserve: if sb.has_incompat(crate::ondisk::features::INCOMPAT_EXTENTS) {

@@ -9,6 +9,8 @@ mod adaptive;
 mod alloc;
 pub mod atime;
 mod block_map;
+pub mod casefold;
+mod casefold_tables;
 pub mod check;
 mod dir;
 mod dx;

@@ -8,7 +8,7 @@ use crate::dir;
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::inode::{Inode, InodeState, store_inode};
-use crate::ondisk::inode::{EXT4_DIRSYNC_FL, EXT4_JOURNAL_DATA_FL, EXT4_SYNC_FL};
+use crate::ondisk::inode::{EXT4_CASEFOLD_FL, EXT4_DIRSYNC_FL, EXT4_JOURNAL_DATA_FL, EXT4_SYNC_FL};
 use crate::tx::Tx;
 use crate::types::{
     Attr, DataMode, DirEntry, FallocMode, FileType, Ino, ROOT_INO, RenameFlags, SetAttr, StatFs, Timestamp,
@@ -86,7 +86,9 @@ impl Fs {
         // The name is read again after the attributes: between the two reads it may have
         // been unlinked and its inode number reused by another file, whose attributes must
         // not be returned under this name.
-        if name != b"." {
+        // (Not on casefold file systems: whether the directory folds names is read under
+        // its lock.)
+        if name != b"." && self.inner.geo.casefold.is_none() {
             let read = || pnode.names.0.read().as_ref().map(|m| m.get(name).map(|s| s.ino));
             match read() {
                 Some(Some(ino)) => {
@@ -110,7 +112,8 @@ impl Fs {
             return Ok(attr_of(&self.inner, parent, &st));
         }
         if st.dir.is_some() {
-            let found = st.names.0.read().as_ref().and_then(|m| m.get(name).map(|s| s.ino));
+            let key = dir::name_key(&self.inner, &st, name);
+            let found = st.names.0.read().as_ref().and_then(|m| m.get(key.as_ref()).map(|s| s.ino));
             return self.entry_attr(parent, name, found.ok_or_else(not_found)?);
         }
         drop(st);
@@ -774,6 +777,21 @@ impl Fs {
             let mask = (mask & !syncs) | (crate::ondisk::inode::mask_flags(st.d.mode, mask) & syncs);
             let was_sync = st.d.flags & EXT4_SYNC_FL != 0;
             let new = (st.d.flags & !mask) | (flags & mask);
+            if (new ^ st.d.flags) & EXT4_CASEFOLD_FL != 0 {
+                // As `ext4_ioctl_setflags`: only on an empty directory of a casefold file
+                // system; its names are then keyed anew.
+                if self.inner.geo.casefold.is_none() {
+                    return Err(FsError::NotSupported("casefolding (+F) needs the casefold feature".into()));
+                }
+                if !st.d.is_dir() {
+                    return Err(FsError::NotDir(format!("inode {ino}: only directories fold names (+F)")));
+                }
+                dir::ensure_index(&self.inner, &mut st)?;
+                if st.dir_len() > 0 {
+                    return Err(FsError::NotEmpty(format!("inode {ino}: +F needs an empty directory")));
+                }
+                st.drop_index();
+            }
             if new != st.d.flags {
                 let mut tx = Tx::start(&self.inner, 4)?;
                 st.d.flags = new;

@@ -17,15 +17,16 @@
 use crate::error::{FsError, FsResult};
 use crate::inode::InodeState;
 use crate::ondisk::inode::{
-    EXT4_APPEND_FL, EXT4_DIRSYNC_FL, EXT4_IMMUTABLE_FL, EXT4_NOATIME_FL, EXT4_NODUMP_FL, EXT4_PROJINHERIT_FL,
-    EXT4_SYNC_FL,
+    EXT4_APPEND_FL, EXT4_CASEFOLD_FL, EXT4_DIRSYNC_FL, EXT4_IMMUTABLE_FL, EXT4_NOATIME_FL, EXT4_NODUMP_FL,
+    EXT4_PROJINHERIT_FL, EXT4_SYNC_FL,
 };
 use crate::types::{FallocMode, Ino};
 
 /// The `chattr` flags [`crate::Fs::set_flags`] changes: immutable, append-only, no-dump
 /// (only for backup tools), no-atime, synchronous updates (`+S`) and synchronous directory
 /// updates (`+D`, see [`crate::MountOptions::dirsync`]), project id inheritance (`+P`, a
-/// directory's, see `crate::quota`). Data journalling has its own call; the others are
+/// directory's, see `crate::quota`), casefolding (`+F`, an empty directory's, see
+/// `crate::casefold`). Data journalling has its own call; the others are
 /// refused rather than stored and not honoured.
 pub const CHATTR_FLAGS: u32 = EXT4_IMMUTABLE_FL
     | EXT4_APPEND_FL
@@ -33,7 +34,8 @@ pub const CHATTR_FLAGS: u32 = EXT4_IMMUTABLE_FL
     | EXT4_NOATIME_FL
     | EXT4_SYNC_FL
     | EXT4_DIRSYNC_FL
-    | EXT4_PROJINHERIT_FL;
+    | EXT4_PROJINHERIT_FL
+    | EXT4_CASEFOLD_FL;
 
 /// The flags only a caller with `CAP_LINUX_IMMUTABLE` may change.
 pub const PROTECT_FLAGS: u32 = EXT4_IMMUTABLE_FL | EXT4_APPEND_FL;

@@ -15,7 +15,8 @@
 //!   the kernel does, see [`crate::mmp`]), `inline_data` (small files and directories kept
 //!   in the inode: read, changed in place, or moved into a block when they grow, see
 //!   `crate::inline_data`), `ea_inode` (extended attribute values in inodes of their own,
-//!   see `crate::xattr`);
+//!   see `crate::xattr`), `casefold` (encoding `utf8-12.1`: directories flagged
+//!   `EXT4_CASEFOLD_FL` compare and hash names casefolded, see `crate::casefold`);
 //! - ro_compat: `sparse_super`, `large_file`, `huge_file`, `dir_nlink`, `extra_isize`,
 //!   `uninit_bg` (`gdt_csum`: CRC16 group descriptor checksums) and `metadata_csum`
 //!   (CRC32C on the superblock, descriptors, bitmaps, inodes, extent tree blocks,
@@ -41,7 +42,7 @@
 //! block-mapped files, see `crate::block_map`; an ext3 file system given `extent` later is
 //! read-write, its old block-mapped files converted to extents when first changed).
 //!
-//! Everything else (`bigalloc`, `casefold`, `encrypt`, ...) is
+//! Everything else (`bigalloc`, `encrypt`, ...) is
 //! refused with [`FsError::Incompatible`].
 
 use crate::error::{FsError, FsResult};
@@ -171,7 +172,14 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_META_BG
     | INCOMPAT_MMP
     | INCOMPAT_INLINE_DATA
-    | INCOMPAT_EA_INODE;
+    | INCOMPAT_EA_INODE
+    | INCOMPAT_CASEFOLD;
+/// `s_encoding` of the casefold feature: UTF-8, Unicode 12.1 (`EXT4_ENC_UTF8_12_1`).
+pub const ENCODING_UTF8_12_1: u16 = 1;
+/// `s_encoding_flags`: refuse names that are not valid UTF-8 of assigned code points
+/// (`EXT4_ENC_STRICT_MODE_FL`).
+pub const ENCODING_STRICT: u16 = 0x1;
+
 /// ro_compat bits cjfs supports.
 pub const SUPPORTED_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_LARGE_FILE
@@ -381,6 +389,12 @@ pub fn check_supported_for(sb: &Superblock, access: Access) -> FsResult<()> {
     if sb.feature_ro_compat & RO_COMPAT_ORPHAN_PRESENT != 0 && !sb.has_compat(COMPAT_ORPHAN_FILE) {
         return Err(FsError::Corrupt("superblock: orphan_present without orphan_file".into()));
     }
+    if sb.has_incompat(INCOMPAT_CASEFOLD) && sb.encoding != ENCODING_UTF8_12_1 {
+        return Err(FsError::Incompatible(format!(
+            "casefold with s_encoding {} (only 1, utf8-12.1, exists)",
+            sb.encoding
+        )));
+    }
     if sb.has_incompat(INCOMPAT_CSUM_SEED) && !sb.has_metadata_csum() {
         return Err(FsError::Corrupt("superblock: metadata_csum_seed without metadata_csum".into()));
     }
@@ -445,11 +459,11 @@ mod tests {
         let e = check_supported(&sb).unwrap_err().to_string();
         assert!(e.contains("ext4 feature(s) verity, FEATURE_R20 not maintained by cjfs"), "{e}");
         // An incompat feature still refuses both, naming everything unsupported.
-        sb.feature_incompat |= INCOMPAT_CASEFOLD;
+        sb.feature_incompat |= INCOMPAT_ENCRYPT;
         let e = check_supported_for(&sb, Access::ReadOnly).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): casefold"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): encrypt"), "{e}");
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): casefold, verity, FEATURE_R20"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): encrypt, verity, FEATURE_R20"), "{e}");
         // inline_data is read and written.
         sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_INLINE_DATA;
         assert!(check_supported_for(&sb, Access::ReadOnly).is_ok());
@@ -475,10 +489,10 @@ mod tests {
         sb.log_cluster_size = 2;
         sb.rev_level = 1;
         sb.feature_compat = MKFS_COMPAT | COMPAT_FAST_COMMIT | COMPAT_DIR_PREALLOC;
-        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_CASEFOLD;
+        sb.feature_incompat = MKFS_INCOMPAT | INCOMPAT_ENCRYPT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_METADATA_CSUM | RO_COMPAT_BIGALLOC;
         let e = check_supported(&sb).unwrap_err().to_string();
-        assert!(e.contains("unsupported ext4 feature(s): dir_prealloc, casefold, bigalloc"), "{e}");
+        assert!(e.contains("unsupported ext4 feature(s): dir_prealloc, encrypt, bigalloc"), "{e}");
         sb.feature_compat = MKFS_COMPAT;
         sb.feature_incompat = MKFS_INCOMPAT;
         sb.feature_ro_compat = MKFS_RO_COMPAT | RO_COMPAT_ORPHAN_PRESENT;
