@@ -203,6 +203,54 @@ fn quota_usage_is_crash_consistent() {
     run_every_preset(&wl, &image);
 }
 
+/// A casefolded directory (`casefold`, `+F` set by debugfs on `cf`): enough names in many
+/// scripts to make it indexed, fsyncs, unlinks and renames, under every preset; in each
+/// crash state e2fsck recomputes every name's casefolded hash (a name hashed as bytes, or
+/// put in the wrong leaf, is an error) and the model checks each name is where it belongs.
+#[test]
+fn casefolded_directory_changes_are_crash_consistent() {
+    if !crash::check::e2fsck_or_skip() {
+        return;
+    }
+    let Some(debugfs) = tool("debugfs") else {
+        eprintln!("SKIP: debugfs not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let blocks = crash::record::image_blocks(1);
+    let Some(image) = mke2fs_image(dir.path(), "cf.img", "256", "casefold", None, blocks) else { return };
+    let img = dir.path().join("cf.img");
+    std::fs::write(&img, &image).expect("write image");
+    run(Command::new(&debugfs).args(["-w", "-R", "mkdir cf"]).arg(&img));
+    run(Command::new(&debugfs).args(["-w", "-R", "set_inode_field cf flags 0x40080000"]).arg(&img));
+    let image = std::fs::read(&img).expect("read image");
+    let stems = [
+        "Stra\u{DF}e",
+        "\u{C9}cole",
+        "\u{3A3}\u{3AF}\u{3C3}\u{3C5}\u{3C6}\u{3BF}\u{3C2}",
+        "\u{D55C}\u{AE00}",
+        "Caf\u{E9}\u{1F600}",
+    ];
+    let name =
+        |i: usize| format!("cf/{}-{i:03}-a-name-long-enough-to-fill-blocks-quickly", stems[i % stems.len()]);
+    let mut ops = vec![Op::Mkdir { path: "cf/Sub".into() }];
+    for i in 0..120 {
+        ops.push(Op::Creat { path: name(i) });
+        if i % 40 == 39 {
+            ops.push(Op::Fsync { path: name(i) });
+        }
+    }
+    for i in (0..120).step_by(9) {
+        ops.push(Op::Unlink { path: name(i) });
+    }
+    ops.push(Op::Rename { from: name(1), to: "cf/Sub/Moved".into() });
+    ops.push(Op::Fsync { path: "cf/Sub/Moved".into() });
+    ops.push(Op::Rename { from: name(2), to: name(200) });
+    ops.push(Op::Fsync { path: "cf".into() });
+    let wl = Workload::sequential("casefold", Vec::new(), ops);
+    run_every_preset(&wl, &image);
+}
+
 /// Run `wl` on base image `image` under every preset that runs on a file system mke2fs made.
 fn run_every_preset(wl: &Workload, image: &[u8]) {
     for mode in ["jbd2", "cjfs", "ijournal", "joj", "adaptive", "zjournal+logs=1"] {
