@@ -62,7 +62,7 @@ fn push_mapped(cp: u32, out: &mut Vec<u32>) {
         let s = cp - S_BASE;
         out.push(L_BASE + s / N_COUNT);
         out.push(V_BASE + (s % N_COUNT) / T_COUNT);
-        if s % T_COUNT != 0 {
+        if !s.is_multiple_of(T_COUNT) {
             out.push(T_BASE + s % T_COUNT);
         }
         return;
