@@ -28,8 +28,10 @@ const T_COUNT: u32 = 28;
 const N_COUNT: u32 = 21 * T_COUNT;
 const S_COUNT: u32 = 19 * N_COUNT;
 
-fn in_ranges(r: &[(u32, u32)], cp: u32) -> bool {
-    r.binary_search_by(|&(a, b)| {
+/// The entry of sorted, disjoint ranges `r` (each spanning `span(entry)`) holding `cp`.
+fn find<T>(r: &[T], cp: u32, span: impl Fn(&T) -> (u32, u32)) -> Option<&T> {
+    r.binary_search_by(|e| {
+        let (a, b) = span(e);
         if b < cp {
             std::cmp::Ordering::Less
         } else if a > cp {
@@ -38,22 +40,16 @@ fn in_ranges(r: &[(u32, u32)], cp: u32) -> bool {
             std::cmp::Ordering::Equal
         }
     })
-    .is_ok()
+    .ok()
+    .map(|i| &r[i])
+}
+
+fn in_ranges(r: &[(u32, u32)], cp: u32) -> bool {
+    find(r, cp, |&e| e).is_some()
 }
 
 fn ccc(cp: u32) -> u8 {
-    match CCC.binary_search_by(|&(a, b, _)| {
-        if b < cp {
-            std::cmp::Ordering::Less
-        } else if a > cp {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    }) {
-        Ok(i) => CCC[i].2,
-        Err(_) => 0,
-    }
+    find(CCC, cp, |&(a, b, _)| (a, b)).map_or(0, |e| e.2)
 }
 
 /// Append what `cp` folds and decomposes to.
