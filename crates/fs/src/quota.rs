@@ -138,14 +138,19 @@ struct Info {
     free_entry: u32,
 }
 
-/// One quota file. Protected by its [`Quotas::files`] mutex.
+/// One quota file. Protected by its [`Quotas::files`] mutex (every field).
 struct QuotaFile {
+    /// 0 user, 1 group, 2 project.
     kind: usize,
+    /// Its inode (no cached inode object: only this structure writes its record).
     ino: Ino,
+    /// Its inode record as stored.
     d: DiskInode,
+    /// Checksum context of its extent tree blocks.
     csum: InodeCsum,
     /// Physical block of each file system block of the file.
     map: Vec<u64>,
+    /// The info block's fields, as last written.
     info: Info,
     /// Byte offset in the file of each id's entry.
     entries: HashMap<u32, u64>,
@@ -153,10 +158,14 @@ struct QuotaFile {
 
 /// The quota files of a mounted file system (those the superblock names).
 pub(crate) struct Quotas {
+    /// User, group and project quota files. Lock: each its own mutex (rank `FsQuota`).
     files: [Option<RankedMutex<QuotaFile>>; 3],
     /// The project quota file and the orphan file: not charged (`e2fsck` skips them).
+    /// Fixed after mount, as are the fields below.
     uncharged: [Ino; 2],
+    /// `s_first_ino`: inodes below it other than the root are not charged.
     first_ino: Ino,
+    /// The `project` feature: project ids are charged.
     project: bool,
 }
 
