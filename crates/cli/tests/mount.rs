@@ -351,6 +351,10 @@ fn a_casefolded_directory_through_the_mount() {
         Command::new("mkfs.ext4").args(["-q", "-F", "-O", "casefold"]).arg(&img).arg("64M").output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     let run = |args: &[&std::ffi::OsStr]| Command::new(bin()).args(args).output().unwrap();
+    let info = run(&["info".as_ref(), img.as_os_str()]);
+    assert!(
+        String::from_utf8_lossy(&info.stdout).contains("Filename encoding:     utf8-12.1 (s_encoding 1)")
+    );
     let out = run(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let d = mnt.join("d");

@@ -216,6 +216,11 @@ fn print_superblock(
         sb.groups_per_flex()
     );
     outln!("Inode size:            {} (first inode {})", sb.inode_size(), sb.first_ino());
+    if sb.has_incompat(features::INCOMPAT_CASEFOLD) {
+        let name = if sb.encoding == features::ENCODING_UTF8_12_1 { "utf8-12.1" } else { "unknown" };
+        let strict = if sb.encoding_flags & features::ENCODING_STRICT != 0 { ", strict" } else { "" };
+        outln!("Filename encoding:     {name} (s_encoding {}{strict})", sb.encoding);
+    }
     outln!("Mount count:           {} (maximum {})", sb.mnt_count, sb.max_mnt_count);
     outln!("Created:               {}", sb_time(sb.mkfs_time));
     outln!("Last mounted:          {}", sb_time(sb.mtime));
