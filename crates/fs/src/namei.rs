@@ -81,6 +81,12 @@ fn same_project(fs: &FsInner, dir: &InodeState, inode: &InodeState) -> FsResult<
     Ok(())
 }
 
+/// The project id a new inode in directory `dir` gets (`__ext4_new_inode`: a directory
+/// flagged `EXT4_PROJINHERIT_FL` hands its own down; else 0).
+fn inherited_project(fs: &FsInner, dir: &InodeState) -> u32 {
+    if fs.geo.project && dir.d.flags & EXT4_PROJINHERIT_FL != 0 { dir.d.projid } else { 0 }
+}
+
 /// Fresh inode record.
 fn new_disk_inode(fs: &FsInner, mode: u16, uid: u32, gid: u32) -> DiskInode {
     let mut d = DiskInode::new(fs.geo.inode_size as usize, 32);
@@ -129,6 +135,10 @@ fn make_node(
     // with `ea_inode` an EA inode and its data.
     let credits = credits + crate::xattr::init_credits(fs, &acls);
     let mut tx = Tx::start(fs, credits)?;
+    let projid = inherited_project(fs, &ps);
+    if let Some(q) = fs.quota.get() {
+        q.prepare(&mut tx, [uid, gid, projid])?;
+    }
     let ino = crate::alloc::alloc_inode(&mut tx, fs.geo.inode_group(parent), is_dir)?;
     let mut d = new_disk_inode(fs, mode, uid, gid);
     // ext4 passes `EXT4_FL_INHERITED` from a directory to what is made in it, as far as the
@@ -136,10 +146,7 @@ fn make_node(
     // data-journals every file made there with no journal flush, `+D`/`+S` make the
     // subdirectories synchronous too, `+A` spares the new files' access times.
     d.flags |= mask_flags(mode, ps.d.flags & EXT4_FL_INHERITED);
-    // As `__ext4_new_inode`: a directory flagged for it hands its project id down.
-    if fs.geo.project && ps.d.flags & EXT4_PROJINHERIT_FL != 0 {
-        d.projid = ps.d.projid;
-    }
+    d.projid = projid;
     let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
     let mut st = node.state.write();
     let made = (|| {
@@ -472,11 +479,16 @@ fn ancestors(fs: &FsInner, mut ino: Ino) -> FsResult<Vec<Ino>> {
 /// A whiteout for `RENAME_WHITEOUT` in `parent`, inside `tx`: a character device 0:0 with
 /// no permission bits, owned by the caller (ext4's `ext4_whiteout_for_rename`), with one link
 /// (the entry the caller puts at the old name). Returns its inode number.
-fn new_whiteout(tx: &mut Tx<'_>, parent: Ino) -> FsResult<Ino> {
+fn new_whiteout(tx: &mut Tx<'_>, parent: Ino, ps: &InodeState) -> FsResult<Ino> {
     let fs = tx.fs;
-    let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(parent), false)?;
     let (uid, gid) = crate::alloc::caller();
+    let projid = inherited_project(fs, ps);
+    if let Some(q) = fs.quota.get() {
+        q.prepare(tx, [uid, gid, projid])?;
+    }
+    let ino = crate::alloc::alloc_inode(tx, fs.geo.inode_group(parent), false)?;
     let mut d = new_disk_inode(fs, S_IFCHR, uid, gid);
+    d.projid = projid;
     d.links_count = 1;
     d.set_rdev(0, 0);
     let node = fs.inodes.insert_new(fs, ino, d, tx.h.tx_id());
@@ -653,7 +665,7 @@ pub(crate) fn rename(
     let mut evict = false;
     // The whiteout first, as ext4: a full inode table fails the rename before any entry
     // moved (the transaction then holds nothing).
-    let whiteout = if flags.whiteout { Some(new_whiteout(&mut tx, parent)?) } else { None };
+    let whiteout = if flags.whiteout { Some(new_whiteout(&mut tx, parent, &g1)?) } else { None };
     {
         // iJournaling: neither inode's record could move a name, and a moved directory may
         // be an ancestor of any file.

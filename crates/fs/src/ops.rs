@@ -224,6 +224,12 @@ impl Fs {
             || set.ctime.is_some()
         {
             let mut tx = Tx::start(&self.inner, 4)?;
+            if let Some(q) = self.inner.quota.get()
+                && (set.uid.is_some_and(|u| u != st.d.uid) || set.gid.is_some_and(|g| g != st.d.gid))
+            {
+                // The new owner's entries first: a full file system refuses the chown here.
+                q.prepare(&mut tx, [set.uid.unwrap_or(st.d.uid), set.gid.unwrap_or(st.d.gid), st.d.projid])?;
+            }
             if let Some(m) = set.mode {
                 st.d.mode = (st.d.mode & 0o170000) | (m as u16 & 0o7777);
             }
@@ -840,6 +846,9 @@ impl Fs {
             )));
         }
         let mut tx = Tx::start(&self.inner, 4)?;
+        if let Some(q) = self.inner.quota.get() {
+            q.prepare(&mut tx, [st.d.uid, st.d.gid, projid])?;
+        }
         st.d.projid = projid;
         st.d.ctime = Timestamp::now();
         store_inode(&mut tx, ino, &mut st)?;

@@ -27,6 +27,10 @@
 //! one left at zero usage is what the kernel leaves while a dquot is in use, and `e2fsck`
 //! accepts it.
 //!
+//! An operation that brings an id in (a new inode, a chown, a project change) first gives
+//! it its entries ([`Quotas::prepare`]), so that a full file system refuses the operation
+//! before it changes anything, as the kernel's `dquot_initialize` does.
+//!
 //! iJournaling: an fsync whose file changed its charge since the last durable commit commits
 //! ([`crate::ijournal::Fallback::Quota`]): an i-transaction carries no quota block.
 //!
@@ -276,6 +280,27 @@ impl Quotas {
     /// record, a new block with its bitmap, descriptor and an extent tree block).
     pub fn credits(&self) -> u32 {
         self.files.iter().flatten().count() as u32 * 2 + 12
+    }
+
+    /// Give each of `ids` (uid, gid, project id) an entry where its quota file has none, in
+    /// `tx`, before an operation that charges them changes anything else: as the kernel
+    /// acquires its dquots (`dquot_initialize`, `dquot_transfer`) before it allocates, a
+    /// full file system fails the operation here (ENOSPC) with nothing of it done, not half
+    /// way through. A partial insertion leaves at most an empty tree block, which is valid.
+    pub fn prepare(&self, tx: &mut Tx<'_>, ids: [u32; 3]) -> FsResult<()> {
+        for (kind, f) in self.files.iter().enumerate() {
+            let Some(f) = f else { continue };
+            let id = if kind == 2 && !self.project { 0 } else { ids[kind] };
+            let mut q = f.lock();
+            if !q.entries.contains_key(&id) {
+                // The quota file's own tree blocks are none of the operation's inode's.
+                let tree = std::mem::take(&mut tx.tree);
+                let r = q.insert(tx, id);
+                tx.tree = tree;
+                r?;
+            }
+        }
+        Ok(())
     }
 
     /// Move `old`'s charge to `new` in `tx`.

@@ -1676,3 +1676,59 @@ fn random_unicode_names_hash_as_e2fsck_folds_them() {
     fs.unmount().expect("unmount");
     assert_fsck_clean(&img);
 }
+
+/// A full `quota` file system: the quota files still grow from the metadata reserve, and
+/// once that is gone too a chown or a create that brings in an id whose quota entry needs a
+/// new block is refused with ENOSPC before anything changes (the kernel's
+/// `dquot_initialize` order): the owner stays, no inode leaks, e2fsck is clean.
+#[test]
+fn a_full_quota_file_system_refuses_new_ids_cleanly() {
+    let tmp = tmpdir();
+    let img = tmp.path().join("quota-full.img");
+    if mke2fs_with(&img, &["-t", "ext4", "-b", "4096", "-O", "quota"], "16M").is_none() {
+        return;
+    }
+    let fs = mount(&img);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).expect("create").ino;
+    let chunk = vec![7u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        match fs.write(f, off, &chunk) {
+            Ok(0) | Err(FsError::NoSpace(_)) => break,
+            Ok(n) => off += n as u64,
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    // Fill what is left, a block at a time, with small files of the same owner.
+    for i in 0.. {
+        let Ok(a) = fs.create(ROOT_INO, format!("s{i}").as_bytes(), 0o644, 0, 0) else { break };
+        if !matches!(fs.write(a.ino, 0, &[1u8; 4096]), Ok(4096)) {
+            break;
+        }
+    }
+    // The quota file grows from the metadata reserve: new owners, each a new path in the
+    // quota tree, until that is gone too.
+    let mut refused = None;
+    for k in 1..5000u32 {
+        let uid = k << 16 | k;
+        let before = fs.getattr(f).expect("getattr").uid;
+        match fs.setattr(f, &SetAttr { uid: Some(uid), ..Default::default() }) {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                assert_eq!(fs.getattr(f).expect("getattr").uid, before, "a refused chown keeps the owner");
+                refused = Some(uid);
+                break;
+            }
+        }
+    }
+    let Some(uid) = refused else { panic!("5000 new owners never filled the file system") };
+    let free = fs.statfs().ffree;
+    match fs.create(ROOT_INO, b"new-owner", 0o644, uid + 1, 0) {
+        Err(e) => assert_eq!(e.errno(), libc::ENOSPC, "{e}"),
+        Ok(_) => panic!("a create needing a new quota block succeeded on a full file system"),
+    }
+    assert_eq!(fs.statfs().ffree, free, "no inode taken");
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+}
