@@ -7,9 +7,11 @@
 //! tables (`casefold_tables.rs`) are generated from the Unicode data by
 //! `tools/gen_casefold.py`.
 //!
-//! As there, a name that is not valid UTF-8 or holds a code point unassigned in Unicode 12.1
-//! cannot be folded ([`casefold`] returns `None`): outside strict mode it is hashed and
-//! compared as its bytes; in strict mode (`EXT4_ENC_STRICT_MODE_FL`) it is refused.
+//! As there, a name that is not valid UTF-8 cannot be folded ([`casefold`] returns `None`):
+//! outside strict mode it is hashed and compared as its bytes; in strict mode
+//! (`EXT4_ENC_STRICT_MODE_FL`) it is refused. A code point Unicode 12.1 does not assign
+//! folds to itself (the tables give it class 0 and no mapping, as the kernel's give it age
+//! 0), a reserved default-ignorable one to nothing.
 //!
 //! Choice: a dropped ignorable still ends a run of combining marks (it acts as a character
 //! of combining class 0 that emits nothing), as in the kernel's and e2fsprogs' `utf8byte`,
@@ -17,7 +19,7 @@
 //! ignorables; e2fsprogs 1.47.0, this project's judge, does, and so does cjfs (a name with
 //! an ignorable hashes as those kernels' older versions wrote it).
 
-use crate::casefold_tables::{ASSIGNED, CCC, IGNORABLE, MAP, MAP_DATA};
+use crate::casefold_tables::{CCC, IGNORABLE, MAP, MAP_DATA};
 
 /// Hangul syllables (decomposed algorithmically).
 const S_BASE: u32 = 0xAC00;
@@ -79,8 +81,7 @@ fn order(s: &mut [u32]) {
     }
 }
 
-/// The casefolded form of `name`, or `None` when it cannot be folded (not UTF-8, or a code
-/// point Unicode 12.1 does not assign).
+/// The casefolded form of `name`, or `None` when it cannot be folded (not UTF-8).
 pub fn casefold(name: &[u8]) -> Option<Vec<u8>> {
     let s = std::str::from_utf8(name).ok()?;
     if s.is_ascii() {
@@ -91,9 +92,6 @@ pub fn casefold(name: &[u8]) -> Option<Vec<u8>> {
     let mut run = 0;
     for ch in s.chars() {
         let cp = ch as u32;
-        if !in_ranges(ASSIGNED, cp) {
-            return None;
-        }
         if in_ranges(IGNORABLE, cp) {
             // Emits nothing, but stops the run as a class-0 character would.
             order(&mut cps[run..]);
@@ -149,9 +147,10 @@ mod tests {
     #[test]
     fn unfoldable_names_are_none() {
         assert_eq!(casefold(b"\xff\xfe"), None);
-        // U+0860 (Syriac supplement) is assigned in 10.0; U+0870 only in 14.0.
-        assert!(casefold("\u{860}".as_bytes()).is_some());
-        assert_eq!(casefold("\u{870}".as_bytes()), None);
+        // U+0870 is assigned only in 14.0: it folds to itself, next to a folded letter; a
+        // reserved default-ignorable (U+2065) to nothing.
+        assert_eq!(cf("a\u{870}B"), "a\u{870}b");
+        assert_eq!(cf("a\u{2065}B"), "ab");
         // Private use is assigned; folding leaves it alone.
         assert_eq!(cf("\u{E000}"), "\u{E000}");
     }

@@ -81,6 +81,19 @@ fn key_with(fold: bool, name: &[u8]) -> Cow<'_, [u8]> {
     }
 }
 
+/// In a casefolded directory of a strict-encoding file system, only names that fold (valid
+/// UTF-8) exist: any other is refused with EINVAL, for lookups too (the kernel's
+/// `generic_ci_d_hash`).
+pub(crate) fn check_foldable(fs: &FsInner, st: &InodeState, name: &[u8]) -> FsResult<()> {
+    if fs.geo.casefold == Some(true) && folds(fs, st) && crate::casefold::casefold(name).is_none() {
+        return Err(FsError::Invalid(format!(
+            "name {:?} is not valid UTF-8 (strict casefold encoding)",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
+}
+
 /// The key of `name` in `st`'s name map ([`key_with`]).
 pub(crate) fn name_key<'a>(fs: &FsInner, st: &InodeState, name: &'a [u8]) -> Cow<'a, [u8]> {
     key_with(folds(fs, st), name)
@@ -525,6 +538,7 @@ fn inline_to_block_inner(tx: &mut Tx<'_>, dir_ino: Ino, st: &mut InodeState) -> 
 pub(crate) fn lookup(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> FsResult<Option<DirSlot>> {
     check_len(name)?;
     ensure_index(fs, st)?;
+    check_foldable(fs, st, name)?;
     let key = name_key(fs, st, name);
     Ok(st.names.0.read().as_ref().and_then(|m| m.get(key.as_ref()).copied()))
 }
@@ -590,13 +604,7 @@ pub(crate) fn add_entry(
     let params = DirParams::get(tx.fs);
     let on_disk = disk_ftype(tx.fs, ftype);
     let fold = folds(tx.fs, st);
-    if fold && tx.fs.geo.casefold == Some(true) && crate::casefold::casefold(name).is_none() {
-        // Strict encoding: only names that fold (valid UTF-8 of assigned code points).
-        return Err(FsError::Invalid(format!(
-            "name {:?} is not valid UTF-8 of Unicode 12.1 characters (strict casefold encoding)",
-            String::from_utf8_lossy(name)
-        )));
-    }
+    check_foldable(tx.fs, st, name)?;
     if st.names.0.read().as_ref().is_some_and(|m| m.contains_key(key_with(fold, name).as_ref())) {
         return Err(FsError::Exists(String::from_utf8_lossy(name).into_owned()));
     }

@@ -488,26 +488,28 @@ impl IJournal {
 /// An inode's iJournaling marks (`Inode::ij`, shared with `InodeState::ij`).
 pub(crate) type Marks = Arc<RankedMutex<IjInode>>;
 
-/// Note that the inode of `child` got a fresh entry `name` (type `ftype`) in directory
-/// `parent` (inode `parent_ino`, marks `parent`) in transaction `tx`. A name removed from
+/// Note that the inode of `child` got a fresh entry `name` (name-map key `key`, see
+/// `crate::dir::name_key`; type `ftype`) in directory `parent` (inode `parent_ino`, marks
+/// `parent`) in transaction `tx`. A name removed from
 /// the directory by a transaction not yet durable is being reused: if only unlinks removed
 /// it, the record carries the replacement; else fsync falls back on a commit.
 pub(crate) fn note_new_entry(
     fs: &FsInner,
     child: &Marks,
-    parent_ino: Ino,
-    parent: &Marks,
-    name: &[u8],
+    (parent_ino, parent): (Ino, &Marks),
+    (name, key): (&[u8], &[u8]),
     ftype: u8,
     tx: TxId,
 ) {
     if fs.ij.get().is_none() {
         return;
     }
+    // Removed names are keyed as the directory matches them (casefolded in a casefolded
+    // directory: `Foo` reuses what `FOO`'s unlink freed).
     let reused = {
         let mut p = parent.lock();
         p.prune(fs);
-        p.removed.get(name).map(|&(_, unlinks_only)| unlinks_only)
+        p.removed.get(key).map(|&(_, unlinks_only)| unlinks_only)
     };
     let mut c = child.lock();
     let replace = reused == Some(true);
@@ -517,7 +519,8 @@ pub(crate) fn note_new_entry(
     }
 }
 
-/// Note that `name` left the directory with marks `dir` in transaction `tx`; `unlinked`: by
+/// Note that the name with name-map key `name` left the directory with marks `dir` in
+/// transaction `tx`; `unlinked`: by
 /// an unlink of a non-directory (its inode just lost the link), not by a rename, an
 /// exchange or rmdir.
 pub(crate) fn note_removed(fs: &FsInner, dir: &Marks, name: &[u8], tx: TxId, unlinked: bool) {

@@ -161,7 +161,8 @@ fn make_node(
         crate::adaptive::note_created(fs, parent, name, &mut st);
         // iJournaling: the entry is the inode's until a durable commit holds it.
         let ft = file_type_from_mode(mode);
-        crate::ijournal::note_new_entry(fs, &st.ij, parent, &ps.ij, name, ft, tx.h.tx_id());
+        let key = dir::name_key(fs, &ps, name);
+        crate::ijournal::note_new_entry(fs, &st.ij, (parent, &ps.ij), (name, &key), ft, tx.h.tx_id());
     }
     if let Err(e) = made {
         // Typically ENOSPC for the new directory's or symlink's block or for a new block of
@@ -413,7 +414,7 @@ fn remove(fs: &FsInner, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()
     }
     let mut tx = Tx::start(fs, 24)?;
     dir::remove_entry(&mut tx, &mut ps, name)?;
-    crate::ijournal::note_removed(fs, &ps.ij, name, tx.h.tx_id(), !is_dir);
+    crate::ijournal::note_removed(fs, &ps.ij, &dir::name_key(fs, &ps, name), tx.h.tx_id(), !is_dir);
     if !is_dir && st.d.links_count > 1 {
         // One of several names goes: a record of the file could not remove it.
         crate::ijournal::note_unsafe(fs, &st.ij, crate::ijournal::Fallback::Rename, tx.h.tx_id());
@@ -682,9 +683,10 @@ pub(crate) fn rename(
             note_dir_rename(fs, t);
         }
         // A record reusing either name could not restore the inode that moved away.
-        note_removed(fs, &g1.ij, name, t, false);
+        note_removed(fs, &g1.ij, &dir::name_key(fs, &g1, name), t, false);
         if flags.exchange {
-            note_removed(fs, &g2.as_ref().unwrap_or(&g1).ij, newname, t, false);
+            let nd = g2.as_deref().unwrap_or(&*g1);
+            note_removed(fs, &nd.ij, &dir::name_key(fs, nd, newname), t, false);
         }
     }
     if flags.exchange {

@@ -112,6 +112,7 @@ impl Fs {
             return Ok(attr_of(&self.inner, parent, &st));
         }
         if st.dir.is_some() {
+            dir::check_foldable(&self.inner, &st, name)?;
             let key = dir::name_key(&self.inner, &st, name);
             let found = st.names.0.read().as_ref().and_then(|m| m.get(key.as_ref()).map(|s| s.ino));
             return self.entry_attr(parent, name, found.ok_or_else(not_found)?);

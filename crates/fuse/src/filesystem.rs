@@ -226,30 +226,30 @@ impl CjfsFuse {
         r
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, parent: Ino, a: &Attr) {
+    fn reply_entry(&self, reply: ReplyEntry, a: &Attr) {
         reply.entry_with_ttls(
             &self.attr_ttl,
-            &self.entry_ttl_in(parent),
+            &self.entry_ttl(),
             &file_attr(a),
             Generation(u64::from(a.generation)),
         );
     }
 
-    /// How long the kernel may keep a name of `parent`: not at all in a casefolded
-    /// directory, where the kernel's name cache, which compares names byte for byte, would
-    /// keep one spelling's entry (or its absence) past a change made through another.
-    fn entry_ttl_in(&self, parent: Ino) -> Duration {
-        let folds = self.fs.geometry().casefold.is_some()
-            && self.fs.getattr(parent).is_ok_and(|a| a.flags & cjfs_fs::ondisk::inode::EXT4_CASEFOLD_FL != 0);
-        if folds { Duration::ZERO } else { self.entry_ttl }
+    /// How long the kernel may keep a name (or its absence): not at all on a casefold file
+    /// system. In a casefolded directory the kernel's name cache, which compares names byte
+    /// for byte, would keep one spelling's entry (or its absence) past a change made through
+    /// another; and a name cached in any directory keeps its time when a rename moves it
+    /// into a casefolded one, or when `chattr +F` makes its directory one.
+    fn entry_ttl(&self) -> Duration {
+        if self.fs.geometry().casefold.is_some() { Duration::ZERO } else { self.entry_ttl }
     }
 
     /// Reply to a request that made a new name for an inode (create, mknod, mkdir, symlink,
     /// link): the kernel now holds one more reference.
-    fn reply_new(&self, reply: ReplyEntry, parent: Ino, made: FsResult<Attr>) {
+    fn reply_new(&self, reply: ReplyEntry, made: FsResult<Attr>) {
         let a = try_reply!(made, reply);
         let a = try_reply!(self.lookups.acquire(&self.fs, a), reply);
-        self.reply_entry(reply, parent, &a);
+        self.reply_entry(reply, &a);
     }
 
     /// Look `name` up and count the kernel's reference, retrying when the inode found was
@@ -479,12 +479,12 @@ impl Filesystem for CjfsFuse {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let parent = ino_or_reply!(parent, reply);
         match self.lookup_acquire(parent, name_bytes(name)) {
-            Ok(a) => self.reply_entry(reply, parent, &a),
+            Ok(a) => self.reply_entry(reply, &a),
             Err(FsError::NotFound(_)) => {
                 // A negative entry the kernel may cache: every change goes through it.
                 let mut none = file_attr(&dummy_attr(parent));
                 none.ino = INodeNo(0);
-                reply.entry_with_ttls(&Duration::ZERO, &self.entry_ttl_in(parent), &none, Generation(0));
+                reply.entry_with_ttls(&Duration::ZERO, &self.entry_ttl(), &none, Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -582,7 +582,6 @@ impl Filesystem for CjfsFuse {
         let mode = (mode & 0o170000) | (mode & 0o7777);
         self.reply_new(
             reply,
-            parent,
             self.retry_nospc(|| self.fs.mknod_umask(parent, name_bytes(name), mode, umask, rdev, uid, gid)),
         );
     }
@@ -597,7 +596,6 @@ impl Filesystem for CjfsFuse {
         }
         self.reply_new(
             reply,
-            parent,
             self.retry_nospc(|| self.fs.mkdir_umask(parent, name_bytes(name), perm, umask, uid, gid)),
         );
     }
@@ -622,7 +620,7 @@ impl Filesystem for CjfsFuse {
         let (uid, gid, _) = try_reply!(self.owner(req, parent), reply);
         let target = target.as_os_str().as_bytes();
         let made = self.retry_nospc(|| self.fs.symlink(parent, name_bytes(link_name), target, uid, gid));
-        self.reply_new(reply, parent, made);
+        self.reply_new(reply, made);
     }
 
     fn rename(
@@ -655,11 +653,7 @@ impl Filesystem for CjfsFuse {
         let _caller = cjfs_fs::act_as(req.uid(), req.gid());
         let ino = ino_or_reply!(ino, reply);
         let newparent = ino_or_reply!(newparent, reply);
-        self.reply_new(
-            reply,
-            newparent,
-            self.retry_nospc(|| self.fs.link(ino, newparent, name_bytes(newname))),
-        );
+        self.reply_new(reply, self.retry_nospc(|| self.fs.link(ino, newparent, name_bytes(newname))));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -811,7 +805,7 @@ impl Filesystem for CjfsFuse {
     ) {
         let dir = ino_or_reply!(ino, reply);
         self.accessed(dir, self.atime.1);
-        let entry_ttl = self.entry_ttl_in(dir);
+        let entry_ttl = self.entry_ttl();
         let mut off = offset;
         loop {
             let ents = try_reply!(self.fs.readdir(dir, off, READDIR_BATCH), reply);
@@ -1030,7 +1024,7 @@ impl Filesystem for CjfsFuse {
                 }
             };
             return reply.created(
-                &self.entry_ttl_in(parent),
+                &self.entry_ttl(),
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
                 FileHandle(0),

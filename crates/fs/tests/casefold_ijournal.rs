@@ -1,0 +1,177 @@
+//! iJournaling in casefolded directories: a name removed through one spelling and made
+//! again through another is the same name to the fsync records and their replay, and a
+//! record's entry is replayed into an indexed casefolded directory hashed folded.
+mod common;
+use common::read_all;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cjfs_blockdev::{EmulatedSsd, SsdPreset};
+use cjfs_fs::{Fs, MountOptions, ROOT_INO, preset};
+
+use cjfs_fs::ondisk::inode::EXT4_CASEFOLD_FL as CASEFOLD_FL;
+
+fn opts(name: &str) -> MountOptions {
+    let mut o = preset::resolve(name).expect("preset");
+    o.journal.commit_interval = Duration::from_secs(3600);
+    o
+}
+
+/// A cjfs image with iJournaling areas, given `casefold` by tune2fs; `None` (after saying
+/// why) without tune2fs.
+fn casefold_image() -> Option<Arc<EmulatedSsd>> {
+    if common::which("tune2fs").is_none() {
+        eprintln!("SKIP: tune2fs not installed");
+        return None;
+    }
+    let o = opts("ijournal");
+    let ssd = EmulatedSsd::ram((64u64 << 20) / 4096);
+    let mk = preset::mkfs_for(
+        &o,
+        1024,
+        cjfs_fs::MkfsOptions { assume_zeroed: true, ..cjfs_fs::MkfsOptions::default() },
+    );
+    cjfs_fs::mkfs(&ssd, &mk).expect("mkfs");
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("cf.img");
+    std::fs::write(&p, ssd.image_bytes()).expect("write");
+    let out = std::process::Command::new("tune2fs")
+        .args(["-O", "casefold", "-E", "encoding=utf8"])
+        .arg(&p)
+        .output()
+        .expect("tune2fs");
+    assert!(out.status.success(), "tune2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&p).expect("read");
+    Some(Arc::new(EmulatedSsd::from_image(SsdPreset::sata_ssd(), &bytes)))
+}
+
+fn crash_copy(ssd: &EmulatedSsd) -> Arc<EmulatedSsd> {
+    Arc::new(EmulatedSsd::from_image(SsdPreset::ramdisk(), &ssd.image_bytes()))
+}
+
+fn fsck(bytes: &[u8]) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("img");
+    std::fs::write(&p, bytes).expect("write");
+    let out = std::process::Command::new("e2fsck").arg("-fn").arg(&p).output().expect("e2fsck");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Unlinked through one spelling, made again through another, fsynced, crashed: the fsynced
+/// file is under the name after recovery.
+#[test]
+fn ijournal_name_reuse_after_unlink_other_spelling() {
+    let o = opts("ijournal");
+    let Some(ssd) = casefold_image() else { return };
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
+    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    let old = fs.create(d, b"Foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(old, 0, b"old").expect("write");
+    fs.sync().expect("sync");
+    fs.unlink(d, b"FOO").expect("unlink");
+    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(new, 0, b"new data, fsynced").expect("write");
+    fs.fsync(new, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    eprintln!("stats after fsync: served={} fallbacks={:?}", st.served, st.fallbacks);
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+    eprintln!("replay: {:?}", report.ijournal);
+    let got = fs.lookup(d, b"foo").map(|a| a.ino);
+    eprintln!("after recovery cf/foo -> {got:?} (new={new}, old={old})");
+    let content = got.as_ref().ok().map(|&i| read_all(&fs, i));
+    eprintln!("content: {:?}", content.as_ref().map(|c| String::from_utf8_lossy(c).into_owned()));
+    fs.unmount().expect("unmount");
+    let (ok, out) = fsck(&copy.image_bytes());
+    eprintln!("e2fsck clean: {ok}\n{out}");
+    assert_eq!(got.ok(), Some(new), "the fsynced file is not under its name after the crash");
+}
+
+/// Renamed away through one spelling, made again through another, fsynced, crashed: the
+/// fsynced file is under the name after recovery.
+#[test]
+fn ijournal_name_reuse_after_rename_other_spelling() {
+    let o = opts("ijournal");
+    let Some(ssd) = casefold_image() else { return };
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
+    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    let moved = fs.create(d, b"Foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(moved, 0, b"moved").expect("write");
+    fs.sync().expect("sync");
+    fs.rename(d, b"FOO", ROOT_INO, b"moved", Default::default()).expect("rename");
+    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(new, 0, b"new data, fsynced").expect("write");
+    fs.fsync(new, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    eprintln!("stats after fsync: served={} fallbacks={:?}", st.served, st.fallbacks);
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+    eprintln!("replay: {:?}", report.ijournal);
+    let got = fs.lookup(d, b"foo").map(|a| a.ino);
+    eprintln!("after recovery cf/foo -> {got:?} (new={new}, moved={moved})");
+    fs.unmount().expect("unmount");
+    assert_eq!(got.ok(), Some(new), "the fsynced file is not under its name after the crash");
+}
+
+/// The same with one spelling.
+#[test]
+fn ijournal_name_reuse_same_spelling_control() {
+    let o = opts("ijournal");
+    let Some(ssd) = casefold_image() else { return };
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
+    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    let old = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(old, 0, b"old").expect("write");
+    fs.sync().expect("sync");
+    fs.unlink(d, b"foo").expect("unlink");
+    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
+    fs.write(new, 0, b"new data, fsynced").expect("write");
+    fs.fsync(new, false).expect("fsync");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let fs = Fs::open(copy.clone(), o.clone()).expect("recover");
+    let got = fs.lookup(d, b"foo").map(|a| a.ino);
+    fs.unmount().expect("unmount");
+    assert_eq!(got.ok(), Some(new));
+}
+
+/// An i-record's new entry replayed into an indexed casefolded directory is hashed folded
+/// (e2fsck clean) and found through another spelling.
+#[test]
+fn ijournal_replay_into_indexed_casefolded_dir() {
+    let o = opts("ijournal");
+    let Some(ssd) = casefold_image() else { return };
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
+    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    for i in 0..400 {
+        fs.create(d, format!("Fill-\u{C9}cole-{i:04}-xxxxxxxxxxxxxxxxxxxxxxxxx").as_bytes(), 0o644, 0, 0)
+            .expect("fill");
+    }
+    fs.sync().expect("sync");
+    let f = fs
+        .create(d, "Stra\u{DF}e-\u{3A3}\u{3AF}\u{3C3}\u{3C5}\u{3C6}\u{3BF}\u{3C2}".as_bytes(), 0o644, 0, 0)
+        .expect("create")
+        .ino;
+    fs.write(f, 0, b"data").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    let st = fs.ijournal_stats().expect("on");
+    assert_eq!(st.fallback_total(), 0, "{st:?}");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
+    eprintln!("replay: {:?}", report.ijournal);
+    let got = fs
+        .lookup(d, "STRASSE-\u{3C3}\u{3B9}\u{301}\u{3A3}\u{3A5}\u{3A6}\u{39F}\u{3A3}".as_bytes())
+        .map(|a| a.ino);
+    assert_eq!(got.ok(), Some(f));
+    fs.unmount().expect("unmount");
+    let (ok, out) = fsck(&copy.image_bytes());
+    assert!(ok, "{out}");
+}
