@@ -219,6 +219,16 @@ impl<'a> Walker<'a> {
         }
     }
 
+    /// An orphan's attributes still hold their EA inodes, and it its quota, until it is
+    /// freed. One that still has links (a truncate cut short) was counted by the walk that
+    /// reached it.
+    fn count_orphan(&mut self, c: &InodeCheck) {
+        if c.links == 0 {
+            self.count_ea_refs(c);
+            self.charge_quota(c);
+        }
+    }
+
     /// Count the EA inode references of inode `c`'s attributes: one per body entry, one
     /// per entry of each distinct xattr block.
     fn count_ea_refs(&mut self, c: &InodeCheck) {
@@ -688,10 +698,7 @@ impl Walker<'_> {
                     return;
                 }
                 Ok(c) => {
-                    // Its attributes still hold their EA inodes, and it its quota, until
-                    // it is freed.
-                    self.count_ea_refs(&c);
-                    self.charge_quota(&c);
+                    self.count_orphan(&c);
                     from = format!("inode {head}'s i_dtime");
                     head = c.dtime;
                 }
@@ -730,10 +737,7 @@ impl Walker<'_> {
                     Ok(c) if c.mode == 0 => {
                         self.report.error(format!("orphan file: entry {ino} is a free inode"))
                     }
-                    Ok(c) => {
-                        self.count_ea_refs(&c);
-                        self.charge_quota(&c);
-                    }
+                    Ok(c) => self.count_orphan(&c),
                     Err(e) => self.report.error(format!("orphan file: entry {ino}: {e}")),
                 }
             }

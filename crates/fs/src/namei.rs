@@ -622,11 +622,10 @@ pub(crate) fn rename(
             return Err(FsError::IsDir(String::from_utf8_lossy(newname).into_owned()));
         }
     }
-    if !same || flags.exchange {
-        same_project(fs, g2.as_deref().unwrap_or(&*g1), &sg)?;
-        if let (true, Some(dgs)) = (flags.exchange, dg.as_deref()) {
-            same_project(fs, &g1, dgs)?;
-        }
+    // `ext4_rename` checks the project even within one directory.
+    same_project(fs, g2.as_deref().unwrap_or(&*g1), &sg)?;
+    if let (true, Some(dgs)) = (flags.exchange, dg.as_deref()) {
+        same_project(fs, &g1, dgs)?;
     }
     {
         use crate::protect::may_change_immutable;

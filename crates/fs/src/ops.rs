@@ -779,8 +779,8 @@ impl Fs {
             let node = self.node(ino)?;
             let mut st = self.write_state(&node)?;
             // Flags the inode's kind cannot carry are dropped silently, as ext4 does
-            // (`chattr +D` on a regular file).
-            let syncs = EXT4_SYNC_FL | EXT4_DIRSYNC_FL;
+            // (`chattr +D` or `+P` on a regular file).
+            let syncs = EXT4_SYNC_FL | EXT4_DIRSYNC_FL | crate::ondisk::inode::EXT4_PROJINHERIT_FL;
             let mask = (mask & !syncs) | (crate::ondisk::inode::mask_flags(st.d.mode, mask) & syncs);
             let was_sync = st.d.flags & EXT4_SYNC_FL != 0;
             let new = (st.d.flags & !mask) | (flags & mask);
@@ -839,7 +839,9 @@ impl Fs {
         if reserved || st.d.flags & crate::ondisk::inode::EXT4_EA_INODE_FL != 0 {
             return Err(FsError::Perm(format!("inode {ino} is internal: its project id stays")));
         }
-        crate::protect::may_change(ino, &st, "project id change")?;
+        // `ext4_ioctl_check_immutable`: an immutable file keeps its project (an append-only
+        // one does not).
+        crate::protect::may_change_immutable(ino, &st, "project id change")?;
         if st.d.extra_isize < 32 {
             return Err(FsError::NotSupported(format!(
                 "inode {ino}: its record keeps {} extra bytes, too few for a project id",

@@ -1437,6 +1437,18 @@ fn quota_usage_follows_every_change() {
             Ok(()) => panic!("rename into another project succeeded"),
         }
         fs.link(p, sub, b"pf2").expect("link within the project");
+        // +P is a directory's flag (dropped on a file, as ext4 masks it); a file given
+        // another project cannot even be renamed within its directory (`ext4_rename`).
+        let pflag = cjfs_fs::ondisk::inode::EXT4_PROJINHERIT_FL;
+        let a6 = fs.set_flags(files[6].1, pflag, pflag).expect("chattr +P on a file");
+        assert_eq!(a6.flags & pflag, 0, "+P kept on a regular file");
+        let q = fs.create(sub, b"other", 0o644, 7, 7).expect("create").ino;
+        fs.set_project(q, 43).expect("set_project");
+        match fs.rename(sub, b"other", sub, b"renamed", RenameFlags::default()) {
+            Err(e) => assert_eq!(e.errno(), libc::EXDEV, "{e}"),
+            Ok(()) => panic!("a rename within a directory of another project succeeded"),
+        }
+        fs.unlink(sub, b"other").expect("unlink");
         // Owners change; an attribute in an EA inode counts one more inode.
         for (name, ino) in files.iter().step_by(3) {
             let set = SetAttr { uid: Some(5000), gid: Some(5000), ..Default::default() };
