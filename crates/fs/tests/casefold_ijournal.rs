@@ -58,87 +58,60 @@ fn fsck(bytes: &[u8]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Make `first` in a casefolded directory and sync; take it away with `remove` (given the
+/// directory); make `again`, write and fsync it; crash and recover. Returns the fsynced
+/// inode and the inode `again` names after recovery; e2fsck must find the image clean.
+fn name_reuse(first: &[u8], remove: impl Fn(&Fs, u32), again: &[u8]) -> Option<(u32, Option<u32>)> {
+    let o = opts("ijournal");
+    let ssd = casefold_image()?;
+    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
+    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    let old = fs.create(d, first, 0o644, 0, 0).expect("create").ino;
+    fs.write(old, 0, b"old").expect("write");
+    fs.sync().expect("sync");
+    remove(&fs, d);
+    let new = fs.create(d, again, 0o644, 0, 0).expect("create").ino;
+    fs.write(new, 0, b"new data, fsynced").expect("write");
+    fs.fsync(new, false).expect("fsync");
+    let copy = crash_copy(&ssd);
+    drop(fs);
+    let fs = Fs::open(copy.clone(), o).expect("recover");
+    let got = fs.lookup(d, again).map(|a| a.ino).ok();
+    if let Some(i) = got {
+        assert_eq!(read_all(&fs, i), if i == new { &b"new data, fsynced"[..] } else { &b"old"[..] });
+    }
+    fs.unmount().expect("unmount");
+    let (ok, out) = fsck(&copy.image_bytes());
+    assert!(ok, "{out}");
+    Some((new, got))
+}
+
 /// Unlinked through one spelling, made again through another, fsynced, crashed: the fsynced
 /// file is under the name after recovery.
 #[test]
 fn ijournal_name_reuse_after_unlink_other_spelling() {
-    let o = opts("ijournal");
-    let Some(ssd) = casefold_image() else { return };
-    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
-    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
-    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
-    let old = fs.create(d, b"Foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(old, 0, b"old").expect("write");
-    fs.sync().expect("sync");
-    fs.unlink(d, b"FOO").expect("unlink");
-    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(new, 0, b"new data, fsynced").expect("write");
-    fs.fsync(new, false).expect("fsync");
-    let st = fs.ijournal_stats().expect("on");
-    eprintln!("stats after fsync: served={} fallbacks={:?}", st.served, st.fallbacks);
-    let copy = crash_copy(&ssd);
-    drop(fs);
-    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
-    eprintln!("replay: {:?}", report.ijournal);
-    let got = fs.lookup(d, b"foo").map(|a| a.ino);
-    eprintln!("after recovery cf/foo -> {got:?} (new={new}, old={old})");
-    let content = got.as_ref().ok().map(|&i| read_all(&fs, i));
-    eprintln!("content: {:?}", content.as_ref().map(|c| String::from_utf8_lossy(c).into_owned()));
-    fs.unmount().expect("unmount");
-    let (ok, out) = fsck(&copy.image_bytes());
-    eprintln!("e2fsck clean: {ok}\n{out}");
-    assert_eq!(got.ok(), Some(new), "the fsynced file is not under its name after the crash");
+    let unlink = |fs: &Fs, d: u32| fs.unlink(d, b"FOO").expect("unlink");
+    let Some((new, got)) = name_reuse(b"Foo", unlink, b"foo") else { return };
+    assert_eq!(got, Some(new), "the fsynced file is not under its name after the crash");
 }
 
 /// Renamed away through one spelling, made again through another, fsynced, crashed: the
 /// fsynced file is under the name after recovery.
 #[test]
 fn ijournal_name_reuse_after_rename_other_spelling() {
-    let o = opts("ijournal");
-    let Some(ssd) = casefold_image() else { return };
-    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
-    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
-    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
-    let moved = fs.create(d, b"Foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(moved, 0, b"moved").expect("write");
-    fs.sync().expect("sync");
-    fs.rename(d, b"FOO", ROOT_INO, b"moved", Default::default()).expect("rename");
-    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(new, 0, b"new data, fsynced").expect("write");
-    fs.fsync(new, false).expect("fsync");
-    let st = fs.ijournal_stats().expect("on");
-    eprintln!("stats after fsync: served={} fallbacks={:?}", st.served, st.fallbacks);
-    let copy = crash_copy(&ssd);
-    drop(fs);
-    let (fs, report) = Fs::open_with_report(copy.clone(), o.clone()).expect("recover");
-    eprintln!("replay: {:?}", report.ijournal);
-    let got = fs.lookup(d, b"foo").map(|a| a.ino);
-    eprintln!("after recovery cf/foo -> {got:?} (new={new}, moved={moved})");
-    fs.unmount().expect("unmount");
-    assert_eq!(got.ok(), Some(new), "the fsynced file is not under its name after the crash");
+    let rename =
+        |fs: &Fs, d: u32| fs.rename(d, b"FOO", ROOT_INO, b"moved", Default::default()).expect("rename");
+    let Some((new, got)) = name_reuse(b"Foo", rename, b"foo") else { return };
+    assert_eq!(got, Some(new), "the fsynced file is not under its name after the crash");
 }
 
 /// The same with one spelling.
 #[test]
 fn ijournal_name_reuse_same_spelling_control() {
-    let o = opts("ijournal");
-    let Some(ssd) = casefold_image() else { return };
-    let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
-    let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
-    fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
-    let old = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(old, 0, b"old").expect("write");
-    fs.sync().expect("sync");
-    fs.unlink(d, b"foo").expect("unlink");
-    let new = fs.create(d, b"foo", 0o644, 0, 0).expect("create").ino;
-    fs.write(new, 0, b"new data, fsynced").expect("write");
-    fs.fsync(new, false).expect("fsync");
-    let copy = crash_copy(&ssd);
-    drop(fs);
-    let fs = Fs::open(copy.clone(), o.clone()).expect("recover");
-    let got = fs.lookup(d, b"foo").map(|a| a.ino);
-    fs.unmount().expect("unmount");
-    assert_eq!(got.ok(), Some(new));
+    let unlink = |fs: &Fs, d: u32| fs.unlink(d, b"foo").expect("unlink");
+    let Some((new, got)) = name_reuse(b"foo", unlink, b"foo") else { return };
+    assert_eq!(got, Some(new));
 }
 
 /// An i-record's new entry replayed into an indexed casefolded directory is hashed folded
