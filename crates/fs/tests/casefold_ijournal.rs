@@ -58,18 +58,29 @@ fn fsck(bytes: &[u8]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Make `first` in a casefolded directory and sync; take it away with `remove` (given the
-/// directory); make `again`, write and fsync it; crash and recover. Returns the fsynced
-/// inode and the inode `again` names after recovery; e2fsck must find the image clean.
-fn name_reuse(first: &[u8], remove: impl Fn(&Fs, u32), again: &[u8]) -> Option<(u32, Option<u32>)> {
+/// Make `first` in a casefolded directory and sync (or, `first_fsync`, only fsync it: its
+/// own i-record); take it away with `remove` (given the directory); make `again`, write and
+/// fsync it; crash and recover. Returns the fsynced inode and the inode `again` names after
+/// recovery; e2fsck must find the image clean.
+fn name_reuse(
+    first: &[u8],
+    first_fsync: bool,
+    remove: impl Fn(&Fs, u32),
+    again: &[u8],
+) -> Option<(u32, Option<u32>)> {
     let o = opts("ijournal");
     let ssd = casefold_image()?;
     let fs = Fs::open(ssd.clone(), o.clone()).expect("mount");
     let d = fs.mkdir(ROOT_INO, b"cf", 0o755, 0, 0).expect("mkdir").ino;
     fs.set_flags(d, CASEFOLD_FL, CASEFOLD_FL).expect("+F");
+    fs.sync().expect("sync");
     let old = fs.create(d, first, 0o644, 0, 0).expect("create").ino;
     fs.write(old, 0, b"old").expect("write");
-    fs.sync().expect("sync");
+    if first_fsync {
+        fs.fsync(old, false).expect("fsync");
+    } else {
+        fs.sync().expect("sync");
+    }
     remove(&fs, d);
     let new = fs.create(d, again, 0o644, 0, 0).expect("create").ino;
     fs.write(new, 0, b"new data, fsynced").expect("write");
@@ -92,7 +103,7 @@ fn name_reuse(first: &[u8], remove: impl Fn(&Fs, u32), again: &[u8]) -> Option<(
 #[test]
 fn ijournal_name_reuse_after_unlink_other_spelling() {
     let unlink = |fs: &Fs, d: u32| fs.unlink(d, b"FOO").expect("unlink");
-    let Some((new, got)) = name_reuse(b"Foo", unlink, b"foo") else { return };
+    let Some((new, got)) = name_reuse(b"Foo", false, unlink, b"foo") else { return };
     assert_eq!(got, Some(new), "the fsynced file is not under its name after the crash");
 }
 
@@ -102,7 +113,16 @@ fn ijournal_name_reuse_after_unlink_other_spelling() {
 fn ijournal_name_reuse_after_rename_other_spelling() {
     let rename =
         |fs: &Fs, d: u32| fs.rename(d, b"FOO", ROOT_INO, b"moved", Default::default()).expect("rename");
-    let Some((new, got)) = name_reuse(b"Foo", rename, b"foo") else { return };
+    let Some((new, got)) = name_reuse(b"Foo", false, rename, b"foo") else { return };
+    assert_eq!(got, Some(new), "the fsynced file is not under its name after the crash");
+}
+
+/// The first spelling's file only fsynced (its i-record still live when the second one's
+/// is written): recovery replays both records, and the name is the second file's.
+#[test]
+fn ijournal_name_reuse_after_an_fsynced_first_spelling() {
+    let unlink = |fs: &Fs, d: u32| fs.unlink(d, b"FOO").expect("unlink");
+    let Some((new, got)) = name_reuse(b"Foo", true, unlink, b"foo") else { return };
     assert_eq!(got, Some(new), "the fsynced file is not under its name after the crash");
 }
 
@@ -110,7 +130,7 @@ fn ijournal_name_reuse_after_rename_other_spelling() {
 #[test]
 fn ijournal_name_reuse_same_spelling_control() {
     let unlink = |fs: &Fs, d: u32| fs.unlink(d, b"foo").expect("unlink");
-    let Some((new, got)) = name_reuse(b"foo", unlink, b"foo") else { return };
+    let Some((new, got)) = name_reuse(b"foo", false, unlink, b"foo") else { return };
     assert_eq!(got, Some(new));
 }
 
