@@ -221,31 +221,6 @@ impl Quotas {
         Ok(Some(Quotas { files, uncharged: [inums[2], orphan_file], first_ino: fs.geo.first_ino, project }))
     }
 
-    /// The charge of inode `ino` with record `d` (`None`: charged nothing). `ea_values` is
-    /// the number of its attributes held in EA inodes.
-    pub fn charge_of(
-        &self,
-        fs: &FsInner,
-        ino: Ino,
-        d: &DiskInode,
-        live: bool,
-        ea_values: u64,
-    ) -> Option<Charge> {
-        if !live || d.mode == 0 || !self.charged(ino, d) {
-            return None;
-        }
-        let projid = if self.project { d.projid } else { 0 };
-        Some(Charge {
-            ids: [d.uid, d.gid, projid],
-            bytes: d.blocks_512(fs.geo.huge_file, fs.geo.block_size as u32) * 512,
-            inodes: 1 + ea_values,
-        })
-    }
-
-    fn charged(&self, ino: Ino, d: &DiskInode) -> bool {
-        self.charges(ino, d.flags)
-    }
-
     /// Whether an inode in use numbered `ino` with flags `flags` is charged to quota.
     pub fn charges(&self, ino: Ino, flags: u32) -> bool {
         (ino == ROOT_INO || ino >= self.first_ino)
@@ -350,7 +325,8 @@ impl Quotas {
 /// system has `ea_inode`; `live`: the inode is in use (a record without links is, while it
 /// is an orphan; when stored by the code that frees it, it is not).
 pub(crate) fn current(fs: &FsInner, q: &Quotas, st: &InodeState, live: bool) -> Option<Charge> {
-    if !live || st.d.mode == 0 || !q.charged(st.ino, &st.d) {
+    let d = &st.d;
+    if !live || d.mode == 0 || !q.charges(st.ino, d.flags) {
         return None;
     }
     let ea = if fs.geo.ea_inode {
@@ -367,7 +343,12 @@ pub(crate) fn current(fs: &FsInner, q: &Quotas, st: &InodeState, live: bool) -> 
     } else {
         0
     };
-    q.charge_of(fs, st.ino, &st.d, live, ea)
+    let projid = if q.project { d.projid } else { 0 };
+    Some(Charge {
+        ids: [d.uid, d.gid, projid],
+        bytes: d.blocks_512(fs.geo.huge_file, fs.geo.block_size as u32) * 512,
+        inodes: 1 + ea,
+    })
 }
 
 impl QuotaFile {
